@@ -1,0 +1,77 @@
+"""The one exception translation raises, and small helpers to read Kubernetes objects
+(plain dicts as the API or YAML gives them) with errors that name the object and field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["Obj", "TranslationError", "mapping", "meta", "object_key", "object_ref", "sequence"]
+
+Obj = Mapping[str, Any]
+
+
+class TranslationError(ValueError):
+    """A Kubernetes object nexus-admit cannot use as it is.
+
+    `obj_ref` names the object ("Workload team-a/llm", "Node gpu-1"), `field` the path inside
+    it, and `message` says what is wrong and what to change. `str()` gives one line that can go
+    straight into a Workload's admission check message.
+    """
+
+    def __init__(self, obj_ref: str, field: str, message: str) -> None:
+        self.obj_ref = obj_ref
+        self.field = field
+        self.message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        where = f"{self.obj_ref}, field {self.field}" if self.field else self.obj_ref
+        return f"{where}: {self.message}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TranslationError, (self.obj_ref, self.field, self.message))
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def object_ref(obj: Obj) -> str:
+    """'Kind namespace/name' (or 'Kind name' for cluster-scoped objects)."""
+    kind = obj.get("kind") or "object"
+    m = meta(obj)
+    name = m.get("name") or "<unnamed>"
+    ns = m.get("namespace")
+    return f"{kind} {ns}/{name}" if ns else f"{kind} {name}"
+
+
+def object_key(obj: Obj) -> str:
+    """'namespace/name' (or 'name')."""
+    m = meta(obj)
+    name = str(m.get("name") or "")
+    ns = m.get("namespace")
+    return f"{ns}/{name}" if ns else name
+
+
+def mapping(obj: Obj, value: Any, field: str) -> Mapping[str, Any]:
+    """`value` as a mapping; None → {}; anything else is a TranslationError on `field`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TranslationError(
+            object_ref(obj), field, f"expected an object, got {type(value).__name__} {value!r}"
+        )
+    return value
+
+
+def sequence(obj: Obj, value: Any, field: str) -> Sequence[Any]:
+    """`value` as a list; None → []; anything else is a TranslationError on `field`."""
+    if value is None:
+        return []
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise TranslationError(
+            object_ref(obj), field, f"expected a list, got {type(value).__name__} {value!r}"
+        )
+    return value

@@ -1,0 +1,116 @@
+"""Effective resource requests of a pod spec, the way kube-scheduler computes them.
+
+effective = max(sum of app containers + restartable (sidecar) init containers,
+                max over classic init containers of (its request + sidecars started before it))
+            + pod overhead
+
+A container without a request for a resource but with a limit requests the limit (the API
+server defaults it that way for pods; Kueue does the same for Workload pod templates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import Obj, TranslationError, mapping, object_ref, sequence
+from nexus_admit.kube.quantity import parse_quantity
+
+__all__ = ["PodRequests", "effective_requests", "pod_requests"]
+
+Resources = dict[str, Fraction]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequests:
+    """A pod's effective requests in model units. `gpus` counts `nvidia.com/gpu` units."""
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+    raw: Mapping[str, Fraction] | None = None  # every resource, base units
+
+
+def _add(a: Resources, b: Mapping[str, Fraction]) -> Resources:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, Fraction(0)) + v
+    return out
+
+
+def _max(a: Resources, b: Mapping[str, Fraction]) -> Resources:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(out.get(k, Fraction(0)), v)
+    return out
+
+
+def _resource_list(obj: Obj, value: Any, field: str) -> Resources:
+    out: Resources = {}
+    for name, qty in mapping(obj, value, field).items():
+        try:
+            q = parse_quantity(qty)
+        except ValueError as e:
+            raise TranslationError(object_ref(obj), f"{field}[{name}]", str(e)) from None
+        if q < 0:
+            raise TranslationError(
+                object_ref(obj), f"{field}[{name}]", f"negative quantity {qty!r}"
+            )
+        out[str(name)] = q
+    return out
+
+
+def _container(obj: Obj, c: Any, field: str) -> Resources:
+    c = mapping(obj, c, field)
+    res = mapping(obj, c.get("resources"), f"{field}.resources")
+    requests = _resource_list(obj, res.get("requests"), f"{field}.resources.requests")
+    limits = _resource_list(obj, res.get("limits"), f"{field}.resources.limits")
+    for name, q in limits.items():
+        requests.setdefault(name, q)
+    return requests
+
+
+def effective_requests(obj: Obj, spec: Any, field: str = "spec") -> Resources:
+    """Effective requests of the pod spec `spec` (inside `obj`, at path `field`), every
+    resource in base units (cores, bytes, devices)."""
+    spec = mapping(obj, spec, field)
+    main: Resources = {}
+    for i, c in enumerate(sequence(obj, spec.get("containers"), f"{field}.containers")):
+        main = _add(main, _container(obj, c, f"{field}.containers[{i}]"))
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for i, c in enumerate(sequence(obj, spec.get("initContainers"), f"{field}.initContainers")):
+        r = _container(obj, c, f"{field}.initContainers[{i}]")
+        if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
+            sidecars = _add(sidecars, r)
+        else:
+            init_peak = _max(init_peak, _add(sidecars, r))
+    total = _max(_add(main, sidecars), init_peak)
+    return _add(total, _resource_list(obj, spec.get("overhead"), f"{field}.overhead"))
+
+
+def pod_requests(obj: Obj, spec: Any, field: str = "spec") -> PodRequests:
+    """Effective requests in model units: CPU millicores and memory MiB rounded up, GPUs as
+    a whole number of `nvidia.com/gpu` units (a fractional GPU request is an error: use the
+    `scheduling.kubenexus.io/gpu-fraction` annotation instead)."""
+    raw = effective_requests(obj, spec, field)
+    gpu = raw.get(L.GPU_RESOURCE, Fraction(0))
+    if gpu.denominator != 1:
+        raise TranslationError(
+            object_ref(obj),
+            f"{field}.containers[*].resources[{L.GPU_RESOURCE}]",
+            f"requests {float(gpu):g} GPUs; {L.GPU_RESOURCE} counts whole devices. To share a "
+            f"GPU request {L.GPU_RESOURCE}: 1 and set the annotation {L.ANN_GPU_FRACTION} "
+            f"(e.g. \"0.5\")",
+        )
+    cpu = raw.get("cpu", Fraction(0)) * 1000
+    mem = raw.get("memory", Fraction(0)) / 2**20
+    return PodRequests(
+        cpu_milli=int(-(-cpu.numerator // cpu.denominator)),
+        memory_mib=int(-(-mem.numerator // mem.denominator)),
+        gpus=int(gpu),
+        raw=raw,
+    )

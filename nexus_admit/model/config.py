@@ -1,0 +1,209 @@
+"""PlacementConfig: everything an admin may tune, as the spec of the PlacementConfig CRD.
+
+The field names in camelCase are a public contract (ARCHITECTURE §4): users write them in
+YAML. Python code uses the snake_case attribute names; pydantic maps between the two.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+__all__ = [
+    "HOSTNAME_LABEL",
+    "DEFAULT_LEVELS",
+    "HardwareClass",
+    "ObjectiveWeights",
+    "PlacementConfig",
+    "SolverSettings",
+    "Tier",
+    "TopologySpec",
+    "VramThreshold",
+]
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+DEFAULT_LEVELS: tuple[str, ...] = ("topology.kubernetes.io/zone", HOSTNAME_LABEL)
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class TopologySpec(_Spec):
+    """Fabric levels, highest first. Either explicit label keys or a Kueue Topology name."""
+
+    topology_name: str | None = None
+    levels: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> TopologySpec:
+        if self.topology_name and self.levels:
+            raise ValueError("topology: set either topologyName or levels, not both")
+        if self.levels is not None and len(self.levels) == 0:
+            raise ValueError("topology.levels must name at least one node label")
+        return self
+
+
+class HardwareClass(_Spec):
+    name: str
+    gpu_products: tuple[str, ...] = Field(min_length=1)
+
+
+class Tier(_Spec):
+    name: str
+    class_costs: dict[str, int] = Field(default_factory=dict)
+
+
+class VramThreshold(_Spec):
+    """A pod of this tier should use at least `minUtilization` of each GPU's VRAM;
+    VRAM left below that line is counted as stranded."""
+
+    tier: str
+    min_utilization: float = Field(ge=0.0, le=1.0)
+
+
+class ObjectiveWeights(_Spec):
+    """Weights of the objective terms; each term is also reported on its own."""
+
+    tier_mismatch: int = Field(default=10, ge=0)  # × class cost per GPU
+    vram_stranded: int = Field(default=1, ge=0)  # per GiB of stranded VRAM
+    island_broken: int = Field(default=2000, ge=0)  # per pristine island first touched
+    domain_spread: int = Field(default=400, ge=0)  # per extra domain, × level rank
+    node_count: int = Field(default=50, ge=0)  # per node used (packing, training/batch)
+    fragmentation: int = Field(default=20, ge=0)  # per partly used node left partly free
+    numa_unaligned: int = Field(default=100, ge=0)  # per pod without single-NUMA fit
+    spread: int = Field(default=300, ge=0)  # inference/service: pods on the busiest node
+
+
+class SolverSettings(_Spec):
+    time_limit_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
+    workers: int = Field(default=2, ge=1, le=64)
+    # Above this many candidate nodes the engine prunes to the best domains first.
+    max_candidate_nodes: int = Field(default=400, ge=8)
+    relative_gap: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+def _default_classes() -> tuple[HardwareClass, ...]:
+    return (
+        HardwareClass(name="premium", gpu_products=("NVIDIA-H100*", "NVIDIA-H200*", "NVIDIA-B200*")),
+        HardwareClass(name="standard", gpu_products=("NVIDIA-A100*", "NVIDIA-L40S*")),
+        HardwareClass(name="economy", gpu_products=("*",)),
+    )
+
+
+def _default_tiers() -> tuple[Tier, ...]:
+    return (
+        Tier(name="gold", class_costs={"premium": 0, "standard": 40, "economy": 80}),
+        Tier(name="silver", class_costs={"premium": 30, "standard": 0, "economy": 30}),
+        Tier(name="bronze", class_costs={"premium": 80, "standard": 30, "economy": 0}),
+    )
+
+
+def _default_vram() -> tuple[VramThreshold, ...]:
+    return (
+        VramThreshold(tier="gold", min_utilization=0.3),
+        VramThreshold(tier="silver", min_utilization=0.5),
+        VramThreshold(tier="bronze", min_utilization=0.7),
+    )
+
+
+class PlacementConfig(_Spec):
+    """The spec of a `PlacementConfig` object. `PlacementConfig()` is the built-in default."""
+
+    topology: TopologySpec = Field(default_factory=lambda: TopologySpec(levels=DEFAULT_LEVELS))
+    hardware_classes: tuple[HardwareClass, ...] = Field(default_factory=_default_classes)
+    tiers: tuple[Tier, ...] = Field(default_factory=_default_tiers)
+    default_tier: str = "bronze"
+    vram_thresholds: tuple[VramThreshold, ...] = Field(default_factory=_default_vram)
+    weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
+    solver: SolverSettings = Field(default_factory=SolverSettings)
+    numa_policy: Literal["single-numa-node", "preferred", "none"] = "preferred"
+    island_min_gpus: int = Field(default=8, ge=1)  # a node with ≥ this many GPUs is an island
+    reservation_ttl_seconds: int = Field(default=600, ge=10)
+    retry_after_seconds: int = Field(default=30, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlacementConfig:
+        class_names = [c.name for c in self.hardware_classes]
+        if len(set(class_names)) != len(class_names):
+            raise ValueError("hardwareClasses: names must be unique")
+        tier_names = [t.name for t in self.tiers]
+        if len(set(tier_names)) != len(tier_names):
+            raise ValueError("tiers: names must be unique")
+        if self.default_tier not in tier_names:
+            raise ValueError(f"defaultTier {self.default_tier!r} is not one of tiers {tier_names}")
+        for tier in self.tiers:
+            unknown = set(tier.class_costs) - set(class_names)
+            if unknown:
+                raise ValueError(
+                    f"tiers[{tier.name}].classCosts names unknown hardware classes "
+                    f"{sorted(unknown)}; known: {class_names}"
+                )
+        for vt in self.vram_thresholds:
+            if vt.tier not in tier_names:
+                raise ValueError(f"vramThresholds: unknown tier {vt.tier!r}")
+        return self
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> PlacementConfig:
+        """Validate a CRD spec (camelCase) into a config; raises pydantic.ValidationError."""
+        return cls.model_validate(dict(spec or {}))
+
+    def to_spec(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    # ---- derived lookups (cached: the config is frozen) ----
+    @cached_property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.hardware_classes)
+
+    def hardware_class(self, gpu_product: str) -> str | None:
+        """First class whose glob matches the product; None when nothing matches."""
+        return _match_class(self.hardware_classes, gpu_product)
+
+    def tier_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tiers)
+
+    def class_cost(self, tier: str, hardware_class: str | None) -> int:
+        if hardware_class is None:
+            return 0
+        for t in self.tiers:
+            if t.name == tier:
+                return t.class_costs.get(hardware_class, 0)
+        return 0
+
+    def min_vram_utilization(self, tier: str) -> float:
+        for vt in self.vram_thresholds:
+            if vt.tier == tier:
+                return vt.min_utilization
+        return 0.0
+
+    def resolve_levels(self, kueue_topologies: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+        """The topology level label keys, highest first, always ending at the hostname."""
+        if self.topology.topology_name:
+            try:
+                levels = kueue_topologies[self.topology.topology_name]
+            except KeyError:
+                raise ValueError(
+                    f"topology.topologyName {self.topology.topology_name!r}: no Kueue Topology "
+                    f"of that name (known: {sorted(kueue_topologies)})"
+                ) from None
+        else:
+            levels = self.topology.levels or DEFAULT_LEVELS
+        if levels[-1] != HOSTNAME_LABEL:
+            levels = (*levels, HOSTNAME_LABEL)
+        return tuple(levels)
+
+
+def _match_class(classes: tuple[HardwareClass, ...], gpu_product: str) -> str | None:
+    for cls in classes:
+        if any(fnmatch.fnmatchcase(gpu_product, pattern) for pattern in cls.gpu_products):
+            return cls.name
+    return None

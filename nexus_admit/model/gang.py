@@ -1,0 +1,190 @@
+"""What is asked for: a gang of pod sets that must be placed all at once."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nexus_admit.model.cluster import GPU_WHOLE, Node, Taint
+
+__all__ = [
+    "Gang",
+    "NodeSelectorRequirement",
+    "NumaPolicy",
+    "PodSet",
+    "Toleration",
+    "WorkloadType",
+]
+
+
+class WorkloadType(enum.StrEnum):
+    TRAINING = "training"
+    BATCH = "batch"
+    INFERENCE = "inference"
+    SERVICE = "service"
+
+    @property
+    def packs(self) -> bool:
+        """Training and batch pack tightly; inference and services spread."""
+        return self in (WorkloadType.TRAINING, WorkloadType.BATCH)
+
+
+class NumaPolicy(enum.StrEnum):
+    SINGLE_NUMA_NODE = "single-numa-node"
+    PREFERRED = "preferred"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str | None = None  # None with operator Exists tolerates every taint
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str | None = None  # None matches every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect != taint.effect:
+            return False
+        if self.key is None:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        if op in ("Gt", "Lt"):
+            if value is None or len(self.values) != 1:
+                return False
+            try:
+                left, right = int(value), int(self.values[0])
+            except ValueError:
+                return False
+            return left > right if op == "Gt" else left < right
+        raise ValueError(f"unknown node selector operator {op!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """`count` identical pods. Each pod takes `gpus` GPUs at `gpu_milli` share of each:
+    `gpu_milli` < 1000 (shared GPU) only with `gpus == 1`."""
+
+    name: str
+    count: int
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+    gpu_milli: int = GPU_WHOLE
+    vram_mib: int = 0  # VRAM needed per GPU; 0 = not stated
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # required node affinity: OR of terms, each an AND of requirements
+    affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
+    # None = any node; otherwise only these (the nodes of the flavors Kueue assigned)
+    allowed_nodes: frozenset[str] | None = None
+    # pods carry an index (completion index, rank): neighbours should be neighbours
+    indexed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"pod set {self.name!r}: count must be at least 1")
+        if min(self.cpu_milli, self.memory_mib, self.gpus, self.vram_mib) < 0:
+            raise ValueError(f"pod set {self.name!r}: negative request")
+        if not 0 < self.gpu_milli <= GPU_WHOLE:
+            raise ValueError(f"pod set {self.name!r}: gpu share must be in (0, 1000] milli")
+        if self.gpu_milli < GPU_WHOLE and self.gpus != 1:
+            raise ValueError(f"pod set {self.name!r}: a shared GPU fraction needs exactly 1 GPU")
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpus == 1 and self.gpu_milli < GPU_WHOLE
+
+    @property
+    def whole_gpus(self) -> int:
+        """Whole GPUs per pod (0 for a fractional pod)."""
+        return 0 if self.fractional else self.gpus
+
+    @property
+    def gpu_milli_per_pod(self) -> int:
+        return self.gpus * self.gpu_milli
+
+    def tolerates(self, node: Node) -> bool:
+        return all(
+            any(t.tolerates(taint) for t in self.tolerations)
+            for taint in node.taints
+            if taint.effect in ("NoSchedule", "NoExecute")
+        )
+
+    def selects(self, node: Node) -> bool:
+        labels = node.labels
+        if any(labels.get(k) != v for k, v in self.node_selector.items()):
+            return False
+        if self.affinity_terms and not any(
+            all(req.matches(labels) for req in term) for term in self.affinity_terms
+        ):
+            return False
+        return True
+
+    def static_fit(self, node: Node) -> str | None:
+        """Why this pod set can never run on `node` regardless of load, or None if it can."""
+        if not node.schedulable:
+            return "unschedulable"
+        if self.allowed_nodes is not None and node.name not in self.allowed_nodes:
+            return "outside assigned flavor"
+        if not self.tolerates(node):
+            return "untolerated taint"
+        if not self.selects(node):
+            return "selector/affinity"
+        if self.gpus:
+            if node.gpu_count < self.gpus:
+                return "too few GPUs"
+            if self.vram_mib and node.gpu_memory_mib < self.vram_mib:
+                return "GPU VRAM too small"
+        if self.cpu_milli > node.cpu_milli or self.memory_mib > node.memory_mib:
+            return "node too small"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """One Kueue Workload: all its pod sets are placed together or not at all."""
+
+    name: str  # "namespace/name"
+    pod_sets: tuple[PodSet, ...]
+    tier: str = "bronze"
+    workload_type: WorkloadType = WorkloadType.BATCH
+    required_level: str | None = None  # all pods inside one domain of this level
+    preferred_level: str | None = None  # as few domains of this level as possible
+    numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+
+    def __post_init__(self) -> None:
+        if not self.pod_sets:
+            raise ValueError(f"gang {self.name!r} has no pod sets")
+        names = [p.name for p in self.pod_sets]
+        if len(set(names)) != len(names):
+            raise ValueError(f"gang {self.name!r}: duplicate pod set names {names}")
+
+    @property
+    def pod_count(self) -> int:
+        return sum(p.count for p in self.pod_sets)
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(p.count * p.gpu_milli_per_pod for p in self.pod_sets)

@@ -1,0 +1,470 @@
+"""The nexus placement engine: the whole gang as one CP-SAT problem.
+
+Variables are aggregated: pods per (pod set, node) integers, a used / GPU-used boolean per
+node, one boolean per topology domain and level, and per-island "filled" booleans. The
+objective is the weighted sum of the terms in `objective.py`, each encoded exactly (scaled
+to integers), so the solver's objective equals `weighted_objective(evaluate_terms(...))` of
+the slots it returns.
+
+Large clusters are reduced before the solve, in two steps:
+1. symmetry: nodes that are interchangeable for this gang (same domains above the host,
+   hardware, free vector, NUMA state, clique, eligibility) are kept only as many times as
+   the gang could use them. This is exact.
+2. domain-first pruning (only when still above `solver.maxCandidateNodes`): the best few
+   domains at the lowest level where one domain holds the gang, ranked by a greedy cost
+   estimate. This is a heuristic; placements found after it report `feasible`, not
+   `optimal`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from nexus_admit.model import (
+    GPU_WHOLE,
+    ClusterSnapshot,
+    Domain,
+    Gang,
+    Node,
+    NumaPolicy,
+    Placement,
+    PlacementConfig,
+    PodSet,
+    Slot,
+    SolveStatus,
+    apply_slots,
+    fit_pod,
+    pod_capacity,
+)
+from nexus_admit.placement.base import register
+from nexus_admit.placement.baselines.podbypod import finish, infeasible
+from nexus_admit.placement.baselines.tas import tas_counts
+from nexus_admit.placement.objective import level_weight, stranded_vram_gib, term_weights
+from nexus_admit.placement.problem import Problem, prepare
+
+__all__ = ["CpSatEngine", "Reduction"]
+
+SCALE = 1000  # every term is multiplied by this to make coefficients integers
+
+
+@dataclass(slots=True)
+class Reduction:
+    """Which nodes enter the model and whether the reduction kept optimality."""
+
+    nodes: list[str]
+    caps: dict[tuple[str, str], int]  # (pod set, node) -> max pods
+    exact: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+class CpSatEngine:
+    """`place()` is the one placement code path of the controller, CLI, simulator and bench.
+
+    `reduce=False` solves the full candidate set (the benchmarks' long-run reference)."""
+
+    name = "nexus"
+
+    def __init__(self, seed: int = 0, *, reduce: bool = True, time_limit: float | None = None):
+        self._seed = seed
+        self._reduce = reduce
+        self._time_limit = time_limit
+
+    # ------------------------------------------------------------------ public
+    def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
+        started = time.perf_counter()
+        try:
+            problem = prepare(snapshot, gang, config)
+        except ValueError as err:
+            return infeasible(gang, self.name, str(err), started, impossible=True)
+        if problem.impossible:
+            return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        reduction = self._candidates(problem)
+        short = self._shortfall(problem, reduction)
+        if short:
+            return infeasible(gang, self.name, short, started)
+        if self._reduce:
+            reduction = self._reduce_symmetry(problem, reduction)
+            if len(reduction.nodes) > config.solver.max_candidate_nodes:
+                reduction = self._prune_domains(problem, reduction)
+        return self._solve(problem, reduction, started)
+
+    # ------------------------------------------------------------- candidates
+    def _candidates(self, problem: Problem) -> Reduction:
+        caps: dict[tuple[str, str], int] = {}
+        nodes: dict[str, None] = {}
+        policy = problem.gang.numa_policy
+        for ps in problem.gang.pod_sets:
+            for name in problem.candidates[ps.name]:
+                cap = min(pod_capacity(problem.node(name), ps, policy), ps.count)
+                if cap > 0:
+                    caps[(ps.name, name)] = cap
+                    nodes[name] = None
+        return Reduction(list(nodes), caps)
+
+    def _shortfall(self, problem: Problem, red: Reduction) -> str:
+        for ps in problem.gang.pod_sets:
+            room = sum(c for (p, _), c in red.caps.items() if p == ps.name)
+            if room < ps.count:
+                what = f"{ps.gpus} GPU" if ps.gpus else "CPU-only"
+                return (
+                    f"pod set {ps.name!r}: {ps.count} pods ({what} each) requested, "
+                    f"free capacity for {room} now; will retry"
+                )
+        req = problem.gang.required_level
+        if req is not None:
+            li = problem.levels.index(req)
+            per_domain: dict[Domain | None, int] = defaultdict(int)
+            for (p, n), c in red.caps.items():
+                per_domain[problem.paths[n][li]] += c
+            if max(per_domain.values(), default=0) < problem.gang.pod_count and len(
+                problem.gang.pod_sets
+            ) == 1:
+                return (
+                    f"no single {req} domain has room for all {problem.gang.pod_count} pods now "
+                    f"(largest: {max(per_domain.values(), default=0)}); will retry"
+                )
+        return ""
+
+    def _reduce_symmetry(self, problem: Problem, red: Reduction) -> Reduction:
+        pod_sets = problem.gang.pod_sets
+        need = problem.gang.pod_count
+        kept: list[str] = []
+        seen: dict[tuple[object, ...], int] = defaultdict(int)
+        for name in red.nodes:
+            node = problem.node(name)
+            if node.clique is not None and node.clique in problem.pristine_cliques:
+                kept.append(name)  # filling a clique needs every member in the model
+                continue
+            key = (
+                problem.paths[name][:-1],
+                problem.node_class[name],
+                node.gpu_memory_mib,
+                tuple(node.gpu_free),
+                tuple((z.id, z.gpu_indices, z.free_cpu_milli) for z in node.numa_zones),
+                node.free_cpu_milli,
+                node.free_memory_mib,
+                node.free_pods,
+                node.clique,
+                tuple(red.caps.get((ps.name, name), 0) for ps in pod_sets),
+            )
+            if seen[key] < need:
+                seen[key] += 1
+                kept.append(name)
+        caps = {k: v for k, v in red.caps.items() if k[1] in set(kept)}
+        notes = list(red.notes)
+        if len(kept) < len(red.nodes):
+            notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
+        return Reduction(kept, caps, red.exact, notes)
+
+    def _node_cost(self, problem: Problem, name: str) -> float:
+        """Greedy per-pod cost estimate of using `name` (ranking only, not the objective)."""
+        node = problem.node(name)
+        w = problem.config.weights
+        cost = 0.0
+        for ps in problem.gang.pod_sets:
+            cap = 0
+            if ps.gpus:
+                cost += w.tier_mismatch * problem.class_cost(name) * ps.gpu_milli_per_pod / 1000
+                cost += w.vram_stranded * ps.gpus * stranded_vram_gib(problem, ps, node)
+                cap = pod_capacity(node, ps, problem.gang.numa_policy)
+                if problem.is_island(node) and node.is_pristine() and cap < ps.count:
+                    cost += w.island_broken / max(cap, 1)
+        return cost
+
+    def _prune_domains(self, problem: Problem, red: Reduction) -> Reduction:
+        budget = problem.config.solver.max_candidate_nodes
+        need = problem.gang.pod_count
+        node_cost = {n: self._node_cost(problem, n) for n in red.nodes}
+        room: dict[str, int] = defaultdict(int)
+        for (_, n), c in red.caps.items():
+            room[n] += c
+        host = len(problem.levels) - 1
+        if problem.gang.required_level is not None:
+            start = problem.levels.index(problem.gang.required_level)
+            levels: Iterable[int] = [start]
+        else:
+            start = host - 1
+            if problem.gang.preferred_level:
+                start = min(start, problem.levels.index(problem.gang.preferred_level))
+            levels = range(start, -1, -1)
+        for li in levels:
+            domains: dict[Domain | None, list[str]] = defaultdict(list)
+            for n in red.nodes:
+                domains[problem.paths[n][li]].append(n)
+            ranked: list[tuple[float, Domain | None, list[str]]] = []
+            for d, members in domains.items():
+                if d is None or sum(room[m] for m in members) < need:
+                    continue
+                members.sort(key=lambda m: (node_cost[m] / max(room[m], 1), -room[m]))
+                estimate, filled = 0.0, 0
+                for m in members:
+                    take = min(room[m], need - filled)
+                    estimate += node_cost[m] / max(room[m], 1) * take
+                    filled += take
+                    if filled >= need:
+                        break
+                ranked.append((estimate, d, members))
+            if not ranked:
+                continue
+            ranked.sort(key=lambda r: (r[0], r[1] or ()))
+            kept: list[str] = []
+            for _, _, members in ranked:
+                if kept and len(kept) + min(len(members), budget) > budget:
+                    break
+                kept.extend(members[: budget - len(kept)])
+                if len(kept) >= budget:
+                    break
+            return self._restrict(red, kept, f"pruned to the best {len(kept)} nodes of "
+                                             f"{problem.levels[li]} domains that hold the gang")
+        # No domain holds the gang at any level: keep the cheapest nodes overall.
+        order = sorted(red.nodes, key=lambda m: (node_cost[m] / max(room[m], 1), -room[m]))
+        kept, filled = [], 0
+        for m in order:
+            if len(kept) >= budget and filled >= 2 * need:
+                break
+            kept.append(m)
+            filled += room[m]
+        return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+    @staticmethod
+    def _restrict(red: Reduction, kept: Sequence[str], note: str) -> Reduction:
+        keep = set(kept)
+        caps = {k: v for k, v in red.caps.items() if k[1] in keep}
+        return Reduction(list(kept), caps, exact=False, notes=[*red.notes, note])
+
+    # ------------------------------------------------------------------ model
+    def _solve(self, problem: Problem, red: Reduction, started: float) -> Placement:
+        gang = problem.gang
+        config = problem.config
+        weights = term_weights(problem)
+        strict = gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        model = cp_model.CpModel()
+        x: dict[tuple[str, str], cp_model.IntVar] = {}
+        for (p, n), cap in red.caps.items():
+            x[(p, n)] = model.new_int_var(0, cap, f"x[{p},{n}]")
+        by_node: dict[str, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
+        for ps in gang.pod_sets:
+            terms = [x[(ps.name, n)] for n in red.nodes if (ps.name, n) in x]
+            model.add(sum(terms) == ps.count)
+            for n in red.nodes:
+                if (ps.name, n) in x:
+                    by_node[n].append((ps, x[(ps.name, n)]))
+
+        used: dict[str, cp_model.IntVar] = {}
+        gpu_used: dict[str, cp_model.IntVar] = {}
+        objective: list[cp_model.LinearExprT] = []
+        frag_w, tier_w = weights["fragmentation"], weights["tierMismatch"]
+        vram_w, numa_w = weights["vramStrandedGiB"], weights["numaUnaligned"]
+        isl_w = weights["islandsBroken"]
+        filled: dict[str, cp_model.IntVar] = {}
+        for n, entries in by_node.items():
+            node = problem.node(n)
+            u = model.new_bool_var(f"used[{n}]")
+            used[n] = u
+            for ps, var in entries:
+                model.add(var <= red.caps[(ps.name, n)] * u)
+            model.add(sum(v for _, v in entries) >= u)
+            self._node_capacity(model, node, entries, strict, red.caps)
+            gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
+            if not gpu_entries:
+                continue
+            g = model.new_bool_var(f"gpu_used[{n}]")
+            gpu_used[n] = g
+            for ps, var in gpu_entries:
+                model.add(var <= red.caps[(ps.name, n)] * g)
+            milli = sum(ps.gpu_milli_per_pod * v for ps, v in gpu_entries)
+            model.add(milli >= g)
+            cost = problem.class_cost(n)
+            for ps, var in gpu_entries:
+                coef = tier_w * cost * ps.gpu_milli_per_pod  # × SCALE / 1000
+                coef += round(vram_w * ps.gpus * stranded_vram_gib(problem, ps, node) * SCALE)
+                coef -= frag_w * ps.gpu_milli_per_pod  # idle share left = free·g − used
+                if coef:
+                    objective.append(coef * var)
+                if numa_w and node.numa_zones and not strict:
+                    aligned = pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE)
+                    if aligned < red.caps[(ps.name, n)]:
+                        un = model.new_int_var(0, red.caps[(ps.name, n)], f"unaligned[{ps.name},{n}]")
+                        model.add(un >= var - aligned)
+                        objective.append(numa_w * SCALE * un)
+            if frag_w:
+                objective.append(frag_w * node.free_gpu_milli * g)
+            if problem.is_island(node) and node.is_pristine() or node.clique in problem.pristine_cliques:
+                f = model.new_bool_var(f"filled[{n}]")
+                filled[n] = f
+                model.add(milli >= node.free_gpu_milli * f)
+                model.add(f <= g)
+                if problem.is_island(node) and node.is_pristine() and isl_w:
+                    b = model.new_bool_var(f"broken[{n}]")
+                    model.add(b >= g - f)
+                    objective.append(isl_w * SCALE * b)
+        for clique, members in problem.pristine_cliques.items():
+            in_model = [m for m in members if m in gpu_used]
+            if not in_model or not isl_w:
+                continue
+            all_filled = model.new_bool_var(f"clique_filled[{clique}]")
+            if len(in_model) < len(members):
+                model.add(all_filled == 0)
+            for m in in_model:
+                model.add(all_filled <= filled[m])
+            cb = model.new_bool_var(f"clique_broken[{clique}]")
+            for m in in_model:
+                model.add(cb >= gpu_used[m] - all_filled)
+            objective.append(isl_w * SCALE * cb)
+
+        # topology domains
+        host = len(problem.levels) - 1
+        spread_w = weights["domainSpread"]
+        req_idx = problem.levels.index(gang.required_level) if gang.required_level else None
+        for li in range(host):
+            if not spread_w and li != req_idx:
+                continue
+            domains: dict[Domain | None, list[str]] = defaultdict(list)
+            for n in used:
+                domains[problem.paths[n][li]].append(n)
+            dvars = []
+            for d, members in domains.items():
+                dv = model.new_bool_var(f"domain[{li},{d}]")
+                for m in members:
+                    model.add(used[m] <= dv)
+                dvars.append(dv)
+            if li == req_idx:
+                model.add(sum(dvars) == 1)
+            if spread_w:
+                objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
+        if weights["nodesUsed"]:
+            objective.append(weights["nodesUsed"] * SCALE * sum(used.values()))
+        if weights["maxPodsPerNode"]:
+            peak = model.new_int_var(0, gang.pod_count, "max_pods_per_node")
+            for n, entries in by_node.items():
+                model.add(peak >= sum(v for _, v in entries))
+            objective.append(weights["maxPodsPerNode"] * SCALE * peak)
+        model.minimize(sum(objective))
+
+        self._add_hint(problem, red, model, x)
+        solver = cp_model.CpSolver()
+        limit = self._time_limit or config.solver.time_limit_seconds
+        solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - started))
+        solver.parameters.num_workers = config.solver.workers
+        solver.parameters.random_seed = self._seed
+        solver.parameters.relative_gap_limit = config.solver.relative_gap
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            reason = (
+                "no placement satisfies every constraint now; will retry"
+                if status == cp_model.INFEASIBLE
+                else f"no placement found within {limit:g}s; will retry"
+            )
+            return infeasible(gang, self.name, reason, started)
+        counts = {k: solver.value(v) for k, v in x.items() if solver.value(v) > 0}
+        slots = self._slots(problem, counts)
+        if slots is None:
+            return infeasible(gang, self.name,
+                              "solver counts could not be realised on GPUs; will retry", started)
+        proven = status == cp_model.OPTIMAL and red.exact
+        placement = finish(problem, self.name, slots, started,
+                           SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE)
+        placement.explanation.extend(red.notes)
+        placement.explanation.append(
+            f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s "
+            f"over {len(red.nodes)} nodes, {len(x)} count variables"
+        )
+        return placement
+
+    @staticmethod
+    def _node_capacity(
+        model: cp_model.CpModel,
+        node: Node,
+        entries: list[tuple[PodSet, cp_model.IntVar]],
+        strict: bool,
+        caps: dict[tuple[str, str], int],
+    ) -> None:
+        """Shared-node capacity; a single pod set is already bounded exactly by its cap."""
+        if len(entries) < 2:
+            return
+        model.add(sum(ps.cpu_milli * v for ps, v in entries) <= node.free_cpu_milli)
+        model.add(sum(ps.memory_mib * v for ps, v in entries) <= node.free_memory_mib)
+        model.add(sum(v for _, v in entries) <= node.free_pods)
+        model.add(sum(ps.whole_gpus * v for ps, v in entries) <= node.free_whole_gpus)
+        model.add(sum(ps.gpu_milli_per_pod * v for ps, v in entries) <= node.free_gpu_milli)
+        if strict and node.numa_zones:
+            zone_vars: dict[int, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
+            for ps, v in entries:
+                parts = []
+                for z in node.numa_zones:
+                    zv = model.new_int_var(0, caps[(ps.name, node.name)], f"{v.name}@{z.id}")
+                    zone_vars[z.id].append((ps, zv))
+                    parts.append(zv)
+                model.add(sum(parts) == v)
+            for z in node.numa_zones:
+                free = sum(1 for i in z.gpu_indices if node.gpu_free[i] == GPU_WHOLE)
+                zv_list = zone_vars[z.id]
+                model.add(sum(ps.whole_gpus * zv for ps, zv in zv_list) <= free)
+                model.add(sum(ps.cpu_milli * zv for ps, zv in zv_list) <= z.free_cpu_milli)
+
+    def _add_hint(
+        self,
+        problem: Problem,
+        red: Reduction,
+        model: cp_model.CpModel,
+        x: dict[tuple[str, str], cp_model.IntVar],
+    ) -> None:
+        """Seed the search with Kueue-TAS-style greedy counts inside the reduced node set."""
+        scratch = ClusterSnapshot({n: problem.node(n).copy() for n in red.nodes})
+        sub = Problem(
+            scratch, problem.gang, problem.config, problem.levels, problem.paths,
+            problem.node_class,
+            {p: [n for n in red.nodes if (p, n) in red.caps] for p in problem.candidates},
+        )
+        hint: dict[tuple[str, str], int] = {}
+        for ps in problem.gang.pod_sets:
+            counts = tas_counts(sub, ps, scratch)
+            if counts is None:
+                return
+            one = Gang(problem.gang.name, (ps,))
+            for n, c in counts.items():
+                for i in range(c):
+                    fit = fit_pod(scratch.nodes[n], ps, problem.gang.numa_policy)
+                    if fit is None:
+                        return
+                    apply_slots(scratch, one, [Slot(ps.name, i, n, fit.gpu_indices, fit.numa_zone)])
+                hint[(ps.name, n)] = c
+        for key, var in x.items():
+            model.add_hint(var, hint.get(key, 0))
+
+    # ------------------------------------------------------------------ slots
+    @staticmethod
+    def _slots(problem: Problem, counts: dict[tuple[str, str], int]) -> list[Slot] | None:
+        """Turn counts into pods with GPUs and NUMA zones; consecutive indices of a pod set
+        go to neighbouring nodes (nodes ordered by their topology path)."""
+        gang = problem.gang
+        nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
+        scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
+        # Fit the hardest pods first so shares and zones do not block whole-GPU pods.
+        order = sorted(gang.pod_sets, key=lambda p: (-p.whole_gpus, -p.cpu_milli))
+        slots: list[Slot] = []
+        for ps in order:
+            one = Gang(gang.name, (ps,))
+            index = 0
+            for n in nodes:
+                for _ in range(counts.get((ps.name, n), 0)):
+                    fit = fit_pod(scratch.nodes[n], ps, gang.numa_policy)
+                    if fit is None:
+                        return None
+                    slot = Slot(ps.name, index, n, fit.gpu_indices, fit.numa_zone)
+                    apply_slots(scratch, one, [slot])
+                    slots.append(slot)
+                    index += 1
+        rank = {p.name: i for i, p in enumerate(gang.pod_sets)}
+        slots.sort(key=lambda s: (rank[s.pod_set], s.index))
+        return slots
+
+
+@register("nexus")
+def _nexus(seed: int) -> CpSatEngine:
+    return CpSatEngine(seed)

@@ -1,0 +1,112 @@
+"""A placement problem prepared once and shared by the engine, the baselines, the
+validator and the quality metrics: resolved levels, hardware classes, and for every pod set
+the nodes it may ever use (static filters) with the reason the others were ruled out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from nexus_admit.model import (
+    ClusterSnapshot,
+    Domain,
+    Gang,
+    Node,
+    PlacementConfig,
+    PodSet,
+    domain_path,
+)
+
+__all__ = ["Problem", "prepare"]
+
+
+@dataclass(slots=True)
+class Problem:
+    snapshot: ClusterSnapshot
+    gang: Gang
+    config: PlacementConfig
+    levels: tuple[str, ...]  # highest first, ends at hostname
+    # node name -> domains per level (None where the node lacks the level label)
+    paths: dict[str, tuple[Domain | None, ...]]
+    node_class: dict[str, str | None]
+    # pod set name -> names of nodes passing every static filter, in snapshot order
+    candidates: dict[str, list[str]]
+    # pod set name -> Counter of reasons nodes were filtered out
+    rejections: dict[str, Counter[str]] = field(default_factory=dict)
+    impossible: str = ""  # non-empty when no placement can ever exist
+    # NVLink cliques all of whose nodes are pristine -> their node names
+    pristine_cliques: dict[str, list[str]] = field(default_factory=dict)
+
+    def level_index(self, level: str) -> int:
+        return self.levels.index(level)
+
+    def node(self, name: str) -> Node:
+        return self.snapshot.nodes[name]
+
+    def pod_set(self, name: str) -> PodSet:
+        for p in self.gang.pod_sets:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def class_cost(self, node_name: str) -> int:
+        return self.config.class_cost(self.gang.tier, self.node_class[node_name])
+
+    def is_island(self, node: Node) -> bool:
+        return node.gpu_count >= self.config.island_min_gpus
+
+
+def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:
+    if level is not None and level not in levels:
+        return f"{what} level {level!r} is not a configured topology level {list(levels)}"
+    return ""
+
+
+def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:
+    """Resolve the config against the snapshot and filter nodes per pod set. Raises
+    ValueError when the config cannot be resolved (e.g. an unknown Kueue Topology)."""
+    levels = config.resolve_levels(snapshot.kueue_topologies)
+    paths = {n.name: domain_path(n, levels) for n in snapshot}
+    node_class = {n.name: config.hardware_class(n.gpu_product) if n.gpu_count else None
+                  for n in snapshot}
+    problem = Problem(snapshot, gang, config, levels, paths, node_class, {})
+    pristine = snapshot.pristine_cliques()
+    for node in snapshot:
+        if node.clique in pristine:
+            problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
+    problem.impossible = _check_level(gang.required_level, levels, "required-topology") or \
+        _check_level(gang.preferred_level, levels, "preferred-topology")
+    if gang.tier not in config.tier_names():
+        problem.impossible = problem.impossible or (
+            f"tier {gang.tier!r} is not defined in the PlacementConfig {list(config.tier_names())}"
+        )
+    req_idx = levels.index(gang.required_level) if gang.required_level in levels else None
+    for ps in gang.pod_sets:
+        ok: list[str] = []
+        why: Counter[str] = Counter()
+        for node in snapshot:
+            reason = ps.static_fit(node)
+            if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
+                reason = f"no {gang.required_level} label"
+            if reason is None:
+                ok.append(node.name)
+            else:
+                why[reason] += 1
+        problem.candidates[ps.name] = ok
+        problem.rejections[ps.name] = why
+        if not ok and not problem.impossible:
+            problem.impossible = _never_fits_message(ps, why, snapshot)
+    return problem
+
+
+def _never_fits_message(ps: PodSet, why: Counter[str], snapshot: ClusterSnapshot) -> str:
+    if why.get("GPU VRAM too small") and ps.vram_mib:
+        biggest = max((n.gpu_memory_mib for n in snapshot if n.gpu_count), default=0)
+        return (
+            f"pod set {ps.name!r} needs {ps.vram_mib / 1024:.0f} GiB VRAM per GPU but the largest "
+            f"GPU in the cluster has {biggest / 1024:.0f} GiB; lower "
+            f"scheduling.kubenexus.io/gpu-memory or use a flavor with bigger GPUs"
+        )
+    summary = ", ".join(f"{count} {reason}" for reason, count in why.most_common())
+    return f"pod set {ps.name!r} fits no node in the cluster ({summary or 'no nodes'})"
+
