@@ -60,7 +60,6 @@ from nexus_admit.kube.quantity import (
     parse_cpu_milli,
     parse_memory_mib,
     parse_milli,
-    parse_quantity,
 )
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
@@ -126,14 +125,14 @@ def gpu_fraction_milli(obj: Obj, annotations: Mapping[str, Any], field: str) -> 
             object_ref(obj),
             where,
             f"{value!r} is not a GPU share; write a number above 0 and at most 1, "
-            f"e.g. \"0.5\" or \"250m\"",
+            f'e.g. "0.5" or "250m"',
         ) from None
     if not 0 < milli <= GPU_WHOLE:
         raise TranslationError(
             object_ref(obj),
             where,
             f"{value!r} is not a share of one GPU; it must be above 0 and at most 1 "
-            f"(e.g. \"0.5\"); to use several whole GPUs request {L.GPU_RESOURCE} instead",
+            f'(e.g. "0.5"); to use several whole GPUs request {L.GPU_RESOURCE} instead',
         )
     return milli
 
@@ -195,7 +194,9 @@ def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
             try:
                 mems.append(parse_memory_mib(cap))
             except ValueError as e:
-                raise TranslationError(object_ref(sl), "spec.devices[*].capacity.memory", str(e))
+                raise TranslationError(
+                    object_ref(sl), "spec.devices[*].capacity.memory", str(e)
+                ) from None
         numa = _dra_attr(body, L.DRA_GPU_DRIVER, L.DRA_ATTR_NUMA_NODE)
         out.numa.append(int(numa) if isinstance(numa, int) and not isinstance(numa, bool) else None)
     out.memory_mib = min(mems) if mems else 0
@@ -207,7 +208,9 @@ def _split(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def _zones_from_nrt(nrt: Obj, gpu_count: int, node_cpu: int) -> tuple[list[NumaZone], dict[int, int]]:
+def _zones_from_nrt(
+    nrt: Obj, gpu_count: int, node_cpu: int
+) -> tuple[list[NumaZone], dict[int, int]]:
     """NUMA zones of an NRT, and each zone's NRT `available` CPU (millicores)."""
     raw = [
         mapping(nrt, z, f"zones[{i}]")
@@ -430,7 +433,9 @@ def _pod_claim(
     fraction = gpu_fraction_milli(pod, annotations, "metadata.annotations")
     whole, share = _gpu_share(req.gpus, fraction, replicas)
     devices: tuple[int, ...] | None = None
-    zone = _int_or_none(pod, annotations.get(L.ANN_NUMA_ZONE), f"metadata.annotations[{L.ANN_NUMA_ZONE}]")
+    zone = _int_or_none(
+        pod, annotations.get(L.ANN_NUMA_ZONE), f"metadata.annotations[{L.ANN_NUMA_ZONE}]"
+    )
     ref = _slot_ref(pod)
     if ref is not None and ref in rr_slots:
         slot = rr_slots[ref]
@@ -642,7 +647,11 @@ def build_snapshot(
                 continue
             for j, slot in enumerate(ps.get("slots") or []):
                 if isinstance(slot, Mapping):
-                    key = (ns, str(m.get("name")), f"{ps.get('name') or 'main'}/{slot.get('index', j)}")
+                    key = (
+                        ns,
+                        str(m.get("name")),
+                        f"{ps.get('name') or 'main'}/{slot.get('index', j)}",
+                    )
                     rr_slots[key] = slot
 
     claims: list[_Claim] = []
@@ -650,10 +659,10 @@ def build_snapshot(
     for pod in pods:
         if not pod_is_active(pod):
             continue
-        node = model_nodes.get(str(pod["spec"]["nodeName"]))
-        if node is None:
+        target = model_nodes.get(str(pod["spec"]["nodeName"]))
+        if target is None:
             continue
-        claims.append(_pod_claim(pod, node, replicas[node.name], rr_slots))
+        claims.append(_pod_claim(pod, target, replicas[target.name], rr_slots))
         ref = _slot_ref(pod)
         if ref is not None:
             claimed.add(ref)
@@ -676,7 +685,3 @@ def build_snapshot(
             z.free_cpu_milli = max(0, min(free, node.free_cpu_milli))
 
     return ClusterSnapshot(model_nodes, topologies_from_objects(topologies))
-
-
-def _unused(x: Any) -> None:  # pragma: no cover - keeps parse_quantity import for re-export
-    parse_quantity(x)

@@ -13,11 +13,11 @@ from fractions import Fraction
 
 __all__ = [
     "format_quantity",
+    "parse_count",
     "parse_cpu_milli",
     "parse_memory_mib",
     "parse_milli",
     "parse_quantity",
-    "parse_count",
 ]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}

@@ -104,7 +104,7 @@ def pod_requests(obj: Obj, spec: Any, field: str = "spec") -> PodRequests:
             f"{field}.containers[*].resources[{L.GPU_RESOURCE}]",
             f"requests {float(gpu):g} GPUs; {L.GPU_RESOURCE} counts whole devices. To share a "
             f"GPU request {L.GPU_RESOURCE}: 1 and set the annotation {L.ANN_GPU_FRACTION} "
-            f"(e.g. \"0.5\")",
+            f'(e.g. "0.5")',
         )
     cpu = raw.get("cpu", Fraction(0)) * 1000
     mem = raw.get("memory", Fraction(0)) / 2**20

@@ -116,6 +116,9 @@ class ClusterSnapshot:
 
     nodes: dict[str, Node] = field(default_factory=dict)
     kueue_topologies: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Facts derived from labels/taints only (never from free capacity), memoised by the
+    # placement layer across calls; cleared whenever the node set changes.
+    static_cache: dict[object, object] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(
@@ -130,9 +133,20 @@ class ClusterSnapshot:
         return len(self.nodes)
 
     def copy(self) -> ClusterSnapshot:
+        # Copies keep the same nodes by name and labels, so the static cache stays valid.
         return ClusterSnapshot(
-            {name: n.copy() for name, n in self.nodes.items()}, dict(self.kueue_topologies)
+            {name: n.copy() for name, n in self.nodes.items()},
+            dict(self.kueue_topologies),
+            self.static_cache,
         )
+
+    def add_node(self, node: Node) -> None:
+        self.nodes[node.name] = node
+        self.static_cache.clear()
+
+    def remove_node(self, name: str) -> None:
+        del self.nodes[name]
+        self.static_cache.clear()
 
     @property
     def total_gpus(self) -> int:

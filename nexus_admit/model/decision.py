@@ -172,9 +172,13 @@ def pod_capacity(
         cap = min(cap, node.free_cpu_milli // pod_set.cpu_milli)
     if pod_set.memory_mib:
         cap = min(cap, node.free_memory_mib // pod_set.memory_mib)
-    if cap <= 0 or pod_set.gpus == 0:
-        return max(cap, 0)
     strict = numa_policy is NumaPolicy.SINGLE_NUMA_NODE and bool(node.numa_zones)
+    if cap <= 0:
+        return 0
+    if pod_set.gpus == 0:
+        if strict and pod_set.cpu_milli:
+            cap = min(cap, sum(z.free_cpu_milli // pod_set.cpu_milli for z in node.numa_zones))
+        return cap
     if pod_set.fractional:
         per_gpu = [free // pod_set.gpu_milli for free in node.gpu_free]
         if strict:

@@ -44,7 +44,13 @@ from nexus_admit.model import (
 from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.baselines.tas import tas_counts
-from nexus_admit.placement.objective import level_weight, stranded_vram_gib, term_weights
+from nexus_admit.placement.objective import (
+    evaluate_terms,
+    level_weight,
+    stranded_vram_gib,
+    term_weights,
+    weighted_objective,
+)
 from nexus_admit.placement.problem import Problem, prepare
 
 __all__ = ["CpSatEngine", "Reduction"]
@@ -60,6 +66,8 @@ class Reduction:
     caps: dict[tuple[str, str], int]  # (pod set, node) -> max pods
     exact: bool = True
     notes: list[str] = field(default_factory=list)
+    # groups of interchangeable nodes: the model orders their loads to break symmetry
+    twins: list[list[str]] = field(default_factory=list)
 
 
 class CpSatEngine:
@@ -135,31 +143,54 @@ class CpSatEngine:
         need = problem.gang.pod_count
         kept: list[str] = []
         seen: dict[tuple[object, ...], int] = defaultdict(int)
+        groups: dict[tuple[object, ...], list[str]] = defaultdict(list)
         for name in red.nodes:
             node = problem.node(name)
             if node.clique is not None and node.clique in problem.pristine_cliques:
                 kept.append(name)  # filling a clique needs every member in the model
                 continue
-            key = (
-                problem.paths[name][:-1],
-                problem.node_class[name],
-                node.gpu_memory_mib,
-                tuple(node.gpu_free),
-                tuple((z.id, z.gpu_indices, z.free_cpu_milli) for z in node.numa_zones),
-                node.free_cpu_milli,
-                node.free_memory_mib,
-                node.free_pods,
-                node.clique,
-                tuple(red.caps.get((ps.name, name), 0) for ps in pod_sets),
-            )
+            key = self._symmetry_key(problem, red, name)
             if seen[key] < need:
                 seen[key] += 1
                 kept.append(name)
+                groups[key].append(name)
         caps = {k: v for k, v in red.caps.items() if k[1] in set(kept)}
         notes = list(red.notes)
         if len(kept) < len(red.nodes):
             notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
-        return Reduction(kept, caps, red.exact, notes)
+        twins = [members for members in groups.values() if len(members) > 1]
+        return Reduction(kept, caps, red.exact, notes, twins)
+
+    @staticmethod
+    def _symmetry_key(problem: Problem, red: Reduction, name: str) -> tuple[object, ...]:
+        """Everything the model reads of a node: equal keys mean interchangeable nodes."""
+        node = problem.node(name)
+        caps = tuple(red.caps.get((ps.name, name), 0) for ps in problem.gang.pod_sets)
+        aligned = tuple(
+            pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
+            for ps in problem.gang.pod_sets
+        )
+        zones = (
+            tuple((z.gpu_indices, z.free_cpu_milli) for z in node.numa_zones)
+            if problem.gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+            and len(problem.gang.pod_sets) > 1
+            else ()
+        )
+        return (
+            problem.paths[name][:-1],
+            problem.node_class[name],
+            node.gpu_memory_mib,
+            caps,
+            aligned,
+            zones,
+            node.free_cpu_milli if len(caps) > 1 else 0,
+            node.free_memory_mib if len(caps) > 1 else 0,
+            node.free_pods if len(caps) > 1 else 0,
+            node.free_whole_gpus,
+            node.free_gpu_milli,
+            node.is_pristine() and problem.is_island(node),
+            node.clique,
+        )
 
     def _node_cost(self, problem: Problem, name: str) -> float:
         """Greedy per-pod cost estimate of using `name` (ranking only, not the objective)."""
@@ -177,16 +208,15 @@ class CpSatEngine:
         return cost
 
     def _prune_domains(self, problem: Problem, red: Reduction) -> Reduction:
+        """Keep the nodes of the best domains at the lowest level where one domain holds
+        the whole gang. Domains are pre-ranked by a cheap per-node cost, then the best few
+        are scored by the objective of a greedy (Kueue-TAS-like) fill inside them."""
         budget = problem.config.solver.max_candidate_nodes
-        need = problem.gang.pod_count
         node_cost = {n: self._node_cost(problem, n) for n in red.nodes}
-        room: dict[str, int] = defaultdict(int)
-        for (_, n), c in red.caps.items():
-            room[n] += c
+        room: dict[tuple[str, str], int] = dict(red.caps)
         host = len(problem.levels) - 1
         if problem.gang.required_level is not None:
-            start = problem.levels.index(problem.gang.required_level)
-            levels: Iterable[int] = [start]
+            levels: Iterable[int] = [problem.levels.index(problem.gang.required_level)]
         else:
             start = host - 1
             if problem.gang.preferred_level:
@@ -196,46 +226,62 @@ class CpSatEngine:
             domains: dict[Domain | None, list[str]] = defaultdict(list)
             for n in red.nodes:
                 domains[problem.paths[n][li]].append(n)
-            ranked: list[tuple[float, Domain | None, list[str]]] = []
+            fitting: list[tuple[float, Domain, list[str]]] = []
             for d, members in domains.items():
-                if d is None or sum(room[m] for m in members) < need:
+                if d is None or not self._holds(problem, room, members):
                     continue
-                members.sort(key=lambda m: (node_cost[m] / max(room[m], 1), -room[m]))
-                estimate, filled = 0.0, 0
-                for m in members:
-                    take = min(room[m], need - filled)
-                    estimate += node_cost[m] / max(room[m], 1) * take
-                    filled += take
-                    if filled >= need:
-                        break
-                ranked.append((estimate, d, members))
-            if not ranked:
+                members.sort(key=lambda m: node_cost[m])
+                cheap = sum(node_cost[m] for m in members[: problem.gang.pod_count])
+                fitting.append((cheap, d, members))
+            if not fitting:
                 continue
-            ranked.sort(key=lambda r: (r[0], r[1] or ()))
+            fitting.sort(key=lambda r: (r[0], r[1]))
+            scored = []
+            for _, d, members in fitting[:12]:
+                scored.append((self._greedy_objective(problem, red, members), d, members))
+            scored.sort(key=lambda r: (r[0], r[1]))
             kept: list[str] = []
-            for _, _, members in ranked:
-                if kept and len(kept) + min(len(members), budget) > budget:
-                    break
+            for _, _, members in scored:
+                if kept and len(kept) + len(members) > budget:
+                    continue
                 kept.extend(members[: budget - len(kept)])
                 if len(kept) >= budget:
                     break
-            return self._restrict(red, kept, f"pruned to the best {len(kept)} nodes of "
-                                             f"{problem.levels[li]} domains that hold the gang")
+            return self._restrict(red, kept, f"pruned to {len(kept)} nodes in the best "
+                                             f"{problem.levels[li]} domains for this gang")
         # No domain holds the gang at any level: keep the cheapest nodes overall.
-        order = sorted(red.nodes, key=lambda m: (node_cost[m] / max(room[m], 1), -room[m]))
+        order = sorted(red.nodes, key=lambda m: node_cost[m])
         kept, filled = [], 0
         for m in order:
-            if len(kept) >= budget and filled >= 2 * need:
+            if len(kept) >= budget and filled >= 2 * problem.gang.pod_count:
                 break
             kept.append(m)
-            filled += room[m]
+            filled += sum(c for (_, n), c in red.caps.items() if n == m)
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+    @staticmethod
+    def _holds(problem: Problem, room: dict[tuple[str, str], int], members: list[str]) -> bool:
+        return all(
+            sum(room.get((ps.name, m), 0) for m in members) >= ps.count
+            for ps in problem.gang.pod_sets
+        )
+
+    def _greedy_objective(self, problem: Problem, red: Reduction, members: list[str]) -> float:
+        counts = self._greedy_counts(problem, red, members)
+        if counts is None:
+            return float("inf")
+        slots = self._slots(problem, counts)
+        if slots is None:
+            return float("inf")
+        return weighted_objective(problem, evaluate_terms(problem, slots))
 
     @staticmethod
     def _restrict(red: Reduction, kept: Sequence[str], note: str) -> Reduction:
         keep = set(kept)
         caps = {k: v for k, v in red.caps.items() if k[1] in keep}
-        return Reduction(list(kept), caps, exact=False, notes=[*red.notes, note])
+        twins = [[n for n in group if n in keep] for group in red.twins]
+        return Reduction(list(kept), caps, False, [*red.notes, note],
+                         [g for g in twins if len(g) > 1])
 
     # ------------------------------------------------------------------ model
     def _solve(self, problem: Problem, red: Reduction, started: float) -> Placement:
@@ -270,6 +316,13 @@ class CpSatEngine:
                 model.add(var <= red.caps[(ps.name, n)] * u)
             model.add(sum(v for _, v in entries) >= u)
             self._node_capacity(model, node, entries, strict, red.caps)
+            for ps, var in entries:
+                if numa_w and node.numa_zones and not strict:
+                    aligned = pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE)
+                    if aligned < red.caps[(ps.name, n)]:
+                        un = model.new_int_var(0, red.caps[(ps.name, n)], f"unaligned[{ps.name},{n}]")
+                        model.add(un >= var - aligned)
+                        objective.append(numa_w * SCALE * un)
             gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
             if not gpu_entries:
                 continue
@@ -286,12 +339,6 @@ class CpSatEngine:
                 coef -= frag_w * ps.gpu_milli_per_pod  # idle share left = free·g − used
                 if coef:
                     objective.append(coef * var)
-                if numa_w and node.numa_zones and not strict:
-                    aligned = pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE)
-                    if aligned < red.caps[(ps.name, n)]:
-                        un = model.new_int_var(0, red.caps[(ps.name, n)], f"unaligned[{ps.name},{n}]")
-                        model.add(un >= var - aligned)
-                        objective.append(numa_w * SCALE * un)
             if frag_w:
                 objective.append(frag_w * node.free_gpu_milli * g)
             if problem.is_island(node) and node.is_pristine() or node.clique in problem.pristine_cliques:
@@ -332,6 +379,10 @@ class CpSatEngine:
                 dv = model.new_bool_var(f"domain[{li},{d}]")
                 for m in members:
                     model.add(used[m] <= dv)
+                # aggregate form: tightens the LP bound on how many domains are needed
+                pods = [v for m in members for _, v in by_node[m]]
+                room = sum(red.caps[(ps.name, m)] for m in members for ps, _ in by_node[m])
+                model.add(sum(pods) <= min(room, gang.pod_count) * dv)
                 dvars.append(dv)
             if li == req_idx:
                 model.add(sum(dvars) == 1)
@@ -344,6 +395,9 @@ class CpSatEngine:
             for n, entries in by_node.items():
                 model.add(peak >= sum(v for _, v in entries))
             objective.append(weights["maxPodsPerNode"] * SCALE * peak)
+        for group in red.twins:  # interchangeable nodes: fill them in a fixed order
+            for a, b in zip(group, group[1:], strict=False):
+                model.add(sum(v for _, v in by_node[a]) >= sum(v for _, v in by_node[b]))
         model.minimize(sum(objective))
 
         self._add_hint(problem, red, model, x)
@@ -352,7 +406,8 @@ class CpSatEngine:
         solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - started))
         solver.parameters.num_workers = config.solver.workers
         solver.parameters.random_seed = self._seed
-        solver.parameters.relative_gap_limit = config.solver.relative_gap
+        if len(red.nodes) > config.solver.exact_below_nodes:
+            solver.parameters.relative_gap_limit = config.solver.relative_gap
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             reason = (
@@ -366,13 +421,15 @@ class CpSatEngine:
         if slots is None:
             return infeasible(gang, self.name,
                               "solver counts could not be realised on GPUs; will retry", started)
-        proven = status == cp_model.OPTIMAL and red.exact
+        bound = solver.best_objective_bound
+        proven = status == cp_model.OPTIMAL and red.exact and solver.objective_value <= bound + 0.5
         placement = finish(problem, self.name, slots, started,
                            SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE)
         placement.explanation.extend(red.notes)
         placement.explanation.append(
-            f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s "
-            f"over {len(red.nodes)} nodes, {len(x)} count variables"
+            f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "
+            f"{len(red.nodes)} nodes, {len(x)} count variables; objective "
+            f"{solver.objective_value:.0f}, bound {bound:.0f}"
         )
         return placement
 
@@ -407,6 +464,32 @@ class CpSatEngine:
                 model.add(sum(ps.whole_gpus * zv for ps, zv in zv_list) <= free)
                 model.add(sum(ps.cpu_milli * zv for ps, zv in zv_list) <= z.free_cpu_milli)
 
+    @staticmethod
+    def _greedy_counts(
+        problem: Problem, red: Reduction, nodes: Sequence[str]
+    ) -> dict[tuple[str, str], int] | None:
+        """Kueue-TAS-style greedy pods per node inside `nodes`, or None if it fails."""
+        scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
+        sub = Problem(
+            scratch, problem.gang, problem.config, problem.levels, problem.paths,
+            problem.node_class,
+            {p: [n for n in nodes if (p, n) in red.caps] for p in problem.candidates},
+        )
+        out: dict[tuple[str, str], int] = {}
+        for ps in problem.gang.pod_sets:
+            counts = tas_counts(sub, ps, scratch)
+            if counts is None:
+                return None
+            one = Gang(problem.gang.name, (ps,))
+            for n, c in counts.items():
+                for i in range(c):
+                    fit = fit_pod(scratch.nodes[n], ps, problem.gang.numa_policy)
+                    if fit is None:
+                        return None
+                    apply_slots(scratch, one, [Slot(ps.name, i, n, fit.gpu_indices, fit.numa_zone)])
+                out[(ps.name, n)] = c
+        return out
+
     def _add_hint(
         self,
         problem: Problem,
@@ -414,26 +497,10 @@ class CpSatEngine:
         model: cp_model.CpModel,
         x: dict[tuple[str, str], cp_model.IntVar],
     ) -> None:
-        """Seed the search with Kueue-TAS-style greedy counts inside the reduced node set."""
-        scratch = ClusterSnapshot({n: problem.node(n).copy() for n in red.nodes})
-        sub = Problem(
-            scratch, problem.gang, problem.config, problem.levels, problem.paths,
-            problem.node_class,
-            {p: [n for n in red.nodes if (p, n) in red.caps] for p in problem.candidates},
-        )
-        hint: dict[tuple[str, str], int] = {}
-        for ps in problem.gang.pod_sets:
-            counts = tas_counts(sub, ps, scratch)
-            if counts is None:
-                return
-            one = Gang(problem.gang.name, (ps,))
-            for n, c in counts.items():
-                for i in range(c):
-                    fit = fit_pod(scratch.nodes[n], ps, problem.gang.numa_policy)
-                    if fit is None:
-                        return
-                    apply_slots(scratch, one, [Slot(ps.name, i, n, fit.gpu_indices, fit.numa_zone)])
-                hint[(ps.name, n)] = c
+        """Seed the search with the greedy counts inside the reduced node set."""
+        hint = self._greedy_counts(problem, red, red.nodes)
+        if hint is None:
+            return
         for key, var in x.items():
             model.add_hint(var, hint.get(key, 0))
 

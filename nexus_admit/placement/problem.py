@@ -62,13 +62,41 @@ def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:
     return ""
 
 
+def _static_key(ps: PodSet, req_idx: int | None) -> tuple[object, ...]:
+    """Everything `PodSet.static_fit` reads, so eligibility can be memoised per snapshot."""
+    return (
+        "eligible",
+        ps.gpus,
+        ps.vram_mib,
+        ps.cpu_milli,
+        ps.memory_mib,
+        ps.tolerations,
+        tuple(sorted(ps.node_selector.items())),
+        ps.affinity_terms,
+        ps.allowed_nodes,
+        req_idx,
+    )
+
+
 def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:
     """Resolve the config against the snapshot and filter nodes per pod set. Raises
-    ValueError when the config cannot be resolved (e.g. an unknown Kueue Topology)."""
+    ValueError when the config cannot be resolved (e.g. an unknown Kueue Topology).
+
+    Label-derived facts are memoised in `snapshot.static_cache`, so placing many gangs on
+    one snapshot (simulator, `plan`) pays for them once."""
     levels = config.resolve_levels(snapshot.kueue_topologies)
-    paths = {n.name: domain_path(n, levels) for n in snapshot}
-    node_class = {n.name: config.hardware_class(n.gpu_product) if n.gpu_count else None
-                  for n in snapshot}
+    cache = snapshot.static_cache
+    facts_key = ("facts", levels, config.hardware_classes)
+    facts = cache.get(facts_key)
+    if facts is None:
+        paths = {n.name: domain_path(n, levels) for n in snapshot}
+        node_class = {
+            n.name: config.hardware_class(n.gpu_product) if n.gpu_count else None
+            for n in snapshot
+        }
+        facts = (paths, node_class)
+        cache[facts_key] = facts
+    paths, node_class = facts  # type: ignore[misc]
     problem = Problem(snapshot, gang, config, levels, paths, node_class, {})
     pristine = snapshot.pristine_cliques()
     for node in snapshot:
@@ -82,16 +110,22 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         )
     req_idx = levels.index(gang.required_level) if gang.required_level in levels else None
     for ps in gang.pod_sets:
-        ok: list[str] = []
-        why: Counter[str] = Counter()
-        for node in snapshot:
-            reason = ps.static_fit(node)
-            if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
-                reason = f"no {gang.required_level} label"
-            if reason is None:
-                ok.append(node.name)
-            else:
-                why[reason] += 1
+        key = _static_key(ps, req_idx)
+        cached = cache.get(key)
+        if cached is None:
+            ok: list[str] = []
+            why: Counter[str] = Counter()
+            for node in snapshot:
+                reason = ps.static_fit(node)
+                if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
+                    reason = f"no {gang.required_level} label"
+                if reason is None:
+                    ok.append(node.name)
+                else:
+                    why[reason] += 1
+            cached = (ok, why)
+            cache[key] = cached
+        ok, why = cached  # type: ignore[misc]
         problem.candidates[ps.name] = ok
         problem.rejections[ps.name] = why
         if not ok and not problem.impossible:

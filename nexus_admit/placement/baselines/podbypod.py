@@ -101,30 +101,46 @@ class PodByPodPolicy:
         problem = prepare(snapshot, gang, config)
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
-        touched = {name for names in problem.candidates.values() for name in names}
+        for allowed in domain_choices(problem, self._domain_rank):
+            slots = self._place_all(problem, snapshot, allowed)
+            if slots is not None:
+                return finish(problem, self.name, slots, started)
+        where = f" inside one {gang.required_level} domain" if gang.required_level else ""
+        return infeasible(gang, self.name, f"the gang's {gang.pod_count} pods do not all fit"
+                          f"{where} now", started)
+
+    def _domain_rank(self, problem: Problem, members: Sequence[str]) -> float:
+        """Try first the domain holding this policy's favourite node for the first pod."""
+        ps = problem.gang.pod_sets[0]
+        scores = [
+            best[0]
+            for m in members
+            if (best := self._best(problem.node(m), ps, problem)) is not None
+        ]
+        return min(scores, default=float("inf"))
+
+    def _place_all(
+        self, problem: Problem, snapshot: ClusterSnapshot, allowed: set[str] | None
+    ) -> list[Slot] | None:
+        touched = {n for names in problem.candidates.values() for n in names}
+        if allowed is not None:
+            touched &= allowed
         scratch = ClusterSnapshot(
             {name: snapshot.nodes[name].copy() for name in touched}, snapshot.kueue_topologies
         )
         slots: list[Slot] = []
-        for pod_set in gang.pod_sets:
-            names = problem.candidates[pod_set.name]
+        for pod_set in problem.gang.pod_sets:
+            names = [n for n in problem.candidates[pod_set.name] if n in touched]
             if self._restrict is not None:
                 restricted = self._restrict(problem, pod_set, scratch)
                 if restricted is None:
-                    return infeasible(
-                        gang, self.name,
-                        f"no {gang.required_level or 'topology'} domain can hold pod set "
-                        f"{pod_set.name!r} now", started)
+                    return None
                 names = list(restricted)
             placed = self._place_pod_set(problem, pod_set, scratch, names)
             if placed is None:
-                return infeasible(
-                    gang, self.name,
-                    f"pod set {pod_set.name!r}: only part of its {pod_set.count} pods fit now",
-                    started,
-                )
+                return None
             slots.extend(placed)
-        return finish(problem, self.name, slots, started)
+        return slots
 
     def _best(self, node: Node, pod_set: PodSet, problem: Problem) -> tuple[float, Fit] | None:
         best: tuple[float, Fit] | None = None
@@ -178,22 +194,48 @@ class RandomPolicy:
         problem = prepare(snapshot, gang, config)
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        for allowed in domain_choices(problem, lambda _p, _m: self._rng.random()):
+            slots = self._place_all(problem, snapshot, allowed)
+            if slots is not None:
+                return finish(problem, self.name, slots, started)
+        return infeasible(gang, self.name, "some pod fits nowhere", started)
+
+    def _place_all(
+        self, problem: Problem, snapshot: ClusterSnapshot, allowed: set[str] | None
+    ) -> list[Slot] | None:
         scratch = snapshot.copy()
         slots: list[Slot] = []
-        for pod_set in gang.pod_sets:
-            one = Gang(gang.name, (pod_set,))
-            names = list(problem.candidates[pod_set.name])
+        for pod_set in problem.gang.pod_sets:
+            one = Gang(problem.gang.name, (pod_set,))
+            names = [n for n in problem.candidates[pod_set.name]
+                     if allowed is None or n in allowed]
             for index in range(pod_set.count):
                 self._rng.shuffle(names)
                 for name in names:
-                    fit = fit_pod(scratch.nodes[name], pod_set, gang.numa_policy)
+                    fit = fit_pod(scratch.nodes[name], pod_set, problem.gang.numa_policy)
                     if fit is not None:
                         slot = Slot(pod_set.name, index, name, fit.gpu_indices, fit.numa_zone)
                         apply_slots(scratch, one, [slot])
                         slots.append(slot)
                         break
                 else:
-                    return infeasible(
-                        gang, self.name, f"pod set {pod_set.name!r}: pod {index} fits nowhere",
-                        started)
-        return finish(problem, self.name, slots, started)
+                    return None
+        return slots
+
+
+def domain_choices(
+    problem: Problem, rank: Callable[[Problem, Sequence[str]], float]
+) -> list[set[str] | None]:
+    """The node sets to try in turn: everything, or, under a required topology level, one
+    domain of that level at a time in `rank` order (lowest first)."""
+    if problem.gang.required_level is None:
+        return [None]
+    li = problem.levels.index(problem.gang.required_level)
+    domains: dict[object, list[str]] = {}
+    for names in problem.candidates.values():
+        for n in names:
+            d = problem.paths[n][li]
+            if d is not None:
+                domains.setdefault(d, []).append(n)
+    ranked = sorted(domains.values(), key=lambda members: rank(problem, members))
+    return [set(members) for members in ranked]

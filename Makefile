@@ -1,0 +1,55 @@
+# nexus-admit developer entry points. `make simulate` and `make test` are the two commands
+# README.md promises a newcomer; everything else is for day-to-day work.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export GOTOOLCHAIN := local
+
+.PHONY: install simulate plan-sample bench test lint unit e2e cluster-up cluster-down controlplane clean
+
+$(BIN)/nexus-admit: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(BIN)/nexus-admit
+
+## The main job on its embedded default scenario (no cluster needed).
+simulate: install
+	$(BIN)/nexus-admit simulate
+
+plan-sample: install
+	$(BIN)/nexus-admit plan --snapshot config/samples/cluster-dump.yaml
+
+bench: install
+	$(BIN)/nexus-admit bench
+
+## Everything CI runs: lint, types, layer contract, unit + integration + e2e tests
+## (the e2e tests build the real control plane from Go modules on first use).
+test: install lint controlplane
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check nexus_admit tests e2e
+	$(BIN)/mypy nexus_admit/model nexus_admit/placement
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/python -m pytest tests
+
+e2e: install controlplane
+	$(BIN)/python -m pytest e2e/tests
+
+controlplane:
+	bash e2e/build/build.sh >/dev/null
+
+cluster-up: install controlplane
+	$(BIN)/python e2e/cluster.py up
+
+cluster-down: install
+	$(BIN)/python e2e/cluster.py down
+
+clean:
+	rm -rf $(VENV) .e2e-state .pytest_cache .mypy_cache .ruff_cache

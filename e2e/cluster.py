@@ -1,0 +1,1004 @@
+#!/usr/bin/env python3
+"""A real local control plane for nexus-admit's integration and e2e tests.
+
+    python3 e2e/cluster.py up       # build or reuse binaries, start everything, wait ready
+    python3 e2e/cluster.py status   # components, PIDs, health, kubeconfig path
+    python3 e2e/cluster.py logs [component] [-n LINES]
+    python3 e2e/cluster.py down [--keep-logs]
+
+Components, all started as background processes of this machine (no containers):
+etcd -> kube-apiserver (secure serving, RBAC+Node authz, service-account keys) ->
+kube-controller-manager + kube-scheduler -> KWOK controller (fake GPU nodes from
+e2e/fleet.yaml, plus their NodeResourceTopology objects) -> Kueue (webhooks on 127.0.0.1
+with a generated CA, the cluster's webhook configurations rewritten to URLs).
+
+Binaries come from e2e/build/build.sh (Go modules, cached per version set). State (PKI,
+configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
+<repo>/.e2e-state; the admin kubeconfig is <state>/kubeconfig.
+
+Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, skip the
+build), NEXUS_CACHE (build cache root, see build.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO = E2E_DIR.parent
+sys.path.insert(0, str(E2E_DIR))
+import fleet as fleet_mod  # noqa: E402
+
+COMPONENTS = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "kueue",
+]
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+KUEUE_NAMESPACE = "kueue-system"
+# CRDs whose conversion webhook Kueue's own kustomization enables
+# (config/components/crd/kustomization.yaml, the webhook_in_* patches).
+KUEUE_CONVERSION_CRDS = {
+    "localqueues.kueue.x-k8s.io",
+    "clusterqueues.kueue.x-k8s.io",
+    "cohorts.kueue.x-k8s.io",
+    "workloads.kueue.x-k8s.io",
+    "multikueueclusters.kueue.x-k8s.io",
+}
+KUEUE_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset"]
+# KWOK stages shipped with kwok (kustomize/stage/...): node lifecycle + pods become Running
+# and are deleted for real. Pod completion is ours (e2e/kwok/pod-complete.yaml): opt-in.
+KWOK_STAGES = [
+    "stage/node/fast/node-initialize.yaml",
+    "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "stage/pod/fast/pod-ready.yaml",
+    "stage/pod/fast/pod-delete.yaml",
+]
+
+
+def log(msg: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("NEXUS_E2E_STATE") or REPO / ".e2e-state").resolve()
+
+
+def build_binaries() -> Path:
+    """Run build.sh (returns at once when cached) and return the binary directory."""
+    override = os.environ.get("NEXUS_E2E_BIN")
+    if override:
+        return Path(override).resolve()
+    out = subprocess.run(
+        ["bash", str(E2E_DIR / "build" / "build.sh")],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )  # stderr (progress) goes straight to ours
+    if out.returncode != 0:
+        raise ClusterError(f"e2e/build/build.sh failed with exit code {out.returncode}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- PKI
+
+
+def _pki():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    return x509, hashes, serialization, ec, ExtendedKeyUsageOID, NameOID
+
+
+def _key_pem(key) -> bytes:
+    _, _, serialization, _, _, _ = _pki()
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def generate_pki(pki: Path) -> None:
+    """CA, apiserver serving cert, client certs, Kueue webhook cert, service-account keys."""
+    x509, hashes, serialization, ec, EKU, NameOID = _pki()
+    pki.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    until = now + dt.timedelta(days=30)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nexus-e2e-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (pki / "ca.key").write_bytes(_key_pem(ca_key))
+
+    def leaf(
+        name: str, cn: str, orgs: list[str], dns: list[str], ips: list[str], server: bool
+    ) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=True,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(
+                x509.ExtendedKeyUsage([EKU.SERVER_AUTH if server else EKU.CLIENT_AUTH]),
+                critical=False,
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+                critical=False,
+            )
+        )
+        if dns or ips:
+            sans: list[Any] = [x509.DNSName(d) for d in dns]
+            sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = b.sign(ca_key, hashes.SHA256())
+        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (pki / f"{name}.key").write_bytes(_key_pem(key))
+
+    svc_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+    leaf(
+        "apiserver",
+        "kube-apiserver",
+        [],
+        [
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ],
+        ["127.0.0.1", svc_ip],
+        server=True,
+    )
+    leaf("admin", "kubernetes-admin", ["system:masters"], [], [], server=False)
+    leaf("kube-controller-manager", "system:kube-controller-manager", [], [], [], server=False)
+    leaf("kube-scheduler", "system:kube-scheduler", [], [], [], server=False)
+    leaf("kueue-webhook", "kueue-webhook", [], ["localhost"], ["127.0.0.1"], server=True)
+    wh = pki / "kueue-webhook"
+    wh.mkdir(exist_ok=True)
+    shutil.copy(pki / "kueue-webhook.crt", wh / "tls.crt")
+    shutil.copy(pki / "kueue-webhook.key", wh / "tls.key")
+
+    sa = ec.generate_private_key(ec.SECP256R1())
+    (pki / "sa.key").write_bytes(_key_pem(sa))
+    (pki / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    for p in pki.rglob("*.key"):
+        p.chmod(0o600)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
+    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "nexus-e2e",
+                "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(pki / f"{user}.crt"),
+                    "client-key-data": b64(pki / f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "nexus-e2e", "context": {"cluster": "nexus-e2e", "user": user}}],
+        "current-context": "nexus-e2e",
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    path.chmod(0o600)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def pid_alive(pid: int, exe: str | None = None) -> bool:
+    """True if `pid` runs (not a zombie) and, when given, its argv[0] is `exe`."""
+    st = _proc_state(pid)
+    if st is None:
+        return False
+    if st in ("Z", "X"):
+        _reap(pid)
+        return False
+    if exe is not None:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        return argv0 == exe
+    return True
+
+
+def _terminate(pid: int, exe: str, grace: float = 10.0) -> None:
+    if not pid_alive(pid, exe):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    if pid_alive(pid, exe):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            _reap(pid)
+            if not pid_alive(pid):
+                return
+            time.sleep(0.1)
+
+
+def _http_ok(url: str, ctx: ssl.SSLContext | None = None, expect: str | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+            body = r.read().decode(errors="replace")
+            return r.status == 200 and (expect is None or expect in body)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def _insecure_ctx() -> ssl.SSLContext:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class Cluster:
+    """A local control plane rooted at a state directory (see the module docstring)."""
+
+    def __init__(self, state: Path | str | None = None, bin_dir: Path | str | None = None):
+        self.state = Path(state).resolve() if state else default_state_dir()
+        self._bin = Path(bin_dir) if bin_dir else None
+        self._procs: dict[str, subprocess.Popen] = {}
+        self.timings: dict[str, float] = {}
+
+    # -- paths ---------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state / "logs"
+
+    @property
+    def info_file(self) -> Path:
+        return self.state / "cluster.json"
+
+    def info(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.info_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def _save_info(self, info: dict[str, Any]) -> None:
+        tmp = self.info_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(self.info_file)
+
+    @property
+    def bin(self) -> Path:
+        if self._bin is None:
+            recorded = self.info().get("bin")
+            self._bin = Path(recorded) if recorded else build_binaries()
+        return self._bin
+
+    # -- health --------------------------------------------------------------------
+    def _api_ctx(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def _health(self, name: str, ports: dict[str, int]) -> bool:
+        if name == "etcd":
+            return _http_ok(f"http://127.0.0.1:{ports['etcd']}/health", expect='"true"')
+        if name == "kube-apiserver":
+            return _http_ok(f"https://127.0.0.1:{ports['apiserver']}/readyz", self._api_ctx())
+        if name == "kube-controller-manager":
+            return _http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz", _insecure_ctx())
+        if name == "kube-scheduler":
+            return _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz", _insecure_ctx())
+        if name == "kwok":
+            return _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz")
+        if name == "kueue":
+            return _http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
+        raise KeyError(name)
+
+    def status(self) -> dict[str, Any]:
+        info = self.info()
+        comps = {}
+        for name in COMPONENTS:
+            c = info.get("components", {}).get(name)
+            if not c:
+                comps[name] = {"running": False}
+                continue
+            alive = pid_alive(c["pid"], c["exe"])
+            comps[name] = {
+                "pid": c["pid"],
+                "running": alive,
+                "healthy": alive and self._health(name, info["ports"]),
+                "log": c["log"],
+            }
+        return {
+            "state": str(self.state),
+            "ready": bool(info.get("ready")),
+            "kubeconfig": str(self.kubeconfig) if info else None,
+            "server": info.get("server"),
+            "bin": info.get("bin"),
+            "components": comps,
+        }
+
+    def is_up(self) -> bool:
+        info = self.info()
+        if not info.get("ready"):
+            return False
+        for name in COMPONENTS:
+            c = info["components"].get(name)
+            if not c or not pid_alive(c["pid"], c["exe"]):
+                return False
+        return self._health("kube-apiserver", info["ports"]) and self._health(
+            "kueue", info["ports"]
+        )
+
+    # -- process management ---------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        logf = self.logs_dir / f"{name}.log"
+        with open(logf, "ab") as out:
+            out.write(f"\n==== {time.strftime('%F %T')} {' '.join(argv)}\n".encode())
+            out.flush()
+            p = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.state,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,
+            )
+        self._procs[name] = p
+        info = self.info()
+        info.setdefault("components", {})[name] = {"pid": p.pid, "exe": argv[0], "log": str(logf)}
+        self._save_info(info)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        f = self.logs_dir / f"{name}.log"
+        if not f.exists():
+            return ""
+        with open(f, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 256 * 1024))
+            data = fh.read().decode(errors="replace").splitlines()
+        return "\n".join(data[-lines:])
+
+    def _wait(
+        self, what: str, ok: Callable[[], bool], timeout: float, watch: list[str] = ()
+    ) -> None:
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        info = self.info()
+        while True:
+            if ok():
+                self.timings[what] = round(time.monotonic() - t0, 2)
+                return
+            for name in watch:
+                c = info["components"][name]
+                if not pid_alive(c["pid"], c["exe"]):
+                    raise ClusterError(
+                        f"{name} exited while waiting for {what}:\n{self.log_tail(name)}"
+                    )
+            if time.monotonic() > deadline:
+                tails = "\n".join(f"--- {n}\n{self.log_tail(n, 20)}" for n in watch)
+                raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}\n{tails}")
+            time.sleep(0.2)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        argv = [str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        r = subprocess.run(argv, input=input, text=True, capture_output=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed:\n{r.stderr.strip()}")
+        return r
+
+    def apply(self, docs: list[dict[str, Any]] | str, retries: int = 1, delay: float = 1.0) -> None:
+        """Server-side apply a list of objects (or YAML text)."""
+        text = docs if isinstance(docs, str) else yaml.safe_dump_all(docs, sort_keys=False)
+        for attempt in range(retries):
+            r = self.kubectl(
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=nexus-e2e",
+                "-f",
+                "-",
+                input=text,
+                check=False,
+            )
+            if r.returncode == 0:
+                return
+            if attempt == retries - 1:
+                raise ClusterError(f"kubectl apply failed:\n{r.stderr.strip()}")
+            time.sleep(delay)
+
+    # -- up ----------------------------------------------------------------------
+    def up(self) -> Cluster:
+        if self.is_up():
+            log(f"already up (state {self.state}); nothing to do")
+            return self
+        if self.state.exists():
+            log(f"cleaning stale state in {self.state}")
+            self.down()
+        t_start = time.monotonic()
+        t0 = time.monotonic()
+        bin_dir = self.bin
+        self.timings["build"] = round(time.monotonic() - t0, 2)
+        self.state.mkdir(parents=True, exist_ok=True)
+        for d in ("logs", "config", "etcd"):
+            (self.state / d).mkdir(exist_ok=True)
+        ports: dict[str, int] = {}
+        for k in (
+            "etcd",
+            "etcd_peer",
+            "apiserver",
+            "kcm",
+            "scheduler",
+            "kwok",
+            "kueue_webhook",
+            "kueue_health",
+        ):
+            p = free_port()
+            while p in ports.values():
+                p = free_port()
+            ports[k] = p
+        server = f"https://127.0.0.1:{ports['apiserver']}"
+        self._save_info(
+            {
+                "bin": str(bin_dir),
+                "ports": ports,
+                "server": server,
+                "ready": False,
+                "components": {},
+                "started": time.strftime("%F %T"),
+            }
+        )
+        try:
+            self._up(bin_dir, ports, server)
+        except BaseException:
+            log(f"bring-up failed; stopping what was started (logs kept in {self.logs_dir})")
+            self.down(keep_logs=True)
+            raise
+        info = self.info()
+        info["ready"] = True
+        self.timings["total"] = round(time.monotonic() - t_start, 2)
+        info["timings"] = self.timings
+        self._save_info(info)
+        log(f"up in {self.timings['total']}s; KUBECONFIG={self.kubeconfig}")
+        return self
+
+    def _up(self, b: Path, ports: dict[str, int], server: str) -> None:
+        st, pki, cfg = self.state, self.pki, self.state / "config"
+        t = time.monotonic()
+        generate_pki(pki)
+        write_kubeconfig(self.kubeconfig, server, pki, "admin")
+        for user in ("kube-controller-manager", "kube-scheduler"):
+            write_kubeconfig(cfg / f"{user}.kubeconfig", server, pki, user)
+        self.timings["pki"] = round(time.monotonic() - t, 2)
+
+        # etcd
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
+        self._spawn(
+            "etcd",
+            [
+                str(b / "etcd"),
+                "--name=e2e",
+                f"--data-dir={st / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=e2e={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+                "--quota-backend-bytes=4294967296",
+            ],
+        )
+        self._wait("etcd", lambda: self._health("etcd", ports), 30, ["etcd"])
+        log(f"etcd ready on {etcd_url}")
+
+        # kube-apiserver
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(b / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['apiserver']}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=Node,RBAC",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                f"--cert-dir={pki / 'apiserver-generated'}",
+                "--event-ttl=1h",
+            ],
+        )
+        self._wait(
+            "kube-apiserver",
+            lambda: self._health("kube-apiserver", ports),
+            90,
+            ["etcd", "kube-apiserver"],
+        )
+        log(f"kube-apiserver ready on {server}")
+
+        # controller-manager, scheduler, kwok: start together, then apply CRDs meanwhile
+        kcm_kc = cfg / "kube-controller-manager.kubeconfig"
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(b / "kube-controller-manager"),
+                f"--kubeconfig={kcm_kc}",
+                f"--authentication-kubeconfig={kcm_kc}",
+                f"--authorization-kubeconfig={kcm_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kcm']}",
+                f"--cert-dir={pki / 'kcm-generated'}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=true",
+                "--controllers=*",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+                "--profiling=false",
+            ],
+        )
+        sched_kc = cfg / "kube-scheduler.kubeconfig"
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(b / "kube-scheduler"),
+                f"--kubeconfig={sched_kc}",
+                f"--authentication-kubeconfig={sched_kc}",
+                f"--authorization-kubeconfig={sched_kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['scheduler']}",
+                f"--cert-dir={pki / 'scheduler-generated'}",
+                "--leader-elect=false",
+                "--profiling=false",
+            ],
+        )
+        kwok_cfg = cfg / "kwok.yaml"
+        kwok_cfg.write_text(self._kwok_config(b, ports))
+        self._spawn(
+            "kwok",
+            [
+                str(b / "kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={kwok_cfg}",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ],
+        )
+
+        t = time.monotonic()
+        self.apply(self._crds(b, ports))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.apply(
+            [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}]
+        )
+        self.timings["crds"] = round(time.monotonic() - t, 2)
+        log("CRDs established (Kueue, NodeResourceTopology)")
+
+        # Kueue
+        kueue_cfg = cfg / "kueue.yaml"
+        kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(ports), sort_keys=False))
+        self._spawn(
+            "kueue",
+            [str(b / "kueue"), f"--config={kueue_cfg}"],
+            env={"KUBECONFIG": str(self.kubeconfig)},
+        )
+
+        # the fleet while Kueue starts
+        t = time.monotonic()
+        spec = fleet_mod.load()
+        self.apply(fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec))
+        self.timings["fleet-apply"] = round(time.monotonic() - t, 2)
+        log(f"fleet applied ({sum(s['nodes'] for s in fleet_mod.summary(spec).values())} nodes)")
+
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self._wait(name, lambda n=name: self._health(n, ports), 60, [name])
+        self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
+        log("kueue readyz ok")
+
+        self.apply(self._kueue_webhooks(b, ports))
+        self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
+        log("Kueue webhooks answer (dry-run Job was suspended)")
+
+        self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
+        total_nodes = len(fleet_mod.nodes(spec))
+        self._wait(
+            "nodes-ready",
+            lambda: self._count_ready_nodes() >= total_nodes,
+            120,
+            ["kwok", "kube-controller-manager"],
+        )
+        log(f"{total_nodes} fake nodes Ready")
+        self._wait("clusterqueues-active", self._clusterqueues_active, 60, ["kueue"])
+        self._wait(
+            "default-serviceaccount",
+            lambda: (
+                self.kubectl(
+                    "get", "serviceaccount", "default", "-n", "default", check=False
+                ).returncode
+                == 0
+            ),
+            60,
+            ["kube-controller-manager"],
+        )
+        log("ClusterQueues active")
+
+    # -- generated configuration ----------------------------------------------------------
+    def _kwok_config(self, b: Path, ports: dict[str, int]) -> str:
+        conf = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {
+                "manageAllNodes": False,
+                "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
+                "nodeLeaseDurationSeconds": 40,
+                "nodeLeaseParallelism": 4,
+                "podPlayStageParallelism": 4,
+                "nodePlayStageParallelism": 4,
+                "enablePodsOnNodeSyncStreamWatch": True,
+                "cidr": POD_CIDR,
+                "nodeIP": "10.240.0.1",
+                "nodePort": ports["kwok"],
+                "serverAddress": f"127.0.0.1:{ports['kwok']}",
+                "enableCRDs": [],
+            },
+        }
+        parts = [yaml.safe_dump(conf, sort_keys=False)]
+        kust = b / "manifests" / "kwok" / "kustomize"
+        for rel in KWOK_STAGES:
+            parts.append((kust / rel).read_text())
+        parts.append((E2E_DIR / "kwok" / "pod-complete.yaml").read_text())
+        return "\n---\n".join(p.strip() for p in parts) + "\n"
+
+    def _ca_bundle(self) -> str:
+        return base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
+
+    def _crds(self, b: Path, ports: dict[str, int]) -> list[dict[str, Any]]:
+        out = []
+        for f in sorted((b / "manifests" / "kueue" / "crd").glob("*.yaml")):
+            for doc in yaml.safe_load_all(f.read_text()):
+                if not doc:
+                    continue
+                if doc["metadata"]["name"] in KUEUE_CONVERSION_CRDS:
+                    doc["spec"]["conversion"] = {
+                        "strategy": "Webhook",
+                        "webhook": {
+                            "clientConfig": {
+                                "url": f"https://127.0.0.1:{ports['kueue_webhook']}/convert",
+                                "caBundle": self._ca_bundle(),
+                            },
+                            "conversionReviewVersions": ["v1"],
+                        },
+                    }
+                out.append(doc)
+        nrt = b / "manifests" / "nrt" / "crd.yaml"
+        if nrt.exists():
+            out += [d for d in yaml.safe_load_all(nrt.read_text()) if d]
+        else:
+            log(f"WARNING: {nrt} missing (binaries built before the NRT CRD was added)")
+        return out
+
+    def _kueue_config(self, ports: dict[str, int]) -> dict[str, Any]:
+        return {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {
+                "host": "127.0.0.1",
+                "port": ports["kueue_webhook"],
+                "certDir": str(self.pki / "kueue-webhook"),
+            },
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "manageJobsWithoutQueueName": False,
+            "clientConnection": {"qps": 300, "burst": 500},
+            "integrations": {"frameworks": KUEUE_FRAMEWORKS},
+            "featureGates": {"VisibilityOnDemand": False},
+        }
+
+    def _kueue_webhooks(self, b: Path, ports: dict[str, int]) -> list[dict[str, Any]]:
+        """Kueue's webhook configurations with service refs rewritten to 127.0.0.1 URLs."""
+        src = b / "manifests" / "kueue" / "webhook" / "manifests.yaml"
+        ns_selector = {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["kube-system", KUEUE_NAMESPACE],
+                }
+            ]
+        }
+        out = []
+        for doc in yaml.safe_load_all(src.read_text()):
+            if not doc or doc.get("kind") not in (
+                "MutatingWebhookConfiguration",
+                "ValidatingWebhookConfiguration",
+            ):
+                continue
+            doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
+            for wh in doc.get("webhooks", []):
+                path = wh["clientConfig"]["service"]["path"]
+                wh["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{ports['kueue_webhook']}{path}",
+                    "caBundle": self._ca_bundle(),
+                }
+                groups = {g for r in wh.get("rules", []) for g in r.get("apiGroups", [])}
+                if groups != {"kueue.x-k8s.io"}:
+                    # same selector Kueue's kustomization puts on every job-framework webhook
+                    wh["namespaceSelector"] = ns_selector
+            out.append(doc)
+        return out
+
+    # -- readiness probes ---------------------------------------------------------------
+    def _webhook_answers(self) -> bool:
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "generateName": "webhook-probe-",
+                "namespace": "default",
+                "labels": {"kueue.x-k8s.io/queue-name": "probe"},
+            },
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "probe"}],
+                    }
+                }
+            },
+        }
+        r = self.kubectl(
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            "-",
+            input=json.dumps(job),
+            check=False,
+        )
+        if r.returncode != 0:
+            return False
+        return json.loads(r.stdout).get("spec", {}).get("suspend") is True
+
+    def _count_ready_nodes(self) -> int:
+        r = self.kubectl("get", "nodes", "-o", "json", check=False)
+        if r.returncode != 0:
+            return 0
+        n = 0
+        for item in json.loads(r.stdout)["items"]:
+            for c in item.get("status", {}).get("conditions", []):
+                if c["type"] == "Ready" and c["status"] == "True":
+                    n += 1
+        return n
+
+    def _clusterqueues_active(self) -> bool:
+        r = self.kubectl("get", "clusterqueues.v1beta2.kueue.x-k8s.io", "-o", "json", check=False)
+        if r.returncode != 0:
+            return False
+        items = json.loads(r.stdout)["items"]
+        if not items:
+            return False
+        for cq in items:
+            conds = {c["type"]: c["status"] for c in cq.get("status", {}).get("conditions", [])}
+            if conds.get("Active") != "True":
+                return False
+        return True
+
+    # -- down ----------------------------------------------------------------------
+    def down(self, keep_logs: bool = False) -> None:
+        info = self.info()
+        comps = info.get("components", {})
+        for name in reversed(COMPONENTS):
+            c = comps.get(name)
+            if c:
+                _terminate(c["pid"], c["exe"])
+        for p in self._procs.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait(timeout=10)
+        self._procs.clear()
+        if not self.state.exists():
+            return
+        if keep_logs and self.logs_dir.exists():
+            for child in self.state.iterdir():
+                if child != self.logs_dir:
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        else:
+            shutil.rmtree(self.state, ignore_errors=True)
+        log(f"down: stopped {len(comps)} components, cleaned {self.state}")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="e2e/cluster.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--state", help="state directory (default $NEXUS_E2E_STATE or <repo>/.e2e-state)"
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("up", help="start the control plane (no-op when already up)")
+    d = sub.add_parser("down", help="stop every component started here and clean the state")
+    d.add_argument("--keep-logs", action="store_true")
+    sub.add_parser("status", help="print component status as JSON")
+    lg = sub.add_parser("logs", help="print the tail of component logs")
+    lg.add_argument("component", nargs="?", choices=COMPONENTS)
+    lg.add_argument("-n", "--lines", type=int, default=40)
+    sub.add_parser("build", help="only build or locate the binaries; print their directory")
+    args = ap.parse_args(argv)
+
+    c = Cluster(args.state)
+    try:
+        if args.cmd == "up":
+            c.up()
+            print(c.kubeconfig)
+        elif args.cmd == "down":
+            c.down(keep_logs=args.keep_logs)
+        elif args.cmd == "status":
+            s = c.status()
+            print(json.dumps(s, indent=2))
+            return 0 if c.is_up() else 3
+        elif args.cmd == "logs":
+            for name in [args.component] if args.component else COMPONENTS:
+                print(f"===== {name} ({c.logs_dir / (name + '.log')})")
+                print(c.log_tail(name, args.lines))
+        elif args.cmd == "build":
+            print(build_binaries())
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""pytest fixtures for tests that run against the real local control plane.
+
+Fixtures (see also e2e/e2e_util.py):
+
+- ``e2e_cluster`` (session): the running control plane. Brings it up once per test run
+  (``e2e/cluster.py up``; builds or reuses the binaries) and stops it at the end unless
+  ``NEXUS_E2E_KEEP=1``. With ``NEXUS_E2E_CLUSTER=existing`` it uses ``$KUBECONFIG``
+  instead and never starts or stops anything. Yields a ``cluster.Cluster`` (or, for an
+  existing cluster, an ``ExistingCluster``) with ``.kubeconfig``, ``.kubectl(...)`` and
+  ``.log_tail(component)``.
+- ``kube_api`` (session): a ``kubernetes.client.ApiClient`` for that cluster.
+- ``core_v1``, ``batch_v1``, ``custom_objects`` (session): typed API objects on it.
+- ``e2e_namespace`` (function): a fresh namespace for the test (``e2e-<test>-<random>``)
+  with LocalQueues ``gold``, ``silver`` and ``bronze`` pointing at the ClusterQueues of the
+  same name; yields the namespace name and deletes it afterwards.
+
+On an e2e test failure the tail of every component log, and the pods/workloads/events of
+the test namespace, are attached to the pytest report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+E2E_DIR = Path(__file__).resolve().parent
+if str(E2E_DIR) not in sys.path:
+    sys.path.insert(0, str(E2E_DIR))
+
+import cluster as cluster_mod  # noqa: E402
+from e2e_util import KUEUE_GROUP, KUEUE_VERSION, wait_for  # noqa: E402
+
+TIERS = ("gold", "silver", "bronze")
+_active: dict[str, Any] = {}
+
+
+class ExistingCluster:
+    """An already running cluster reached through $KUBECONFIG (NEXUS_E2E_CLUSTER=existing)."""
+
+    def __init__(self, kubeconfig: str):
+        self.kubeconfig = Path(kubeconfig)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess:
+        r = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        if check and r.returncode != 0:
+            raise RuntimeError(r.stderr)
+        return r
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        return ""
+
+
+@pytest.fixture(scope="session")
+def e2e_cluster() -> Iterator[Any]:
+    if os.environ.get("NEXUS_E2E_CLUSTER") == "existing":
+        kc = os.environ.get("KUBECONFIG")
+        if not kc:
+            pytest.fail("NEXUS_E2E_CLUSTER=existing needs KUBECONFIG")
+        c: Any = ExistingCluster(kc.split(os.pathsep)[0])
+        _active["cluster"] = c
+        yield c
+        return
+    c = cluster_mod.Cluster()
+    try:
+        c.up()
+    except cluster_mod.ClusterError as e:
+        pytest.fail(f"could not bring up the e2e control plane: {e}", pytrace=False)
+    _active["cluster"] = c
+    yield c
+    _active.pop("cluster", None)
+    if os.environ.get("NEXUS_E2E_KEEP") == "1":
+        cluster_mod.log(f"NEXUS_E2E_KEEP=1: leaving the cluster up (KUBECONFIG={c.kubeconfig})")
+    else:
+        c.down(keep_logs=True)
+
+
+@pytest.fixture(scope="session")
+def kube_api(e2e_cluster: Any):
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(e2e_cluster.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def core_v1(kube_api):
+    from kubernetes import client
+
+    return client.CoreV1Api(kube_api)
+
+
+@pytest.fixture(scope="session")
+def batch_v1(kube_api):
+    from kubernetes import client
+
+    return client.BatchV1Api(kube_api)
+
+
+@pytest.fixture(scope="session")
+def custom_objects(kube_api):
+    from kubernetes import client
+
+    return client.CustomObjectsApi(kube_api)
+
+
+@pytest.fixture
+def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
+    from kubernetes import client
+
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"
+    core_v1.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels={"scheduling.kubenexus.io/e2e": "true"})
+        )
+    )
+    _active["namespace"] = name
+    # pods cannot be created before the controller-manager made the default ServiceAccount
+    wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: core_v1.read_namespaced_service_account("default", name),
+        timeout=60,
+    )
+    for tier in TIERS:
+        custom_objects.create_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            name,
+            "localqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": tier, "namespace": name},
+                "spec": {"clusterQueue": tier},
+            },
+        )
+    yield name
+    _active.pop("namespace", None)
+    with contextlib.suppress(client.ApiException):
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or "e2e_cluster" not in getattr(item, "fixturenames", ()):
+        return
+    c = _active.get("cluster")
+    if c is None:
+        return
+    sections = []
+    for name in cluster_mod.COMPONENTS:
+        tail = c.log_tail(name, 30)
+        if tail:
+            sections.append(f"----- {name} (last 30 lines)\n{tail}")
+    ns = _active.get("namespace")
+    if ns:
+        for args in (
+            ("get", "pods,jobs,workloads.kueue.x-k8s.io", "-n", ns, "-o", "wide"),
+            ("get", "events", "-n", ns, "--sort-by=.lastTimestamp"),
+        ):
+            try:
+                r = c.kubectl(*args, check=False, timeout=20)
+                sections.append(f"----- kubectl {' '.join(args)}\n{r.stdout}{r.stderr}")
+            except Exception as e:
+                sections.append(f"----- kubectl {' '.join(args)} failed: {e}")
+    if sections:
+        report.sections.append(("e2e control plane", "\n".join(sections)))

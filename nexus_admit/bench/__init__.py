@@ -1,0 +1,1 @@
+"""`nexus-admit bench`: synthetic heterogeneous fleets and gangs, every policy side by side."""

@@ -1,0 +1,175 @@
+"""Run every policy on the same synthetic instances and collect comparable numbers.
+
+For each fleet size and each repeat (a differently loaded fleet), each gang size is placed
+by every policy on the same snapshot. The nexus engine's solve times give p50/p99; one
+long-run reference solve per (size, gang) on the full, unreduced candidate set gives the
+objective gap. Every placement is checked by the independent validator.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from nexus_admit.bench.fleet import BENCH_LEVELS, bench_config, bench_gang, generate_fleet
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
+from nexus_admit.placement.base import make_policy
+from nexus_admit.placement.engine import CpSatEngine
+from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.validate import violations
+
+__all__ = ["BenchResult", "Record", "run_bench", "summarise"]
+
+
+@dataclass(slots=True)
+class Record:
+    nodes: int
+    gang: int
+    repeat: int
+    policy: str
+    feasible: bool
+    status: str
+    seconds: float
+    objective: float
+    islands_broken: float
+    domains: dict[str, int]  # distinct domains used per level above the host
+    nodes_used: int
+    tier_mismatch_gpus: float  # GPUs placed on a hardware class that costs this tier > 0
+    vram_stranded_gib: float
+    violations: list[str]
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class BenchResult:
+    records: list[Record] = field(default_factory=list)
+    references: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "settings": self.settings,
+            "summary": summarise(self),
+            "references": self.references,
+            "records": [asdict(r) for r in self.records],
+        }
+
+
+def _record(
+    snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig, placement: Placement,
+    nodes: int, repeat: int, seconds: float,
+) -> Record:
+    problem = prepare(snapshot, gang, config)
+    used = placement.pods_per_node()
+    domains = {
+        level: len({problem.paths[n][li] for n in used})
+        for li, level in enumerate(problem.levels[:-1])
+    }
+    pod_sets = {p.name: p for p in gang.pod_sets}
+    mismatch = sum(
+        pod_sets[s.pod_set].gpu_milli_per_pod / 1000
+        for s in placement.slots
+        if problem.class_cost(s.node) > 0
+    )
+    return Record(
+        nodes=nodes, gang=gang.pod_count, repeat=repeat, policy=placement.policy,
+        feasible=placement.feasible, status=str(placement.status), seconds=seconds,
+        objective=placement.objective,
+        islands_broken=placement.terms.get("islandsBroken", 0.0),
+        domains=domains, nodes_used=len(used), tier_mismatch_gpus=mismatch,
+        vram_stranded_gib=placement.terms.get("vramStrandedGiB", 0.0),
+        violations=violations(snapshot, gang, placement, config),
+        reason=placement.reason,
+    )
+
+
+def run_bench(
+    sizes: Sequence[int],
+    gangs: Sequence[int],
+    policies: Sequence[str],
+    repeats: int,
+    reference_seconds: float,
+    time_limit: float = 1.0,
+    progress: Callable[[str], None] | None = None,
+) -> BenchResult:
+    config = bench_config(time_limit)
+    result = BenchResult(settings={
+        "sizes": list(sizes), "gangs": list(gangs), "policies": list(policies),
+        "repeats": repeats, "referenceSeconds": reference_seconds,
+        "timeLimitSeconds": time_limit, "levels": list(BENCH_LEVELS),
+    })
+    instances = {p: make_policy(p, seed=0) for p in policies}
+    for nodes in sizes:
+        for repeat in range(repeats):
+            snapshot = generate_fleet(nodes, seed=1000 * nodes + repeat)
+            for size in gangs:
+                gang = bench_gang(size)
+                for name, policy in instances.items():
+                    if progress:
+                        progress(f"{nodes} nodes, repeat {repeat}, gang {size}, {name}")
+                    started = time.perf_counter()
+                    placement = policy.place(snapshot, gang, config)
+                    seconds = time.perf_counter() - started
+                    result.records.append(
+                        _record(snapshot, gang, config, placement, nodes, repeat, seconds)
+                    )
+                if repeat == 0 and reference_seconds > 0 and "nexus" in instances:
+                    if progress:
+                        progress(f"{nodes} nodes, gang {size}: {reference_seconds:g}s reference")
+                    ref_config = config.model_copy(update={"solver": config.solver.model_copy(
+                        update={"relative_gap": 0.0, "workers": 8})})
+                    ref = CpSatEngine(reduce=False, time_limit=reference_seconds).place(
+                        snapshot, gang, ref_config)
+                    result.references[f"{nodes}/{size}"] = {
+                        "feasible": ref.feasible, "objective": ref.objective,
+                        "status": str(ref.status), "seconds": ref.solve_seconds,
+                    }
+    return result
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def summarise(result: BenchResult) -> list[dict[str, Any]]:
+    """One row per (nodes, gang, policy): latency percentiles and mean quality metrics."""
+    groups: dict[tuple[int, int, str], list[Record]] = {}
+    for r in result.records:
+        groups.setdefault((r.nodes, r.gang, r.policy), []).append(r)
+    nexus_obj = {
+        (r.nodes, r.gang): r.objective
+        for r in result.records if r.policy == "nexus" and r.repeat == 0 and r.feasible
+    }
+    rows = []
+    for (nodes, gang, policy), recs in sorted(groups.items()):
+        ok = [r for r in recs if r.feasible]
+        row: dict[str, Any] = {
+            "nodes": nodes, "gang": gang, "policy": policy, "runs": len(recs),
+            "placed": len(ok),
+            "p50Ms": 1000 * _pct([r.seconds for r in recs], 50),
+            "p99Ms": 1000 * _pct([r.seconds for r in recs], 99),
+            "violations": sum(len(r.violations) for r in recs),
+        }
+        if ok:
+            row.update({
+                "domainsSpanned": statistics.fmean(sum(r.domains.values()) for r in ok),
+                "islandsBroken": statistics.fmean(r.islands_broken for r in ok),
+                "nodesUsed": statistics.fmean(r.nodes_used for r in ok),
+                "tierMismatchGpus": statistics.fmean(r.tier_mismatch_gpus for r in ok),
+                "vramStrandedGiB": statistics.fmean(r.vram_stranded_gib for r in ok),
+                "objective": statistics.fmean(r.objective for r in ok),
+                "optimal": sum(1 for r in ok if r.status == "optimal"),
+            })
+        ref = result.references.get(f"{nodes}/{gang}")
+        if policy == "nexus" and ref and ref["feasible"] and (nodes, gang) in nexus_obj:
+            base = max(abs(ref["objective"]), 1.0)
+            row["gapToReferencePct"] = 100 * (nexus_obj[(nodes, gang)] - ref["objective"]) / base
+        rows.append(row)
+    return rows

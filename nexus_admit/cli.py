@@ -1,0 +1,36 @@
+"""`nexus-admit`: the command group. Each command lives in its own module under
+`nexus_admit.commands` and registers itself here; add new commands (run, simulate, bench,
+snapshot) the same way."""
+
+from __future__ import annotations
+
+import typer
+
+from nexus_admit.commands import bench, plan
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="nexus-admit",
+    help="Kueue AdmissionCheck controller that places GPU gangs with one CP-SAT solve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Kueue AdmissionCheck controller that places GPU gangs with one CP-SAT solve."""
+
+
+plan.register(app)
+bench.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

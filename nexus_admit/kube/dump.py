@@ -1,0 +1,238 @@
+"""Cluster dumps: what `kubectl get nodes,pods,workloads,... -A -o yaml` prints (a `List`),
+or multi-document YAML of the same objects (Lists may nest) → objects by kind →
+ClusterSnapshot + pending Gangs in creation order.
+
+Kinds used (others are kept but ignored): Node, Pod, Workload, ClusterQueue, LocalQueue,
+ResourceFlavor, Topology, AdmissionCheck, NodeResourceTopology, ResourceSlice,
+ResourceReservation, PlacementConfig, and workload owners (Job, JobSet, ...) when present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
+from nexus_admit.kube.errors import Obj, TranslationError, meta, object_key, object_ref
+from nexus_admit.kube.translate import placement_config_from_object
+from nexus_admit.kube.workload import (
+    KueueIndex,
+    creation_key,
+    is_pending_on_check,
+    workload_template_requests,
+    workload_to_gang,
+)
+from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
+
+__all__ = ["ClusterDump", "DumpError", "flatten", "load_dump", "load_objects"]
+
+_OWNER_KINDS = frozenset(
+    {
+        "Job",
+        "JobSet",
+        "PyTorchJob",
+        "TFJob",
+        "MPIJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "TrainJob",
+        "RayJob",
+        "RayCluster",
+        "LeaderWorkerSet",
+        "Deployment",
+        "StatefulSet",
+    }
+)
+
+
+class DumpError(ValueError):
+    """The file is not YAML of Kubernetes objects."""
+
+
+def flatten(docs: Iterable[Any], source: str = "<input>") -> Iterator[dict[str, Any]]:
+    """Objects of `docs`, with every `List` (kind List or *List with items) unrolled."""
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, Mapping):
+            raise DumpError(f"{source}: document {i + 1} is not a Kubernetes object")
+        kind = str(doc.get("kind") or "")
+        if "items" in doc and (kind == "List" or kind.endswith("List") or not kind):
+            items = doc.get("items") or []
+            if not isinstance(items, list):
+                raise DumpError(f"{source}: document {i + 1}: items must be a list")
+            item_kind = kind[:-4] if kind.endswith("List") and kind != "List" else ""
+            yield from flatten(
+                (
+                    {"kind": item_kind, **it}
+                    if isinstance(it, Mapping) and item_kind and "kind" not in it
+                    else it
+                    for it in items
+                ),
+                source,
+            )
+            continue
+        if not kind:
+            raise DumpError(f"{source}: document {i + 1} has no kind")
+        yield dict(doc)
+
+
+def load_objects(source: str | Path | Sequence[Any]) -> list[dict[str, Any]]:
+    """Objects from a file (Path), YAML text (str), or already-parsed documents."""
+    if isinstance(source, Path):
+        try:
+            text = source.read_text()
+        except OSError as e:
+            raise DumpError(f"{source}: cannot read: {e.strerror or e}") from None
+        name = str(source)
+    elif isinstance(source, str):
+        text, name = source, "<input>"
+    else:
+        return list(flatten(source))
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        raise DumpError(f"{name}: not valid YAML: {e}") from None
+    return list(flatten(docs, name))
+
+
+@dataclass(slots=True)
+class ClusterDump:
+    """Objects of a dump grouped by kind."""
+
+    by_kind: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterDump:
+        dump = cls()
+        for o in objects:
+            dump.by_kind.setdefault(str(o.get("kind")), []).append(dict(o))
+        return dump
+
+    def kind(self, kind: str) -> list[dict[str, Any]]:
+        return self.by_kind.get(kind, [])
+
+    # ---- Kueue ----
+    def kueue_index(self) -> KueueIndex:
+        return KueueIndex.of(
+            cluster_queues=self.kind("ClusterQueue"),
+            local_queues=self.kind("LocalQueue"),
+            resource_flavors=self.kind("ResourceFlavor"),
+            admission_checks=self.kind("AdmissionCheck"),
+            owners=[o for k in _OWNER_KINDS for o in self.kind(k)],
+        )
+
+    def kueue_topologies(self) -> dict[str, tuple[str, ...]]:
+        return topologies_from_objects(self._kueue("Topology"))
+
+    def _kueue(self, kind: str) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in self.kind(kind)
+            if str(o.get("apiVersion", L.KUEUE_API_GROUP)).startswith(L.KUEUE_API_GROUP)
+        ]
+
+    # ---- config ----
+    def placement_config(self, name: str | None = None) -> PlacementConfig:
+        """The PlacementConfig our AdmissionCheck names in `spec.parameters`, else the one
+        named `default`, else the only one, else the built-in defaults."""
+        configs = {str(meta(o).get("name")): o for o in self.kind(L.KIND_PLACEMENT_CONFIG)}
+        if name is None:
+            for ac in self.kind("AdmissionCheck"):
+                spec = ac.get("spec") or {}
+                params = spec.get("parameters") or {}
+                if (
+                    spec.get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
+                    and params.get("kind") == L.KIND_PLACEMENT_CONFIG
+                ):
+                    name = str(params.get("name"))
+                    if name not in configs:
+                        raise TranslationError(
+                            object_ref(ac),
+                            "spec.parameters.name",
+                            f"PlacementConfig {name!r} is not in the snapshot",
+                        )
+                    break
+        if name is not None:
+            if name not in configs:
+                raise TranslationError(f"PlacementConfig {name}", "", "not in the snapshot")
+            return placement_config_from_object(configs[name])
+        if "default" in configs:
+            return placement_config_from_object(configs["default"])
+        if len(configs) == 1:
+            return placement_config_from_object(next(iter(configs.values())))
+        return PlacementConfig()
+
+    # ---- snapshot ----
+    def snapshot(
+        self, *, exclude_workloads: Iterable[str] = (), now: datetime | None = None
+    ) -> ClusterSnapshot:
+        template_requests: dict[tuple[str, str], tuple[int, int, int]] = {}
+        for wl in self.kind("Workload"):
+            # a malformed Workload is reported when it is translated, not here
+            with contextlib.suppress(TranslationError):
+                template_requests.update(workload_template_requests(wl))
+        return build_snapshot(
+            self.kind("Node"),
+            self.kind("Pod"),
+            self.kind(L.KIND_RESOURCE_RESERVATION),
+            node_resource_topologies=self.kind("NodeResourceTopology"),
+            resource_slices=self.kind("ResourceSlice"),
+            topologies=self._kueue("Topology"),
+            exclude_workloads=exclude_workloads,
+            template_requests=template_requests,
+            now=now,
+        )
+
+    # ---- workloads ----
+    def workloads(self) -> list[dict[str, Any]]:
+        """Every Workload, in creation order."""
+        return sorted(self.kind("Workload"), key=creation_key)
+
+    def pending_workloads(self) -> list[dict[str, Any]]:
+        """Workloads waiting on the nexus check, in creation order."""
+        checks = self.kueue_index().our_checks()
+        return [w for w in self.workloads() if is_pending_on_check(w, checks)]
+
+    def find_workload(self, key: str) -> dict[str, Any] | None:
+        """A Workload by 'namespace/name' (or 'name' in namespace default)."""
+        key = key if "/" in key else f"default/{key}"
+        for w in self.kind("Workload"):
+            if object_key(w) == key:
+                return w
+        return None
+
+    def gang(
+        self,
+        workload: Obj,
+        config: PlacementConfig,
+        snapshot: ClusterSnapshot,
+        kueue: KueueIndex | None = None,
+    ) -> Gang:
+        """Translate one Workload against `snapshot` (its nodes and topologies)."""
+        try:
+            levels: tuple[str, ...] | None = config.resolve_levels(snapshot.kueue_topologies)
+        except ValueError as e:
+            raise TranslationError(
+                "PlacementConfig", "spec.topology.topologyName", str(e)
+            ) from None
+        return workload_to_gang(
+            workload,
+            config=config,
+            kueue=kueue or self.kueue_index(),
+            nodes=snapshot.nodes.values(),
+            levels=levels,
+        )
+
+
+def load_dump(source: str | Path | Sequence[Any]) -> ClusterDump:
+    """Load a dump (path, YAML text or parsed documents)."""
+    return ClusterDump.of(load_objects(source))
