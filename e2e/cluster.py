@@ -256,6 +256,28 @@ def generate_pki(pki: Path) -> None:
         p.chmod(0o600)
 
 
+# Kueue (v0.19, cmd/kueue/main.go) always loads a metrics serving certificate from this fixed
+# path when its internal cert management is off, even when the metrics server is disabled.
+KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+def ensure_kueue_metrics_cert(pki: Path) -> None:
+    """Put a (never served) certificate where Kueue insists on finding one."""
+    d = KUEUE_METRICS_CERT_DIR
+    if (d / "tls.crt").exists() and (d / "tls.key").exists():
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pki / "kueue-webhook.crt", d / "tls.crt")
+        shutil.copy(pki / "kueue-webhook.key", d / "tls.key")
+        (d / "tls.key").chmod(0o600)
+    except OSError as e:
+        raise ClusterError(
+            f"Kueue needs {d}/tls.crt and tls.key (any certificate; the metrics server is "
+            f"off). Create them once as root, e.g. by running `e2e/cluster.py up` as root: {e}"
+        ) from e
+
+
 def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
     cfg = {
@@ -722,6 +744,7 @@ class Cluster:
         log("CRDs established (Kueue, NodeResourceTopology)")
 
         # Kueue
+        ensure_kueue_metrics_cert(pki)
         kueue_cfg = cfg / "kueue.yaml"
         kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(ports), sort_keys=False))
         self._spawn(

@@ -28,7 +28,8 @@ def wait_for(
     what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5
 ) -> T:
     """Poll `fn` until it returns something truthy; fail the test with `what` otherwise."""
-    deadline = time.monotonic() + timeout
+    t0 = time.monotonic()
+    deadline = t0 + timeout
     last: Any = None
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
@@ -36,6 +37,7 @@ def wait_for(
             last = fn()
             last_exc = None
             if last:
+                print(f"[wait_for] {what}: {time.monotonic() - t0:.1f}s")
                 return last
         except client.ApiException as e:  # transient API errors are retried
             last_exc = e

@@ -39,7 +39,7 @@ from nexus_admit.kube.workload import creation_key
 from nexus_admit.model import Placement, PlacementConfig, apply_slots
 from nexus_admit.placement.base import make_policy
 
-__all__ = ["OutputFormat", "PlanResult", "placement_json", "register", "run_plan"]
+__all__ = ["OutputFormat", "PlanInputError", "PlanResult", "placement_json", "register", "run_plan"]
 
 EXIT_INPUT = 2
 

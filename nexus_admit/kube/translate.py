@@ -34,6 +34,7 @@ from nexus_admit.kube.workload import (
     creation_key,
     is_pending_on_check,
     our_check_names,
+    tas_pod_sets,
     workload_template_requests,
     workload_to_gang,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "reservation_is_live",
     "reservation_object",
     "reservation_workload_key",
+    "tas_pod_sets",
     "topologies_from_objects",
     "workload_template_requests",
     "workload_to_gang",

@@ -54,6 +54,7 @@ __all__ = [
     "creation_key",
     "is_pending_on_check",
     "our_check_names",
+    "tas_pod_sets",
     "workload_template_requests",
     "workload_to_gang",
 ]
@@ -312,6 +313,22 @@ class KueueIndex:
                 if o is not None:
                     return o
         return None
+
+
+def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
+    """Pod sets Kueue placed on a TAS flavor (ResourceFlavor with `spec.topologyName`):
+    Kueue already fixed their hostnames, so the controller does not pin them."""
+    out = []
+    admission = (workload.get("status") or {}).get("admission") or {}
+    for psa in admission.get("podSetAssignments") or []:
+        if not isinstance(psa, Mapping):
+            continue
+        for flavor in (psa.get("flavors") or {}).values():
+            rf = kueue.resource_flavors.get(str(flavor))
+            if rf is not None and (rf.get("spec") or {}).get("topologyName"):
+                out.append(str(psa.get("name") or "main"))
+                break
+    return out
 
 
 # ---------------------------------------------------------------- gang

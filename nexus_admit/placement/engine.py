@@ -47,6 +47,7 @@ from nexus_admit.placement.baselines.tas import tas_counts
 from nexus_admit.placement.objective import (
     evaluate_terms,
     level_weight,
+    numa_alignable,
     stranded_vram_gib,
     term_weights,
     weighted_objective,
@@ -56,6 +57,7 @@ from nexus_admit.placement.problem import Problem, prepare
 __all__ = ["CpSatEngine", "Reduction"]
 
 SCALE = 1000  # every term is multiplied by this to make coefficients integers
+_MAX_REALISATION_CUTS = 5
 
 
 @dataclass(slots=True)
@@ -154,7 +156,8 @@ class CpSatEngine:
                 seen[key] += 1
                 kept.append(name)
                 groups[key].append(name)
-        caps = {k: v for k, v in red.caps.items() if k[1] in set(kept)}
+        keep = set(kept)
+        caps = {k: v for k, v in red.caps.items() if k[1] in keep}
         notes = list(red.notes)
         if len(kept) < len(red.nodes):
             notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
@@ -271,7 +274,7 @@ class CpSatEngine:
         if counts is None:
             return float("inf")
         slots = self._slots(problem, counts)
-        if slots is None:
+        if isinstance(slots, str):
             return float("inf")
         return weighted_objective(problem, evaluate_terms(problem, slots))
 
@@ -317,7 +320,7 @@ class CpSatEngine:
             model.add(sum(v for _, v in entries) >= u)
             self._node_capacity(model, node, entries, strict, red.caps)
             for ps, var in entries:
-                if numa_w and node.numa_zones and not strict:
+                if numa_w and not strict and numa_alignable(node, ps):
                     aligned = pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE)
                     if aligned < red.caps[(ps.name, n)]:
                         un = model.new_int_var(0, red.caps[(ps.name, n)], f"unaligned[{ps.name},{n}]")
@@ -374,7 +377,7 @@ class CpSatEngine:
             domains: dict[Domain | None, list[str]] = defaultdict(list)
             for n in used:
                 domains[problem.paths[n][li]].append(n)
-            dvars = []
+            dvars, rooms = [], []
             for d, members in domains.items():
                 dv = model.new_bool_var(f"domain[{li},{d}]")
                 for m in members:
@@ -384,6 +387,9 @@ class CpSatEngine:
                 room = sum(red.caps[(ps.name, m)] for m in members for ps, _ in by_node[m])
                 model.add(sum(pods) <= min(room, gang.pod_count) * dv)
                 dvars.append(dv)
+                rooms.append(min(room, gang.pod_count))
+            # the domains chosen must have room for the whole gang (a covering cut)
+            model.add(sum(r * dv for r, dv in zip(rooms, dvars, strict=True)) >= gang.pod_count)
             if li == req_idx:
                 model.add(sum(dvars) == 1)
             if spread_w:
@@ -396,8 +402,10 @@ class CpSatEngine:
                 model.add(peak >= sum(v for _, v in entries))
             objective.append(weights["maxPodsPerNode"] * SCALE * peak)
         for group in red.twins:  # interchangeable nodes: fill them in a fixed order
-            for a, b in zip(group, group[1:], strict=False):
-                model.add(sum(v for _, v in by_node[a]) >= sum(v for _, v in by_node[b]))
+            for first, second in zip(group, group[1:], strict=False):
+                model.add(
+                    sum(v for _, v in by_node[first]) >= sum(v for _, v in by_node[second])
+                )
         model.minimize(sum(objective))
 
         self._add_hint(problem, red, model, x)
@@ -408,17 +416,32 @@ class CpSatEngine:
         solver.parameters.random_seed = self._seed
         if len(red.nodes) > config.solver.exact_below_nodes:
             solver.parameters.relative_gap_limit = config.solver.relative_gap
-        status = solver.solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            reason = (
-                "no placement satisfies every constraint now; will retry"
-                if status == cp_model.INFEASIBLE
-                else f"no placement found within {limit:g}s; will retry"
-            )
-            return infeasible(gang, self.name, reason, started)
-        counts = {k: solver.value(v) for k, v in x.items() if solver.value(v) > 0}
-        slots = self._slots(problem, counts)
-        if slots is None:
+        for _attempt in range(_MAX_REALISATION_CUTS + 1):
+            status = solver.solve(model)
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                reason = (
+                    "no placement satisfies every constraint now; will retry"
+                    if status == cp_model.INFEASIBLE
+                    else f"no placement found within {limit:g}s; will retry"
+                )
+                return infeasible(gang, self.name, reason, started)
+            counts = {k: solver.value(v) for k, v in x.items() if solver.value(v) > 0}
+            slots = self._slots(problem, counts)
+            if not isinstance(slots, str):
+                break
+            # The aggregated model let through counts that GPU shares or NUMA zones cannot
+            # hold on node `slots`: forbid exactly that combination there and solve again.
+            here = [(key, var) for key, var in x.items() if key[1] == slots]
+            same = []
+            for key, var in here:
+                eq = model.new_bool_var(f"cut[{key}]")
+                model.add(var == counts.get(key, 0)).only_enforce_if(eq)
+                model.add(var != counts.get(key, 0)).only_enforce_if(~eq)
+                same.append(eq)
+            model.add_bool_or([~eq for eq in same])
+            solver.parameters.max_time_in_seconds = max(
+                0.01, limit - (time.perf_counter() - started))
+        else:
             return infeasible(gang, self.name,
                               "solver counts could not be realised on GPUs; will retry", started)
         bound = solver.best_objective_bound
@@ -447,8 +470,21 @@ class CpSatEngine:
         model.add(sum(ps.cpu_milli * v for ps, v in entries) <= node.free_cpu_milli)
         model.add(sum(ps.memory_mib * v for ps, v in entries) <= node.free_memory_mib)
         model.add(sum(v for _, v in entries) <= node.free_pods)
-        model.add(sum(ps.whole_gpus * v for ps, v in entries) <= node.free_whole_gpus)
         model.add(sum(ps.gpu_milli_per_pod * v for ps, v in entries) <= node.free_gpu_milli)
+        # Shared-GPU pods go onto partly used GPUs, or onto whole free GPUs they "open",
+        # which whole-GPU pods then cannot take.
+        opened = []
+        for ps, v in entries:
+            if not ps.fractional:
+                continue
+            partial = sum(f // ps.gpu_milli for f in node.gpu_free if f < GPU_WHOLE)
+            per_gpu = GPU_WHOLE // ps.gpu_milli
+            k = model.new_int_var(0, node.free_whole_gpus, f"open[{ps.name},{node.name}]")
+            model.add(v <= partial + per_gpu * k)
+            opened.append(k)
+        model.add(
+            sum(ps.whole_gpus * v for ps, v in entries) + sum(opened) <= node.free_whole_gpus
+        )
         if strict and node.numa_zones:
             zone_vars: dict[int, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
             for ps, v in entries:
@@ -506,9 +542,10 @@ class CpSatEngine:
 
     # ------------------------------------------------------------------ slots
     @staticmethod
-    def _slots(problem: Problem, counts: dict[tuple[str, str], int]) -> list[Slot] | None:
+    def _slots(problem: Problem, counts: dict[tuple[str, str], int]) -> list[Slot] | str:
         """Turn counts into pods with GPUs and NUMA zones; consecutive indices of a pod set
-        go to neighbouring nodes (nodes ordered by their topology path)."""
+        go to neighbouring nodes (nodes ordered by their topology path). Returns the name
+        of a node that cannot hold its counts when the aggregated model over-promised."""
         gang = problem.gang
         nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
         scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
@@ -522,7 +559,7 @@ class CpSatEngine:
                 for _ in range(counts.get((ps.name, n), 0)):
                     fit = fit_pod(scratch.nodes[n], ps, gang.numa_policy)
                     if fit is None:
-                        return None
+                        return n
                     slot = Slot(ps.name, index, n, fit.gpu_indices, fit.numa_zone)
                     apply_slots(scratch, one, [slot])
                     slots.append(slot)

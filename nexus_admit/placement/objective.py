@@ -17,6 +17,7 @@ __all__ = [
     "TERMS",
     "evaluate_terms",
     "level_weight",
+    "numa_alignable",
     "stranded_vram_gib",
     "term_weights",
     "weighted_objective",
@@ -47,6 +48,14 @@ def stranded_vram_gib(problem: Problem, pod_set: PodSet, node: Node) -> float:
         return 0.0
     floor = problem.config.min_vram_utilization(problem.gang.tier) * node.gpu_memory_mib
     return max(0.0, floor - pod_set.vram_mib) / 1024.0
+
+
+def numa_alignable(node: Node, pod_set: PodSet) -> bool:
+    """Whether one NUMA zone of `node` could ever hold this pod's GPUs (an 8-GPU pod on a
+    node of two 4-GPU zones cannot, so it is not counted as unaligned)."""
+    if not node.numa_zones:
+        return False
+    return pod_set.whole_gpus <= max(len(z.gpu_indices) for z in node.numa_zones)
 
 
 def term_weights(problem: Problem) -> dict[str, int]:
@@ -86,7 +95,7 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
             gpu_milli_on[slot.node] += ps.gpu_milli_per_pod
             tier_mismatch += problem.class_cost(slot.node) * ps.gpu_milli_per_pod / GPU_WHOLE
             stranded += ps.gpus * stranded_vram_gib(problem, ps, node)
-        if node.numa_zones and slot.numa_zone is None:
+        if slot.numa_zone is None and numa_alignable(node, ps):
             unaligned += 1
     gpu_nodes = [nodes[name] for name in gpu_milli_on]
     # An island is broken when this gang starts using it but leaves part of it idle;

@@ -44,8 +44,13 @@ def node(
     }
 
 
-def container(cpu: str | None = "1", memory: str | None = "1Gi", gpus: int = 0,
-              limits_only: bool = False, **extra: Any) -> dict[str, Any]:
+def container(
+    cpu: str | None = "1",
+    memory: str | None = "1Gi",
+    gpus: int = 0,
+    limits_only: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
     req: dict[str, Any] = {}
     if cpu is not None:
         req["cpu"] = cpu
@@ -88,19 +93,36 @@ def pod(
     }
 
 
-def nrt(name: str, zones: list[tuple[str, int]], available: list[str] | None = None
-        ) -> dict[str, Any]:
+def nrt(
+    name: str, zones: list[tuple[str, int]], available: list[str] | None = None
+) -> dict[str, Any]:
     """zones: (cpu allocatable, gpus) per zone."""
     out = []
     for i, (cpu, gpus) in enumerate(zones):
-        res = [{"name": "cpu", "capacity": cpu, "allocatable": cpu,
-                "available": (available or [cpu] * len(zones))[i]}]
+        res = [
+            {
+                "name": "cpu",
+                "capacity": cpu,
+                "allocatable": cpu,
+                "available": (available or [cpu] * len(zones))[i],
+            }
+        ]
         if gpus:
-            res.append({"name": "nvidia.com/gpu", "capacity": str(gpus),
-                        "allocatable": str(gpus), "available": str(gpus)})
+            res.append(
+                {
+                    "name": "nvidia.com/gpu",
+                    "capacity": str(gpus),
+                    "allocatable": str(gpus),
+                    "available": str(gpus),
+                }
+            )
         out.append({"name": f"node-{i}", "type": "Node", "resources": res})
-    return {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
-            "metadata": {"name": name}, "zones": out}
+    return {
+        "apiVersion": "topology.node.k8s.io/v1alpha2",
+        "kind": "NodeResourceTopology",
+        "metadata": {"name": name},
+        "zones": out,
+    }
 
 
 def reservation(
@@ -120,8 +142,10 @@ def reservation(
     ps: dict[str, Any] = {"name": pod_set, "slots": slots, "gpuShare": gpu_share}
     if requests:
         ps["requests"] = {"cpu": cpu, "memory": memory}
-    spec: dict[str, Any] = {"workloadRef": {"name": workload, "namespace": namespace},
-                            "podSets": [ps]}
+    spec: dict[str, Any] = {
+        "workloadRef": {"name": workload, "namespace": namespace},
+        "podSets": [ps],
+    }
     if expires_at:
         spec["expiresAt"] = expires_at
     return {
@@ -189,41 +213,72 @@ def workload(
                 for ps in pod_sets
             ],
         }
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "creationTimestamp": created,
-                            "uid": f"uid-{name}", "labels": labels or {}}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "creationTimestamp": created,
+        "uid": f"uid-{name}",
+        "labels": labels or {},
+    }
     if owner_kind:
-        meta["ownerReferences"] = [{"apiVersion": "x/v1", "kind": owner_kind, "name": name,
-                                    "uid": "u", "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "x/v1", "kind": owner_kind, "name": name, "uid": "u", "controller": True}
+        ]
     spec: dict[str, Any] = {"queueName": queue, "podSets": pod_sets}
     if active is not None:
         spec["active"] = active
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
-            "spec": spec, "status": status}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": meta,
+        "spec": spec,
+        "status": status,
+    }
 
 
 def cluster_queue(name: str, tier: str | None = None) -> dict[str, Any]:
     labels = {"scheduling.kubenexus.io/tier": tier} if tier else {}
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-            "metadata": {"name": name, "labels": labels}, "spec": {}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+    }
 
 
 def local_queue(namespace: str, name: str, cq: str) -> dict[str, Any]:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": name, "namespace": namespace}, "spec": {"clusterQueue": cq}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cq},
+    }
 
 
-def flavor(name: str, node_labels: dict[str, str] | None = None,
-           tolerations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def flavor(
+    name: str,
+    node_labels: dict[str, str] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if node_labels:
         spec["nodeLabels"] = node_labels
     if tolerations:
         spec["tolerations"] = tolerations
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
-def admission_check(name: str = "nexus", controller: str = "kubenexus.io/placement"
-                    ) -> dict[str, Any]:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
-            "metadata": {"name": name}, "spec": {"controllerName": controller}}
+def admission_check(
+    name: str = "nexus", controller: str = "kubenexus.io/placement"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {"controllerName": controller},
+    }

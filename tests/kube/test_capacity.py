@@ -5,6 +5,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kube_factories import container, node, nrt, pod, reservation
 
 from nexus_admit.kube.errors import TranslationError
@@ -102,7 +104,9 @@ def test_overcommit_clamps_at_zero() -> None:
 def test_gpu_fraction_pods_share_the_fullest_device() -> None:
     ann = {"scheduling.kubenexus.io/gpu-fraction": "0.25"}
     pods = [pod(f"f{i}", "n1", gpus=1, annotations=ann) for i in range(3)]
-    pods.append(pod("half", "n1", gpus=1, annotations={"scheduling.kubenexus.io/gpu-fraction": "500m"}))
+    pods.append(
+        pod("half", "n1", gpus=1, annotations={"scheduling.kubenexus.io/gpu-fraction": "500m"})
+    )
     n = _snap([node("n1", gpus=2)], pods).nodes["n1"]
     # 0.25 ×3 stack on device 0 (fullest that fits), 0.5 then goes to device 1
     assert sorted(n.gpu_free) == [250, 500]
@@ -117,8 +121,13 @@ def test_time_slicing_replicas_make_units_shares() -> None:
 
 
 def test_malformed_gpu_fraction_annotation() -> None:
-    p = pod("p", "n1", namespace="ns", gpus=1,
-            annotations={"scheduling.kubenexus.io/gpu-fraction": "1.5"})
+    p = pod(
+        "p",
+        "n1",
+        namespace="ns",
+        gpus=1,
+        annotations={"scheduling.kubenexus.io/gpu-fraction": "1.5"},
+    )
     with pytest.raises(TranslationError) as e:
         _snap([node("n1")], [p])
     assert e.value.field == "metadata.annotations[scheduling.kubenexus.io/gpu-fraction]"
@@ -155,8 +164,7 @@ def _slots(*specs: tuple[str, list[int]]) -> list[dict[str, Any]]:
 
 
 def test_live_reservation_of_another_workload_takes_its_slots() -> None:
-    rr = reservation("rr1", "other", _slots(("n1", [4, 5]), ("n1", [6, 7])), cpu="8",
-                     memory="32Gi")
+    rr = reservation("rr1", "other", _slots(("n1", [4, 5]), ("n1", [6, 7])), cpu="8", memory="32Gi")
     n = _snap([node("n1", cpu="64", memory="512Gi")], [], [rr]).nodes["n1"]
     assert n.gpu_free == [GPU_WHOLE] * 4 + [0] * 4
     assert n.free_cpu_milli == 64_000 - 16_000
@@ -182,11 +190,18 @@ def test_reservation_without_expiry_is_live() -> None:
 
 
 def test_bound_slot_is_not_counted_twice() -> None:
-    rr = reservation("rr1", "w", _slots(("n1", [0, 1, 2, 3]), ("n1", [4, 5, 6, 7])),
-                     cpu="8", namespace="team")
-    bound = pod("w-0", "n1", namespace="team", cpu="8", gpus=4,
-                labels={"scheduling.kubenexus.io/reservation": "rr1"},
-                annotations={"scheduling.kubenexus.io/slot": "main/1"})
+    rr = reservation(
+        "rr1", "w", _slots(("n1", [0, 1, 2, 3]), ("n1", [4, 5, 6, 7])), cpu="8", namespace="team"
+    )
+    bound = pod(
+        "w-0",
+        "n1",
+        namespace="team",
+        cpu="8",
+        gpus=4,
+        labels={"scheduling.kubenexus.io/reservation": "rr1"},
+        annotations={"scheduling.kubenexus.io/slot": "main/1"},
+    )
     n = _snap([node("n1", cpu="64")], [bound], [rr]).nodes["n1"]
     assert n.free_cpu_milli == 64_000 - 16_000  # one pod + one open slot, not three
     assert n.free_pods == 108
@@ -196,8 +211,13 @@ def test_bound_slot_is_not_counted_twice() -> None:
 
 def test_bound_pod_uses_its_slot_devices_before_other_pods_choose() -> None:
     rr = reservation("rr1", "w", _slots(("n1", [0, 1])))
-    bound = pod("w-0", "n1", gpus=2, labels={"scheduling.kubenexus.io/reservation": "rr1"},
-                annotations={"scheduling.kubenexus.io/slot": "main/0"})
+    bound = pod(
+        "w-0",
+        "n1",
+        gpus=2,
+        labels={"scheduling.kubenexus.io/reservation": "rr1"},
+        annotations={"scheduling.kubenexus.io/slot": "main/0"},
+    )
     other = pod("x", "n1", gpus=2)
     n = _snap([node("n1", gpus=4)], [other, bound], [rr]).nodes["n1"]
     assert n.gpu_free == [0, 0, 0, 0]
@@ -205,8 +225,9 @@ def test_bound_pod_uses_its_slot_devices_before_other_pods_choose() -> None:
 
 def test_reservation_requests_fall_back_to_workload_template() -> None:
     rr = reservation("rr1", "w", _slots(("n1", [0])), requests=False)
-    n = _snap([node("n1", cpu="64")], [], [rr],
-              template_requests={("default/w", "main"): (6000, 2048, 1)}).nodes["n1"]
+    n = _snap(
+        [node("n1", cpu="64")], [], [rr], template_requests={("default/w", "main"): (6000, 2048, 1)}
+    ).nodes["n1"]
     assert n.free_cpu_milli == 58_000
     assert n.free_memory_mib == 512 * 1024 - 2048
 
@@ -227,17 +248,24 @@ def test_reservation_slot_with_gpu_count_picks_free_devices() -> None:
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda r: r["spec"]["podSets"][0]["slots"][0].update({"gpus": "all"}),
-         "spec.podSets[0].slots[0].gpus"),
-        (lambda r: r["spec"]["podSets"][0]["slots"][0].update({"gpus": [-1]}),
-         "spec.podSets[0].slots[0].gpus"),
-        (lambda r: r["spec"]["podSets"][0]["slots"][0].update({"numaZone": "x"}),
-         "spec.podSets[0].slots[0].numaZone"),
+        (
+            lambda r: r["spec"]["podSets"][0]["slots"][0].update({"gpus": "all"}),
+            "spec.podSets[0].slots[0].gpus",
+        ),
+        (
+            lambda r: r["spec"]["podSets"][0]["slots"][0].update({"gpus": [-1]}),
+            "spec.podSets[0].slots[0].gpus",
+        ),
+        (
+            lambda r: r["spec"]["podSets"][0]["slots"][0].update({"numaZone": "x"}),
+            "spec.podSets[0].slots[0].numaZone",
+        ),
         (lambda r: r["spec"].update({"expiresAt": "tomorrow"}), "spec.expiresAt"),
-        (lambda r: r["spec"]["podSets"][0].update({"requests": {"cpu": "many"}}),
-         "spec.podSets[0].requests"),
-        (lambda r: r["spec"]["podSets"][0].update({"gpuShare": "2"}),
-         "spec.podSets[0].gpuShare"),
+        (
+            lambda r: r["spec"]["podSets"][0].update({"requests": {"cpu": "many"}}),
+            "spec.podSets[0].requests",
+        ),
+        (lambda r: r["spec"]["podSets"][0].update({"gpuShare": "2"}), "spec.podSets[0].gpuShare"),
     ],
 )
 def test_malformed_reservation(mutate: Any, field: str) -> None:
@@ -257,3 +285,22 @@ def test_reservation_on_unknown_node_is_ignored() -> None:
 def test_duplicate_node_names_rejected() -> None:
     with pytest.raises(TranslationError, match="duplicate"):
         _snap([node("n1"), node("n1")])
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 40), st.integers(0, 8), st.sampled_from(["Running", "Succeeded"])),
+        max_size=12,
+    )
+)
+def test_free_capacity_property(pods_spec: list[tuple[int, int, str]]) -> None:
+    pods = [
+        pod(f"p{i}", "n1", cpu=str(cpu), memory="1Gi", gpus=g, phase=phase)
+        for i, (cpu, g, phase) in enumerate(pods_spec)
+    ]
+    live = [(c, g) for c, g, ph in pods_spec if ph == "Running"]
+    n = _snap([node("n1", cpu="64", memory="512Gi")], pods).nodes["n1"]
+    assert n.free_cpu_milli == max(0, 64_000 - 1000 * sum(c for c, _ in live))
+    assert n.free_pods == 110 - len(live)
+    assert n.gpu_count - n.free_whole_gpus == min(8, sum(g for _, g in live))
+    assert all(0 <= f <= GPU_WHOLE for f in n.gpu_free)

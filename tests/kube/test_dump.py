@@ -14,8 +14,9 @@ SAMPLE = Path(__file__).resolve().parents[2] / "config" / "samples" / "cluster-d
 
 
 def test_kubectl_list() -> None:
-    text = yaml.safe_dump({"apiVersion": "v1", "kind": "List",
-                           "items": [node("n1"), pod("p", "n1")]})
+    text = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "List", "items": [node("n1"), pod("p", "n1")]}
+    )
     objs = load_objects(text)
     assert [o["kind"] for o in objs] == ["Node", "Pod"]
 
@@ -24,10 +25,12 @@ def test_multi_document_with_nested_lists_and_typed_lists() -> None:
     docs = [
         node("n1"),
         None,
-        {"kind": "List", "items": [pod("p", "n1"),
-                                   {"kind": "List", "items": [node("n2")]}]},
-        {"apiVersion": "v1", "kind": "NodeList", "items": [
-            {"metadata": {"name": "n3"}, "status": {"allocatable": {"cpu": "1"}}}]},
+        {"kind": "List", "items": [pod("p", "n1"), {"kind": "List", "items": [node("n2")]}]},
+        {
+            "apiVersion": "v1",
+            "kind": "NodeList",
+            "items": [{"metadata": {"name": "n3"}, "status": {"allocatable": {"cpu": "1"}}}],
+        },
     ]
     text = yaml.safe_dump_all(docs)
     dump = ClusterDump.of(load_objects(text))
@@ -47,8 +50,11 @@ def test_bad_documents() -> None:
 
 
 def test_pending_workloads_in_creation_order() -> None:
-    ac = {"kind": "AdmissionCheck", "metadata": {"name": "nexus"},
-          "spec": {"controllerName": "kubenexus.io/placement"}}
+    ac = {
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "nexus"},
+        "spec": {"controllerName": "kubenexus.io/placement"},
+    }
     wls = [
         workload("late", [pod_set()], created="2025-05-01T10:00:02Z"),
         workload("early", [pod_set()], created="2025-05-01T10:00:01Z"),
@@ -56,24 +62,36 @@ def test_pending_workloads_in_creation_order() -> None:
     ]
     dump = ClusterDump.of([ac, *wls])
     assert [w["metadata"]["name"] for w in dump.pending_workloads()] == ["early", "late"]
-    assert dump.find_workload("default/ready") is wls[2]
-    assert dump.find_workload("ready") is wls[2]
+    assert dump.find_workload("default/ready") == wls[2]
+    assert dump.find_workload("ready") == wls[2]
     assert dump.find_workload("nope/ready") is None
 
 
 def test_placement_config_selection() -> None:
     def pc(name: str, tier: str) -> dict:
-        return {"apiVersion": "scheduling.kubenexus.io/v1alpha1", "kind": "PlacementConfig",
-                "metadata": {"name": name}, "spec": {"defaultTier": tier}}
+        return {
+            "apiVersion": "scheduling.kubenexus.io/v1alpha1",
+            "kind": "PlacementConfig",
+            "metadata": {"name": name},
+            "spec": {"defaultTier": tier},
+        }
 
     assert ClusterDump.of([]).placement_config() == PlacementConfig()
     assert ClusterDump.of([pc("only", "gold")]).placement_config().default_tier == "gold"
     both = [pc("default", "silver"), pc("other", "gold")]
     assert ClusterDump.of(both).placement_config().default_tier == "silver"
-    ac = {"kind": "AdmissionCheck", "metadata": {"name": "nexus"},
-          "spec": {"controllerName": "kubenexus.io/placement",
-                   "parameters": {"apiGroup": "scheduling.kubenexus.io",
-                                  "kind": "PlacementConfig", "name": "other"}}}
+    ac = {
+        "kind": "AdmissionCheck",
+        "metadata": {"name": "nexus"},
+        "spec": {
+            "controllerName": "kubenexus.io/placement",
+            "parameters": {
+                "apiGroup": "scheduling.kubenexus.io",
+                "kind": "PlacementConfig",
+                "name": "other",
+            },
+        },
+    }
     assert ClusterDump.of([*both, ac]).placement_config().default_tier == "gold"
     ac["spec"]["parameters"]["name"] = "ghost"
     with pytest.raises(TranslationError, match="ghost"):
@@ -91,7 +109,10 @@ def test_sample_dump() -> None:
     assert config.topology.topology_name == "gpu-fabric"
     pending = dump.pending_workloads()
     assert [w["metadata"]["name"] for w in pending] == [
-        "llm-pretrain", "resnet-sweep", "llama-405b-serve"]
+        "llm-pretrain",
+        "resnet-sweep",
+        "llama-405b-serve",
+    ]
     snap = dump.snapshot(exclude_workloads=["team-llm/llm-pretrain"])
     assert len(snap) == 8
     assert snap.kueue_topologies["gpu-fabric"][-1] == "kubernetes.io/hostname"

@@ -67,13 +67,19 @@ def test_capacity_used_when_allocatable_missing() -> None:
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda o: o["metadata"]["labels"].update({"nvidia.com/gpu.memory": "80GB"}),
-         "metadata.labels[nvidia.com/gpu.memory]"),
+        (
+            lambda o: o["metadata"]["labels"].update({"nvidia.com/gpu.memory": "80GB"}),
+            "metadata.labels[nvidia.com/gpu.memory]",
+        ),
         (lambda o: o["status"]["allocatable"].update({"cpu": "lots"}), "status.allocatable[cpu]"),
-        (lambda o: o["status"]["allocatable"].update({"memory": "-1Gi"}),
-         "status.allocatable[memory]"),
-        (lambda o: o["spec"].update({"taints": [{"key": "k", "effect": "Sometimes"}]}),
-         "spec.taints[0].effect"),
+        (
+            lambda o: o["status"]["allocatable"].update({"memory": "-1Gi"}),
+            "status.allocatable[memory]",
+        ),
+        (
+            lambda o: o["spec"].update({"taints": [{"key": "k", "effect": "Sometimes"}]}),
+            "spec.taints[0].effect",
+        ),
         (lambda o: o["spec"].update({"taints": [{"effect": "NoSchedule"}]}), "spec.taints[0].key"),
         (lambda o: o["metadata"].update({"labels": ["a"]}), "metadata.labels"),
     ],
@@ -128,15 +134,20 @@ def test_numa_label_fallback() -> None:
 
 def _slice(node_name: str, devices: list[dict[str, Any]], *, beta: bool = False) -> dict[str, Any]:
     if beta:
-        devices = [{"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
-                   for d in devices]
+        devices = [
+            {"name": d["name"], "basic": {k: v for k, v in d.items() if k != "name"}}
+            for d in devices
+        ]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node_name}-gpu"},
-        "spec": {"driver": "gpu.nvidia.com", "nodeName": node_name,
-                 "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-                 "devices": devices},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
     }
 
 

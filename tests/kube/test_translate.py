@@ -22,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_placement_config_object_and_bare_spec() -> None:
-    obj = {"apiVersion": "scheduling.kubenexus.io/v1alpha1", "kind": "PlacementConfig",
-           "metadata": {"name": "default"},
-           "spec": {"defaultTier": "gold", "topology": {"levels": ["rack"]}}}
+    obj = {
+        "apiVersion": "scheduling.kubenexus.io/v1alpha1",
+        "kind": "PlacementConfig",
+        "metadata": {"name": "default"},
+        "spec": {"defaultTier": "gold", "topology": {"levels": ["rack"]}},
+    }
     cfg = placement_config_from_object(obj)
     assert cfg.default_tier == "gold"
     assert cfg.topology.levels == ("rack",)
@@ -33,8 +36,11 @@ def test_placement_config_object_and_bare_spec() -> None:
 
 
 def test_placement_config_errors_name_the_field() -> None:
-    obj = {"kind": "PlacementConfig", "metadata": {"name": "p"},
-           "spec": {"solver": {"timeLimitSeconds": -1}, "bogus": 1}}
+    obj = {
+        "kind": "PlacementConfig",
+        "metadata": {"name": "p"},
+        "spec": {"solver": {"timeLimitSeconds": -1}, "bogus": 1},
+    }
     with pytest.raises(TranslationError) as e:
         placement_config_from_object(obj)
     assert e.value.obj_ref == "PlacementConfig p"
@@ -46,11 +52,22 @@ def test_reservation_object_round_trips_through_the_snapshot() -> None:
     wl = workload("w", [pod_set("workers", 2, cpu="8", memory="64Gi", gpus=4)], namespace="ns")
     gang = workload_to_gang(wl, config=PlacementConfig())
     placement = Placement(
-        gang="ns/w", policy="test", feasible=True, status=SolveStatus.OPTIMAL,
-        slots=[Slot("workers", 1, "n1", (4, 5, 6, 7), 1), Slot("workers", 0, "n1", (0, 1, 2, 3), 0)],
+        gang="ns/w",
+        policy="test",
+        feasible=True,
+        status=SolveStatus.OPTIMAL,
+        slots=[
+            Slot("workers", 1, "n1", (4, 5, 6, 7), 1),
+            Slot("workers", 0, "n1", (0, 1, 2, 3), 0),
+        ],
     )
-    rr = reservation_object(name="w-rr", workload=wl, gang=gang, placement=placement,
-                            expires_at=datetime(2030, 1, 1, tzinfo=UTC))
+    rr = reservation_object(
+        name="w-rr",
+        workload=wl,
+        gang=gang,
+        placement=placement,
+        expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+    )
     assert rr["kind"] == "ResourceReservation"
     assert rr["metadata"]["namespace"] == "ns"
     assert rr["metadata"]["ownerReferences"][0]["uid"] == "uid-w"
@@ -58,16 +75,21 @@ def test_reservation_object_round_trips_through_the_snapshot() -> None:
     assert ps["requests"] == {"cpu": "8", "memory": "65536Mi"}
     assert [s["index"] for s in ps["slots"]] == [0, 1]
     assert rr["spec"]["expiresAt"] == "2030-01-01T00:00:00Z"
-    snap = build_snapshot([node("n1", cpu="64", memory="512Gi")], [], [rr],
-                          now=datetime(2029, 1, 1, tzinfo=UTC))
+    snap = build_snapshot(
+        [node("n1", cpu="64", memory="512Gi")], [], [rr], now=datetime(2029, 1, 1, tzinfo=UTC)
+    )
     n = snap.nodes["n1"]
     assert n.free_whole_gpus == 0
     assert n.free_cpu_milli == 48_000
     assert n.free_memory_mib == 512 * 1024 - 128 * 1024
     with pytest.raises(ValueError):
-        reservation_object(name="x", workload=wl, gang=gang,
-                           placement=Placement("ns/w", "t", False, SolveStatus.INFEASIBLE),
-                           expires_at=datetime(2030, 1, 1, tzinfo=UTC))
+        reservation_object(
+            name="x",
+            workload=wl,
+            gang=gang,
+            placement=Placement("ns/w", "t", False, SolveStatus.INFEASIBLE),
+            expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+        )
 
 
 @pytest.mark.parametrize("name", ["placementconfigs.yaml", "resourcereservations.yaml"])
@@ -88,9 +110,12 @@ def _walk(schema: Any, path: str = "") -> list[str]:
             bad.append(f"{path}: anyOf")
         if schema.get("additionalProperties") is False:
             bad.append(f"{path}: additionalProperties false")
-        if "properties" in schema or "items" in schema or "additionalProperties" in schema:
-            if schema.get("type") not in ("object", "array"):
-                bad.append(f"{path}: missing type")
+        container = "properties" in schema or "items" in schema
+        if (container or "additionalProperties" in schema) and schema.get("type") not in (
+            "object",
+            "array",
+        ):
+            bad.append(f"{path}: missing type")
         for k, v in schema.items():
             if k in ("properties",):
                 for pk, pv in v.items():

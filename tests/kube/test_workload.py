@@ -39,10 +39,14 @@ def _kueue(**kw: Any) -> KueueIndex:
     return KueueIndex.of(**kw)
 
 
-def _gang(wl: dict[str, Any], kueue: KueueIndex | None = None, nodes: Any = None,
-          levels: Any = LEVELS, config: PlacementConfig = CONFIG):  # noqa: ANN202
-    return workload_to_gang(wl, config=config, kueue=kueue or _kueue(), nodes=nodes,
-                            levels=levels)
+def _gang(
+    wl: dict[str, Any],
+    kueue: KueueIndex | None = None,
+    nodes: Any = None,
+    levels: Any = LEVELS,
+    config: PlacementConfig = CONFIG,
+):
+    return workload_to_gang(wl, config=config, kueue=kueue or _kueue(), nodes=nodes, levels=levels)
 
 
 def test_basic_fields() -> None:
@@ -50,8 +54,14 @@ def test_basic_fields() -> None:
         "train",
         [
             pod_set("launcher", 1, cpu="2", memory="4Gi", gpus=0),
-            pod_set("workers", 4, cpu="96", memory="900Gi", gpus=8,
-                    annotations={"scheduling.kubenexus.io/gpu-memory": "70Gi"}),
+            pod_set(
+                "workers",
+                4,
+                cpu="96",
+                memory="900Gi",
+                gpus=8,
+                annotations={"scheduling.kubenexus.io/gpu-memory": "70Gi"},
+            ),
         ],
         namespace="team",
         owner_kind="MPIJob",
@@ -62,10 +72,21 @@ def test_basic_fields() -> None:
     assert g.workload_type is WorkloadType.TRAINING
     assert g.numa_policy is NumaPolicy.PREFERRED
     launcher, workers = g.pod_sets
-    assert (launcher.name, launcher.count, launcher.cpu_milli, launcher.memory_mib,
-            launcher.gpus) == ("launcher", 1, 2000, 4096, 0)
-    assert (workers.count, workers.cpu_milli, workers.memory_mib, workers.gpus,
-            workers.gpu_milli, workers.vram_mib) == (4, 96_000, 900 * 1024, 8, 1000, 70 * 1024)
+    assert (
+        launcher.name,
+        launcher.count,
+        launcher.cpu_milli,
+        launcher.memory_mib,
+        launcher.gpus,
+    ) == ("launcher", 1, 2000, 4096, 0)
+    assert (
+        workers.count,
+        workers.cpu_milli,
+        workers.memory_mib,
+        workers.gpus,
+        workers.gpu_milli,
+        workers.vram_mib,
+    ) == (4, 96_000, 900 * 1024, 8, 1000, 70 * 1024)
     assert workers.indexed and launcher.indexed  # MPIJob pods carry a rank
     assert workers.allowed_nodes is None
 
@@ -78,7 +99,9 @@ def test_admitted_count_overrides_spec_count_and_zero_count_sets_are_skipped() -
 
 
 def test_gpu_fraction() -> None:
-    wl = workload("w", [pod_set(gpus=1, annotations={"scheduling.kubenexus.io/gpu-fraction": "0.25"})])
+    wl = workload(
+        "w", [pod_set(gpus=1, annotations={"scheduling.kubenexus.io/gpu-fraction": "0.25"})]
+    )
     (ps,) = _gang(wl).pod_sets
     assert (ps.gpus, ps.gpu_milli, ps.fractional) == (1, 250, True)
     wl = workload("w", [pod_set(gpus=1, annotations={"scheduling.kubenexus.io/gpu-fraction": "1"})])
@@ -86,8 +109,10 @@ def test_gpu_fraction() -> None:
 
 
 def test_gpu_fraction_needs_exactly_one_gpu() -> None:
-    wl = workload("w", [pod_set(gpus=2, annotations={"scheduling.kubenexus.io/gpu-fraction": "0.5"})])
-    with pytest.raises(TranslationError, match="exactly nvidia.com/gpu: 1"):
+    wl = workload(
+        "w", [pod_set(gpus=2, annotations={"scheduling.kubenexus.io/gpu-fraction": "0.5"})]
+    )
+    with pytest.raises(TranslationError, match=r"exactly nvidia\.com/gpu: 1"):
         _gang(wl)
 
 
@@ -163,16 +188,20 @@ def test_classify_by_owner(kind: str, gpus: int, expected: WorkloadType) -> None
         ({}, 1, WorkloadType.BATCH),
     ],
 )
-def test_classify_plain_pods_by_labels(labels: dict[str, str], gpus: int,
-                                       expected: WorkloadType) -> None:
+def test_classify_plain_pods_by_labels(
+    labels: dict[str, str], gpus: int, expected: WorkloadType
+) -> None:
     wl = workload("w", [pod_set(gpus=gpus, labels=labels)], owner_kind="Pod")
     assert classify_workload(wl) is expected
 
 
 def test_indexed_job_with_gpus_is_training() -> None:
     wl = workload("w", [pod_set(count=4, gpus=8)], owner_kind="Job", namespace="ns")
-    job = {"kind": "Job", "metadata": {"name": "w", "namespace": "ns"},
-           "spec": {"completionMode": "Indexed"}}
+    job = {
+        "kind": "Job",
+        "metadata": {"name": "w", "namespace": "ns"},
+        "spec": {"completionMode": "Indexed"},
+    }
     kueue = _kueue(owners=[job])
     g = _gang(wl, kueue)
     assert g.workload_type is WorkloadType.TRAINING
@@ -181,14 +210,18 @@ def test_indexed_job_with_gpus_is_training() -> None:
 
 
 def test_workload_type_annotation_overrides() -> None:
-    wl = workload("w", [pod_set(annotations={"scheduling.kubenexus.io/workload-type": "Inference"})],
-                  owner_kind="JobSet")
+    wl = workload(
+        "w",
+        [pod_set(annotations={"scheduling.kubenexus.io/workload-type": "Inference"})],
+        owner_kind="JobSet",
+    )
     assert _gang(wl).workload_type is WorkloadType.INFERENCE
 
 
 def test_unknown_workload_type() -> None:
-    wl = workload("w", [pod_set(annotations={"scheduling.kubenexus.io/workload-type": "hpc"})],
-                  namespace="ns")
+    wl = workload(
+        "w", [pod_set(annotations={"scheduling.kubenexus.io/workload-type": "hpc"})], namespace="ns"
+    )
     with pytest.raises(TranslationError) as e:
         _gang(wl)
     assert e.value.obj_ref == "Workload ns/w"
@@ -199,7 +232,9 @@ def test_unknown_workload_type() -> None:
 
 
 def test_pod_index_label_marks_indexed() -> None:
-    wl = workload("w", [pod_set(topology_request={"podIndexLabel": "kubernetes.io/job-completion-index"})])
+    wl = workload(
+        "w", [pod_set(topology_request={"podIndexLabel": "kubernetes.io/job-completion-index"})]
+    )
     assert _gang(wl).pod_sets[0].indexed
 
 
@@ -207,8 +242,10 @@ def test_pod_index_label_marks_indexed() -> None:
 
 
 def test_topology_annotations() -> None:
-    ann = {"scheduling.kubenexus.io/required-topology": "topology.kubernetes.io/zone",
-           "scheduling.kubenexus.io/preferred-topology": "kubernetes.io/hostname"}
+    ann = {
+        "scheduling.kubenexus.io/required-topology": "topology.kubernetes.io/zone",
+        "scheduling.kubenexus.io/preferred-topology": "kubernetes.io/hostname",
+    }
     g = _gang(workload("w", [pod_set(annotations=ann), pod_set("b", annotations=ann)]))
     assert g.required_level == "topology.kubernetes.io/zone"
     assert g.preferred_level == "kubernetes.io/hostname"
@@ -217,8 +254,16 @@ def test_topology_annotations() -> None:
 def test_kueue_topology_request_is_a_fallback() -> None:
     wl = workload("w", [pod_set(topology_request={"required": "topology.kubernetes.io/zone"})])
     assert _gang(wl).required_level == "topology.kubernetes.io/zone"
-    wl = workload("w", [pod_set(annotations={
-        "kueue.x-k8s.io/podset-preferred-topology": "topology.kubernetes.io/zone"})])
+    wl = workload(
+        "w",
+        [
+            pod_set(
+                annotations={
+                    "kueue.x-k8s.io/podset-preferred-topology": "topology.kubernetes.io/zone"
+                }
+            )
+        ],
+    )
     assert _gang(wl).preferred_level == "topology.kubernetes.io/zone"
 
 
@@ -232,19 +277,33 @@ def test_unknown_topology_level() -> None:
 
 
 def test_pod_sets_must_agree_on_topology() -> None:
-    wl = workload("w", [
-        pod_set("a", annotations={"scheduling.kubenexus.io/required-topology": "kubernetes.io/hostname"}),
-        pod_set("b", annotations={"scheduling.kubenexus.io/required-topology": "topology.kubernetes.io/zone"}),
-    ])
+    wl = workload(
+        "w",
+        [
+            pod_set(
+                "a",
+                annotations={"scheduling.kubenexus.io/required-topology": "kubernetes.io/hostname"},
+            ),
+            pod_set(
+                "b",
+                annotations={
+                    "scheduling.kubenexus.io/required-topology": "topology.kubernetes.io/zone"
+                },
+            ),
+        ],
+    )
     with pytest.raises(TranslationError, match="disagree"):
         _gang(wl)
 
 
 def test_numa_policy_strictest_wins_and_default_from_config() -> None:
-    wl = workload("w", [
-        pod_set("a", annotations={"scheduling.kubenexus.io/numa-policy": "none"}),
-        pod_set("b", annotations={"scheduling.kubenexus.io/numa-policy": "single-numa-node"}),
-    ])
+    wl = workload(
+        "w",
+        [
+            pod_set("a", annotations={"scheduling.kubenexus.io/numa-policy": "none"}),
+            pod_set("b", annotations={"scheduling.kubenexus.io/numa-policy": "single-numa-node"}),
+        ],
+    )
     assert _gang(wl).numa_policy is NumaPolicy.SINGLE_NUMA_NODE
     cfg = PlacementConfig(numa_policy="none")
     assert _gang(workload("w", [pod_set()]), config=cfg).numa_policy is NumaPolicy.NONE
@@ -258,8 +317,9 @@ def test_numa_policy_strictest_wins_and_default_from_config() -> None:
 
 @pytest.mark.parametrize("bad", ["40GB", "lots", "0", "-4Gi"])
 def test_malformed_gpu_memory(bad: str) -> None:
-    wl = workload("w", [pod_set(annotations={"scheduling.kubenexus.io/gpu-memory": bad})],
-                  namespace="ns")
+    wl = workload(
+        "w", [pod_set(annotations={"scheduling.kubenexus.io/gpu-memory": bad})], namespace="ns"
+    )
     with pytest.raises(TranslationError) as e:
         _gang(wl)
     assert e.value.field == (
@@ -270,7 +330,9 @@ def test_malformed_gpu_memory(bad: str) -> None:
 
 
 def test_gpu_memory_ignored_without_gpus() -> None:
-    wl = workload("w", [pod_set(gpus=0, annotations={"scheduling.kubenexus.io/gpu-memory": "40Gi"})])
+    wl = workload(
+        "w", [pod_set(gpus=0, annotations={"scheduling.kubenexus.io/gpu-memory": "40Gi"})]
+    )
     assert _gang(wl).pod_sets[0].vram_mib == 0
 
 
@@ -279,14 +341,29 @@ def test_gpu_memory_ignored_without_gpus() -> None:
 
 def test_tolerations_selector_affinity_from_template() -> None:
     spec_extra = {
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                        {"operator": "Exists"}],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"operator": "Exists"},
+        ],
         "nodeSelector": {"pool": "a"},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100", "h200"]}]},
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n9"]}]},
-            ]}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "gpu", "operator": "In", "values": ["h100", "h200"]}
+                            ]
+                        },
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["n9"]}
+                            ]
+                        },
+                    ]
+                }
+            }
+        },
     }
     (ps,) = _gang(workload("w", [pod_set(spec_extra=spec_extra)])).pod_sets
     assert ps.tolerations == (
@@ -301,20 +378,31 @@ def test_tolerations_selector_affinity_from_template() -> None:
 
 
 def test_bad_affinity_operator() -> None:
-    spec_extra = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near"}]}]}}}}
+    spec_extra = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Near"}]}]
+                }
+            }
+        }
+    }
     with pytest.raises(TranslationError, match="not a node selector operator"):
         _gang(workload("w", [pod_set(spec_extra=spec_extra)]))
 
 
 def test_flavors_give_allowed_nodes_and_tolerations() -> None:
-    nodes = [node_from_object(node(n, product=p))[0]
-             for n, p in [("h1", "H100"), ("h2", "H100"), ("a1", "A100")]]
+    nodes = [
+        node_from_object(node(n, product=p))[0]
+        for n, p in [("h1", "H100"), ("h2", "H100"), ("a1", "A100")]
+    ]
     tol = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-    kueue = _kueue(resource_flavors=[flavor("h100", {"nvidia.com/gpu.product": "H100"}, [tol]),
-                                     flavor("cpu")])
-    wl = workload("w", [pod_set()], flavors={"nvidia.com/gpu": "h100", "cpu": "cpu",
-                                             "memory": "cpu"})
+    kueue = _kueue(
+        resource_flavors=[flavor("h100", {"nvidia.com/gpu.product": "H100"}, [tol]), flavor("cpu")]
+    )
+    wl = workload(
+        "w", [pod_set()], flavors={"nvidia.com/gpu": "h100", "cpu": "cpu", "memory": "cpu"}
+    )
     (ps,) = _gang(wl, kueue, nodes=nodes).pod_sets
     assert ps.allowed_nodes == frozenset({"h1", "h2"})
     assert ps.tolerations == (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"),)
@@ -342,18 +430,30 @@ def test_missing_flavor() -> None:
     ("mutate", "field"),
     [
         (lambda w: w["spec"].update({"podSets": []}), "spec.podSets"),
-        (lambda w: (w["spec"]["podSets"][0].update({"count": -1}), w.pop("status")),
-         "spec.podSets[0].count"),
-        (lambda w: w["status"]["admission"]["podSetAssignments"][0].update({"count": "x"}),
-         "status.admission.podSetAssignments[0].count"),
-        (lambda w: w["spec"]["podSets"][0]["template"]["spec"].update({"containers": "c"}),
-         "spec.podSets[0].template.spec.containers"),
-        (lambda w: w["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]
-         ["requests"].update({"cpu": "fast"}),
-         "spec.podSets[0].template.spec.containers[0].resources.requests[cpu]"),
-        (lambda w: w["spec"]["podSets"][0]["template"]["spec"].update(
-            {"tolerations": [{"operator": "Equal", "value": "x"}]}),
-         "spec.podSets[0].template.spec.tolerations[0]"),
+        (
+            lambda w: (w["spec"]["podSets"][0].update({"count": -1}), w.pop("status")),
+            "spec.podSets[0].count",
+        ),
+        (
+            lambda w: w["status"]["admission"]["podSetAssignments"][0].update({"count": "x"}),
+            "status.admission.podSetAssignments[0].count",
+        ),
+        (
+            lambda w: w["spec"]["podSets"][0]["template"]["spec"].update({"containers": "c"}),
+            "spec.podSets[0].template.spec.containers",
+        ),
+        (
+            lambda w: w["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"][
+                "requests"
+            ].update({"cpu": "fast"}),
+            "spec.podSets[0].template.spec.containers[0].resources.requests[cpu]",
+        ),
+        (
+            lambda w: w["spec"]["podSets"][0]["template"]["spec"].update(
+                {"tolerations": [{"operator": "Equal", "value": "x"}]}
+            ),
+            "spec.podSets[0].template.spec.tolerations[0]",
+        ),
     ],
 )
 def test_structural_errors(mutate: Any, field: str) -> None:
@@ -374,8 +474,9 @@ def test_all_zero_counts() -> None:
 
 
 def test_pending_on_our_check() -> None:
-    checks = our_check_names([admission_check("nexus"),
-                              admission_check("prov", "kueue.x-k8s.io/provisioning-request")])
+    checks = our_check_names(
+        [admission_check("nexus"), admission_check("prov", "kueue.x-k8s.io/provisioning-request")]
+    )
     assert checks == {"nexus"}
     assert is_pending_on_check(workload("w", [pod_set()]), checks)
 
@@ -399,11 +500,27 @@ def test_not_pending(change: dict[str, Any]) -> None:
 
 
 def test_pending_other_conditions_false_are_fine() -> None:
-    wl = workload("w", [pod_set()], conditions={"QuotaReserved": "True", "Evicted": "False",
-                                               "Admitted": "False"}, active=None)
+    wl = workload(
+        "w",
+        [pod_set()],
+        conditions={"QuotaReserved": "True", "Evicted": "False", "Admitted": "False"},
+        active=None,
+    )
     assert is_pending_on_check(wl, {"nexus"})
 
 
 def test_without_admission_check_objects_any_pending_check_counts() -> None:
     assert is_pending_on_check(workload("w", [pod_set()], check="whatever"), None)
     assert KueueIndex().our_checks() is None
+
+
+def test_tas_pod_sets() -> None:
+    from nexus_admit.kube.workload import tas_pod_sets
+
+    tas = flavor("tas", {"pool": "a"})
+    tas["spec"]["topologyName"] = "fabric"
+    kueue = _kueue(resource_flavors=[tas, flavor("plain")])
+    wl = workload("w", [pod_set("a"), pod_set("b")])
+    wl["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"cpu": "tas"}
+    wl["status"]["admission"]["podSetAssignments"][1]["flavors"] = {"cpu": "plain"}
+    assert tas_pod_sets(wl, kueue) == ["a"]

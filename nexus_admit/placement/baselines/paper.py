@@ -51,6 +51,8 @@ def _no_choice(idx: IntArray) -> IntArray:
 
 
 class RandomPaperPolicy(VectorPolicy):
+    tie_break = "random"
+
     def __init__(self, seed: int = 0) -> None:
         super().__init__("paper-random", seed)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,6 +75,7 @@ class NodeMirror:
             self.gpu[rows, cols] = flat
         self.version = np.zeros(n, dtype=np.int64)
         self.stale: set[int] = set()
+        self.rank = np.arange(n, dtype=np.int64)  # tie-break order, set by the policy
         self._masks: dict[int, tuple[Sequence[str], BoolArray]] = {}
 
     def matches(self, snapshot: ClusterSnapshot) -> bool:
@@ -141,10 +143,18 @@ class _ShapeScores:
 
 class VectorPolicy:
     """Base class. Subclasses implement `scores(mirror, idx, pod_set)` → (score, gpu choice)
-    for the nodes `idx` (higher score is better), and may override `choose_gpu`."""
+    for the nodes `idx` (higher score is better), and may override `choose_gpu`.
+
+    Ties between equally scored nodes: `tie_break = "rank"` takes the node first in a fixed
+    pseudo-random order of node names drawn from the seed (what the FGD paper's simulator
+    does: it prefixes node names with a seeded random permutation and keeps the first best
+    node), `"random"` draws uniformly for every pod."""
+
+    tie_break = "rank"
 
     def __init__(self, name: str, seed: int = 0) -> None:
         self.name = name
+        self._seed = seed
         self._rng = np.random.default_rng(seed)
         self._mirror: NodeMirror | None = None
         self._cache: dict[tuple[object, ...], _ShapeScores] = {}
@@ -169,6 +179,9 @@ class VectorPolicy:
             m.catch_up()
             return m
         m = NodeMirror(snapshot)
+        m.rank = np.fromiter(
+            (zlib.crc32(f"{self._seed}/{name}".encode()) for name in m.names), np.int64, m.size
+        )
         self._mirror = m
         self._cache.clear()
         return m
@@ -233,8 +246,12 @@ class VectorPolicy:
             if not ok.any():
                 return None
             best = entry.score[ok].max()
-            ties = np.flatnonzero(ok & (entry.score == best))
-            i = int(ties[self._rng.integers(len(ties))]) if len(ties) > 1 else int(ties[0])
+            top = ok & (entry.score == best)
+            if self.tie_break == "rank":
+                i = int(np.argmin(np.where(top, m.rank, np.iinfo(np.int64).max)))
+            else:
+                ties = np.flatnonzero(top)
+                i = int(ties[self._rng.integers(len(ties))]) if len(ties) > 1 else int(ties[0])
             name = m.names[i]
             sub = scratch.get(name)
             if sub is None:

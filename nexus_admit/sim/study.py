@@ -1,0 +1,138 @@
+"""Runs many openb runs (trace × policy × seed) in a process pool with a progress bar, and
+aggregates them into the table of the paper (mean allocation at 100 % / 130 % arrived)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nexus_admit.sim.openb import DEFAULT_DATA, PUBLISHED, OpenbRun, run_openb
+
+__all__ = ["StudySpec", "StudyResult", "run_study", "summarise"]
+
+# Policies of the paper's table, in its order, then ours.
+PAPER_POLICIES = ("paper-random", "dotprod", "gpu-clustering", "gpu-packing", "paper-bestfit",
+                  "fgd")
+LABELS = {
+    "paper-random": "Random", "dotprod": "DotProd", "gpu-clustering": "GpuClustering",
+    "gpu-packing": "GpuPacking", "paper-bestfit": "BestFit", "fgd": "FGD", "nexus": "nexus",
+}
+
+
+@dataclass
+class StudySpec:
+    traces: Sequence[str]
+    policies: Sequence[str]
+    seeds: Sequence[int]
+    data: Path = DEFAULT_DATA
+    workers: int = 2
+    node_fraction: float = 1.0
+    # policy -> seeds to run it on (e.g. the CP-SAT engine on fewer seeds); default: all
+    seeds_for: dict[str, Sequence[int]] = field(default_factory=dict)
+
+    def tasks(self) -> list[tuple[str, str, int]]:
+        out = []
+        for trace in self.traces:
+            for policy in self.policies:
+                for seed in self.seeds_for.get(policy, self.seeds):
+                    out.append((trace, policy, seed))
+        # slowest first so the pool drains evenly
+        return sorted(out, key=lambda t: (t[1] != "nexus", t[1] != "fgd"))
+
+
+@dataclass
+class StudyResult:
+    spec: StudySpec
+    runs: list[OpenbRun]
+    seconds: float
+
+    def table(self) -> list[dict[str, Any]]:
+        return summarise(self.runs)
+
+
+def _one(task: tuple[str, str, int], data: str, node_fraction: float) -> OpenbRun:
+    trace, policy, seed = task
+    return run_openb(trace, policy, seed, Path(data), node_fraction=node_fraction)
+
+
+def run_study(
+    spec: StudySpec,
+    on_progress: Callable[[int, int, OpenbRun], None] | None = None,
+) -> StudyResult:
+    started = time.perf_counter()
+    tasks = spec.tasks()
+    runs: list[OpenbRun] = []
+    if spec.workers <= 1:
+        for task in tasks:
+            run = _one(task, str(spec.data), spec.node_fraction)
+            runs.append(run)
+            if on_progress:
+                on_progress(len(runs), len(tasks), run)
+    else:
+        workers = min(spec.workers, len(tasks), os.cpu_count() or 1)
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures: list[Future[OpenbRun]] = [
+                pool.submit(_one, task, str(spec.data), spec.node_fraction) for task in tasks
+            ]
+            pending = set(futures)
+            while pending:
+                done = {f for f in pending if f.done()}
+                for f in done:
+                    run = f.result()
+                    runs.append(run)
+                    if on_progress:
+                        on_progress(len(runs), len(tasks), run)
+                pending -= done
+                if pending:
+                    time.sleep(0.2)
+    runs.sort(key=lambda r: (r.trace, r.policy, r.seed))
+    return StudyResult(spec, runs, time.perf_counter() - started)
+
+
+def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
+    """One row per (trace, policy): mean/stdev allocation at 100 % and 130 %, the published
+    figure and the difference, failed pods, 8-GPU nodes broken at 100 %, seconds per run."""
+    groups: dict[tuple[str, str], list[OpenbRun]] = defaultdict(list)
+    for r in runs:
+        groups[(r.trace, r.policy)].append(r)
+    rows = []
+    for (trace, policy), rs in groups.items():
+        a100 = [r.alloc_100 for r in rs]
+        a130 = [r.alloc_130 for r in rs]
+        broken = []
+        for r in rs:
+            if 100 in r.curve_arrived:
+                broken.append(r.curve_broken8[r.curve_arrived.index(100)])
+        pub = PUBLISHED.get((trace, policy))
+        rows.append({
+            "trace": trace,
+            "policy": policy,
+            "label": LABELS.get(policy, policy),
+            "seeds": sorted(r.seed for r in rs),
+            "alloc_100": round(statistics.fmean(a100), 2),
+            "alloc_130": round(statistics.fmean(a130), 2),
+            "alloc_100_sd": round(statistics.pstdev(a100), 2),
+            "alloc_130_sd": round(statistics.pstdev(a130), 2),
+            "published_100": pub[0] if pub else None,
+            "published_130": pub[1] if pub else None,
+            "diff_100": round(statistics.fmean(a100) - pub[0], 2) if pub else None,
+            "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
+            "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
+            "broken8_at_100": round(statistics.fmean(broken), 1) if broken else None,
+            "nodes8": rs[0].nodes8,
+            "seconds_per_run": round(statistics.fmean(r.seconds for r in rs), 1),
+            "place_ms_per_pod": round(1000 * statistics.fmean(r.place_seconds / max(r.pods, 1)
+                                                              for r in rs), 3),
+        })
+    trace_order = {"default": 0, "multigpu50": 1, "gpuspec33": 2}
+    pol_order = {p: i for i, p in enumerate((*PAPER_POLICIES, "nexus"))}
+    rows.sort(key=lambda r: (trace_order.get(r["trace"], 9), pol_order.get(r["policy"], 99),
+                             r["policy"]))
+    return rows
