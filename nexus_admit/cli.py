@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from nexus_admit.commands import bench, plan
+from nexus_admit.commands import bench, plan, simulate
 
 __all__ = ["app", "main"]
 
@@ -26,6 +26,7 @@ def _root() -> None:
 
 plan.register(app)
 bench.register(app)
+simulate.register(app)
 
 
 def main() -> None:

@@ -88,7 +88,7 @@ class SolverSettings(_Spec):
     # workers (LP-based, core-based, LNS...) prove placements faster than 2.
     workers: int = Field(default=8, ge=1, le=64)
     # Above this many candidate nodes the engine prunes to the best domains first.
-    max_candidate_nodes: int = Field(default=160, ge=8)
+    max_candidate_nodes: int = Field(default=240, ge=8)
     # Stop when the objective is proven within this fraction of optimal (large models
     # only: models of at most `exactBelowNodes` nodes are always solved to proven optimum).
     relative_gap: float = Field(default=0.005, ge=0.0, le=1.0)

@@ -195,31 +195,67 @@ class CpSatEngine:
             node.clique,
         )
 
-    def _node_cost(self, problem: Problem, name: str) -> float:
-        """Greedy per-pod cost estimate of using `name` (ranking only, not the objective)."""
+    @staticmethod
+    def _pod_cost(problem: Problem, name: str, weights: dict[str, int]) -> float:
+        """The cheapest per-pod linear objective cost (tier, VRAM) of any pod set here."""
         node = problem.node(name)
-        w = problem.config.weights
-        cost = 0.0
-        for ps in problem.gang.pod_sets:
-            cap = 0
-            if ps.gpus:
-                cost += w.tier_mismatch * problem.class_cost(name) * ps.gpu_milli_per_pod / 1000
-                cost += w.vram_stranded * ps.gpus * stranded_vram_gib(problem, ps, node)
-                cap = pod_capacity(node, ps, problem.gang.numa_policy)
-                if problem.is_island(node) and node.is_pristine() and cap < ps.count:
-                    cost += w.island_broken / max(cap, 1)
-        return cost
+        costs = [
+            weights["tierMismatch"] * problem.class_cost(name) * ps.gpu_milli_per_pod / 1000
+            + weights["vramStrandedGiB"] * ps.gpus * stranded_vram_gib(problem, ps, node)
+            for ps in problem.gang.pod_sets
+        ]
+        return min(costs, default=0.0)
+
+    def _lower_bound(
+        self, problem: Problem, members: Sequence[str], li: int, room: dict[str, int],
+        pod_cost: dict[str, float], weights: dict[str, int],
+    ) -> float:
+        """A valid lower bound of the objective for the gang placed inside `members`: the
+        fewest nodes and sub-domains that can hold it, and its cheapest per-pod costs."""
+        need = problem.gang.pod_count
+
+        def fewest(rooms: Iterable[int]) -> int:
+            total, count = 0, 0
+            for r in sorted(rooms, reverse=True):
+                if total >= need:
+                    break
+                total += r
+                count += 1
+            return count
+
+        bound = weights["nodesUsed"] * fewest(room[m] for m in members)
+        for lj in range(li + 1, len(problem.levels) - 1):
+            sub: dict[Domain | None, int] = defaultdict(int)
+            for m in members:
+                sub[problem.paths[m][lj]] += room[m]
+            bound += weights["domainSpread"] * level_weight(problem, lj) * (
+                fewest(sub.values()) - 1
+            )
+        filled, cost = 0, 0.0
+        for m in sorted(members, key=lambda m: pod_cost[m]):
+            take = min(room[m], need - filled)
+            cost += take * pod_cost[m]
+            filled += take
+            if filled >= need:
+                break
+        return bound + cost
 
     def _prune_domains(self, problem: Problem, red: Reduction) -> Reduction:
-        """Keep the nodes of the best domains at the lowest level where one domain holds
-        the whole gang. Domains are pre-ranked by a cheap per-node cost, then the best few
-        are scored by the objective of a greedy (Kueue-TAS-like) fill inside them."""
+        """Domain-first decomposition. At the lowest level where one domain holds the whole
+        gang, bound every such domain from below, take the best greedy (Kueue-TAS-like)
+        fill of the most promising ones as an upper bound, and keep the nodes of the
+        domains whose lower bound does not exceed it, best first, within the node budget."""
         budget = problem.config.solver.max_candidate_nodes
-        node_cost = {n: self._node_cost(problem, n) for n in red.nodes}
-        room: dict[tuple[str, str], int] = dict(red.caps)
+        weights = term_weights(problem)
+        need = problem.gang.pod_count
+        room: dict[str, int] = defaultdict(int)
+        for (_, n), c in red.caps.items():
+            room[n] = min(need, room[n] + c)
+        pod_cost = {n: self._pod_cost(problem, n, weights) for n in red.nodes}
         host = len(problem.levels) - 1
-        if problem.gang.required_level is not None:
-            levels: Iterable[int] = [problem.levels.index(problem.gang.required_level)]
+        required = problem.gang.required_level is not None
+        if required:
+            levels: Iterable[int] = [problem.levels.index(problem.gang.required_level or "")]
         else:
             start = host - 1
             if problem.gang.preferred_level:
@@ -229,38 +265,80 @@ class CpSatEngine:
             domains: dict[Domain | None, list[str]] = defaultdict(list)
             for n in red.nodes:
                 domains[problem.paths[n][li]].append(n)
-            fitting: list[tuple[float, Domain, list[str]]] = []
+            ranked: list[tuple[float, Domain, list[str]]] = []
             for d, members in domains.items():
-                if d is None or not self._holds(problem, room, members):
+                if d is None or not self._holds(problem, red.caps, members):
                     continue
-                members.sort(key=lambda m: node_cost[m])
-                cheap = sum(node_cost[m] for m in members[: problem.gang.pod_count])
-                fitting.append((cheap, d, members))
-            if not fitting:
+                lb = self._lower_bound(problem, members, li, room, pod_cost, weights)
+                ranked.append((lb, d, members))
+            if not ranked:
                 continue
-            fitting.sort(key=lambda r: (r[0], r[1]))
-            scored = []
-            for _, d, members in fitting[:12]:
-                scored.append((self._greedy_objective(problem, red, members), d, members))
-            scored.sort(key=lambda r: (r[0], r[1]))
+            ranked.sort(key=lambda r: (r[0], r[1]))
+            upper: dict[Domain, float] = {}
+            for _, d, members in ranked[:6]:
+                found = self._greedy(problem, red, members)
+                upper[d] = found[0] if found else float("inf")
+            best_upper = min(upper.values())
+            # among equal lower bounds, the domain with the better greedy fill first
+            ranked.sort(key=lambda r: (r[0], upper.get(r[1], float("inf")), r[1]))
             kept: list[str] = []
-            for _, _, members in scored:
-                if kept and len(kept) + len(members) > budget:
-                    continue
-                kept.extend(members[: budget - len(kept)])
-                if len(kept) >= budget:
-                    break
-            return self._restrict(red, kept, f"pruned to {len(kept)} nodes in the best "
-                                             f"{problem.levels[li]} domains for this gang")
+            complete = True
+            spanning = self._lower_bound(problem, red.nodes, li - 1, room, pod_cost, weights)
+            if not required and spanning < best_upper:
+                # Spreading over several domains might beat every single domain: give half
+                # the budget to the best single domains, half to the densest cheap racks.
+                budget //= 2
+                kept = self._dense_racks(problem, red, room, pod_cost, budget)
+                complete = False
+            kept_set = set(kept)
+            for lb, _, members in ranked:
+                members = [m for m in members if m not in kept_set]
+                if lb > best_upper:
+                    break  # no placement inside this domain can beat the greedy one
+                if len(kept) + len(members) > budget * (2 if kept_set else 1):
+                    complete = False
+                    if len(kept) > len(kept_set):
+                        break
+                    members = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
+                    members = members[: max(0, budget * (2 if kept_set else 1) - len(kept))]
+                kept.extend(members)
+            note = (f"pruned to {len(kept)} nodes in the {problem.levels[li]} domains whose "
+                    f"lower bound beats the greedy placement")
+            # Exact when the gang must stay in one domain and every promising one was kept.
+            return self._restrict(red, kept, note, exact=required and complete)
         # No domain holds the gang at any level: keep the cheapest nodes overall.
-        order = sorted(red.nodes, key=lambda m: node_cost[m])
+        order = sorted(red.nodes, key=lambda m: (pod_cost[m], -room[m]))
         kept, filled = [], 0
         for m in order:
-            if len(kept) >= budget and filled >= 2 * problem.gang.pod_count:
+            if len(kept) >= budget and filled >= 2 * need:
                 break
             kept.append(m)
-            filled += sum(c for (_, n), c in red.caps.items() if n == m)
+            filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+    @staticmethod
+    def _dense_racks(
+        problem: Problem, red: Reduction, room: dict[str, int], pod_cost: dict[str, float],
+        budget: int,
+    ) -> list[str]:
+        """Nodes of the lowest-level domains (racks) that hold the most pods at the lowest
+        per-pod cost, best first, up to `budget` nodes."""
+        rack_level = len(problem.levels) - 2
+        racks: dict[Domain | None, list[str]] = defaultdict(list)
+        for n in red.nodes:
+            racks[problem.paths[n][rack_level] if rack_level >= 0 else None].append(n)
+
+        def key(members: list[str]) -> tuple[float, int]:
+            total = sum(room[m] for m in members)
+            per_pod = sum(pod_cost[m] * room[m] for m in members) / max(total, 1)
+            return (round(per_pod, 3), -total)
+
+        kept: list[str] = []
+        for members in sorted(racks.values(), key=key):
+            if len(kept) + len(members) > budget:
+                break
+            kept.extend(members)
+        return kept
 
     @staticmethod
     def _holds(problem: Problem, room: dict[tuple[str, str], int], members: list[str]) -> bool:
@@ -269,40 +347,74 @@ class CpSatEngine:
             for ps in problem.gang.pod_sets
         )
 
-    def _greedy_objective(self, problem: Problem, red: Reduction, members: list[str]) -> float:
-        counts = self._greedy_counts(problem, red, members)
-        if counts is None:
-            return float("inf")
-        slots = self._slots(problem, counts)
-        if isinstance(slots, str):
-            return float("inf")
-        return weighted_objective(problem, evaluate_terms(problem, slots))
+    def _greedy(
+        self, problem: Problem, red: Reduction, members: Sequence[str]
+    ) -> tuple[float, dict[tuple[str, str], int]] | None:
+        """The best of Kueue-TAS-style greedy fills restricted to the nodes whose per-pod
+        cost is at most each distinct cost level (so cheap hardware is used first):
+        (objective, counts), or None when no fill succeeds."""
+        weights = term_weights(problem)
+        cost = {m: self._pod_cost(problem, m, weights) for m in members}
+        best: tuple[float, dict[tuple[str, str], int]] | None = None
+        for level in sorted(set(cost.values())):
+            subset = [m for m in members if cost[m] <= level]
+            if not self._holds(problem, red.caps, subset):
+                continue
+            counts = self._greedy_counts(problem, red, subset)
+            if counts is None:
+                continue
+            slots = self._slots(problem, counts)
+            if isinstance(slots, str):
+                continue
+            value = weighted_objective(problem, evaluate_terms(problem, slots))
+            if best is None or value < best[0]:
+                best = (value, counts)
+            if len(subset) == len(members):
+                break
+        return best
 
     @staticmethod
-    def _restrict(red: Reduction, kept: Sequence[str], note: str) -> Reduction:
+    def _restrict(red: Reduction, kept: Sequence[str], note: str, exact: bool = False) -> Reduction:
         keep = set(kept)
         caps = {k: v for k, v in red.caps.items() if k[1] in keep}
         twins = [[n for n in group if n in keep] for group in red.twins]
-        return Reduction(list(kept), caps, False, [*red.notes, note],
+        return Reduction(list(kept), caps, exact and red.exact, [*red.notes, note],
                          [g for g in twins if len(g) > 1])
 
     # ------------------------------------------------------------------ model
+    @staticmethod
+    def _groups(problem: Problem, red: Reduction) -> dict[str, list[str]]:
+        """Model units: interchangeable nodes (twins) become one unit with a multiplicity
+        when the gang is one GPU pod set that packs; otherwise every node is its own unit."""
+        gang = problem.gang
+        single = len(gang.pod_sets) == 1 and gang.pod_sets[0].gpus > 0
+        if not (single and gang.workload_type.packs):
+            return {n: [n] for n in red.nodes}
+        groups: dict[str, list[str]] = {n: [n] for n in red.nodes}
+        for twins in red.twins:
+            for n in twins[1:]:
+                del groups[n]
+            groups[twins[0]] = list(twins)
+        return groups
+
     def _solve(self, problem: Problem, red: Reduction, started: float) -> Placement:
         gang = problem.gang
         config = problem.config
         weights = term_weights(problem)
         strict = gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        groups = self._groups(problem, red)
         model = cp_model.CpModel()
+        # x[(pod set, unit)]: pods of the set on the unit's nodes; used[unit]: nodes used
         x: dict[tuple[str, str], cp_model.IntVar] = {}
-        for (p, n), cap in red.caps.items():
-            x[(p, n)] = model.new_int_var(0, cap, f"x[{p},{n}]")
-        by_node: dict[str, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
+        by_unit: dict[str, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
         for ps in gang.pod_sets:
-            terms = [x[(ps.name, n)] for n in red.nodes if (ps.name, n) in x]
-            model.add(sum(terms) == ps.count)
-            for n in red.nodes:
-                if (ps.name, n) in x:
-                    by_node[n].append((ps, x[(ps.name, n)]))
+            for rep, members in groups.items():
+                cap = red.caps.get((ps.name, rep), 0)
+                if cap:
+                    var = model.new_int_var(0, min(ps.count, cap * len(members)), f"x[{ps.name},{rep}]")
+                    x[(ps.name, rep)] = var
+                    by_unit[rep].append((ps, var))
+            model.add(sum(v for (p, _), v in x.items() if p == ps.name) == ps.count)
 
         used: dict[str, cp_model.IntVar] = {}
         gpu_used: dict[str, cp_model.IntVar] = {}
@@ -311,31 +423,36 @@ class CpSatEngine:
         vram_w, numa_w = weights["vramStrandedGiB"], weights["numaUnaligned"]
         isl_w = weights["islandsBroken"]
         filled: dict[str, cp_model.IntVar] = {}
-        for n, entries in by_node.items():
-            node = problem.node(n)
-            u = model.new_bool_var(f"used[{n}]")
-            used[n] = u
+        for rep, entries in by_unit.items():
+            node = problem.node(rep)
+            m = len(groups[rep])
+            u = model.new_int_var(0, m, f"used[{rep}]")
+            used[rep] = u
             for ps, var in entries:
-                model.add(var <= red.caps[(ps.name, n)] * u)
-            model.add(sum(v for _, v in entries) >= u)
+                model.add(var <= red.caps[(ps.name, rep)] * u)
+            model.add(sum(v for _, v in entries) >= u)  # a used node holds at least one pod
             self._node_capacity(model, node, entries, strict, red.caps)
             for ps, var in entries:
                 if numa_w and not strict and numa_alignable(node, ps):
                     aligned = pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE)
-                    if aligned < red.caps[(ps.name, n)]:
-                        un = model.new_int_var(0, red.caps[(ps.name, n)], f"unaligned[{ps.name},{n}]")
-                        model.add(un >= var - aligned)
+                    if aligned < red.caps[(ps.name, rep)]:
+                        un = model.new_int_var(0, ps.count, f"unaligned[{ps.name},{rep}]")
+                        model.add(un >= var - aligned * u)
                         objective.append(numa_w * SCALE * un)
             gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
             if not gpu_entries:
                 continue
-            g = model.new_bool_var(f"gpu_used[{n}]")
-            gpu_used[n] = g
-            for ps, var in gpu_entries:
-                model.add(var <= red.caps[(ps.name, n)] * g)
+            if len(gpu_entries) == len(entries):
+                g = u
+            else:
+                g = model.new_bool_var(f"gpu_used[{rep}]")
+                for ps, var in gpu_entries:
+                    model.add(var <= red.caps[(ps.name, rep)] * g)
+                model.add(g <= u)
+            gpu_used[rep] = g
             milli = sum(ps.gpu_milli_per_pod * v for ps, v in gpu_entries)
             model.add(milli >= g)
-            cost = problem.class_cost(n)
+            cost = problem.class_cost(rep)
             for ps, var in gpu_entries:
                 coef = tier_w * cost * ps.gpu_milli_per_pod  # × SCALE / 1000
                 coef += round(vram_w * ps.gpus * stranded_vram_gib(problem, ps, node) * SCALE)
@@ -344,28 +461,34 @@ class CpSatEngine:
                     objective.append(coef * var)
             if frag_w:
                 objective.append(frag_w * node.free_gpu_milli * g)
-            if problem.is_island(node) and node.is_pristine() or node.clique in problem.pristine_cliques:
-                f = model.new_bool_var(f"filled[{n}]")
-                filled[n] = f
-                model.add(milli >= node.free_gpu_milli * f)
+            pristine_island = problem.is_island(node) and node.is_pristine()
+            if pristine_island or node.clique in problem.pristine_cliques:
+                f = model.new_int_var(0, m, f"filled[{rep}]")
+                filled[rep] = f
                 model.add(f <= g)
-                if problem.is_island(node) and node.is_pristine() and isl_w:
-                    b = model.new_bool_var(f"broken[{n}]")
-                    model.add(b >= g - f)
-                    objective.append(isl_w * SCALE * b)
+                if m == 1:
+                    model.add(milli >= node.free_gpu_milli * f)
+                else:  # one GPU pod set: a filled node holds `full` pods, the others ≥ 1
+                    ps, var = gpu_entries[0]
+                    full = -(-node.free_gpu_milli // ps.gpu_milli_per_pod)
+                    model.add(full * f + (g - f) <= var)
+                if pristine_island and isl_w:
+                    broken = model.new_int_var(0, m, f"broken[{rep}]")
+                    model.add(broken >= g - f)
+                    objective.append(isl_w * SCALE * broken)
         for clique, members in problem.pristine_cliques.items():
-            in_model = [m for m in members if m in gpu_used]
+            in_model = [n for n in members if n in gpu_used]
             if not in_model or not isl_w:
                 continue
             all_filled = model.new_bool_var(f"clique_filled[{clique}]")
             if len(in_model) < len(members):
                 model.add(all_filled == 0)
-            for m in in_model:
-                model.add(all_filled <= filled[m])
-            cb = model.new_bool_var(f"clique_broken[{clique}]")
-            for m in in_model:
-                model.add(cb >= gpu_used[m] - all_filled)
-            objective.append(isl_w * SCALE * cb)
+            for n in in_model:
+                model.add(all_filled <= filled[n])
+            clique_broken = model.new_bool_var(f"clique_broken[{clique}]")
+            for n in in_model:
+                model.add(clique_broken >= gpu_used[n] - all_filled)
+            objective.append(isl_w * SCALE * clique_broken)
 
         # topology domains
         host = len(problem.levels) - 1
@@ -375,19 +498,21 @@ class CpSatEngine:
             if not spread_w and li != req_idx:
                 continue
             domains: dict[Domain | None, list[str]] = defaultdict(list)
-            for n in used:
-                domains[problem.paths[n][li]].append(n)
+            for rep in used:
+                domains[problem.paths[rep][li]].append(rep)
             dvars, rooms = [], []
-            for d, members in domains.items():
+            for d, reps in domains.items():
                 dv = model.new_bool_var(f"domain[{li},{d}]")
-                for m in members:
-                    model.add(used[m] <= dv)
+                for rep in reps:
+                    model.add(used[rep] <= len(groups[rep]) * dv)
                 # aggregate form: tightens the LP bound on how many domains are needed
-                pods = [v for m in members for _, v in by_node[m]]
-                room = sum(red.caps[(ps.name, m)] for m in members for ps, _ in by_node[m])
-                model.add(sum(pods) <= min(room, gang.pod_count) * dv)
+                pods = [v for rep in reps for _, v in by_unit[rep]]
+                room = min(gang.pod_count, sum(
+                    red.caps[(ps.name, rep)] * len(groups[rep])
+                    for rep in reps for ps, _ in by_unit[rep]))
+                model.add(sum(pods) <= room * dv)
                 dvars.append(dv)
-                rooms.append(min(room, gang.pod_count))
+                rooms.append(room)
             # the domains chosen must have room for the whole gang (a covering cut)
             model.add(sum(r * dv for r, dv in zip(rooms, dvars, strict=True)) >= gang.pod_count)
             if li == req_idx:
@@ -396,19 +521,21 @@ class CpSatEngine:
                 objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
         if weights["nodesUsed"]:
             objective.append(weights["nodesUsed"] * SCALE * sum(used.values()))
-        if weights["maxPodsPerNode"]:
+        if weights["maxPodsPerNode"]:  # spread types: units are single nodes (see _groups)
             peak = model.new_int_var(0, gang.pod_count, "max_pods_per_node")
-            for n, entries in by_node.items():
+            for entries in by_unit.values():
                 model.add(peak >= sum(v for _, v in entries))
             objective.append(weights["maxPodsPerNode"] * SCALE * peak)
-        for group in red.twins:  # interchangeable nodes: fill them in a fixed order
-            for first, second in zip(group, group[1:], strict=False):
+        for twins in red.twins:  # interchangeable single-node units: fill in a fixed order
+            if len(groups.get(twins[0], ())) > 1:
+                continue
+            for first, second in zip(twins, twins[1:], strict=False):
                 model.add(
-                    sum(v for _, v in by_node[first]) >= sum(v for _, v in by_node[second])
+                    sum(v for _, v in by_unit[first]) >= sum(v for _, v in by_unit[second])
                 )
         model.minimize(sum(objective))
 
-        self._add_hint(problem, red, model, x)
+        self._add_hint(problem, red, groups, model, x, used)
         solver = cp_model.CpSolver()
         limit = self._time_limit or config.solver.time_limit_seconds
         solver.parameters.max_time_in_seconds = max(0.01, limit - (time.perf_counter() - started))
@@ -425,15 +552,16 @@ class CpSatEngine:
                     else f"no placement found within {limit:g}s; will retry"
                 )
                 return infeasible(gang, self.name, reason, started)
-            counts = {k: solver.value(v) for k, v in x.items() if solver.value(v) > 0}
+            counts = self._node_counts(problem, red, groups, solver, x, used)
             slots = self._slots(problem, counts)
             if not isinstance(slots, str):
                 break
             # The aggregated model let through counts that GPU shares or NUMA zones cannot
-            # hold on node `slots`: forbid exactly that combination there and solve again.
-            here = [(key, var) for key, var in x.items() if key[1] == slots]
+            # hold on node `slots` (a single-node unit): forbid that combination, solve again.
             same = []
-            for key, var in here:
+            for key, var in x.items():
+                if key[1] != slots:
+                    continue
                 eq = model.new_bool_var(f"cut[{key}]")
                 model.add(var == counts.get(key, 0)).only_enforce_if(eq)
                 model.add(var != counts.get(key, 0)).only_enforce_if(~eq)
@@ -451,10 +579,34 @@ class CpSatEngine:
         placement.explanation.extend(red.notes)
         placement.explanation.append(
             f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "
-            f"{len(red.nodes)} nodes, {len(x)} count variables; objective "
+            f"{len(red.nodes)} nodes in {len(groups)} units; objective "
             f"{solver.objective_value:.0f}, bound {bound:.0f}"
         )
         return placement
+
+    @staticmethod
+    def _node_counts(
+        problem: Problem, red: Reduction, groups: dict[str, list[str]], solver: cp_model.CpSolver,
+        x: dict[tuple[str, str], cp_model.IntVar], used: dict[str, cp_model.IntVar],
+    ) -> dict[tuple[str, str], int]:
+        """Spread each unit's pods over as many of its nodes as the solution uses: fill
+        nodes completely first (that is what `filled` counted), at least one pod on each."""
+        counts: dict[tuple[str, str], int] = {}
+        for (p, rep), var in x.items():
+            total = solver.value(var)
+            if total <= 0:
+                continue
+            members = groups[rep]
+            if len(members) == 1:
+                counts[(p, rep)] = total
+                continue
+            k = max(1, solver.value(used[rep]))
+            cap = red.caps[(p, rep)]
+            for i, n in enumerate(members[:k]):
+                take = min(cap, total - (k - i - 1))
+                counts[(p, n)] = take
+                total -= take
+        return counts
 
     @staticmethod
     def _node_capacity(
@@ -472,19 +624,17 @@ class CpSatEngine:
         model.add(sum(v for _, v in entries) <= node.free_pods)
         model.add(sum(ps.gpu_milli_per_pod * v for ps, v in entries) <= node.free_gpu_milli)
         # Shared-GPU pods go onto partly used GPUs, or onto whole free GPUs they "open",
-        # which whole-GPU pods then cannot take.
-        opened = []
-        for ps, v in entries:
-            if not ps.fractional:
-                continue
-            partial = sum(f // ps.gpu_milli for f in node.gpu_free if f < GPU_WHOLE)
-            per_gpu = GPU_WHOLE // ps.gpu_milli
-            k = model.new_int_var(0, node.free_whole_gpus, f"open[{ps.name},{node.name}]")
-            model.add(v <= partial + per_gpu * k)
-            opened.append(k)
-        model.add(
-            sum(ps.whole_gpus * v for ps, v in entries) + sum(opened) <= node.free_whole_gpus
-        )
+        # which whole-GPU pods then cannot take. (Mixed shares on one GPU may not pack as
+        # the sums promise; the slot builder then cuts that combination and re-solves.)
+        shared = [(ps, v) for ps, v in entries if ps.fractional]
+        opened = model.new_int_var(0, node.free_whole_gpus if shared else 0, f"open[{node.name}]")
+        if shared:
+            partial_free = sum(f for f in node.gpu_free if f < GPU_WHOLE)
+            model.add(sum(ps.gpu_milli * v for ps, v in shared) <= partial_free + GPU_WHOLE * opened)
+            for ps, v in shared:
+                partial = sum(f // ps.gpu_milli for f in node.gpu_free if f < GPU_WHOLE)
+                model.add(v <= partial + (GPU_WHOLE // ps.gpu_milli) * opened)
+        model.add(sum(ps.whole_gpus * v for ps, v in entries) + opened <= node.free_whole_gpus)
         if strict and node.numa_zones:
             zone_vars: dict[int, list[tuple[PodSet, cp_model.IntVar]]] = defaultdict(list)
             for ps, v in entries:
@@ -530,15 +680,25 @@ class CpSatEngine:
         self,
         problem: Problem,
         red: Reduction,
+        groups: dict[str, list[str]],
         model: cp_model.CpModel,
         x: dict[tuple[str, str], cp_model.IntVar],
+        used: dict[str, cp_model.IntVar],
     ) -> None:
         """Seed the search with the greedy counts inside the reduced node set."""
-        hint = self._greedy_counts(problem, red, red.nodes)
-        if hint is None:
+        found = self._greedy(problem, red, red.nodes)
+        if found is None:
             return
+        unit_of = {n: rep for rep, members in groups.items() for n in members}
+        pods: dict[tuple[str, str], int] = defaultdict(int)
+        nodes_used: dict[str, set[str]] = defaultdict(set)
+        for (p, n), c in found[1].items():
+            pods[(p, unit_of[n])] += c
+            nodes_used[unit_of[n]].add(n)
         for key, var in x.items():
-            model.add_hint(var, hint.get(key, 0))
+            model.add_hint(var, pods.get(key, 0))
+        for rep, var in used.items():
+            model.add_hint(var, len(nodes_used.get(rep, ())))
 
     # ------------------------------------------------------------------ slots
     @staticmethod

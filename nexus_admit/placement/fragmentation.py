@@ -34,6 +34,9 @@ __all__ = [
     "WorkloadAware",
     "WorkloadDistribution",
     "accessible",
+    "fill_rank",
+    "fragmentation_of",
+    "gradient_table",
     "node_fragmentation",
 ]
 
@@ -174,3 +177,79 @@ class WorkloadAware(Protocol):
     """A policy that can be told the target workload's distribution (FGD does)."""
 
     def set_workload(self, dist: WorkloadDistribution) -> None: ...
+
+
+# ---- scalar forms for the CP-SAT engine (a handful of candidate nodes per solve) ----
+
+
+def fragmentation_of(
+    gpu_free: Sequence[int], free_cpu_milli: int, gpu_product: str, dist: WorkloadDistribution
+) -> float:
+    """F of one node state, in milli-GPUs."""
+    if not gpu_free:
+        return 0.0
+    access = dist.access_matrix((gpu_product,))
+    return float(
+        node_fragmentation(
+            np.array([list(gpu_free)], dtype=np.int64),
+            np.array([free_cpu_milli], dtype=np.int64),
+            access,
+            dist,
+        )[0]
+    )
+
+
+def gradient_table(
+    gpu_free: Sequence[int],
+    free_cpu_milli: int,
+    gpu_product: str,
+    cpu_milli: int,
+    gpus: int,
+    gpu_milli: int,
+    count: int,
+    dist: WorkloadDistribution,
+) -> list[float]:
+    """F(after k pods) − F(now) for k = 0..count pods of one shape on one node, each pod
+    put where F grows least (a shared pod on its best GPU, whole GPUs on free ones); stops
+    early (shorter table) when the next pod does not fit."""
+    gpu = list(gpu_free)
+    cpu = free_cpu_milli
+    base = fragmentation_of(gpu, cpu, gpu_product, dist)
+    table = [0.0]
+    for _ in range(count):
+        cpu -= cpu_milli
+        if gpus == 0:
+            after = fragmentation_of(gpu, cpu, gpu_product, dist)
+        elif gpus == 1 and gpu_milli < GPU_WHOLE:
+            best: tuple[float, int] | None = None
+            for j, free in enumerate(gpu):
+                if free >= gpu_milli:
+                    trial = list(gpu)
+                    trial[j] -= gpu_milli
+                    f = fragmentation_of(trial, cpu, gpu_product, dist)
+                    if best is None or f < best[0]:
+                        best = (f, j)
+            if best is None:
+                break
+            after, j = best
+            gpu[j] -= gpu_milli
+        else:
+            free_idx = [j for j, free in enumerate(gpu) if free == GPU_WHOLE][:gpus]
+            if len(free_idx) < gpus:
+                break
+            for j in free_idx:
+                gpu[j] = 0
+            after = fragmentation_of(gpu, cpu, gpu_product, dist)
+        if cpu < 0:
+            break
+        table.append(after - base)
+    return table
+
+
+def fill_rank(names: Sequence[str]) -> dict[str, float]:
+    """Position of each node in a fixed order, scaled to [0, 1): an objective term
+    w · rank(node) per node used makes successive gangs fill the same nodes first (the
+    first-fit effect that, combined with the fragmentation gradient, keeps whole nodes
+    free; see the simulator report)."""
+    n = max(len(names), 1)
+    return {name: i / n for i, name in enumerate(names)}

@@ -1,0 +1,118 @@
+"""`nexus-admit simulate`: replay workloads through every placement policy side by side.
+
+With no options it runs the bundled default scenario (about a minute on two cores): the openb
+`default` trace under the FGD paper's protocol on a fixed quarter of the openb nodes, seed
+42, the paper's six baselines and the nexus CP-SAT engine, and prints a table. `--report DIR`
+also writes Markdown, PNG plots and JSON there. The full study of the paper is
+`--trace all --seeds 42-51 --nodes 1`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
+from nexus_admit.sim.report import write_openb_report
+from nexus_admit.sim.study import PAPER_POLICIES, StudySpec, run_study
+
+__all__ = ["parse_seeds", "register", "simulate"]
+
+DEFAULT_POLICIES = (*PAPER_POLICIES, "nexus")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """"42-51", "42,43" or "42"."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            seeds.extend(range(int(lo), int(hi) + 1))
+        else:
+            seeds.append(int(part))
+    if not seeds:
+        raise typer.BadParameter(f"no seeds in {text!r}")
+    return seeds
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def simulate(
+    trace: Annotated[str, typer.Option(help="openb trace(s): default, multigpu50, gpuspec33, "
+                                             "comma-separated, or 'all'")] = "default",
+    seeds: Annotated[str, typer.Option(help="seeds, e.g. 42-51 or 42,43")] = "42",
+    policies: Annotated[str, typer.Option(help="comma-separated registered policies")] =
+        ",".join(DEFAULT_POLICIES),
+    nexus_seeds: Annotated[str | None, typer.Option(
+        help="run the CP-SAT engine ('nexus') only on these seeds (it is the slow one)")] = None,
+    workers: Annotated[int, typer.Option(help="worker processes")] = 2,
+    nodes: Annotated[float, typer.Option(
+        help="fraction of the openb nodes to simulate (a fixed sample); 1 = all 1213")] = 0.25,
+    data: Annotated[Path, typer.Option(help="directory holding openb/ and lingjun/")] =
+        DEFAULT_DATA,
+    report: Annotated[Path | None, typer.Option(
+        help="write README.md, PNG plots and JSON into this directory")] = None,
+) -> None:
+    """Replay the openb trace under the FGD paper's protocol through each policy."""
+    console = Console()
+    traces = list(TRACES) if trace == "all" else _split(trace)
+    for t in traces:
+        if t not in TRACES:
+            raise typer.BadParameter(f"unknown trace {t!r}; known: {', '.join(TRACES)}")
+    if not (Path(data) / "openb").is_dir():
+        raise typer.BadParameter(f"{data}/openb not found; point --data at ../shared/data")
+    seed_list = parse_seeds(seeds)
+    policy_list = _split(policies)
+    seeds_for = {"nexus": parse_seeds(nexus_seeds)} if nexus_seeds else {}
+    spec = StudySpec(traces, policy_list, seed_list, Path(data), workers, nodes, seeds_for)
+    total = len(spec.tasks())
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                  console=console) as progress:
+        bar = progress.add_task("openb runs", total=total, last="")
+
+        def tick(done: int, _total: int, run: OpenbRun) -> None:
+            progress.update(bar, completed=done,
+                            last=f"{run.trace}/{run.policy}/{run.seed}: {run.alloc_130:.2f} %")
+
+        result = run_study(spec, on_progress=tick)
+    rows = result.table()
+    table = Table(title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, "
+                        f"{nodes:.0%} of nodes)")
+    for col in ("trace", "policy", "seeds", "@100 %", "paper", "@130 %", "paper", "failed",
+                "8-GPU broken @100 %", "s/run"):
+        table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
+    for r in rows:
+        table.add_row(
+            r["trace"], r["label"], str(len(r["seeds"])), f"{r['alloc_100']:.2f}",
+            "–" if r["published_100"] is None else f"{r['published_100']:.2f}",
+            f"{r['alloc_130']:.2f}",
+            "–" if r["published_130"] is None else f"{r['published_130']:.2f}",
+            f"{r['failed_pods']:.0f}",
+            "–" if r["broken8_at_100"] is None else f"{r['broken8_at_100']:.0f}/{r['nodes8']}",
+            f"{r['seconds_per_run']:.1f}",
+        )
+    console.print(table)
+    if nodes < 1:
+        console.print("[dim]paper figures are for the full cluster (--nodes 1); "
+                      "a node sample is not comparable to them[/dim]")
+    if report is not None:
+        meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
+                "runs": total, "seconds": result.seconds, "workers": workers,
+                "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
+        path = write_openb_report(rows, result.runs, report, meta)
+        console.print(f"report: {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)

@@ -1,0 +1,140 @@
+"""Report writer: Markdown + PNG plots (matplotlib, headless) + JSON, one directory."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nexus_admit.sim.openb import OpenbRun
+from nexus_admit.sim.study import LABELS
+
+__all__ = ["markdown_table", "plot_openb", "write_json", "write_openb_report"]
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    head = "| " + " | ".join(title for _, title in columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(key)) for key, _ in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+OPENB_COLUMNS = (
+    ("trace", "trace"),
+    ("label", "policy"),
+    ("alloc_100", "alloc @100 %"),
+    ("published_100", "paper @100 %"),
+    ("diff_100", "Δ"),
+    ("alloc_130", "alloc @130 %"),
+    ("published_130", "paper @130 %"),
+    ("diff_130", "Δ"),
+    ("alloc_130_sd", "sd @130"),
+    ("failed_pods", "failed pods"),
+    ("broken8_at_100", "8-GPU nodes broken @100 %"),
+    ("seconds_per_run", "s/run"),
+    ("place_ms_per_pod", "ms/pod"),
+)
+
+
+def _mean_curve(runs: Sequence[OpenbRun], attr: str) -> tuple[np.ndarray, np.ndarray]:
+    length = min(len(r.curve_arrived) for r in runs)
+    x = np.array(runs[0].curve_arrived[:length])
+    y = np.mean([getattr(r, attr)[:length] for r in runs], axis=0)
+    return x, y
+
+
+def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_trace: dict[str, dict[str, list[OpenbRun]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        by_trace[r.trace][r.policy].append(r)
+    files = []
+    for trace, policies in by_trace.items():
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+        for policy, rs in policies.items():
+            label = f"{LABELS.get(policy, policy)} ({len(rs)} seeds)"
+            x, y = _mean_curve(rs, "curve_alloc")
+            axes[0].plot(x, y, label=label, lw=1.6 if policy == "nexus" else 1.1)
+            x, y = _mean_curve(rs, "curve_frag")
+            axes[1].plot(x, y, label=label)
+            x, y = _mean_curve(rs, "curve_broken8")
+            axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
+        axes[0].plot([0, 130], [0, 130], color="grey", lw=0.6, ls=":")
+        axes[0].set(title=f"openb {trace}: GPU allocated", xlabel="GPU requested (% of capacity)",
+                    ylabel="GPU allocated (% of capacity)", xlim=(0, 131), ylim=(0, 101))
+        axes[1].set(title="fragmentation (paper's measure)", xlabel="GPU requested (%)",
+                    ylabel="fragmented idle GPU (% of capacity)", xlim=(0, 131))
+        axes[2].set(title="8-GPU nodes no longer fully free", xlabel="GPU requested (%)",
+                    ylabel="% of 8-GPU nodes", xlim=(0, 131))
+        inset = axes[0].inset_axes((0.5, 0.08, 0.46, 0.42))
+        for policy, rs in policies.items():
+            x, y = _mean_curve(rs, "curve_alloc")
+            inset.plot(x, y, lw=1.0)
+        inset.set(xlim=(90, 131), ylim=(84, 99))
+        inset.tick_params(labelsize=7)
+        inset.grid(alpha=0.3)
+        for ax in axes:
+            ax.grid(alpha=0.3)
+        axes[2].legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        path = out / f"openb_{trace}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    path.write_text(json.dumps(payload, indent=1, default=str))
+
+
+def write_openb_report(
+    rows: Sequence[dict[str, Any]],
+    runs: Sequence[OpenbRun],
+    out: Path,
+    meta: dict[str, Any],
+    notes: Sequence[str] = (),
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = plot_openb(runs, out)
+    write_json(out / "openb.json", {"meta": meta, "table": list(rows),
+                                     "runs": [r.to_json() for r in runs]})
+    lines = [
+        "# openb: GPU allocation under the FGD paper's protocol",
+        "",
+        f"Ran {meta.get('runs')} runs ({', '.join(meta.get('traces', []))}; seeds "
+        f"{meta.get('seeds')}) in {meta.get('seconds', 0):.0f} s with "
+        f"{meta.get('workers')} worker processes"
+        + (f", on a {meta['node_fraction']:.0%} node sample" if meta.get("node_fraction", 1) < 1
+           else "") + ".",
+        "Protocol: inflate the pod list to 1.3 × GPU capacity (sampling with replacement), "
+        "shuffle with the seed, create pods one by one, never delete; failed pods are skipped. "
+        "Allocation is read at arrived = 100 % and 130 % (mean over pods whose arrived % "
+        "rounds there), mean of seeds. Paper figures from ../shared/data/README.md.",
+        "",
+        markdown_table(rows, OPENB_COLUMNS),
+        "",
+        *[f"![{p.stem}]({p.name})" for p in plots],
+        "",
+    ]
+    if notes:
+        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,609 @@
+"""The nexus CP-SAT engine on small hand-built clusters: each scenario is a decision a
+platform engineer relies on (tier → hardware, VRAM, islands, racks, NUMA, spread vs pack,
+taints and selectors, rank order, shared GPUs) and the shape of the answer (status, reason,
+terms, explanation)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from nexus_admit.bench.fleet import bench_config, bench_gang, generate_fleet
+from nexus_admit.model import (
+    ClusterSnapshot,
+    Gang,
+    NumaPolicy,
+    Placement,
+    PlacementConfig,
+    PodSet,
+    SolveStatus,
+    Taint,
+    Toleration,
+    WorkloadType,
+)
+from nexus_admit.placement.engine import CpSatEngine
+from nexus_admit.placement.objective import TERMS, evaluate_terms, weighted_objective
+from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.validate import violations
+from tests.factories import (
+    A100,
+    BLOCK,
+    H100,
+    HOST,
+    RACK,
+    T4,
+    config,
+    gpu_node,
+    node_state,
+    snapshot,
+)
+
+CONFIG = config()
+TRAINING = WorkloadType.TRAINING
+INFERENCE = WorkloadType.INFERENCE
+
+
+def place(snap: ClusterSnapshot, gang: Gang, cfg: PlacementConfig = CONFIG) -> Placement:
+    placement = CpSatEngine(seed=0).place(snap, gang, cfg)
+    assert violations(snap, gang, placement, cfg) == []
+    return placement
+
+
+def placed(snap: ClusterSnapshot, gang: Gang, cfg: PlacementConfig = CONFIG) -> Placement:
+    """Place and insist it worked, proven optimal (every scenario here is tiny)."""
+    placement = place(snap, gang, cfg)
+    assert placement.feasible, placement.reason
+    assert placement.status is SolveStatus.OPTIMAL
+    assert len(placement.slots) == gang.pod_count
+    return placement
+
+
+def nodes_of(placement: Placement) -> set[str]:
+    return set(placement.pods_per_node())
+
+
+def racks_of(snap: ClusterSnapshot, placement: Placement) -> set[str]:
+    return {snap.nodes[n].labels[RACK] for n in nodes_of(placement)}
+
+
+def gang(
+    *pod_sets: PodSet,
+    tier: str = "bronze",
+    kind: WorkloadType = TRAINING,
+    **kwargs: object,
+) -> Gang:
+    return Gang("ns/job", pod_sets, tier=tier, workload_type=kind, **kwargs)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- tier → hardware class
+
+
+def test_gold_goes_to_premium_h100_not_a100() -> None:
+    snap = snapshot(gpu_node("a100", gpu=A100), gpu_node("h100", gpu=H100))
+    g = gang(PodSet("w", 2, cpu_milli=8000, gpus=4), tier="gold")
+    p = placed(snap, g)
+    assert nodes_of(p) == {"h100"}
+    assert p.terms["tierMismatch"] == 0
+
+
+def test_bronze_prefers_economy() -> None:
+    snap = snapshot(
+        gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4)
+    )
+    p = placed(snap, gang(PodSet("w", 1, gpus=8), tier="bronze"))
+    assert nodes_of(p) == {"t4"}
+    assert p.terms["tierMismatch"] == 0
+    # an 8-GPU pod can never sit in one 4-GPU NUMA zone: not counted as unaligned
+    assert p.terms["numaUnaligned"] == 0
+
+
+def test_small_vram_need_goes_to_the_smaller_gpu_of_the_same_class() -> None:
+    # silver wants 50 % of each GPU's VRAM used: 20 GiB on an 80 GiB A100 strands 20 GiB
+    a100_40 = ("NVIDIA-A100-SXM4-40GB", 40960)
+    snap = snapshot(gpu_node("a100-80", gpu=A100), gpu_node("a100-40", gpu=a100_40))
+    p = placed(snap, gang(PodSet("w", 1, gpus=8, vram_mib=20 * 1024), tier="silver"))
+    assert nodes_of(p) == {"a100-40"}
+    assert p.terms["vramStrandedGiB"] == 0
+    on_80 = placed(snapshot(gpu_node("a100-80", gpu=A100)),
+                   gang(PodSet("w", 1, gpus=8, vram_mib=20 * 1024), tier="silver"))
+    assert on_80.terms["vramStrandedGiB"] == pytest.approx(8 * 20.0)
+
+
+def test_shared_gpu_tier_mismatch_is_proportional_to_the_share() -> None:
+    snap = snapshot(gpu_node("a100", gpu=A100, gpus=1, numa=False))
+    p = placed(snap, gang(PodSet("s", 1, gpus=1, gpu_milli=250), tier="gold"))
+    assert p.terms["tierMismatch"] == pytest.approx(0.25 * 40)
+
+
+def test_bronze_on_premium_when_nothing_else_fits_reports_the_mismatch() -> None:
+    # the T4 has too little VRAM for this pod; A100 (standard, 30) beats H100 (premium, 80)
+    snap = snapshot(
+        gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4)
+    )
+    p = placed(snap, gang(PodSet("w", 1, gpus=8, vram_mib=40 * 1024), tier="bronze"))
+    assert nodes_of(p) == {"a100"}
+    assert p.terms["tierMismatch"] == 8 * 30
+
+
+# ---------------------------------------------------------------- never vs not now
+
+
+def test_vram_above_every_gpu_is_impossible_with_a_message_in_gib() -> None:
+    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100))
+    g = gang(PodSet("w", 2, gpus=1, vram_mib=141 * 1024))
+    p = place(snap, g)
+    assert not p.feasible
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert not p.retryable
+    assert p.slots == []
+    assert "141 GiB" in p.reason
+    assert "80 GiB" in p.reason  # the largest GPU there is
+
+
+def test_capacity_shortfall_is_infeasible_and_retryable() -> None:
+    # 4 GPUs free in the whole cluster, 6 asked
+    snap = snapshot(gpu_node("a", used=range(6)), gpu_node("b", used=range(6)))
+    p = place(snap, gang(PodSet("w", 3, gpus=2)))
+    assert not p.feasible
+    assert p.status is SolveStatus.INFEASIBLE
+    assert p.retryable
+    assert "retry" in p.reason
+    assert p.slots == []
+    assert p.explanation == [p.reason]
+
+
+def test_pod_sets_competing_for_one_node_are_infeasible_together() -> None:
+    snap = snapshot(gpu_node("a", used=range(4)))  # 4 free GPUs
+    g = gang(PodSet("a", 1, gpus=4), PodSet("b", 1, gpus=2))  # each fits alone
+    p = place(snap, g)
+    assert not p.feasible
+    assert p.status is SolveStatus.INFEASIBLE and p.retryable
+
+
+def test_pod_set_matching_no_node_is_impossible() -> None:
+    snap = snapshot(gpu_node("a"), gpu_node("b"))
+    p = place(snap, gang(PodSet("w", 1, gpus=1, node_selector={"pool": "missing"})))
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert "fits no node" in p.reason and "selector/affinity" in p.reason
+
+
+def test_unknown_tier_is_impossible() -> None:
+    p = place(snapshot(gpu_node("a")), gang(PodSet("w", 1, gpus=1), tier="platinum"))
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert "platinum" in p.reason
+
+
+def test_required_level_that_is_not_configured_is_impossible() -> None:
+    p = place(snapshot(gpu_node("a")),
+              gang(PodSet("w", 1, gpus=1), required_level="example.com/pod"))
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert "example.com/pod" in p.reason and "not a configured topology level" in p.reason
+
+
+# ---------------------------------------------------------------- GPU islands
+
+
+def test_small_inference_pod_does_not_break_a_pristine_island() -> None:
+    snap = snapshot(gpu_node("pristine"), gpu_node("partly", used=range(4)))
+    p = placed(snap, gang(PodSet("server", 1, cpu_milli=4000, gpus=2), kind=INFERENCE))
+    assert nodes_of(p) == {"partly"}
+    assert p.terms["islandsBroken"] == 0
+    assert snap.nodes["pristine"].is_pristine()
+
+
+def test_small_training_gang_completes_partly_used_nodes_first() -> None:
+    snap = snapshot(
+        gpu_node("pristine-1"), gpu_node("pristine-2"), gpu_node("partly", used=range(4))
+    )
+    p = placed(snap, gang(PodSet("w", 2, gpus=2)))
+    assert nodes_of(p) == {"partly"}
+    assert p.terms["islandsBroken"] == 0
+
+
+def test_node_sized_gang_fills_a_pristine_node_entirely() -> None:
+    snap = snapshot(gpu_node("p1"), gpu_node("p2"))
+    p = placed(snap, gang(PodSet("w", 8, cpu_milli=8000, gpus=1)))
+    assert len(nodes_of(p)) == 1
+    assert p.pods_per_node() == {next(iter(nodes_of(p))): 8}
+    assert p.terms["islandsBroken"] == 0  # taking a whole island is what it is kept for
+    assert p.terms["fragmentation"] == 0
+
+
+def test_breaking_an_island_is_counted_when_unavoidable() -> None:
+    snap = snapshot(gpu_node("p1"))
+    p = placed(snap, gang(PodSet("w", 1, gpus=2)))
+    assert p.terms["islandsBroken"] == 1
+
+
+def test_nvlink_clique_is_not_broken_for_a_small_pod() -> None:
+    snap = snapshot(
+        gpu_node("c1", clique="nvl-0", rack="r0"),
+        gpu_node("c2", clique="nvl-0", rack="r0"),
+        gpu_node("partly", used=range(6), rack="r0"),
+    )
+    p = placed(snap, gang(PodSet("w", 1, gpus=2)))
+    assert nodes_of(p) == {"partly"}
+    assert p.terms["islandsBroken"] == 0
+
+
+# ---------------------------------------------------------------- topology
+
+
+def _two_racks() -> ClusterSnapshot:
+    # r0: two A100 nodes with 4 free GPUs each; r1: one H100 node with 4 free GPUs.
+    return snapshot(
+        gpu_node("a100-1", gpu=A100, used=range(4), rack="r0"),
+        gpu_node("a100-2", gpu=A100, used=range(4), rack="r0"),
+        gpu_node("h100-1", gpu=H100, used=range(4), rack="r1"),
+    )
+
+
+def test_without_topology_request_gold_splits_racks_for_premium_gpus() -> None:
+    """The control for the next test: cost alone would span two racks."""
+    snap = _two_racks()
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"))
+    assert "h100-1" in nodes_of(p)
+    assert len(racks_of(snap, p)) == 2
+
+
+def test_required_topology_keeps_all_pods_in_one_rack() -> None:
+    snap = _two_racks()
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold", required_level=RACK))
+    assert racks_of(snap, p) == {"r0"}
+    assert p.terms["domainSpread"] == 0
+
+
+def test_required_topology_with_no_rack_big_enough_is_infeasible() -> None:
+    snap = _two_racks()  # 12 GPUs free in all, at most 8 in one rack
+    p = place(snap, gang(PodSet("w", 6, gpus=2), tier="gold", required_level=RACK))
+    assert not p.feasible
+    assert p.status is SolveStatus.INFEASIBLE
+    assert p.retryable
+    assert RACK in p.reason
+    # and without the requirement the same gang fits
+    assert placed(snap, gang(PodSet("w", 6, gpus=2), tier="gold")).feasible
+
+
+def test_required_topology_on_multiple_pod_sets_shares_one_domain() -> None:
+    snap = snapshot(
+        gpu_node("r0-a", used=range(6), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+        gpu_node("r2-a", used=range(6), rack="r2"),
+    )
+    g = gang(PodSet("driver", 1, gpus=2), PodSet("workers", 3, gpus=2), required_level=RACK)
+    p = placed(snap, g)
+    assert racks_of(snap, p) == {"r1"}
+
+
+def test_preferred_topology_minimises_racks() -> None:
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+        gpu_node("r2-a", used=range(4), rack="r2"),
+    )
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), preferred_level=RACK))
+    assert racks_of(snap, p) == {"r1"}
+
+
+def test_preferred_topology_spans_racks_before_blocks() -> None:
+    # No rack holds the gang; two racks of b0 do, and so do racks of b0 and b1 (listed
+    # first): spanning a block costs more than spanning a rack.
+    snap = snapshot(
+        gpu_node("p", used=range(4), rack="r0", block="b0"),
+        gpu_node("q", used=range(4), rack="r1", block="b1"),
+        gpu_node("r", used=range(4), rack="r2", block="b0"),
+    )
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), preferred_level=BLOCK))
+    assert nodes_of(p) == {"p", "r"}
+    assert p.terms["domainSpread"] == 1  # one extra rack, no extra block
+
+
+def test_preferred_topology_keeps_an_inference_gang_in_one_rack() -> None:
+    """Spreading across nodes for availability should not ignore an explicit
+    preferred-topology request: one rack with two nodes serves both."""
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+    )
+    p = placed(snap, gang(PodSet("server", 2, gpus=1), kind=INFERENCE, preferred_level=RACK))
+    assert p.terms["maxPodsPerNode"] == 1
+    assert racks_of(snap, p) == {"r1"}
+
+
+def test_required_topology_binds_inference_gangs_too() -> None:
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+    )
+    p = placed(snap, gang(PodSet("server", 2, gpus=1), kind=INFERENCE, required_level=RACK))
+    assert racks_of(snap, p) == {"r1"}
+    assert p.terms["maxPodsPerNode"] == 1
+
+
+def test_required_hostname_puts_the_whole_gang_on_one_node() -> None:
+    """`kubernetes.io/hostname` is a configured level (always the last one), so requiring
+    it means one node, even for a gang that would otherwise spread."""
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+    )
+    p = place(snap, gang(PodSet("server", 3, gpus=1), kind=INFERENCE, required_level=HOST))
+    assert p.feasible, p.reason
+    assert len(nodes_of(p)) == 1
+
+
+# ---------------------------------------------------------------- pack vs spread
+
+
+def _four_partly_used() -> ClusterSnapshot:
+    return snapshot(*(gpu_node(f"n{i}", used=range(4)) for i in range(4)))
+
+
+def test_inference_spreads_across_nodes() -> None:
+    p = placed(_four_partly_used(), gang(PodSet("server", 4, gpus=1), kind=INFERENCE))
+    assert len(nodes_of(p)) == 4
+    assert p.terms["maxPodsPerNode"] == 1
+
+
+def test_service_spreads_across_nodes() -> None:
+    p = placed(_four_partly_used(), gang(PodSet("api", 3, gpus=1), kind=WorkloadType.SERVICE))
+    assert p.terms["maxPodsPerNode"] == 1
+
+
+def test_training_packs_onto_one_node() -> None:
+    p = placed(_four_partly_used(), gang(PodSet("w", 4, gpus=1), kind=TRAINING))
+    assert len(nodes_of(p)) == 1
+    assert p.terms["nodesUsed"] == 1
+    assert p.terms["maxPodsPerNode"] == 4
+
+
+# ---------------------------------------------------------------- NUMA
+
+
+def test_single_numa_node_gives_each_pod_gpus_from_one_zone() -> None:
+    # two free GPUs per zone on each node
+    snap = snapshot(gpu_node("a", used=[0, 1, 4, 5]), gpu_node("b", used=[0, 1, 4, 5]))
+    g = gang(PodSet("w", 3, cpu_milli=4000, gpus=2),
+             numa_policy=NumaPolicy.SINGLE_NUMA_NODE)
+    p = placed(snap, g)
+    for slot in p.slots:
+        node = snap.nodes[slot.node]
+        assert slot.numa_zone is not None
+        zone = next(z for z in node.numa_zones if z.id == slot.numa_zone)
+        assert set(slot.gpu_indices) <= set(zone.gpu_indices)
+    assert p.terms["numaUnaligned"] == 0
+
+
+def test_single_numa_node_refuses_pods_that_would_straddle_zones() -> None:
+    snap = snapshot(gpu_node("a", used=[0, 1, 4, 5]))  # 4 free GPUs, 2 per zone
+    four = PodSet("w", 1, gpus=4)
+    strict = place(snap, gang(four, numa_policy=NumaPolicy.SINGLE_NUMA_NODE))
+    assert not strict.feasible and strict.retryable
+    relaxed = placed(snap, gang(four, numa_policy=NumaPolicy.PREFERRED))
+    assert relaxed.slots[0].numa_zone is None
+    assert relaxed.terms["numaUnaligned"] == 1
+
+
+def test_preferred_numa_picks_the_node_where_the_pod_is_aligned() -> None:
+    snap = snapshot(
+        gpu_node("split", used=[0, 1, 4, 5]),  # 2 + 2 free
+        gpu_node("whole", used=[0, 1, 2, 3]),  # 0 + 4 free
+    )
+    p = placed(snap, gang(PodSet("w", 1, gpus=4), numa_policy=NumaPolicy.PREFERRED))
+    assert nodes_of(p) == {"whole"}
+    assert p.slots[0].numa_zone == 1
+    assert p.terms["numaUnaligned"] == 0
+
+
+# ---------------------------------------------------------------- eligibility
+
+
+def test_taint_excludes_node_unless_tolerated() -> None:
+    taint = Taint("dedicated", "infer", "NoSchedule")
+    snap = snapshot(gpu_node("h100", gpu=H100, taints=(taint,)), gpu_node("a100", gpu=A100))
+    plain = PodSet("w", 1, gpus=8)
+    assert nodes_of(placed(snap, gang(plain, tier="gold"))) == {"a100"}
+    tolerant = PodSet("w", 1, gpus=8, tolerations=(Toleration("dedicated", "Exists"),))
+    assert nodes_of(placed(snap, gang(tolerant, tier="gold"))) == {"h100"}
+
+
+def test_node_selector_is_respected_even_when_it_costs() -> None:
+    snap = snapshot(
+        gpu_node("h100", gpu=H100, labels={"pool": "premium"}),
+        gpu_node("a100", gpu=A100, labels={"pool": "standard"}),
+    )
+    g = gang(PodSet("w", 1, gpus=8, node_selector={"pool": "standard"}), tier="gold")
+    p = placed(snap, g)
+    assert nodes_of(p) == {"a100"}
+    assert p.terms["tierMismatch"] == 8 * 40
+
+
+def test_allowed_nodes_of_the_kueue_flavor_are_respected() -> None:
+    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4))
+    g = gang(PodSet("w", 1, gpus=8, allowed_nodes=frozenset({"a100", "t4"})), tier="gold")
+    assert nodes_of(placed(snap, g)) == {"a100"}
+
+
+def test_unschedulable_node_is_never_used() -> None:
+    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100))
+    snap.nodes["h100"].schedulable = False
+    assert nodes_of(placed(snap, gang(PodSet("w", 1, gpus=8), tier="gold"))) == {"a100"}
+
+
+# ---------------------------------------------------------------- indexed pods
+
+
+def test_consecutive_indices_are_on_the_same_or_neighbouring_nodes() -> None:
+    # names deliberately out of topology order; 4 free GPUs each
+    snap = snapshot(
+        gpu_node("zz", used=range(4), rack="r0"),
+        gpu_node("aa", used=range(4), rack="r1"),
+        gpu_node("mm", used=range(4), rack="r0"),
+        gpu_node("bb", used=range(4), rack="r1"),
+    )
+    p = placed(snap, gang(PodSet("w", 8, gpus=2, indexed=True)))
+    by_index = sorted(p.slots, key=lambda s: s.index)
+    assert [s.index for s in by_index] == list(range(8))
+    node_seq = [s.node for s in by_index]
+    rack_seq = [snap.nodes[n].labels[RACK] for n in node_seq]
+    # every node and every rack holds one contiguous run of indices
+    node_runs = [n for i, n in enumerate(node_seq) if i == 0 or n != node_seq[i - 1]]
+    rack_runs = [r for i, r in enumerate(rack_seq) if i == 0 or r != rack_seq[i - 1]]
+    assert len(node_runs) == len(set(node_seq)) == 4
+    assert len(rack_runs) == len(set(rack_seq)) == 2
+    # slot order follows the topology path (rack, then host)
+    assert node_runs == ["mm", "zz", "aa", "bb"]
+
+
+def test_slots_of_each_pod_set_are_numbered_from_zero() -> None:
+    snap = snapshot(gpu_node("a"), gpu_node("b", used=range(4)))
+    g = gang(PodSet("driver", 1, cpu_milli=2000), PodSet("workers", 5, gpus=1, indexed=True))
+    p = placed(snap, g)
+    assert sorted(s.index for s in p.slots if s.pod_set == "driver") == [0]
+    assert sorted(s.index for s in p.slots if s.pod_set == "workers") == list(range(5))
+
+
+# ---------------------------------------------------------------- shared GPUs
+
+
+def test_fractional_pods_share_gpus_within_their_free_share() -> None:
+    snap = snapshot(gpu_node("a", gpus=2, numa=False, shares={0: 500}))
+    p = placed(snap, gang(PodSet("s", 3, gpus=1, gpu_milli=500), kind=INFERENCE))
+    per_gpu = Counter(g for s in p.slots for g in s.gpu_indices)
+    assert per_gpu == {0: 1, 1: 2}
+
+
+def test_fractional_pods_beyond_the_free_share_are_infeasible() -> None:
+    snap = snapshot(gpu_node("a", gpus=2, numa=False, shares={0: 500}))
+    p = place(snap, gang(PodSet("s", 4, gpus=1, gpu_milli=500)))
+    assert not p.feasible and p.retryable
+
+
+def test_whole_and_shared_gpu_pods_do_not_overlap_on_one_node() -> None:
+    snap = snapshot(gpu_node("a", gpus=2, numa=False))
+    g = gang(PodSet("trainer", 1, gpus=1), PodSet("sidecar", 2, gpus=1, gpu_milli=500))
+    p = placed(snap, g)
+    trainer = {gi for s in p.slots if s.pod_set == "trainer" for gi in s.gpu_indices}
+    shared = {gi for s in p.slots if s.pod_set == "sidecar" for gi in s.gpu_indices}
+    assert len(trainer) == 1 and len(shared) == 1
+    assert trainer.isdisjoint(shared)
+
+
+def test_two_shared_pod_sets_can_share_one_gpu() -> None:
+    """Half + quarter + quarter is exactly one GPU; every baseline finds it."""
+    snap = snapshot(gpu_node("a", gpus=1, numa=False))
+    g = gang(PodSet("half", 1, gpus=1, gpu_milli=500), PodSet("quarter", 2, gpus=1, gpu_milli=250))
+    p = place(snap, g)
+    assert p.feasible, p.reason
+    assert {s.gpu_indices for s in p.slots} == {(0,)}
+
+
+def test_mixed_shares_that_pack_exactly_are_placed() -> None:
+    """2 × 0.4 + 2 × 0.6 GPU on two free GPUs: each GPU takes one of each. Listing the
+    small pods first must not make the engine give up."""
+    snap = snapshot(gpu_node("a", gpus=2, numa=False))
+    g = gang(PodSet("small", 2, gpus=1, gpu_milli=400), PodSet("big", 2, gpus=1, gpu_milli=600))
+    p = place(snap, g)
+    assert p.feasible, p.reason
+    per_gpu = Counter(g for s in p.slots for g in s.gpu_indices)
+    assert per_gpu == {0: 2, 1: 2}
+
+
+def test_shared_pods_go_to_partly_used_gpus_before_opening_whole_ones() -> None:
+    snap = snapshot(
+        gpu_node("partly", gpus=4, numa=False, shares={0: 750, 1: 0, 2: 0, 3: 0}),
+        gpu_node("fresh", gpus=4, numa=False),
+    )
+    p = placed(snap, gang(PodSet("s", 1, gpus=1, gpu_milli=250)))
+    assert p.slots[0].node == "partly" and p.slots[0].gpu_indices == (0,)
+
+
+# ---------------------------------------------------------------- the answer itself
+
+
+def test_objective_is_the_weighted_sum_of_the_reported_terms() -> None:
+    snap = snapshot(
+        gpu_node("h", gpu=H100, used=range(2), rack="r0"),
+        gpu_node("a", gpu=A100, rack="r1"),
+        gpu_node("t", gpu=T4, used=[0], shares={1: 500}, rack="r1"),
+    )
+    g = gang(PodSet("w", 3, cpu_milli=8000, gpus=2, vram_mib=10 * 1024),
+             PodSet("s", 2, gpus=1, gpu_milli=500), tier="silver")
+    p = placed(snap, g)
+    problem = prepare(snap, g, CONFIG)
+    terms = evaluate_terms(problem, p.slots)
+    assert set(p.terms) == set(TERMS)
+    assert p.terms == terms
+    assert p.objective == pytest.approx(weighted_objective(problem, terms))
+
+
+def test_explanation_first_line_names_pods_nodes_and_tier() -> None:
+    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100))
+    p = placed(snap, gang(PodSet("w", 2, gpus=4), tier="gold"))
+    first = p.explanation[0]
+    assert "2 pods" in first
+    assert "1 premium nodes" in first
+    assert "tier gold" in first
+    assert any("CP-SAT" in line for line in p.explanation)
+
+
+def test_place_does_not_mutate_the_snapshot() -> None:
+    snap = snapshot(
+        gpu_node("a", used=[0], shares={1: 500}), gpu_node("b"), gpu_node("c", gpu=A100)
+    )
+    before = node_state(snap)
+    g = gang(PodSet("w", 3, cpu_milli=4000, memory_mib=4096, gpus=2),
+             PodSet("s", 2, cpu_milli=1000, gpus=1, gpu_milli=250))
+    placed(snap, g)
+    assert node_state(snap) == before
+
+
+def test_same_input_same_placement() -> None:
+    snap = _four_partly_used()
+    g = gang(PodSet("w", 3, gpus=2, indexed=True))
+    first = placed(snap, g)
+    second = placed(snap, g)
+    assert first.objective == second.objective
+
+
+def test_pruned_large_fleet_placement_is_sound_and_does_not_claim_optimality() -> None:
+    fleet = generate_fleet(300, seed=4)
+    cfg = bench_config(time_limit=2.0)
+    g = bench_gang(64)
+    p = CpSatEngine(seed=0).place(fleet, g, cfg)
+    assert p.feasible, p.reason
+    assert violations(fleet, g, p, cfg) == []
+    assert len(p.slots) == 64
+    if any("pruned" in line for line in p.explanation):
+        assert p.status is SolveStatus.FEASIBLE
+
+
+# ---------------------------------------------------------------- Kueue Topology objects
+
+
+def test_kueue_topology_name_resolves_levels_from_the_snapshot() -> None:
+    cfg = PlacementConfig.from_spec({"topology": {"topologyName": "gpu-fabric"}})
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+        **{"gpu-fabric": (BLOCK, RACK)},
+    )
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), required_level=RACK), cfg)
+    assert racks_of(snap, p) == {"r1"}
+
+
+def test_unknown_kueue_topology_name_is_impossible_with_a_clear_reason() -> None:
+    cfg = PlacementConfig.from_spec({"topology": {"topologyName": "gpu-fabric"}})
+    snap = snapshot(gpu_node("a"), **{"other": (RACK,)})
+    p = place(snap, gang(PodSet("w", 1, gpus=1)), cfg)
+    assert not p.feasible
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert "gpu-fabric" in p.reason
+    assert "no Kueue Topology" in p.reason
