@@ -21,7 +21,11 @@ from nexus_admit.model import (
 RACK = "example.com/rack"
 BLOCK = "example.com/block"
 LEVELS = (BLOCK, RACK, "kubernetes.io/hostname")
-PRODUCTS = (("NVIDIA-H100-80GB-HBM3", 81559), ("NVIDIA-A100-SXM4-40GB", 40960), ("NVIDIA-L40S", 46068))
+PRODUCTS = (
+    ("NVIDIA-H100-80GB-HBM3", 81559),
+    ("NVIDIA-A100-SXM4-40GB", 40960),
+    ("NVIDIA-L40S", 46068),
+)
 CONFIG = PlacementConfig.model_validate({"topology": {"levels": list(LEVELS)}})
 
 
@@ -29,7 +33,9 @@ CONFIG = PlacementConfig.model_validate({"topology": {"levels": list(LEVELS)}})
 def nodes(draw: st.DrawFn, name: str) -> Node:
     gpus = draw(st.sampled_from((0, 2, 4, 8)))
     product, vram = draw(st.sampled_from(PRODUCTS))
-    free = [draw(st.sampled_from((GPU_WHOLE, GPU_WHOLE, GPU_WHOLE, 0, 500, 250))) for _ in range(gpus)]
+    free = [
+        draw(st.sampled_from((GPU_WHOLE, GPU_WHOLE, GPU_WHOLE, 0, 500, 250))) for _ in range(gpus)
+    ]
     cpu = draw(st.sampled_from((16_000, 64_000)))
     free_cpu = draw(st.integers(min_value=cpu // 4, max_value=cpu))
     half = gpus // 2

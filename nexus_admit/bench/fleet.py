@@ -58,9 +58,9 @@ def bench_config(time_limit: float = 1.0) -> PlacementConfig:
 def _load_node(node: Node, load: float, rng: random.Random) -> None:
     """Take GPUs (and proportional CPU/memory) from `node` to reach about `load`."""
     roll = rng.random()
-    if roll > load * 1.1:
+    if roll > load * 1.15:
         return  # pristine
-    if roll < load * 0.45:
+    if roll < load * 0.8:
         used = node.gpu_count  # fully busy
     else:
         used = rng.choice((1, 2, 3, 4, 5, 6, 7))
@@ -80,7 +80,9 @@ def _load_node(node: Node, load: float, rng: random.Random) -> None:
         z.free_cpu_milli = int(z.cpu_milli * (1 - 0.8 * zone_taken / (4 * GPU_WHOLE)))
 
 
-def generate_fleet(nodes: int, seed: int = 0, load: tuple[float, float] = (0.4, 0.8)) -> ClusterSnapshot:
+def generate_fleet(
+    nodes: int, seed: int = 0, load: tuple[float, float] = (0.4, 0.8)
+) -> ClusterSnapshot:
     """A fleet of `nodes` 8-GPU nodes, loaded to a level drawn from `load`."""
     rng = random.Random(seed)
     shape = _Shape()
@@ -116,7 +118,10 @@ def generate_fleet(nodes: int, seed: int = 0, load: tuple[float, float] = (0.4, 
                 free_cpu_milli=shape.cpu_milli,
                 free_memory_mib=shape.memory_mib,
                 free_pods=110,
-                numa_zones=[NumaZone(0, (0, 1, 2, 3), half, half), NumaZone(1, (4, 5, 6, 7), half, half)],
+                numa_zones=[
+                    NumaZone(0, (0, 1, 2, 3), half, half),
+                    NumaZone(1, (4, 5, 6, 7), half, half),
+                ],
                 clique=clique,
             )
             _load_node(node, rack_load, rng)
@@ -130,15 +135,39 @@ def bench_gang(size: int) -> Gang:
         ps = PodSet("server", 1, cpu_milli=8000, memory_mib=65536, gpus=1, vram_mib=24 * 1024)
         return Gang("bench/inference-1", (ps,), tier="silver", workload_type=WorkloadType.INFERENCE)
     if size == 8:
-        ps = PodSet("workers", 8, cpu_milli=96000, memory_mib=786432, gpus=8,
-                    vram_mib=70 * 1024, indexed=True)
-        return Gang("bench/train-8", (ps,), tier="gold", workload_type=WorkloadType.TRAINING,
-                    preferred_level=RACK)
+        ps = PodSet(
+            "workers",
+            8,
+            cpu_milli=96000,
+            memory_mib=786432,
+            gpus=8,
+            vram_mib=70 * 1024,
+            indexed=True,
+        )
+        return Gang(
+            "bench/train-8",
+            (ps,),
+            tier="gold",
+            workload_type=WorkloadType.TRAINING,
+            preferred_level=RACK,
+        )
     if size == 64:
-        ps = PodSet("workers", 64, cpu_milli=40000, memory_mib=262144, gpus=4,
-                    vram_mib=30 * 1024, indexed=True)
-        return Gang("bench/train-64", (ps,), tier="gold", workload_type=WorkloadType.TRAINING,
-                    preferred_level=BLOCK)
+        ps = PodSet(
+            "workers",
+            64,
+            cpu_milli=40000,
+            memory_mib=262144,
+            gpus=4,
+            vram_mib=30 * 1024,
+            indexed=True,
+        )
+        return Gang(
+            "bench/train-64",
+            (ps,),
+            tier="gold",
+            workload_type=WorkloadType.TRAINING,
+            preferred_level=BLOCK,
+        )
     if size == 256:
         ps = PodSet("tasks", 256, cpu_milli=4000, memory_mib=16384, gpus=1, vram_mib=16 * 1024)
         return Gang("bench/batch-256", (ps,), tier="bronze", workload_type=WorkloadType.BATCH)

@@ -59,8 +59,13 @@ class BenchResult:
 
 
 def _record(
-    snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig, placement: Placement,
-    nodes: int, repeat: int, seconds: float,
+    snapshot: ClusterSnapshot,
+    gang: Gang,
+    config: PlacementConfig,
+    placement: Placement,
+    nodes: int,
+    repeat: int,
+    seconds: float,
 ) -> Record:
     problem = prepare(snapshot, gang, config)
     used = placement.pods_per_node()
@@ -75,11 +80,18 @@ def _record(
         if problem.class_cost(s.node) > 0
     )
     return Record(
-        nodes=nodes, gang=gang.pod_count, repeat=repeat, policy=placement.policy,
-        feasible=placement.feasible, status=str(placement.status), seconds=seconds,
+        nodes=nodes,
+        gang=gang.pod_count,
+        repeat=repeat,
+        policy=placement.policy,
+        feasible=placement.feasible,
+        status=str(placement.status),
+        seconds=seconds,
         objective=placement.objective,
         islands_broken=placement.terms.get("islandsBroken", 0.0),
-        domains=domains, nodes_used=len(used), tier_mismatch_gpus=mismatch,
+        domains=domains,
+        nodes_used=len(used),
+        tier_mismatch_gpus=mismatch,
         vram_stranded_gib=placement.terms.get("vramStrandedGiB", 0.0),
         violations=violations(snapshot, gang, placement, config),
         reason=placement.reason,
@@ -96,11 +108,17 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
 ) -> BenchResult:
     config = bench_config(time_limit)
-    result = BenchResult(settings={
-        "sizes": list(sizes), "gangs": list(gangs), "policies": list(policies),
-        "repeats": repeats, "referenceSeconds": reference_seconds,
-        "timeLimitSeconds": time_limit, "levels": list(BENCH_LEVELS),
-    })
+    result = BenchResult(
+        settings={
+            "sizes": list(sizes),
+            "gangs": list(gangs),
+            "policies": list(policies),
+            "repeats": repeats,
+            "referenceSeconds": reference_seconds,
+            "timeLimitSeconds": time_limit,
+            "levels": list(BENCH_LEVELS),
+        }
+    )
     instances = {p: make_policy(p, seed=0) for p in policies}
     for nodes in sizes:
         for repeat in range(repeats):
@@ -119,13 +137,21 @@ def run_bench(
                 if repeat == 0 and reference_seconds > 0 and "nexus" in instances:
                     if progress:
                         progress(f"{nodes} nodes, gang {size}: {reference_seconds:g}s reference")
-                    ref_config = config.model_copy(update={"solver": config.solver.model_copy(
-                        update={"relative_gap": 0.0, "workers": 8})})
+                    ref_config = config.model_copy(
+                        update={
+                            "solver": config.solver.model_copy(
+                                update={"relative_gap": 0.0, "workers": 8}
+                            )
+                        }
+                    )
                     ref = CpSatEngine(reduce=False, time_limit=reference_seconds).place(
-                        snapshot, gang, ref_config)
+                        snapshot, gang, ref_config
+                    )
                     result.references[f"{nodes}/{size}"] = {
-                        "feasible": ref.feasible, "objective": ref.objective,
-                        "status": str(ref.status), "seconds": ref.solve_seconds,
+                        "feasible": ref.feasible,
+                        "objective": ref.objective,
+                        "status": str(ref.status),
+                        "seconds": ref.solve_seconds,
                     }
     return result
 
@@ -145,28 +171,34 @@ def summarise(result: BenchResult) -> list[dict[str, Any]]:
         groups.setdefault((r.nodes, r.gang, r.policy), []).append(r)
     nexus_obj = {
         (r.nodes, r.gang): r.objective
-        for r in result.records if r.policy == "nexus" and r.repeat == 0 and r.feasible
+        for r in result.records
+        if r.policy == "nexus" and r.repeat == 0 and r.feasible
     }
     rows = []
     for (nodes, gang, policy), recs in sorted(groups.items()):
         ok = [r for r in recs if r.feasible]
         row: dict[str, Any] = {
-            "nodes": nodes, "gang": gang, "policy": policy, "runs": len(recs),
+            "nodes": nodes,
+            "gang": gang,
+            "policy": policy,
+            "runs": len(recs),
             "placed": len(ok),
             "p50Ms": 1000 * _pct([r.seconds for r in recs], 50),
             "p99Ms": 1000 * _pct([r.seconds for r in recs], 99),
             "violations": sum(len(r.violations) for r in recs),
         }
         if ok:
-            row.update({
-                "domainsSpanned": statistics.fmean(sum(r.domains.values()) for r in ok),
-                "islandsBroken": statistics.fmean(r.islands_broken for r in ok),
-                "nodesUsed": statistics.fmean(r.nodes_used for r in ok),
-                "tierMismatchGpus": statistics.fmean(r.tier_mismatch_gpus for r in ok),
-                "vramStrandedGiB": statistics.fmean(r.vram_stranded_gib for r in ok),
-                "objective": statistics.fmean(r.objective for r in ok),
-                "optimal": sum(1 for r in ok if r.status == "optimal"),
-            })
+            row.update(
+                {
+                    "domainsSpanned": statistics.fmean(sum(r.domains.values()) for r in ok),
+                    "islandsBroken": statistics.fmean(r.islands_broken for r in ok),
+                    "nodesUsed": statistics.fmean(r.nodes_used for r in ok),
+                    "tierMismatchGpus": statistics.fmean(r.tier_mismatch_gpus for r in ok),
+                    "vramStrandedGiB": statistics.fmean(r.vram_stranded_gib for r in ok),
+                    "objective": statistics.fmean(r.objective for r in ok),
+                    "optimal": sum(1 for r in ok if r.status == "optimal"),
+                }
+            )
         ref = result.references.get(f"{nodes}/{gang}")
         if policy == "nexus" and ref and ref["feasible"] and (nodes, gang) in nexus_obj:
             base = max(abs(ref["objective"]), 1.0)

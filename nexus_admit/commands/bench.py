@@ -53,23 +53,52 @@ def bench(
     console = Console(stderr=True)
     with console.status("benchmarking") as status:
         result = run_bench(
-            _ints(sizes), _ints(gangs), names, repeats, reference_seconds, time_limit,
+            _ints(sizes),
+            _ints(gangs),
+            names,
+            repeats,
+            reference_seconds,
+            time_limit,
             progress=lambda msg: status.update(msg),
         )
     rows = summarise(result)
     table = Table(title="nexus-admit bench (lower is better except placed)")
-    for col in ("nodes", "gang", "policy", "placed", "p50 ms", "p99 ms", "domains", "islands",
-                "nodes used", "tier-mismatch GPUs", "VRAM stranded GiB", "gap %", "violations"):
+    for col in (
+        "nodes",
+        "gang",
+        "policy",
+        "placed",
+        "p50 ms",
+        "p99 ms",
+        "domains",
+        "islands",
+        "nodes used",
+        "tier-mismatch GPUs",
+        "VRAM stranded GiB",
+        "gap %",
+        "violations",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
+
         def f(key: str, fmt: str = "{:.1f}", row: dict[str, object] = r) -> str:
             v = row.get(key)
             return "-" if v is None else fmt.format(v)
+
         table.add_row(
-            str(r["nodes"]), str(r["gang"]), str(r["policy"]), f"{r['placed']}/{r['runs']}",
-            f("p50Ms"), f("p99Ms"), f("domainsSpanned", "{:.2f}"), f("islandsBroken", "{:.2f}"),
-            f("nodesUsed"), f("tierMismatchGpus"), f("vramStrandedGiB"),
-            f("gapToReferencePct", "{:.2f}"), str(r["violations"]),
+            str(r["nodes"]),
+            str(r["gang"]),
+            str(r["policy"]),
+            f"{r['placed']}/{r['runs']}",
+            f("p50Ms"),
+            f("p99Ms"),
+            f("domainsSpanned", "{:.2f}"),
+            f("islandsBroken", "{:.2f}"),
+            f("nodesUsed"),
+            f("tierMismatchGpus"),
+            f("vramStrandedGiB"),
+            f("gapToReferencePct", "{:.2f}"),
+            str(r["violations"]),
         )
     Console().print(table)
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,13 +17,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
-from nexus_admit.sim.report import write_openb_report
+from nexus_admit.sim.report import replay_table, write_openb_report, write_replay_report
 from nexus_admit.sim.study import PAPER_POLICIES, StudySpec, run_study
 
 __all__ = ["parse_seeds", "register", "simulate"]
 
 DEFAULT_POLICIES = (*PAPER_POLICIES, "nexus")
+REPLAY_POLICIES = ("default", "binpack", "tas-bestfit", "gpu-packing", "fgd", "nexus")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -62,9 +64,56 @@ def simulate(
         DEFAULT_DATA,
     report: Annotated[Path | None, typer.Option(
         help="write README.md, PNG plots and JSON into this directory")] = None,
+    openb: Annotated[bool, typer.Option(help="run the openb study")] = True,
+    replay: Annotated[bool, typer.Option(help="run the multi-tenant gang replay")] = True,
+    replay_seeds: Annotated[str, typer.Option(help="replay scenario seeds")] = "7",
+    replay_policies: Annotated[str, typer.Option(help="policies in the replay")] =
+        ",".join(REPLAY_POLICIES),
+    replay_hosts: Annotated[int, typer.Option(help="replay cluster size (hosts, ×8)")] = 64,
+    replay_jobs: Annotated[int, typer.Option(help="jobs per replay")] = 220,
+    replay_load: Annotated[float, typer.Option(help="offered load / capacity")] = 1.15,
 ) -> None:
-    """Replay the openb trace under the FGD paper's protocol through each policy."""
-    console = Console()
+    """Replay the openb trace under the FGD paper's protocol through each policy, then a
+    multi-tenant gang replay; print tables, optionally write a report."""
+    console = Console(width=None if Console().is_terminal else 150)
+    notes: list[str] = []
+    if replay:
+        scenarios = [rp.ReplayScenario(name=f"h{replay_hosts}-j{replay_jobs}", seed=s,
+                                       hosts=replay_hosts, jobs=replay_jobs, load=replay_load)
+                     for s in parse_seeds(replay_seeds)]
+        rpolicies = _split(replay_policies)
+        n_tasks = len(scenarios) * len(rpolicies)
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                      console=console) as progress:
+            bar = progress.add_task("gang replays", total=n_tasks, last="")
+
+            def rtick(done: int, _total: int, r: rp.ReplayResult) -> None:
+                progress.update(bar, completed=done, last=f"{r.policy}/{r.seed}")
+
+            results = rp.run_replays(rpolicies, scenarios, data, workers, rtick)
+        comparison = rp.compare(results)
+        header, body = replay_table(results)
+        rtable = Table(title=f"gang replay {scenarios[0].name} seed {scenarios[0].seed} "
+                             f"({len(results)} runs)")
+        for col in header:
+            rtable.add_column(col, justify="left" if col == "metric" else "right")
+        for row in body:
+            rtable.add_row(*row)
+        console.print(rtable)
+        for scn in scenarios:
+            rows = [c for c in comparison if c["seed"] == scn.seed]
+            won = sum(1 for c in rows if c["ours_best"])
+            console.print(f"seed {scn.seed}: nexus best on {won} of {len(rows)} replay metrics")
+        if report is not None:
+            meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
+            path = write_replay_report(results, comparison, report, meta,
+                                       rp.__doc__.split("Modelling assumptions", 1)[-1]
+                                       if rp.__doc__ else "")
+            notes.append(f"Gang replay: [{path.name}]({path.name})")
+            console.print(f"replay report: {path}")
+    if not openb:
+        return
     traces = list(TRACES) if trace == "all" else _split(trace)
     for t in traces:
         if t not in TRACES:
@@ -110,7 +159,7 @@ def simulate(
         meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
                 "runs": total, "seconds": result.seconds, "workers": workers,
                 "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        path = write_openb_report(rows, result.runs, report, meta)
+        path = write_openb_report(rows, result.runs, report, meta, notes)
         console.print(f"report: {path}")
 
 

@@ -103,7 +103,8 @@ class Node:
             free_memory_mib=self.free_memory_mib,
             free_pods=self.free_pods,
             numa_zones=[
-                NumaZone(z.id, z.gpu_indices, z.cpu_milli, z.free_cpu_milli) for z in self.numa_zones
+                NumaZone(z.id, z.gpu_indices, z.cpu_milli, z.free_cpu_milli)
+                for z in self.numa_zones
             ],
             clique=self.clique,
             schedulable=self.schedulable,

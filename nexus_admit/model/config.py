@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
-    "HOSTNAME_LABEL",
     "DEFAULT_LEVELS",
+    "HOSTNAME_LABEL",
     "HardwareClass",
     "ObjectiveWeights",
     "PlacementConfig",
@@ -97,7 +97,9 @@ class SolverSettings(_Spec):
 
 def _default_classes() -> tuple[HardwareClass, ...]:
     return (
-        HardwareClass(name="premium", gpu_products=("NVIDIA-H100*", "NVIDIA-H200*", "NVIDIA-B200*")),
+        HardwareClass(
+            name="premium", gpu_products=("NVIDIA-H100*", "NVIDIA-H200*", "NVIDIA-B200*")
+        ),
         HardwareClass(name="standard", gpu_products=("NVIDIA-A100*", "NVIDIA-L40S*")),
         HardwareClass(name="economy", gpu_products=("*",)),
     )

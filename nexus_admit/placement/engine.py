@@ -129,11 +129,12 @@ class CpSatEngine:
         if req is not None:
             li = problem.levels.index(req)
             per_domain: dict[Domain | None, int] = defaultdict(int)
-            for (p, n), c in red.caps.items():
+            for (_, n), c in red.caps.items():
                 per_domain[problem.paths[n][li]] += c
-            if max(per_domain.values(), default=0) < problem.gang.pod_count and len(
-                problem.gang.pod_sets
-            ) == 1:
+            if (
+                max(per_domain.values(), default=0) < problem.gang.pod_count
+                and len(problem.gang.pod_sets) == 1
+            ):
                 return (
                     f"no single {req} domain has room for all {problem.gang.pod_count} pods now "
                     f"(largest: {max(per_domain.values(), default=0)}); will retry"
@@ -141,7 +142,6 @@ class CpSatEngine:
         return ""
 
     def _reduce_symmetry(self, problem: Problem, red: Reduction) -> Reduction:
-        pod_sets = problem.gang.pod_sets
         need = problem.gang.pod_count
         kept: list[str] = []
         seen: dict[tuple[object, ...], int] = defaultdict(int)
@@ -207,8 +207,13 @@ class CpSatEngine:
         return min(costs, default=0.0)
 
     def _lower_bound(
-        self, problem: Problem, members: Sequence[str], li: int, room: dict[str, int],
-        pod_cost: dict[str, float], weights: dict[str, int],
+        self,
+        problem: Problem,
+        members: Sequence[str],
+        li: int,
+        room: dict[str, int],
+        pod_cost: dict[str, float],
+        weights: dict[str, int],
     ) -> float:
         """A valid lower bound of the objective for the gang placed inside `members`: the
         fewest nodes and sub-domains that can hold it, and its cheapest per-pod costs."""
@@ -228,8 +233,8 @@ class CpSatEngine:
             sub: dict[Domain | None, int] = defaultdict(int)
             for m in members:
                 sub[problem.paths[m][lj]] += room[m]
-            bound += weights["domainSpread"] * level_weight(problem, lj) * (
-                fewest(sub.values()) - 1
+            bound += (
+                weights["domainSpread"] * level_weight(problem, lj) * (fewest(sub.values()) - 1)
             )
         filled, cost = 0, 0.0
         for m in sorted(members, key=lambda m: pod_cost[m]):
@@ -302,8 +307,10 @@ class CpSatEngine:
                     members = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
                     members = members[: max(0, budget * (2 if kept_set else 1) - len(kept))]
                 kept.extend(members)
-            note = (f"pruned to {len(kept)} nodes in the {problem.levels[li]} domains whose "
-                    f"lower bound beats the greedy placement")
+            note = (
+                f"pruned to {len(kept)} nodes in the {problem.levels[li]} domains whose "
+                f"lower bound beats the greedy placement"
+            )
             # Exact when the gang must stay in one domain and every promising one was kept.
             return self._restrict(red, kept, note, exact=required and complete)
         # No domain holds the gang at any level: keep the cheapest nodes overall.
@@ -318,7 +325,10 @@ class CpSatEngine:
 
     @staticmethod
     def _dense_racks(
-        problem: Problem, red: Reduction, room: dict[str, int], pod_cost: dict[str, float],
+        problem: Problem,
+        red: Reduction,
+        room: dict[str, int],
+        pod_cost: dict[str, float],
         budget: int,
     ) -> list[str]:
         """Nodes of the lowest-level domains (racks) that hold the most pods at the lowest
@@ -378,8 +388,13 @@ class CpSatEngine:
         keep = set(kept)
         caps = {k: v for k, v in red.caps.items() if k[1] in keep}
         twins = [[n for n in group if n in keep] for group in red.twins]
-        return Reduction(list(kept), caps, exact and red.exact, [*red.notes, note],
-                         [g for g in twins if len(g) > 1])
+        return Reduction(
+            list(kept),
+            caps,
+            exact and red.exact,
+            [*red.notes, note],
+            [g for g in twins if len(g) > 1],
+        )
 
     # ------------------------------------------------------------------ model
     @staticmethod
@@ -411,7 +426,9 @@ class CpSatEngine:
             for rep, members in groups.items():
                 cap = red.caps.get((ps.name, rep), 0)
                 if cap:
-                    var = model.new_int_var(0, min(ps.count, cap * len(members)), f"x[{ps.name},{rep}]")
+                    var = model.new_int_var(
+                        0, min(ps.count, cap * len(members)), f"x[{ps.name},{rep}]"
+                    )
                     x[(ps.name, rep)] = var
                     by_unit[rep].append((ps, var))
             model.add(sum(v for (p, _), v in x.items() if p == ps.name) == ps.count)
@@ -507,9 +524,14 @@ class CpSatEngine:
                     model.add(used[rep] <= len(groups[rep]) * dv)
                 # aggregate form: tightens the LP bound on how many domains are needed
                 pods = [v for rep in reps for _, v in by_unit[rep]]
-                room = min(gang.pod_count, sum(
-                    red.caps[(ps.name, rep)] * len(groups[rep])
-                    for rep in reps for ps, _ in by_unit[rep]))
+                room = min(
+                    gang.pod_count,
+                    sum(
+                        red.caps[(ps.name, rep)] * len(groups[rep])
+                        for rep in reps
+                        for ps, _ in by_unit[rep]
+                    ),
+                )
                 model.add(sum(pods) <= room * dv)
                 dvars.append(dv)
                 rooms.append(room)
@@ -530,9 +552,7 @@ class CpSatEngine:
             if len(groups.get(twins[0], ())) > 1:
                 continue
             for first, second in zip(twins, twins[1:], strict=False):
-                model.add(
-                    sum(v for _, v in by_unit[first]) >= sum(v for _, v in by_unit[second])
-                )
+                model.add(sum(v for _, v in by_unit[first]) >= sum(v for _, v in by_unit[second]))
         model.minimize(sum(objective))
 
         self._add_hint(problem, red, groups, model, x, used)
@@ -568,14 +588,21 @@ class CpSatEngine:
                 same.append(eq)
             model.add_bool_or([~eq for eq in same])
             solver.parameters.max_time_in_seconds = max(
-                0.01, limit - (time.perf_counter() - started))
+                0.01, limit - (time.perf_counter() - started)
+            )
         else:
-            return infeasible(gang, self.name,
-                              "solver counts could not be realised on GPUs; will retry", started)
+            return infeasible(
+                gang, self.name, "solver counts could not be realised on GPUs; will retry", started
+            )
         bound = solver.best_objective_bound
         proven = status == cp_model.OPTIMAL and red.exact and solver.objective_value <= bound + 0.5
-        placement = finish(problem, self.name, slots, started,
-                           SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE)
+        placement = finish(
+            problem,
+            self.name,
+            slots,
+            started,
+            SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
+        )
         placement.explanation.extend(red.notes)
         placement.explanation.append(
             f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "
@@ -586,8 +613,12 @@ class CpSatEngine:
 
     @staticmethod
     def _node_counts(
-        problem: Problem, red: Reduction, groups: dict[str, list[str]], solver: cp_model.CpSolver,
-        x: dict[tuple[str, str], cp_model.IntVar], used: dict[str, cp_model.IntVar],
+        problem: Problem,
+        red: Reduction,
+        groups: dict[str, list[str]],
+        solver: cp_model.CpSolver,
+        x: dict[tuple[str, str], cp_model.IntVar],
+        used: dict[str, cp_model.IntVar],
     ) -> dict[tuple[str, str], int]:
         """Spread each unit's pods over as many of its nodes as the solution uses: fill
         nodes completely first (that is what `filled` counted), at least one pod on each."""
@@ -630,7 +661,9 @@ class CpSatEngine:
         opened = model.new_int_var(0, node.free_whole_gpus if shared else 0, f"open[{node.name}]")
         if shared:
             partial_free = sum(f for f in node.gpu_free if f < GPU_WHOLE)
-            model.add(sum(ps.gpu_milli * v for ps, v in shared) <= partial_free + GPU_WHOLE * opened)
+            model.add(
+                sum(ps.gpu_milli * v for ps, v in shared) <= partial_free + GPU_WHOLE * opened
+            )
             for ps, v in shared:
                 partial = sum(f // ps.gpu_milli for f in node.gpu_free if f < GPU_WHOLE)
                 model.add(v <= partial + (GPU_WHOLE // ps.gpu_milli) * opened)
@@ -657,7 +690,11 @@ class CpSatEngine:
         """Kueue-TAS-style greedy pods per node inside `nodes`, or None if it fails."""
         scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
         sub = Problem(
-            scratch, problem.gang, problem.config, problem.levels, problem.paths,
+            scratch,
+            problem.gang,
+            problem.config,
+            problem.levels,
+            problem.paths,
             problem.node_class,
             {p: [n for n in nodes if (p, n) in red.caps] for p in problem.candidates},
         )

@@ -36,8 +36,11 @@ def explain(problem: Problem, placement: Placement) -> list[str]:
     gang = problem.gang
     lines.append(
         f"workload type {gang.workload_type}: "
-        + ("packed onto few nodes and domains" if gang.workload_type.packs
-           else "spread across nodes for availability")
+        + (
+            "packed onto few nodes and domains"
+            if gang.workload_type.packs
+            else "spread across nodes for availability"
+        )
     )
     if gang.required_level:
         lines.append(f"all pods inside one {gang.required_level} domain (required)")
@@ -47,8 +50,10 @@ def explain(problem: Problem, placement: Placement) -> list[str]:
         excluded = problem.rejections.get(ps.name)
         if excluded:
             reasons = ", ".join(f"{n} {r}" for r, n in excluded.most_common(3))
-            lines.append(f"pod set {ps.name}: {len(problem.candidates[ps.name])} eligible "
-                         f"nodes ({reasons} excluded)")
+            lines.append(
+                f"pod set {ps.name}: {len(problem.candidates[ps.name])} eligible "
+                f"nodes ({reasons} excluded)"
+            )
     weights_line = ", ".join(f"{k}={v:g}" for k, v in placement.terms.items())
     lines.append(f"terms: {weights_line}; objective {placement.objective:g}")
     return lines

@@ -98,6 +98,7 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
         if slot.numa_zone is None and numa_alignable(node, ps):
             unaligned += 1
     gpu_nodes = [nodes[name] for name in gpu_milli_on]
+
     # An island is broken when this gang starts using it but leaves part of it idle;
     # taking a whole pristine node or clique is what islands are kept for.
     def filled(n: Node) -> bool:
@@ -106,10 +107,8 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
     islands = sum(
         1 for n in gpu_nodes if problem.is_island(n) and n.is_pristine() and not filled(n)
     )
-    for clique, members in problem.pristine_cliques.items():
-        if any(m in gpu_milli_on for m in members) and not all(
-            filled(nodes[m]) for m in members
-        ):
+    for members in problem.pristine_cliques.values():
+        if any(m in gpu_milli_on for m in members) and not all(filled(nodes[m]) for m in members):
             islands += 1
     # GPU share still idle on the GPU nodes this gang touches, in GPUs
     fragmentation = sum(n.free_gpu_milli - gpu_milli_on[n.name] for n in gpu_nodes) / GPU_WHOLE

@@ -91,8 +91,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     if facts is None:
         paths = {n.name: domain_path(n, levels) for n in snapshot}
         node_class = {
-            n.name: config.hardware_class(n.gpu_product) if n.gpu_count else None
-            for n in snapshot
+            n.name: config.hardware_class(n.gpu_product) if n.gpu_count else None for n in snapshot
         }
         facts = (paths, node_class)
         cache[facts_key] = facts
@@ -102,8 +101,9 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     for node in snapshot:
         if node.clique in pristine:
             problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
-    problem.impossible = _check_level(gang.required_level, levels, "required-topology") or \
-        _check_level(gang.preferred_level, levels, "preferred-topology")
+    problem.impossible = _check_level(
+        gang.required_level, levels, "required-topology"
+    ) or _check_level(gang.preferred_level, levels, "preferred-topology")
     if gang.tier not in config.tier_names():
         problem.impossible = problem.impossible or (
             f"tier {gang.tier!r} is not defined in the PlacementConfig {list(config.tier_names())}"
@@ -143,4 +143,3 @@ def _never_fits_message(ps: PodSet, why: Counter[str], snapshot: ClusterSnapshot
         )
     summary = ", ".join(f"{count} {reason}" for reason, count in why.most_common())
     return f"pod set {ps.name!r} fits no node in the cluster ({summary or 'no nodes'})"
-

@@ -83,8 +83,10 @@ def violations(
             out.append(f"{name} GPU {g}: {share} milli asked, {node.gpu_free[g]} free")
     for (name, z), used in zone_cpu.items():
         zone = next((zz for zz in snapshot.nodes[name].numa_zones if zz.id == z), None)
-        if zone is not None and used > zone.free_cpu_milli and (
-            gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        if (
+            zone is not None
+            and used > zone.free_cpu_milli
+            and (gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE)
         ):
             out.append(f"{name} NUMA zone {z}: CPU over-committed")
     if gang.required_level is not None and placement.slots:

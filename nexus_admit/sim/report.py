@@ -13,7 +13,15 @@ import numpy as np
 from nexus_admit.sim.openb import OpenbRun
 from nexus_admit.sim.study import LABELS
 
-__all__ = ["markdown_table", "plot_openb", "write_json", "write_openb_report"]
+__all__ = [
+    "markdown_table",
+    "plot_openb",
+    "plot_replay",
+    "replay_table",
+    "write_json",
+    "write_openb_report",
+    "write_replay_report",
+]
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -136,5 +144,123 @@ def write_openb_report(
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# ---------------------------------------------------------------- the gang replay
+
+REPLAY_ROWS = (
+    ("effective_throughput", "effective throughput %"),
+    ("gpu_allocation", "GPU allocated %"),
+    ("cost_per_effective_gpu_hour", "cost / effective GPU-h"),
+    ("tier_mismatch_gpu_hours", "Bronze-on-premium GPU-h, Gold waiting"),
+    ("stranded_vram_gib_hours", "stranded VRAM GiB-h"),
+    ("pristine_islands_mean", "free 8-GPU nodes (mean)"),
+    ("pristine_cliques_mean", "free NVLink cliques (mean)"),
+    ("one_tor_share", "multi-node gangs in 1 ToR"),
+    ("one_agg_share", "multi-node gangs in 1 agg."),
+    ("mean_factor_multinode", "speed factor, multi-node"),
+    ("pending_at_end", "queued at end"),
+    ("admitted", "admitted"),
+    ("seconds", "sim seconds"),
+)
+
+
+def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
+    """Rows: metrics (incl. delays by tier and size), columns: policies (first scenario/seed
+    group only; the JSON holds all)."""
+    if not results:
+        return [], []
+    first = (results[0].scenario, results[0].seed)
+    rs = [r for r in results if (r.scenario, r.seed) == first]
+    header = ["metric", *[r.policy for r in rs]]
+    body = []
+    for key, title in REPLAY_ROWS:
+        body.append([title, *[_fmt(getattr(r, key)) for r in rs]])
+    groups = sorted({g for r in rs for g in r.delay if g != "all"})
+    for g in groups:
+        body.append([f"delay h mean/p95 {g.split(':', 1)[-1]}",
+                     *[f"{r.delay.get(g, {}).get('mean', 0):.2f}/"
+                       f"{r.delay.get(g, {}).get('p95', 0):.2f}" for r in rs]])
+    return header, body
+
+
+def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    by_group: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for r in results:
+        by_group[(r.scenario, r.seed)].append(r)
+    for (scenario, seed), rs in by_group.items():
+        fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+        for r in rs:
+            lw = 1.8 if r.policy == "nexus" else 1.0
+            axes[0].step(r.series_t, r.series_alloc, where="post", label=r.policy, lw=lw)
+            axes[1].step(r.series_t, r.series_islands, where="post", label=r.policy, lw=lw)
+        axes[0].set(title=f"replay {scenario}/seed {seed}: GPU allocated",
+                    xlabel="hours", ylabel="% of GPUs")
+        axes[1].set(title="fully free 8-GPU nodes", xlabel="hours", ylabel="nodes")
+        names = [r.policy for r in rs]
+        x = np.arange(len(names))
+        eff = [r.effective_throughput for r in rs]
+        cost = [r.cost_per_effective_gpu_hour for r in rs]
+        tor = [100 * r.one_tor_share for r in rs]
+        width = 0.27
+        axes[2].bar(x - width, eff, width, label="effective throughput %")
+        axes[2].bar(x, tor, width, label="multi-node gangs in one ToR %")
+        ax2 = axes[2].twinx()
+        ax2.bar(x + width, cost, width, color="tab:red", alpha=0.6, label="cost / effective GPU-h")
+        ax2.set_ylabel("cost per effective GPU-hour")
+        axes[2].set_xticks(x, names, rotation=30, ha="right")
+        axes[2].set_title("throughput, locality, cost")
+        axes[2].legend(fontsize=7, loc="upper left")
+        ax2.legend(fontsize=7, loc="upper right")
+        for ax in axes[:2]:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"replay_{scenario}_{seed}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path)
+    return files
+
+
+def write_replay_report(
+    results: Sequence[Any],
+    comparison: Sequence[dict[str, Any]],
+    out: Path,
+    meta: dict[str, Any],
+    assumptions: str = "",
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plots = plot_replay(results, out)
+    write_json(out / "replay.json", {"meta": meta, "results": [r.to_json() for r in results],
+                                      "comparison": list(comparison)})
+    header, body = replay_table(results)
+    lines = ["# Multi-tenant gang replay", ""]
+    if assumptions:
+        lines += [assumptions.strip(), ""]
+    if header:
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        lines.append("")
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in comparison:
+        groups[(row["scenario"], row["seed"])].append(row)
+    lines += ["## Where nexus is best (ties count)", ""]
+    for (scenario, seed), rows in groups.items():
+        won = [r["metric"] for r in rows if r["ours_best"]]
+        lost = [f"{r['metric']} (best: {', '.join(r['best'])})" for r in rows
+                if not r["ours_best"]]
+        lines.append(f"- {scenario}/seed {seed}: best on {len(won)} of {len(rows)} metrics"
+                     + (f"; not best on: {'; '.join(lost)}" if lost else ""))
+    lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    path = out / "REPLAY.md"
     path.write_text("\n".join(lines))
     return path

@@ -90,12 +90,11 @@ def test_whole_gpu_pod_skips_shared_gpus() -> None:
 # ---------------------------------------------------------------- fractional GPUs
 
 
-def test_gpu_share_goes_to_the_fullest_gpu_with_room() -> None:
+@pytest.mark.parametrize(("share", "gpu"), [(250, 1), (600, 2), (800, 0), (200, 3), (1000, 0)])
+def test_gpu_share_goes_to_the_fullest_gpu_with_room(share: int, gpu: int) -> None:
     node = gpu_node("n", gpus=4, numa=False, shares={0: 1000, 1: 500, 2: 750, 3: 200})
-    assert fit_pod(node, PodSet("s", 1, gpus=1, gpu_milli=250)).gpu_indices == (1,)  # type: ignore[union-attr]
-    assert fit_pod(node, PodSet("s", 1, gpus=1, gpu_milli=600)).gpu_indices == (2,)  # type: ignore[union-attr]
-    assert fit_pod(node, PodSet("s", 1, gpus=1, gpu_milli=800)).gpu_indices == (0,)  # type: ignore[union-attr]
-    assert fit_pod(node, PodSet("s", 1, gpus=1, gpu_milli=200)).gpu_indices == (3,)  # type: ignore[union-attr]
+    fit = fit_pod(node, PodSet("s", 1, gpus=1, gpu_milli=share))
+    assert fit is not None and fit.gpu_indices == (gpu,)
 
 
 def test_gpu_share_with_explicit_choice() -> None:

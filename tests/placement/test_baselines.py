@@ -16,7 +16,7 @@ from nexus_admit.model import (
 )
 from nexus_admit.placement.base import PlacementPolicy, make_policy, policy_names
 from nexus_admit.placement.validate import violations
-from tests.factories import A100, RACK, T4, config, gpu_node, node_state, snapshot
+from tests.factories import A100, HOST, RACK, T4, config, gpu_node, node_state, snapshot
 
 CONFIG = config()
 BASELINES = [p for p in policy_names() if p != "nexus"]
@@ -89,6 +89,20 @@ def test_every_policy_honours_a_required_rack(policy: str) -> None:
     p = run(policy, snap, gang)
     assert p.feasible, p.reason
     assert racks_of(snap, p) == {"r1"}
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_every_policy_honours_a_required_hostname(policy: str) -> None:
+    snap = snapshot(
+        gpu_node("r0-a", used=range(4), rack="r0"),
+        gpu_node("r1-a", used=range(4), rack="r1"),
+        gpu_node("r1-b", used=range(4), rack="r1"),
+    )
+    gang = Gang("ns/g", (PodSet("server", 3, gpus=1),),
+                workload_type=WorkloadType.INFERENCE, required_level=HOST)
+    p = run(policy, snap, gang)
+    assert p.feasible, p.reason
+    assert len(p.pods_per_node()) == 1
 
 
 @pytest.mark.parametrize("policy", policy_names())

@@ -548,7 +548,7 @@ def test_explanation_first_line_names_pods_nodes_and_tier() -> None:
     p = placed(snap, gang(PodSet("w", 2, gpus=4), tier="gold"))
     first = p.explanation[0]
     assert "2 pods" in first
-    assert "1 premium nodes" in first
+    assert "1 premium node" in first
     assert "tier gold" in first
     assert any("CP-SAT" in line for line in p.explanation)
 
@@ -564,7 +564,7 @@ def test_place_does_not_mutate_the_snapshot() -> None:
     assert node_state(snap) == before
 
 
-def test_same_input_same_placement() -> None:
+def test_repeated_solves_agree_on_the_objective() -> None:
     snap = _four_partly_used()
     g = gang(PodSet("w", 3, gpus=2, indexed=True))
     first = placed(snap, g)

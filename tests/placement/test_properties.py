@@ -22,7 +22,9 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @pytest.mark.parametrize("policy", policy_names())
 @SETTINGS
 @given(snapshot=snapshots(), gang=gangs())
-def test_every_policy_respects_hard_constraints(policy: str, snapshot: ClusterSnapshot, gang: Gang) -> None:
+def test_every_policy_respects_hard_constraints(
+    policy: str, snapshot: ClusterSnapshot, gang: Gang
+) -> None:
     before = snapshot.copy()
     placement = make_policy(policy, seed=1).place(snapshot, gang, CONFIG)
     assert violations(snapshot, gang, placement, CONFIG) == []

@@ -68,8 +68,13 @@ def infeasible(
     )
 
 
-def finish(problem: Problem, policy: str, slots: list[Slot], started: float,
-           status: SolveStatus = SolveStatus.HEURISTIC) -> Placement:
+def finish(
+    problem: Problem,
+    policy: str,
+    slots: list[Slot],
+    started: float,
+    status: SolveStatus = SolveStatus.HEURISTIC,
+) -> Placement:
     terms = evaluate_terms(problem, slots)
     placement = Placement(
         gang=problem.gang.name,
@@ -106,8 +111,9 @@ class PodByPodPolicy:
             if slots is not None:
                 return finish(problem, self.name, slots, started)
         where = f" inside one {gang.required_level} domain" if gang.required_level else ""
-        return infeasible(gang, self.name, f"the gang's {gang.pod_count} pods do not all fit"
-                          f"{where} now", started)
+        return infeasible(
+            gang, self.name, f"the gang's {gang.pod_count} pods do not all fit{where} now", started
+        )
 
     def _domain_rank(self, problem: Problem, members: Sequence[str]) -> float:
         """Try first the domain holding this policy's favourite node for the first pod."""
@@ -207,8 +213,7 @@ class RandomPolicy:
         slots: list[Slot] = []
         for pod_set in problem.gang.pod_sets:
             one = Gang(problem.gang.name, (pod_set,))
-            names = [n for n in problem.candidates[pod_set.name]
-                     if allowed is None or n in allowed]
+            names = [n for n in problem.candidates[pod_set.name] if allowed is None or n in allowed]
             for index in range(pod_set.count):
                 self._rng.shuffle(names)
                 for name in names:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from nexus_admit.model import GPU_WHOLE, Fit, Node, PodSet
 from nexus_admit.placement.base import register
-from nexus_admit.placement.baselines.podbypod import PodByPodPolicy, RandomPolicy, single_fit_options
+from nexus_admit.placement.baselines.podbypod import (
+    PodByPodPolicy,
+    RandomPolicy,
+    single_fit_options,
+)
 from nexus_admit.placement.problem import Problem
 
 __all__ = ["bestfit_score"]
@@ -18,9 +22,7 @@ def bestfit_score(node: Node, pod_set: PodSet, fit: Fit, problem: Problem) -> fl
     leftover = (node.free_cpu_milli - pod_set.cpu_milli) / max(node.cpu_milli, 1)
     leftover += (node.free_memory_mib - pod_set.memory_mib) / max(node.memory_mib, 1)
     if node.gpu_count:
-        leftover += (node.free_gpu_milli - pod_set.gpu_milli_per_pod) / (
-            node.gpu_count * GPU_WHOLE
-        )
+        leftover += (node.free_gpu_milli - pod_set.gpu_milli_per_pod) / (node.gpu_count * GPU_WHOLE)
     return leftover
 
 

@@ -51,7 +51,9 @@ def _best_fit_take(states: dict[Domain, int], need: int) -> list[tuple[Domain, i
     return taken
 
 
-def tas_counts(problem: Problem, pod_set: PodSet, scratch: ClusterSnapshot) -> dict[str, int] | None:
+def tas_counts(
+    problem: Problem, pod_set: PodSet, scratch: ClusterSnapshot
+) -> dict[str, int] | None:
     """Pods per node for one pod set, or None when it does not fit under the request."""
     levels = problem.levels
     host = len(levels) - 1
@@ -117,9 +119,11 @@ class TasBestFitPolicy:
             counts = tas_counts(problem, pod_set, scratch)
             if counts is None:
                 return infeasible(
-                    gang, self.name,
+                    gang,
+                    self.name,
                     f"pod set {pod_set.name!r}: no topology domain can hold {pod_set.count} pods",
-                    started)
+                    started,
+                )
             one = Gang(gang.name, (pod_set,))
             index = 0
             for node_name in sorted(counts, key=lambda n: problem.paths[n]):

@@ -1,0 +1,606 @@
+"""Multi-tenant heterogeneous gang replay: a seeded synthetic mix of Gold/Silver/Bronze
+tenants (multi-node training gangs, single-GPU inference, fractional-GPU pods) on a cluster
+of H100/A100/L40 pools wired with the Lingjun datacenter fabric (../shared/data/lingjun),
+queued the way Kueue queues (per-ClusterQueue nominal quota in one cohort, priority then
+FIFO, BestEffortFIFO, gang all-or-nothing), placed by one registered policy per run, with
+departures and a slowdown model for spread gangs.
+
+Modelling assumptions (stated in the report too):
+* Fabric: hosts keep their Lingjun ToR (PSW, ASW) and aggregation (PSW) switches; only ToR
+  groups of 8 hosts are used; a ToR holds one hardware pool.
+* Slowdown: Gavel (OSDI 2020) measured the throughput of a job spread across servers
+  relative to consolidated at a median of 0.50 (2-GPU) and 0.30 (8-GPU) on V100. We apply
+  that factor g to a gang spread across aggregation domains, 1 − 0.6·(1 − g) to one spread
+  over ToRs of one aggregation domain, 1 − 0.25·(1 − g) to one spread over the hosts of
+  one ToR, and 1 to a gang on one host or inside one NVLink clique. Only the cross-server
+  end points are measured; the intermediate levels are our interpolation.
+* Prices per GPU-hour: premium 4.0, standard 2.0, economy 1.0 (illustrative units).
+* No preemption; a job runs to completion once admitted; jobs run longer by 1/factor.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nexus_admit.model import (
+    GPU_WHOLE,
+    Gang,
+    Node,
+    NumaZone,
+    PlacementConfig,
+    PodSet,
+    Slot,
+    SolverSettings,
+    TopologySpec,
+    WorkloadType,
+)
+from nexus_admit.placement.base import PlacementPolicy, make_policy
+from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
+from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.sim.openb import DEFAULT_DATA
+
+__all__ = [
+    "AGG_LABEL",
+    "POOLS",
+    "TOR_LABEL",
+    "Job",
+    "ReplayResult",
+    "ReplayScenario",
+    "build_cluster",
+    "compare",
+    "generate_jobs",
+    "replay_config",
+    "run_replay",
+    "run_replays",
+    "spread_factor",
+]
+
+AGG_LABEL = "network.kubenexus.io/aggregation"
+TOR_LABEL = "network.kubenexus.io/tor"
+HOST_LABEL = "kubernetes.io/hostname"
+TIERS = ("gold", "silver", "bronze")
+PRIORITY = {"gold": 3, "silver": 2, "bronze": 1}
+PRICE = {"premium": 4.0, "standard": 2.0, "economy": 1.0}
+GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}  # median spread/consolidated, V100
+
+
+@dataclass(frozen=True)
+class Pool:
+    product: str
+    vram_mib: int
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    share: float  # of ToRs
+    cliques: int  # NVLink cliques per ToR (0: node-local NVSwitch only)
+
+
+POOLS = (
+    Pool("NVIDIA-H100-80GB-HBM3", 81_559, 8, 192_000, 2_097_152, 0.375, 2),
+    Pool("NVIDIA-A100-SXM4-80GB", 81_920, 8, 128_000, 1_048_576, 0.375, 0),
+    Pool("NVIDIA-L40", 46_068, 4, 64_000, 524_288, 0.25, 0),
+)
+
+
+@dataclass(frozen=True)
+class ReplayScenario:
+    name: str = "default"
+    seed: int = 7
+    hosts: int = 64  # multiple of 8 (whole ToRs)
+    jobs: int = 220
+    load: float = 1.15  # offered GPU-hours / capacity over the arrival window
+    mix: tuple[float, float, float] = (0.25, 0.35, 0.40)  # training, inference, fractional
+    max_gang_gpus: int = 256
+    quota: tuple[float, float, float] = (0.40, 0.35, 0.25)  # nominal share per tier
+    attempts_per_cycle: int = 12
+    time_limit: float = 1.0
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    tier: str
+    kind: str  # training | inference | fractional
+    pods: int
+    gpus: int  # per pod
+    gpu_milli: int
+    vram_mib: int
+    cpu_milli: int
+    memory_mib: int
+    arrival: float  # hours
+    duration: float  # hours at full speed
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.pods * self.gpus * self.gpu_milli
+
+    def gang(self) -> Gang:
+        ps = PodSet("workers", self.pods, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
+                    gpus=self.gpus, gpu_milli=self.gpu_milli, vram_mib=self.vram_mib,
+                    indexed=self.pods > 1)
+        wtype = WorkloadType.TRAINING if self.kind == "training" else WorkloadType.INFERENCE
+        pref = TOR_LABEL if self.kind == "training" and self.pods > 1 else None
+        return Gang(self.name, (ps,), tier=self.tier, workload_type=wtype, preferred_level=pref)
+
+
+# ---------------------------------------------------------------- cluster
+
+
+def load_fabric(data: Path = DEFAULT_DATA) -> list[tuple[str, str, str]]:
+    """(PSW, ASW, host ip) of the Lingjun hosts."""
+    with open(Path(data) / "lingjun" / "topo.csv", newline="") as f:
+        return [(r["PSW"], r["ASW"], r["ip"]) for r in csv.DictReader(f)]
+
+
+def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
+    rng = np.random.default_rng(scn.seed)
+    tors: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for psw, asw, ip in load_fabric(data):
+        tors[(psw, asw)].append(ip)
+    full = sorted(k for k, v in tors.items() if len(v) == 8)
+    want = max(1, scn.hosts // 8)
+    # round-robin over aggregation switches so the cluster spans them
+    by_agg: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for k in full:
+        by_agg[k[0]].append(k)
+    for v in by_agg.values():
+        rng.shuffle(v)  # type: ignore[arg-type]
+    chosen: list[tuple[str, str]] = []
+    aggs = sorted(by_agg)
+    while len(chosen) < want and any(by_agg.values()):
+        for a in aggs:
+            if by_agg[a] and len(chosen) < want:
+                chosen.append(by_agg[a].pop())
+    chosen.sort()
+    counts = [round(p.share * len(chosen)) for p in POOLS]
+    counts[-1] = len(chosen) - sum(counts[:-1])
+    pools = [p for p, c in zip(POOLS, counts, strict=True) for _ in range(max(c, 0))]
+    order = rng.permutation(len(chosen))
+    nodes: list[Node] = []
+    for t, ti in enumerate(order.tolist()):
+        psw, asw = chosen[ti]
+        pool = pools[t % len(pools)]
+        for h in range(8):
+            name = f"{asw.lower()}-{psw.lower()}-h{h}"
+            half = pool.gpus // 2
+            zones = [NumaZone(0, tuple(range(half)), pool.cpu_milli // 2, pool.cpu_milli // 2),
+                     NumaZone(1, tuple(range(half, pool.gpus)), pool.cpu_milli // 2,
+                              pool.cpu_milli // 2)]
+            clique = f"{asw}-{psw}-nvl{h * pool.cliques // 8}" if pool.cliques else None
+            nodes.append(Node(
+                name=name,
+                labels={AGG_LABEL: psw, TOR_LABEL: asw, HOST_LABEL: name,
+                        "nvidia.com/gpu.product": pool.product,
+                        "nvidia.com/gpu.count": str(pool.gpus)},
+                cpu_milli=pool.cpu_milli, memory_mib=pool.memory_mib, max_pods=110,
+                gpu_product=pool.product, gpu_memory_mib=pool.vram_mib,
+                gpu_free=[GPU_WHOLE] * pool.gpus, free_cpu_milli=pool.cpu_milli,
+                free_memory_mib=pool.memory_mib, free_pods=110, numa_zones=zones,
+                clique=clique,
+            ))
+    return sorted(nodes, key=lambda n: (n.labels[AGG_LABEL], n.labels[TOR_LABEL], n.name))
+
+
+def replay_config(scn: ReplayScenario) -> PlacementConfig:
+    return PlacementConfig(
+        topology=TopologySpec(levels=(AGG_LABEL, TOR_LABEL, HOST_LABEL)),
+        solver=SolverSettings(time_limit_seconds=scn.time_limit),
+    )
+
+
+# ---------------------------------------------------------------- workload
+
+
+def _lomax(rng: np.random.Generator, mean: float, shape: float = 1.6) -> float:
+    """Heavy-tailed (Pareto II) sample with the given mean."""
+    return float(rng.pareto(shape) * mean * (shape - 1))
+
+
+def generate_jobs(scn: ReplayScenario, capacity_gpus: int) -> list[Job]:
+    rng = np.random.default_rng(scn.seed + 1000)
+    gang_sizes = [s for s in (8, 16, 32, 64, 128, 256)
+                  if s <= min(scn.max_gang_gpus, capacity_gpus // 2)]
+    gang_p = np.array([0.32, 0.26, 0.18, 0.12, 0.08, 0.04][: len(gang_sizes)])
+    gang_p /= gang_p.sum()
+    kinds = ("training", "inference", "fractional")
+    tier_p = {"training": (0.45, 0.35, 0.20), "inference": (0.30, 0.40, 0.30),
+              "fractional": (0.10, 0.30, 0.60)}
+    dur = {"training": (3.0, 1.0), "inference": (6.0, 1.0), "fractional": (1.5, 1.0)}
+    mean_gpus = {"training": float(np.dot(gang_p, gang_sizes)), "inference": 1.0,
+                 "fractional": 0.375}
+    mean_hours = {k: dur[k][0] * math.exp(dur[k][1] ** 2 / 2) for k in kinds}
+    per_job = sum(p * mean_gpus[k] * mean_hours[k] for p, k in zip(scn.mix, kinds, strict=True))
+    rate = scn.load * capacity_gpus / per_job  # jobs per hour
+    jobs: list[Job] = []
+    t = 0.0
+    for i in range(scn.jobs):
+        t += _lomax(rng, 1.0 / rate)
+        kind = kinds[int(rng.choice(3, p=scn.mix))]
+        tier = TIERS[int(rng.choice(3, p=tier_p[kind]))]
+        median, sigma = dur[kind]
+        hours = float(min(48.0, max(0.1, rng.lognormal(math.log(median), sigma))))
+        if kind == "training":
+            total = int(rng.choice(gang_sizes, p=gang_p))
+            vram = int(rng.choice([40, 60, 75])) * 1024  # sharded 13B-70B models
+            jobs.append(Job(f"train-{i:04d}", tier, kind, total // 8, 8, GPU_WHOLE, vram,
+                            8 * 12_000, 8 * 98_304, t, hours))
+        elif kind == "inference":
+            vram = int(rng.choice([16, 28, 40, 70])) * 1024  # 7B fp16 .. 70B int4
+            jobs.append(Job(f"infer-{i:04d}", tier, kind, 1, 1, GPU_WHOLE, vram, 8000,
+                            65_536, t, hours))
+        else:
+            milli = int(rng.choice([250, 500]))
+            vram = int(rng.choice([4, 8, 10])) * 1024
+            jobs.append(Job(f"frac-{i:04d}", tier, kind, 1, 1, milli, vram, 4000, 16_384,
+                            t, hours))
+    return jobs
+
+
+def workload_of(jobs: Sequence[Job]) -> WorkloadDistribution:
+    shapes = []
+    for j in jobs:
+        shapes.extend([PodShape(j.cpu_milli, j.gpu_milli, j.gpus)] * j.pods)
+    return WorkloadDistribution.from_shapes(shapes, coverage=0.95)
+
+
+# ---------------------------------------------------------------- slowdown
+
+
+def spread_factor(gpus_total: int, nodes: int, tors: int, aggs: int, one_clique: bool) -> float:
+    if nodes <= 1 or one_clique:
+        return 1.0
+    g = GAVEL.get(min(gpus_total, 8), 0.30) if gpus_total <= 8 else GAVEL[8]
+    if aggs > 1:
+        return g
+    if tors > 1:
+        return 1.0 - 0.6 * (1.0 - g)
+    return 1.0 - 0.25 * (1.0 - g)
+
+
+# ---------------------------------------------------------------- the replay
+
+
+@dataclass
+class ReplayResult:
+    scenario: str
+    seed: int
+    policy: str
+    jobs: int
+    admitted: int
+    rejected: int
+    pending_at_end: int
+    hours: float
+    seconds: float
+    place_seconds: float
+    placements: int
+    gpu_allocation: float  # time-mean % of GPU capacity allocated
+    effective_throughput: float  # time-mean % of capacity doing useful work (slowdown)
+    gpu_cost: float  # price units spent on allocated GPUs over the window
+    cost_per_effective_gpu_hour: float
+    tier_mismatch_gpu_hours: float  # bronze on premium while gold waits
+    stranded_vram_gib_hours: float
+    pristine_islands_mean: float  # 8-GPU nodes fully free, time mean
+    pristine_cliques_mean: float
+    multinode_gangs: int
+    one_tor_share: float
+    one_agg_share: float
+    mean_factor_multinode: float
+    delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
+    series_t: list[float] = field(default_factory=list)
+    series_alloc: list[float] = field(default_factory=list)
+    series_islands: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _size_group(job: Job) -> str:
+    if job.kind == "fractional":
+        return "fractional"
+    total = job.pods * job.gpus
+    if total == 1:
+        return "1 GPU"
+    if total <= 32:
+        return "8-32 GPUs"
+    return "64-256 GPUs"
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0, "mean": 0.0, "p95": 0.0}
+    arr = np.array(values)
+    return {"n": len(values), "mean": round(float(arr.mean()), 3),
+            "p95": round(float(np.percentile(arr, 95)), 3)}
+
+
+def make_replay_policy(name: str, seed: int, jobs: Sequence[Job]) -> PlacementPolicy:
+    policy = make_policy(name, seed)
+    if isinstance(policy, WorkloadAware):
+        policy.set_workload(workload_of(jobs))
+    return policy
+
+
+def run_replay(
+    policy_name: str,
+    scn: ReplayScenario = ReplayScenario(),
+    data: Path = DEFAULT_DATA,
+    policy_factory: Callable[[str, int, Sequence[Job]], PlacementPolicy] | None = None,
+) -> ReplayResult:
+    started = time.perf_counter()
+    nodes = build_cluster(scn, data)
+    snap = TrackedSnapshot.of(nodes)
+    capacity = snap.total_gpus
+    jobs = generate_jobs(scn, capacity)
+    config = replay_config(scn)
+    policy = (policy_factory or make_replay_policy)(policy_name, scn.seed, jobs)
+    quota = {t: q * capacity * GPU_WHOLE for t, q in zip(TIERS, scn.quota, strict=True)}
+    cohort = sum(quota.values())
+    usage: dict[str, float] = dict.fromkeys(TIERS, 0.0)
+    classes = {n.name: config.hardware_class(n.gpu_product) or "economy" for n in nodes}
+    nodes8 = [n for n in nodes if n.gpu_count == 8]
+    cliques = {n.clique for n in nodes if n.clique}
+    end_window = max(j.arrival for j in jobs)
+
+    events: list[tuple[float, int, str, int]] = []  # (time, order, kind, job index)
+    for i, j in enumerate(jobs):
+        heapq.heappush(events, (j.arrival, 1, "arrive", i))
+    pending: list[int] = []
+    running: dict[int, tuple[Gang, list[Slot], float]] = {}  # job -> gang, slots, factor
+    started_at: dict[int, float] = {}
+    rejected = 0
+    placements = 0
+    place_seconds = 0.0
+    acc = Counter[str]()
+    series_t: list[float] = []
+    series_alloc: list[float] = []
+    series_islands: list[int] = []
+    locality: list[tuple[int, int, float]] = []
+    now = 0.0
+    run_state = {"alloc": 0.0, "eff": 0.0, "cost": 0.0, "bronze_premium": 0.0, "stranded": 0.0}
+
+    def integrate(until: float) -> None:
+        nonlocal now
+        dt = min(until, end_window) - now
+        if dt > 0:
+            gold_waiting = any(jobs[i].tier == "gold" for i in pending)
+            acc["alloc"] += run_state["alloc"] * dt
+            acc["eff"] += run_state["eff"] * dt
+            acc["cost"] += run_state["cost"] * dt
+            acc["stranded"] += run_state["stranded"] * dt
+            if gold_waiting:
+                acc["mismatch"] += run_state["bronze_premium"] * dt
+            acc["islands"] += sum(1 for n in nodes8 if n.is_pristine()) * dt
+            acc["cliques"] += len(snap.pristine_cliques() & cliques) * dt
+        now = max(now, until)
+
+    def account(job: Job, gang: Gang, slots: list[Slot], factor: float, sign: int) -> None:
+        problem_nodes = snap.nodes
+        ps = gang.pod_sets[0]
+        milli = ps.gpus * ps.gpu_milli / GPU_WHOLE
+        for s in slots:
+            cls = classes[s.node]
+            run_state["alloc"] += sign * milli
+            run_state["eff"] += sign * milli * factor
+            run_state["cost"] += sign * milli * PRICE[cls]
+            if job.tier == "bronze" and cls == "premium":
+                run_state["bronze_premium"] += sign * milli
+        if ps.gpus and not ps.fractional and ps.vram_mib:
+            # the engine's definition (objective.stranded_vram_gib): per GPU, VRAM left
+            # below the tier's utilisation line
+            floor = config.min_vram_utilization(job.tier)
+            gib = sum(max(0.0, floor * problem_nodes[s.node].gpu_memory_mib - ps.vram_mib)
+                      for s in slots) / 1024.0
+            run_state["stranded"] += sign * gib * ps.gpus
+
+    def try_schedule() -> None:
+        nonlocal placements, place_seconds, rejected
+        order = sorted(pending, key=lambda i: (-PRIORITY[jobs[i].tier], jobs[i].arrival, i))
+        free_gpu = sum(n.free_gpu_milli for n in nodes)
+        attempts = 0
+        for i in order:
+            job = jobs[i]
+            need = job.gpu_milli_total
+            if need > free_gpu:
+                continue
+            fits_quota = usage[job.tier] + need <= quota[job.tier]
+            borrow = sum(usage.values()) + need <= cohort
+            if not (fits_quota or borrow):
+                continue
+            if attempts >= scn.attempts_per_cycle:
+                break
+            attempts += 1
+            gang = job.gang()
+            t0 = time.perf_counter()
+            placement = policy.place(snap, gang, config)
+            place_seconds += time.perf_counter() - t0
+            placements += 1
+            if not placement.feasible:
+                if not placement.retryable:
+                    pending.remove(i)
+                    rejected += 1
+                continue
+            snap.apply(gang, placement.slots)
+            pending.remove(i)
+            used_nodes = {s.node for s in placement.slots}
+            tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
+                    for n in used_nodes}
+            aggs = {snap.nodes[n].labels[AGG_LABEL] for n in used_nodes}
+            cl = {snap.nodes[n].clique for n in used_nodes}
+            one_clique = len(cl) == 1 and None not in cl
+            factor = spread_factor(job.pods * job.gpus, len(used_nodes), len(tors), len(aggs),
+                                   one_clique)
+            if len(used_nodes) > 1 or job.pods > 1:
+                locality.append((len(tors), len(aggs), factor))
+            usage[job.tier] += need
+            free_gpu -= need
+            running[i] = (gang, placement.slots, factor)
+            started_at[i] = now
+            account(job, gang, placement.slots, factor, +1)
+            heapq.heappush(events, (now + job.duration / factor, 0, "depart", i))
+
+    while events:
+        t, _, kind, i = heapq.heappop(events)
+        integrate(t)
+        if kind == "arrive":
+            problem = prepare(snap, jobs[i].gang(), config)
+            if problem.impossible:
+                rejected += 1
+            else:
+                pending.append(i)
+        else:
+            gang, slots, factor = running.pop(i)
+            snap.release(gang, slots)
+            usage[jobs[i].tier] -= jobs[i].gpu_milli_total
+            account(jobs[i], gang, slots, factor, -1)
+        # coalesce simultaneous events before a scheduling cycle
+        if events and events[0][0] == t:
+            continue
+        try_schedule()
+        if t <= end_window:
+            series_t.append(round(t, 4))
+            series_alloc.append(round(100.0 * run_state["alloc"] / capacity, 3))
+            series_islands.append(sum(1 for n in nodes8 if n.is_pristine()))
+        if t > end_window and not pending:
+            break
+        if t > end_window + 72:
+            break
+
+    window = max(end_window, 1e-9)
+    delays: dict[str, list[float]] = defaultdict(list)
+    for i, j in enumerate(jobs):
+        if i in started_at:
+            d = started_at[i] - j.arrival
+        elif i in pending:
+            d = now - j.arrival  # still waiting: censored at the end
+        else:
+            continue
+        delays[f"tier:{j.tier}"].append(d)
+        delays[f"size:{_size_group(j)}"].append(d)
+        delays["all"].append(d)
+    multi = locality
+    eff_hours = acc["eff"]
+    return ReplayResult(
+        scenario=scn.name, seed=scn.seed, policy=policy_name, jobs=len(jobs),
+        admitted=len(started_at), rejected=rejected, pending_at_end=len(pending),
+        hours=round(window, 2), seconds=round(time.perf_counter() - started, 2),
+        place_seconds=round(place_seconds, 2), placements=placements,
+        gpu_allocation=round(100.0 * acc["alloc"] / (capacity * window), 2),
+        effective_throughput=round(100.0 * eff_hours / (capacity * window), 2),
+        gpu_cost=round(acc["cost"], 1),
+        cost_per_effective_gpu_hour=round(acc["cost"] / eff_hours, 3) if eff_hours else 0.0,
+        tier_mismatch_gpu_hours=round(acc["mismatch"], 1),
+        stranded_vram_gib_hours=round(acc["stranded"], 1),
+        pristine_islands_mean=round(acc["islands"] / window, 2),
+        pristine_cliques_mean=round(acc["cliques"] / window, 2),
+        multinode_gangs=len(multi),
+        one_tor_share=round(sum(1 for t_, _, _ in multi if t_ == 1) / len(multi), 3)
+        if multi else 0.0,
+        one_agg_share=round(sum(1 for _, a, _ in multi if a == 1) / len(multi), 3)
+        if multi else 0.0,
+        mean_factor_multinode=round(float(np.mean([f for _, _, f in multi])), 3)
+        if multi else 1.0,
+        delay={k: _stats(v) for k, v in sorted(delays.items())},
+        series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
+    )
+
+
+
+# ---------------------------------------------------------------- many runs, summary
+
+# metric -> True when higher is better
+METRICS: dict[str, bool] = {
+    "effective_throughput": True,
+    "gpu_allocation": True,
+    "cost_per_effective_gpu_hour": False,
+    "tier_mismatch_gpu_hours": False,
+    "stranded_vram_gib_hours": False,
+    "pristine_islands_mean": True,
+    "one_tor_share": True,
+    "one_agg_share": True,
+    "pending_at_end": False,
+}
+
+
+def delay_metrics(r: ReplayResult) -> dict[str, float]:
+    out = {}
+    for group, st in r.delay.items():
+        if group == "all":
+            continue
+        out[f"delay_mean[{group}]"] = st["mean"]
+        out[f"delay_p95[{group}]"] = st["p95"]
+    return out
+
+
+def compare(results: Sequence[ReplayResult], ours: str = "nexus",
+            reference: str = "default") -> list[dict[str, Any]]:
+    """Per scenario/seed: for every metric, each policy's value, the best policy, whether
+    `ours` is best (ties count), and ratios to the kube `reference` policy."""
+    groups: dict[tuple[str, int], dict[str, ReplayResult]] = defaultdict(dict)
+    for r in results:
+        groups[(r.scenario, r.seed)][r.policy] = r
+    rows = []
+    for (scenario, seed), by_policy in sorted(groups.items()):
+        values: dict[str, dict[str, float]] = {}
+        for p, r in by_policy.items():
+            v = {m: float(getattr(r, m)) for m in METRICS}
+            v.update(delay_metrics(r))
+            values[p] = v
+        metric_names = sorted({m for v in values.values() for m in v})
+        for m in metric_names:
+            higher = METRICS.get(m, False)
+            vals = {p: v[m] for p, v in values.items() if m in v}
+            best = max(vals.values()) if higher else min(vals.values())
+            winners = sorted(p for p, x in vals.items() if x == best)
+            rows.append({
+                "scenario": scenario, "seed": seed, "metric": m,
+                "higher_is_better": higher, "values": vals, "best": winners,
+                "ours_best": ours in winners,
+                "vs_reference": (round(vals[ours] / vals[reference], 3)
+                                 if ours in vals and reference in vals and vals[reference]
+                                 else None),
+            })
+    return rows
+
+
+def _replay_one(args: tuple[str, ReplayScenario, str]) -> ReplayResult:
+    policy, scn, data = args
+    return run_replay(policy, scn, Path(data))
+
+
+def run_replays(
+    policies: Sequence[str],
+    scenarios: Sequence[ReplayScenario],
+    data: Path = DEFAULT_DATA,
+    workers: int = 2,
+    on_progress: Callable[[int, int, ReplayResult], None] | None = None,
+) -> list[ReplayResult]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    tasks = [(p, s, str(data)) for s in scenarios for p in policies]
+    tasks.sort(key=lambda t: t[0] != "nexus")
+    out: list[ReplayResult] = []
+    if workers <= 1:
+        for t in tasks:
+            out.append(_replay_one(t))
+            if on_progress:
+                on_progress(len(out), len(tasks), out[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for f in as_completed([pool.submit(_replay_one, t) for t in tasks]):
+                out.append(f.result())
+                if on_progress:
+                    on_progress(len(out), len(tasks), out[-1])
+    order = {p: i for i, p in enumerate(policies)}
+    out.sort(key=lambda r: (r.scenario, r.seed, order.get(r.policy, 99)))
+    return out
