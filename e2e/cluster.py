@@ -396,6 +396,8 @@ class Cluster:
         self._bin = Path(bin_dir) if bin_dir else None
         self._procs: dict[str, subprocess.Popen] = {}
         self._lock_depth = 0
+        # set by up(): False when it found the cluster already running (someone else's)
+        self.started_here = False
         self.timings: dict[str, float] = {}
 
     # -- paths ---------------------------------------------------------------------
@@ -443,7 +445,11 @@ class Cluster:
         if name == "etcd":
             return _http_ok(f"http://127.0.0.1:{ports['etcd']}/health", expect='"true"')
         if name == "kube-apiserver":
-            return _http_ok(f"https://127.0.0.1:{ports['apiserver']}/readyz", self._api_ctx())
+            try:
+                ctx = self._api_ctx()
+            except (OSError, ssl.SSLError):  # PKI gone: a half-cleaned state directory
+                return False
+            return _http_ok(f"https://127.0.0.1:{ports['apiserver']}/readyz", ctx)
         if name == "kube-controller-manager":
             return _http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz", _insecure_ctx())
         if name == "kube-scheduler":
@@ -606,7 +612,9 @@ class Cluster:
     def _up_locked(self) -> Cluster:
         if self.is_up():
             log(f"already up (state {self.state}); nothing to do")
+            self.started_here = False
             return self
+        self.started_here = True
         if self.state.exists():
             log(f"cleaning stale state in {self.state}")
             self.down()

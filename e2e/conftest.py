@@ -4,7 +4,8 @@ Fixtures (see also e2e/e2e_util.py):
 
 - ``e2e_cluster`` (session): the running control plane. Brings it up once per test run
   (``e2e/cluster.py up``; builds or reuses the binaries) and stops it at the end unless
-  ``NEXUS_E2E_KEEP=1``. With ``NEXUS_E2E_CLUSTER=existing`` it uses ``$KUBECONFIG``
+  ``NEXUS_E2E_KEEP=1`` or it was already running before the run (then it is reused and
+  left alone). With ``NEXUS_E2E_CLUSTER=existing`` it uses ``$KUBECONFIG``
   instead and never starts or stops anything. Yields a ``cluster.Cluster`` (or, for an
   existing cluster, an ``ExistingCluster``) with ``.kubeconfig``, ``.kubectl(...)`` and
   ``.log_tail(component)``.
@@ -87,6 +88,8 @@ def e2e_cluster() -> Iterator[Any]:
     _active.pop("cluster", None)
     if os.environ.get("NEXUS_E2E_KEEP") == "1":
         cluster_mod.log(f"NEXUS_E2E_KEEP=1: leaving the cluster up (KUBECONFIG={c.kubeconfig})")
+    elif not c.started_here:
+        cluster_mod.log("the cluster was already up before this run: leaving it up")
     else:
         c.down(keep_logs=True)
 

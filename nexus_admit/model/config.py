@@ -153,9 +153,13 @@ class PlacementConfig(_Spec):
                     f"tiers[{tier.name}].classCosts names unknown hardware classes "
                     f"{sorted(unknown)}; known: {class_names}"
                 )
+        if "vram_thresholds" not in self.model_fields_set:
+            # the built-in thresholds name the built-in tiers; keep those that exist
+            kept = tuple(vt for vt in self.vram_thresholds if vt.tier in tier_names)
+            object.__setattr__(self, "vram_thresholds", kept)
         for vt in self.vram_thresholds:
             if vt.tier not in tier_names:
-                raise ValueError(f"vramThresholds: unknown tier {vt.tier!r}")
+                raise ValueError(f"vramThresholds: unknown tier {vt.tier!r}; tiers: {tier_names}")
         return self
 
     @classmethod

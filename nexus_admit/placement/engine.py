@@ -403,7 +403,8 @@ class CpSatEngine:
         when the gang is one GPU pod set that packs; otherwise every node is its own unit."""
         gang = problem.gang
         single = len(gang.pod_sets) == 1 and gang.pod_sets[0].gpus > 0
-        if not (single and gang.workload_type.packs):
+        on_one_host = gang.required_level == problem.levels[-1]
+        if not (single and gang.workload_type.packs) or on_one_host:
             return {n: [n] for n in red.nodes}
         groups: dict[str, list[str]] = {n: [n] for n in red.nodes}
         for twins in red.twins:
@@ -541,6 +542,8 @@ class CpSatEngine:
                 model.add(sum(dvars) == 1)
             if spread_w:
                 objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
+        if req_idx == host:  # required hostname: the whole gang on one node
+            model.add(sum(used.values()) == 1)
         if weights["nodesUsed"]:
             objective.append(weights["nodesUsed"] * SCALE * sum(used.values()))
         if weights["maxPodsPerNode"]:  # spread types: units are single nodes (see _groups)
@@ -747,7 +750,7 @@ class CpSatEngine:
         nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
         scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
         # Fit the hardest pods first so shares and zones do not block whole-GPU pods.
-        order = sorted(gang.pod_sets, key=lambda p: (-p.whole_gpus, -p.cpu_milli))
+        order = sorted(gang.pod_sets, key=lambda p: (-p.whole_gpus, -p.gpu_milli, -p.cpu_milli))
         slots: list[Slot] = []
         for ps in order:
             one = Gang(gang.name, (ps,))

@@ -65,7 +65,8 @@ def term_weights(problem: Problem) -> dict[str, int]:
         "tierMismatch": w.tier_mismatch,
         "vramStrandedGiB": w.vram_stranded,
         "islandsBroken": w.island_broken,
-        "domainSpread": w.domain_spread if packs else 0,
+        # spreading workloads still honour a preferred level (as few of its domains)
+        "domainSpread": w.domain_spread if packs or problem.gang.preferred_level else 0,
         "nodesUsed": w.node_count if packs else 0,
         "fragmentation": w.fragmentation if packs else 0,
         "numaUnaligned": w.numa_unaligned,

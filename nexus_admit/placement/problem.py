@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import cast
 
 from nexus_admit.model import (
     ClusterSnapshot,
@@ -95,7 +96,9 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         }
         facts = (paths, node_class)
         cache[facts_key] = facts
-    paths, node_class = facts  # type: ignore[misc]
+    paths, node_class = cast(
+        tuple[dict[str, tuple[Domain | None, ...]], dict[str, str | None]], facts
+    )
     problem = Problem(snapshot, gang, config, levels, paths, node_class, {})
     pristine = snapshot.pristine_cliques()
     for node in snapshot:
@@ -125,7 +128,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
                     why[reason] += 1
             cached = (ok, why)
             cache[key] = cached
-        ok, why = cached  # type: ignore[misc]
+        ok, why = cast(tuple[list[str], Counter[str]], cached)
         problem.candidates[ps.name] = ok
         problem.rejections[ps.name] = why
         if not ok and not problem.impossible:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from nexus_admit.model import (
     ClusterSnapshot,
     Domain,
     Gang,
+    Placement,
     PlacementConfig,
     PodSet,
     Slot,
@@ -24,7 +27,7 @@ from nexus_admit.model import (
     pod_capacity,
 )
 from nexus_admit.placement.base import register
-from nexus_admit.placement.baselines.podbypod import finish, infeasible
+from nexus_admit.placement.baselines.podbypod import domain_choices, finish, infeasible
 from nexus_admit.placement.problem import Problem, prepare
 
 __all__ = ["TasBestFitPolicy", "tas_counts"]
@@ -107,35 +110,72 @@ def tas_counts(
 class TasBestFitPolicy:
     name = "tas-bestfit"
 
-    def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig):  # type: ignore[no-untyped-def]
+    def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
         started = time.perf_counter()
         problem = prepare(snapshot, gang, config)
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        # Under a required level the whole gang shares one domain: try the tightest first.
+        for allowed in domain_choices(problem, _room(snapshot)):
+            sub = problem
+            if allowed is not None:
+                sub = replace(
+                    problem,
+                    candidates={
+                        p: [n for n in names if n in allowed]
+                        for p, names in problem.candidates.items()
+                    },
+                )
+            slots = self._place_in(sub, snapshot)
+            if slots is not None:
+                return finish(problem, self.name, slots, started)
+        return infeasible(
+            gang,
+            self.name,
+            f"no topology domain can hold the gang's {gang.pod_count} pods now",
+            started,
+        )
+
+    @staticmethod
+    def _place_in(problem: Problem, snapshot: ClusterSnapshot) -> list[Slot] | None:
+        gang = problem.gang
         touched = {name for names in problem.candidates.values() for name in names}
         scratch = ClusterSnapshot({n: snapshot.nodes[n].copy() for n in touched})
         slots: list[Slot] = []
         for pod_set in gang.pod_sets:
             counts = tas_counts(problem, pod_set, scratch)
             if counts is None:
-                return infeasible(
-                    gang,
-                    self.name,
-                    f"pod set {pod_set.name!r}: no topology domain can hold {pod_set.count} pods",
-                    started,
-                )
+                return None
             one = Gang(gang.name, (pod_set,))
             index = 0
             for node_name in sorted(counts, key=lambda n: problem.paths[n]):
                 for _ in range(counts[node_name]):
                     fit = fit_pod(scratch.nodes[node_name], pod_set, gang.numa_policy)
-                    if fit is None:  # capacity counted per pod set; cannot happen alone
-                        return infeasible(gang, self.name, f"node {node_name} ran out", started)
+                    if fit is None:  # counts come from pod_capacity; only other sets interfere
+                        return None
                     slot = Slot(pod_set.name, index, node_name, fit.gpu_indices, fit.numa_zone)
                     apply_slots(scratch, one, [slot])
                     slots.append(slot)
                     index += 1
-        return finish(problem, self.name, slots, started)
+        return slots
+
+
+def _room(snapshot: ClusterSnapshot) -> Callable[[Problem, Sequence[str]], float]:
+    """BestFit order of domains: the least room for the gang first (domains that cannot
+    hold it are tried last; they fail fast)."""
+
+    def rank(problem: Problem, members: Sequence[str]) -> float:
+        total = 0
+        for ps in problem.gang.pod_sets:
+            room = sum(
+                pod_capacity(snapshot.nodes[m], ps, problem.gang.numa_policy) for m in members
+            )
+            if room < ps.count:
+                return float("inf")
+            total += room
+        return total
+
+    return rank
 
 
 @register("tas-bestfit")
