@@ -1,7 +1,7 @@
 """Synthetic heterogeneous GPU fleets, pre-loaded with realistic fragmentation.
 
 Layout: zone > block (16 racks) > rack (8 nodes) > host. Racks are homogeneous: H100 (some
-racks form an NVL-style clique), A100-40GB and L40S pools. Every node has 8 GPUs in two
+racks form an NVL-style clique), A100-40GB and L40 pools. Every node has 8 GPUs in two
 NUMA zones of 4. Load is drawn per rack (busy racks next to idle ones, as in real fleets),
 then per node: pristine, full, or partly used with a few GPUs taken and some shared.
 """
@@ -37,7 +37,7 @@ BLOCKS_PER_ZONE = 8
 POOLS = (
     ("NVIDIA-H100-80GB-HBM3", 81559, 0.40, 0.5),
     ("NVIDIA-A100-SXM4-40GB", 40960, 0.35, 0.0),
-    ("NVIDIA-L40S", 46068, 0.25, 0.0),
+    ("NVIDIA-L40", 46068, 0.25, 0.0),
 )
 GANG_SIZES = (1, 8, 64, 256)
 

@@ -70,6 +70,8 @@ class Reduction:
     notes: list[str] = field(default_factory=list)
     # groups of interchangeable nodes: the model orders their loads to break symmetry
     twins: list[list[str]] = field(default_factory=list)
+    # a greedy placement inside the kept nodes, found while pruning (the solver's hint)
+    hint: dict[tuple[str, str], int] | None = None
 
 
 class CpSatEngine:
@@ -280,9 +282,12 @@ class CpSatEngine:
                 continue
             ranked.sort(key=lambda r: (r[0], r[1]))
             upper: dict[Domain, float] = {}
-            for _, d, members in ranked[:6]:
+            best_fill: dict[tuple[str, str], int] | None = None
+            for _, d, members in ranked[:4]:
                 found = self._greedy(problem, red, members)
                 upper[d] = found[0] if found else float("inf")
+                if found and upper[d] <= min(upper.values()):
+                    best_fill = found[1]
             best_upper = min(upper.values())
             # among equal lower bounds, the domain with the better greedy fill first
             ranked.sort(key=lambda r: (r[0], upper.get(r[1], float("inf")), r[1]))
@@ -312,7 +317,10 @@ class CpSatEngine:
                 f"lower bound beats the greedy placement"
             )
             # Exact when the gang must stay in one domain and every promising one was kept.
-            return self._restrict(red, kept, note, exact=required and complete)
+            reduced = self._restrict(red, kept, note, exact=required and complete)
+            if best_fill is not None and {n for _, n in best_fill} <= set(kept):
+                reduced.hint = best_fill
+            return reduced
         # No domain holds the gang at any level: keep the cheapest nodes overall.
         order = sorted(red.nodes, key=lambda m: (pod_cost[m], -room[m]))
         kept, filled = [], 0
@@ -379,8 +387,8 @@ class CpSatEngine:
             value = weighted_objective(problem, evaluate_terms(problem, slots))
             if best is None or value < best[0]:
                 best = (value, counts)
-            if len(subset) == len(members):
-                break
+            if best is not None or len(subset) == len(members):
+                break  # the cheapest hardware that holds the gang is what the greedy is for
         return best
 
     @staticmethod
@@ -726,13 +734,16 @@ class CpSatEngine:
         used: dict[str, cp_model.IntVar],
     ) -> None:
         """Seed the search with the greedy counts inside the reduced node set."""
-        found = self._greedy(problem, red, red.nodes)
-        if found is None:
-            return
+        fill = red.hint
+        if fill is None:
+            found = self._greedy(problem, red, red.nodes)
+            if found is None:
+                return
+            fill = found[1]
         unit_of = {n: rep for rep, members in groups.items() for n in members}
         pods: dict[tuple[str, str], int] = defaultdict(int)
         nodes_used: dict[str, set[str]] = defaultdict(set)
-        for (p, n), c in found[1].items():
+        for (p, n), c in fill.items():
             pods[(p, unit_of[n])] += c
             nodes_used[unit_of[n]].add(n)
         for key, var in x.items():

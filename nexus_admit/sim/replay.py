@@ -336,10 +336,17 @@ def run_replay(
     scn: ReplayScenario = ReplayScenario(),
     data: Path = DEFAULT_DATA,
     policy_factory: Callable[[str, int, Sequence[Job]], PlacementPolicy] | None = None,
+    *,
+    drain: bool = False,
+    snapshot_out: list[TrackedSnapshot] | None = None,
 ) -> ReplayResult:
+    """One replay. Metrics cover the arrival window; `drain` keeps running departures
+    afterwards (until nothing is queued or running), `snapshot_out` receives the snapshot."""
     started = time.perf_counter()
     nodes = build_cluster(scn, data)
     snap = TrackedSnapshot.of(nodes)
+    if snapshot_out is not None:
+        snapshot_out.append(snap)
     capacity = snap.total_gpus
     jobs = generate_jobs(scn, capacity)
     config = replay_config(scn)
@@ -471,9 +478,9 @@ def run_replay(
             series_t.append(round(t, 4))
             series_alloc.append(round(100.0 * run_state["alloc"] / capacity, 3))
             series_islands.append(sum(1 for n in nodes8 if n.is_pristine()))
-        if t > end_window and not pending:
+        if t > end_window and not pending and not drain:
             break
-        if t > end_window + 72:
+        if t > end_window + 72 and not (drain and running):
             break
 
     window = max(end_window, 1e-9)
