@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: install simulate plan-sample bench test lint unit e2e cluster-up cluster-down controlplane clean
+.PHONY: install simulate plan-sample bench test lint unit e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,5 +51,9 @@ cluster-up: install controlplane
 cluster-down: install
 	$(BIN)/python e2e/cluster.py down
 
+cluster-status: install
+	$(BIN)/python e2e/cluster.py status
+
 clean:
+	-[ -x $(BIN)/python ] && $(BIN)/python e2e/cluster.py down
 	rm -rf $(VENV) .e2e-state .pytest_cache .mypy_cache .ruff_cache

@@ -47,6 +47,8 @@ _active: dict[str, Any] = {}
 class ExistingCluster:
     """An already running cluster reached through $KUBECONFIG (NEXUS_E2E_CLUSTER=existing)."""
 
+    started_here = False
+
     def __init__(self, kubeconfig: str):
         self.kubeconfig = Path(kubeconfig)
 
@@ -63,6 +65,12 @@ class ExistingCluster:
         if check and r.returncode != 0:
             raise RuntimeError(r.stderr)
         return r
+
+    def apply(self, docs: Any, retries: int = 1, delay: float = 1.0) -> None:
+        import yaml
+
+        text = docs if isinstance(docs, str) else yaml.safe_dump_all(docs, sort_keys=False)
+        self.kubectl("apply", "--server-side", "--field-manager=nexus-e2e", "-f", "-", input=text)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         return ""
