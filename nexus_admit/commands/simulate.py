@@ -20,7 +20,7 @@ from rich.table import Table
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
 from nexus_admit.sim.report import replay_table, write_openb_report, write_replay_report
-from nexus_admit.sim.study import PAPER_POLICIES, StudySpec, run_study
+from nexus_admit.sim.study import OPENB_NOTES, PAPER_POLICIES, StudySpec, run_study
 
 __all__ = ["parse_seeds", "register", "simulate"]
 
@@ -159,7 +159,7 @@ def simulate(
         meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
                 "runs": total, "seconds": result.seconds, "workers": workers,
                 "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        path = write_openb_report(rows, result.runs, report, meta, notes)
+        path = write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES])
         console.print(f"report: {path}")
 
 

@@ -80,6 +80,11 @@ class ObjectiveWeights(_Spec):
     fragmentation: int = Field(default=20, ge=0)  # per partly used node left partly free
     numa_unaligned: int = Field(default=100, ge=0)  # per pod without single-NUMA fit
     spread: int = Field(default=300, ge=0)  # inference/service: pods on the busiest node
+    # Engine-only placement-order preferences, off by default (see placement/fragmentation.py):
+    # per GPU of fragmentation (FGD measure for the target workload) a gang adds,
+    frag_gradient: int = Field(default=0, ge=0)
+    # and per node used × its rank in [0, 1) in the cluster's node order (packing gangs).
+    fill_order: int = Field(default=0, ge=0)
 
 
 class SolverSettings(_Spec):

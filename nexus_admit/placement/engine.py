@@ -44,6 +44,7 @@ from nexus_admit.model import (
 from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.baselines.tas import tas_counts
+from nexus_admit.placement.fragmentation import WorkloadDistribution, fill_rank, gradient_table
 from nexus_admit.placement.objective import (
     evaluate_terms,
     level_weight,
@@ -81,10 +82,23 @@ class CpSatEngine:
 
     name = "nexus"
 
-    def __init__(self, seed: int = 0, *, reduce: bool = True, time_limit: float | None = None):
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        reduce: bool = True,
+        time_limit: float | None = None,
+        workload: WorkloadDistribution | None = None,
+    ):
         self._seed = seed
         self._reduce = reduce
         self._time_limit = time_limit
+        # target workload for the fragmentation-gradient term (weights.fragGradient)
+        self.workload = workload or WorkloadDistribution.default()
+        self._rank: tuple[int, dict[str, float]] | None = None
+
+    def set_workload(self, dist: WorkloadDistribution) -> None:
+        self.workload = dist
 
     # ------------------------------------------------------------------ public
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
@@ -153,7 +167,7 @@ class CpSatEngine:
             if node.clique is not None and node.clique in problem.pristine_cliques:
                 kept.append(name)  # filling a clique needs every member in the model
                 continue
-            key = self._symmetry_key(problem, red, name)
+            key = (*self._symmetry_key(problem, red, name), *self._frag_key(problem, name))
             if seen[key] < need:
                 seen[key] += 1
                 kept.append(name)
@@ -165,6 +179,46 @@ class CpSatEngine:
             notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
         twins = [members for members in groups.values() if len(members) > 1]
         return Reduction(kept, caps, red.exact, notes, twins)
+
+    @staticmethod
+    def _frag_key(problem: Problem, name: str) -> tuple[object, ...]:
+        """With the fragmentation gradient on, nodes are twins only if the gradient is equal."""
+        if not problem.config.weights.frag_gradient:
+            return ()
+        node = problem.node(name)
+        return (tuple(sorted(node.gpu_free)), node.free_cpu_milli, node.gpu_product)
+
+    def _order_terms(
+        self,
+        problem: Problem,
+        rep: str,
+        entries: list[tuple[PodSet, cp_model.IntVar]],
+        u: cp_model.IntVar,
+    ) -> list[cp_model.LinearExprT]:
+        """Two optional terms (weights default 0), see placement/fragmentation.py:
+        fragGradient: per GPU of fragmentation (FGD measure, `self.workload`) the pods add
+        to the node, linearised per pod over the node's capacity; fillOrder: per node used,
+        its rank in the snapshot's order, so successive packing gangs fill the same nodes."""
+        w = problem.config.weights
+        out: list[cp_model.LinearExprT] = []
+        if w.frag_gradient:
+            node = problem.node(rep)
+            for ps, var in entries:
+                cap = max(1, min(ps.count, pod_capacity(node, ps, problem.gang.numa_policy)))
+                table = gradient_table(node.gpu_free, node.free_cpu_milli, node.gpu_product,
+                                       ps.cpu_milli, ps.gpus, ps.gpu_milli, cap, self.workload)
+                per_pod = table[-1] / max(len(table) - 1, 1)  # milli-GPU
+                coef = round(w.frag_gradient * per_pod / GPU_WHOLE * SCALE)
+                if coef:
+                    out.append(coef * var)
+        if w.fill_order and problem.gang.workload_type.packs:
+            nodes = problem.snapshot.nodes
+            if self._rank is None or self._rank[0] != id(nodes):
+                self._rank = (id(nodes), fill_rank(list(nodes)))
+            coef = round(w.fill_order * SCALE * self._rank[1].get(rep, 1.0))
+            if coef:
+                out.append(coef * u)
+        return out
 
     @staticmethod
     def _symmetry_key(problem: Problem, red: Reduction, name: str) -> tuple[object, ...]:
@@ -465,6 +519,7 @@ class CpSatEngine:
                         un = model.new_int_var(0, ps.count, f"unaligned[{ps.name},{rep}]")
                         model.add(un >= var - aligned * u)
                         objective.append(numa_w * SCALE * un)
+            objective.extend(self._order_terms(problem, rep, entries, u))
             gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
             if not gpu_entries:
                 continue

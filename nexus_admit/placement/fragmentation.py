@@ -210,39 +210,60 @@ def gradient_table(
     dist: WorkloadDistribution,
 ) -> list[float]:
     """F(after k pods) − F(now) for k = 0..count pods of one shape on one node, each pod
-    put where F grows least (a shared pod on its best GPU, whole GPUs on free ones); stops
-    early (shorter table) when the next pod does not fit."""
+    put where F grows least (a shared pod on its best GPU, lowest index on ties; whole GPUs
+    on free ones); stops early (shorter table) when the next pod does not fit. Memoised per
+    distribution on the node's sorted GPU state (F does not depend on GPU order)."""
+    memo = dist._arrays.setdefault("gradient-memo", {})
+    assert isinstance(memo, dict)
+    key = (tuple(sorted(gpu_free)), free_cpu_milli, gpu_product, cpu_milli, gpus, gpu_milli,
+           count)
+    hit = memo.get(key)
+    if hit is not None:
+        return list(hit)
+    if len(memo) > 200_000:
+        memo.clear()
+    access = dist.access_matrix((gpu_product,))
     gpu = list(gpu_free)
     cpu = free_cpu_milli
-    base = fragmentation_of(gpu, cpu, gpu_product, dist)
+
+    def frag(rows: list[list[int]], cpu_left: int) -> FloatArray:
+        width = max(len(r) for r in rows)
+        arr = np.zeros((len(rows), max(width, 1)), dtype=np.int64)
+        for i, r in enumerate(rows):
+            arr[i, : len(r)] = r
+        return node_fragmentation(arr, np.full(len(rows), cpu_left, dtype=np.int64),
+                                  np.repeat(access, len(rows), axis=1), dist)
+
+    base = float(frag([gpu], cpu)[0]) if gpu else 0.0
     table = [0.0]
     for _ in range(count):
         cpu -= cpu_milli
+        if cpu < 0:
+            break
         if gpus == 0:
-            after = fragmentation_of(gpu, cpu, gpu_product, dist)
+            after = float(frag([gpu], cpu)[0]) if gpu else 0.0
         elif gpus == 1 and gpu_milli < GPU_WHOLE:
-            best: tuple[float, int] | None = None
-            for j, free in enumerate(gpu):
-                if free >= gpu_milli:
-                    trial = list(gpu)
-                    trial[j] -= gpu_milli
-                    f = fragmentation_of(trial, cpu, gpu_product, dist)
-                    if best is None or f < best[0]:
-                        best = (f, j)
-            if best is None:
+            options = [j for j, free in enumerate(gpu) if free >= gpu_milli]
+            if not options:
                 break
-            after, j = best
-            gpu[j] -= gpu_milli
+            trials = []
+            for j in options:
+                trial = list(gpu)
+                trial[j] -= gpu_milli
+                trials.append(trial)
+            values = frag(trials, cpu)
+            best = int(np.argmin(values))
+            after = float(values[best])
+            gpu[options[best]] -= gpu_milli
         else:
             free_idx = [j for j, free in enumerate(gpu) if free == GPU_WHOLE][:gpus]
             if len(free_idx) < gpus:
                 break
             for j in free_idx:
                 gpu[j] = 0
-            after = fragmentation_of(gpu, cpu, gpu_product, dist)
-        if cpu < 0:
-            break
+            after = float(frag([gpu], cpu)[0])
         table.append(after - base)
+    memo[key] = tuple(table)
     return table
 
 

@@ -28,7 +28,7 @@ class TrackedSnapshot(ClusterSnapshot):
         self.change_log: list[str] = []
 
     @classmethod
-    def of(  # type: ignore[override]
+    def of(
         cls, nodes: Iterable[Node], kueue_topologies: Mapping[str, tuple[str, ...]] | None = None
     ) -> TrackedSnapshot:
         return cls({n.name: n for n in nodes}, kueue_topologies)

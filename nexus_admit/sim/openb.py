@@ -16,6 +16,7 @@ refresh only the nodes that changed.
 from __future__ import annotations
 
 import csv
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -31,8 +32,10 @@ from nexus_admit.model import (
     Gang,
     Node,
     NodeSelectorRequirement,
+    ObjectiveWeights,
     PlacementConfig,
     PodSet,
+    SolverSettings,
 )
 from nexus_admit.placement.base import PlacementPolicy, make_policy
 from nexus_admit.placement.fragmentation import (
@@ -46,6 +49,7 @@ from nexus_admit.placement.tracking import TrackedSnapshot
 __all__ = [
     "DEFAULT_DATA",
     "GPU_PRODUCT_LABEL",
+    "OPENB_NEXUS_CONFIG",
     "PUBLISHED",
     "TRACES",
     "OpenbPod",
@@ -61,7 +65,20 @@ __all__ = [
     "workload_distribution",
 ]
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+def _default_data() -> Path:
+    """`$NEXUS_ADMIT_DATA`, else ../shared/data from the project root (source checkout),
+    else ../shared/data from the working directory."""
+    env = os.environ.get("NEXUS_ADMIT_DATA")
+    if env:
+        return Path(env)
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        candidate = root.parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return Path("../shared/data")
+
+
+DEFAULT_DATA = _default_data()
 TRACES = ("default", "multigpu50", "gpuspec33")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 SEEDS = tuple(range(42, 52))
@@ -82,6 +99,16 @@ PUBLISHED: dict[tuple[str, str], tuple[float, float]] = {
     ("gpuspec33", "gpu-packing"): (82.22, 93.22),
     ("gpuspec33", "fgd"): (87.84, 94.55),
 }
+
+# The PlacementConfig the nexus engine runs openb with: pods here are one-pod gangs on a
+# flat cluster (no fabric, no tiers, no VRAM needs), so the terms that matter are the
+# fragmentation gradient for the trace's typical pods and the fill order; islands and the
+# plain idle-share term are off, and every node stays a candidate (no domain pruning).
+OPENB_NEXUS_CONFIG = PlacementConfig(
+    weights=ObjectiveWeights(island_broken=0, fragmentation=0, frag_gradient=1000,
+                             fill_order=1500),
+    solver=SolverSettings(max_candidate_nodes=5000),
+)
 
 # VRAM per GPU (MiB) of the disclosed models (public spec sheets); G1-G3 are undisclosed.
 _VRAM = {"T4": 16384, "P100": 16384, "V100M16": 16384, "V100M32": 32768, "A10": 24576}
@@ -288,7 +315,8 @@ def run_openb(
     if limit is not None:
         pods = pods[:limit]
     policy = (policy_factory or make_openb_policy)(policy_name, seed, original)
-    config = config or PlacementConfig()
+    if config is None:
+        config = OPENB_NEXUS_CONFIG if policy_name == "nexus" else PlacementConfig()
     dist = workload_distribution(original)
     nodes8 = sum(1 for n in snapshot if n.gpu_count == 8)
     arrived_pct = np.zeros(len(pods))

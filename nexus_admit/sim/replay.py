@@ -24,7 +24,7 @@ import csv
 import heapq
 import math
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -155,7 +155,7 @@ def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
     for k in full:
         by_agg[k[0]].append(k)
     for v in by_agg.values():
-        rng.shuffle(v)  # type: ignore[arg-type]
+        rng.shuffle(v)
     chosen: list[tuple[str, str]] = []
     aggs = sorted(by_agg)
     while len(chosen) < want and any(by_agg.values()):
@@ -368,7 +368,7 @@ def run_replay(
     rejected = 0
     placements = 0
     place_seconds = 0.0
-    acc = Counter[str]()
+    acc: dict[str, float] = defaultdict(float)
     series_t: list[float] = []
     series_alloc: list[float] = []
     series_islands: list[int] = []

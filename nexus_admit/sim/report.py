@@ -91,7 +91,7 @@ def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
         axes[2].set(title="8-GPU nodes no longer fully free", xlabel="GPU requested (%)",
                     ylabel="% of 8-GPU nodes", xlim=(0, 131))
         inset = axes[0].inset_axes((0.5, 0.08, 0.46, 0.42))
-        for policy, rs in policies.items():
+        for rs in policies.values():
             x, y = _mean_curve(rs, "curve_alloc")
             inset.plot(x, y, lw=1.0)
         inset.set(xlim=(90, 131), ylim=(84, 99))

@@ -71,7 +71,8 @@ class DotProductPolicy(VectorPolicy):
     def scores(self, m: NodeMirror, idx: IntArray, ps: PodSet) -> tuple[FloatArray, IntArray]:
         free_cpu = m.cpu[idx] / MAX_SPEC_CPU
         free_gpu = m.gpu[idx].sum(axis=1) / MAX_SPEC_GPU
-        dot = free_cpu * (ps.cpu_milli / MAX_SPEC_CPU) + free_gpu * (ps.gpu_milli_per_pod / MAX_SPEC_GPU)
+        dot = free_cpu * (ps.cpu_milli / MAX_SPEC_CPU)
+        dot += free_gpu * (ps.gpu_milli_per_pod / MAX_SPEC_GPU)
         return np.floor(MAX_SCORE * (1.0 - dot / 2.0)), _no_choice(idx)
 
 

@@ -34,7 +34,7 @@ from nexus_admit.model import (
     apply_slots,
     fit_pod,
 )
-from nexus_admit.placement.baselines.podbypod import finish, infeasible
+from nexus_admit.placement.baselines.podbypod import domain_choices, finish, infeasible
 from nexus_admit.placement.problem import prepare
 
 __all__ = ["NodeMirror", "VectorPolicy", "best_fit_gpu"]
@@ -117,7 +117,9 @@ class NodeMirror:
 
     def feasible(self, idx: IntArray, ps: PodSet) -> BoolArray:
         ok: BoolArray = (
-            (self.cpu[idx] >= ps.cpu_milli) & (self.mem[idx] >= ps.memory_mib) & (self.pods[idx] >= 1)
+            (self.cpu[idx] >= ps.cpu_milli)
+            & (self.mem[idx] >= ps.memory_mib)
+            & (self.pods[idx] >= 1)
         )
         if ps.gpus:
             if ps.fractional:
@@ -210,24 +212,59 @@ class VectorPolicy:
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
         m = self.mirror(snapshot)
+
+        def rank(_: object, members: Sequence[str]) -> float:
+            """Under a required level, try first the domain holding the best node."""
+            entry = self._shape_scores(m, gang.pod_sets[0])
+            idx = np.array([m.index[n] for n in members], dtype=np.int64)
+            ok = entry.feasible[idx]
+            return -float(entry.score[idx][ok].max()) if ok.any() else float("inf")
+
+        for allowed in domain_choices(problem, rank):
+            mask = None
+            if allowed is not None:
+                mask = np.zeros(m.size, dtype=bool)
+                mask[[m.index[n] for n in allowed]] = True
+            slots = self._place_all(m, snapshot, gang, problem.candidates, mask)
+            if slots is not None:
+                return finish(problem, self.name, slots, started)
+        where = f" inside one {gang.required_level} domain" if gang.required_level else ""
+        return infeasible(
+            gang, self.name, f"the gang's {gang.pod_count} pods do not all fit{where} now", started
+        )
+
+    def _place_all(
+        self,
+        m: NodeMirror,
+        snapshot: ClusterSnapshot,
+        gang: Gang,
+        candidates: dict[str, list[str]],
+        domain: BoolArray | None,
+    ) -> list[Slot] | None:
         scratch: dict[str, ClusterSnapshot] = {}
         touched: set[int] = set()
+        placed: list[tuple[int, PodSet]] = []
         slots: list[Slot] = []
         try:
             for ps in gang.pod_sets:
-                allowed = m.candidate_mask(problem.candidates[ps.name])
+                allowed = m.candidate_mask(candidates[ps.name])
+                if domain is not None:
+                    allowed = allowed & domain
                 one = Gang(gang.name, (ps,), numa_policy=gang.numa_policy)
                 for index in range(ps.count):
                     slot = self._place_one(m, snapshot, scratch, touched, allowed, ps, one, index)
                     if slot is None:
-                        return infeasible(
-                            gang, self.name,
-                            f"pod set {ps.name!r}: pod {index} of {ps.count} fits nowhere now",
-                            started)
+                        return None
+                    placed.append((m.index[slot.node], ps))
                     slots.append(slot)
         finally:
-            m.stale |= touched  # re-read from the snapshot next time (applied or not)
-        return finish(problem, self.name, slots, started)
+            # the mirror follows the snapshot, not our tentative pods: re-read what we moved
+            nodes = snapshot.nodes
+            for i in touched:
+                m.read(i, nodes[m.names[i]])
+        for i, ps in placed:
+            self.placed(m, i, ps)
+        return slots
 
     def _place_one(
         self,
@@ -266,7 +303,6 @@ class VectorPolicy:
                 continue
             slot = Slot(ps.name, index, name, fit.gpu_indices, fit.numa_zone)
             apply_slots(sub, one, [slot])
-            self.placed(m, i, ps)
             m.read(i, node)
             touched.add(i)
             return slot
