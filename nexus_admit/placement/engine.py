@@ -374,6 +374,10 @@ class CpSatEngine:
             reduced = self._restrict(red, kept, note, exact=required and complete)
             if best_fill is not None and {n for _, n in best_fill} <= set(kept):
                 reduced.hint = best_fill
+            if kept_set:  # several domains may win: also try a greedy fill across them
+                across = self._greedy(problem, reduced, kept)
+                if across is not None and across[0] < best_upper:
+                    reduced.hint = across[1]
             return reduced
         # No domain holds the gang at any level: keep the cheapest nodes overall.
         order = sorted(red.nodes, key=lambda m: (pod_cost[m], -room[m]))
