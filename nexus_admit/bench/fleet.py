@@ -19,7 +19,6 @@ from nexus_admit.model import (
     NumaZone,
     PlacementConfig,
     PodSet,
-    TopologySpec,
     WorkloadType,
 )
 
@@ -129,13 +128,18 @@ def generate_fleet(
     return ClusterSnapshot.of(out)
 
 
-def bench_gang(size: int) -> Gang:
-    """The benchmark's gang of `size` pods (1, 8, 64 or 256), each a realistic shape."""
-    if size == 1:
-        ps = PodSet("server", 1, cpu_milli=8000, memory_mib=65536, gpus=1, vram_mib=24 * 1024)
-        return Gang("bench/inference-1", (ps,), tier="silver", workload_type=WorkloadType.INFERENCE)
-    if size == 8:
-        ps = PodSet(
+# gang size -> (name, pod set, tier, workload type, preferred topology level)
+_GANGS: dict[int, tuple[str, PodSet, str, WorkloadType, str | None]] = {
+    1: (
+        "inference-1",
+        PodSet("server", 1, cpu_milli=8000, memory_mib=65536, gpus=1, vram_mib=24 * 1024),
+        "silver",
+        WorkloadType.INFERENCE,
+        None,
+    ),
+    8: (
+        "train-8",
+        PodSet(
             "workers",
             8,
             cpu_milli=96000,
@@ -143,16 +147,14 @@ def bench_gang(size: int) -> Gang:
             gpus=8,
             vram_mib=70 * 1024,
             indexed=True,
-        )
-        return Gang(
-            "bench/train-8",
-            (ps,),
-            tier="gold",
-            workload_type=WorkloadType.TRAINING,
-            preferred_level=RACK,
-        )
-    if size == 64:
-        ps = PodSet(
+        ),
+        "gold",
+        WorkloadType.TRAINING,
+        RACK,
+    ),
+    64: (
+        "train-64",
+        PodSet(
             "workers",
             64,
             cpu_milli=40000,
@@ -160,18 +162,27 @@ def bench_gang(size: int) -> Gang:
             gpus=4,
             vram_mib=30 * 1024,
             indexed=True,
-        )
-        return Gang(
-            "bench/train-64",
-            (ps,),
-            tier="gold",
-            workload_type=WorkloadType.TRAINING,
-            preferred_level=BLOCK,
-        )
-    if size == 256:
-        ps = PodSet("tasks", 256, cpu_milli=4000, memory_mib=16384, gpus=1, vram_mib=16 * 1024)
-        return Gang("bench/batch-256", (ps,), tier="bronze", workload_type=WorkloadType.BATCH)
-    raise ValueError(f"no bench gang of size {size}; sizes: {GANG_SIZES}")
+        ),
+        "gold",
+        WorkloadType.TRAINING,
+        BLOCK,
+    ),
+    256: (
+        "batch-256",
+        PodSet("tasks", 256, cpu_milli=4000, memory_mib=16384, gpus=1, vram_mib=16 * 1024),
+        "bronze",
+        WorkloadType.BATCH,
+        None,
+    ),
+}
 
 
-TOPOLOGY = TopologySpec(levels=BENCH_LEVELS)
+def bench_gang(size: int) -> Gang:
+    """The benchmark's gang of `size` pods (1, 8, 64 or 256), each a realistic shape."""
+    try:
+        name, pod_set, tier, kind, preferred = _GANGS[size]
+    except KeyError:
+        raise ValueError(f"no bench gang of size {size}; sizes: {GANG_SIZES}") from None
+    return Gang(
+        f"bench/{name}", (pod_set,), tier=tier, workload_type=kind, preferred_level=preferred
+    )

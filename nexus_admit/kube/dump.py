@@ -23,6 +23,7 @@ from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
 from nexus_admit.kube.errors import Obj, TranslationError, meta, object_key, object_ref
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import (
+    OWNER_KINDS,
     KueueIndex,
     creation_key,
     is_pending_on_check,
@@ -32,26 +33,6 @@ from nexus_admit.kube.workload import (
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 
 __all__ = ["ClusterDump", "DumpError", "flatten", "load_dump", "load_objects"]
-
-_OWNER_KINDS = frozenset(
-    {
-        "Job",
-        "JobSet",
-        "PyTorchJob",
-        "TFJob",
-        "MPIJob",
-        "XGBoostJob",
-        "PaddleJob",
-        "JAXJob",
-        "TrainJob",
-        "RayJob",
-        "RayCluster",
-        "LeaderWorkerSet",
-        "Deployment",
-        "StatefulSet",
-    }
-)
-
 
 class DumpError(ValueError):
     """The file is not YAML of Kubernetes objects."""
@@ -127,7 +108,7 @@ class ClusterDump:
             local_queues=self.kind("LocalQueue"),
             resource_flavors=self.kind("ResourceFlavor"),
             admission_checks=self.kind("AdmissionCheck"),
-            owners=[o for k in _OWNER_KINDS for o in self.kind(k)],
+            owners=[o for k in sorted(OWNER_KINDS) for o in self.kind(k)],
         )
 
     def kueue_topologies(self) -> dict[str, tuple[str, ...]]:

@@ -49,6 +49,7 @@ from nexus_admit.model import (
 )
 
 __all__ = [
+    "OWNER_KINDS",
     "KueueIndex",
     "classify_workload",
     "creation_key",
@@ -89,6 +90,9 @@ _OWNER_TYPES: dict[str, WorkloadType] = {
     "ReplicaSet": WorkloadType.SERVICE,
     "RayCluster": WorkloadType.SERVICE,
 }
+
+# every owner kind the classification reads (a dump's owner objects are these kinds)
+OWNER_KINDS = frozenset(_OWNER_TYPES)
 
 # owners whose pods carry an index (completion index, replica index, rank)
 _INDEXED_OWNERS = frozenset(
