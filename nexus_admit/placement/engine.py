@@ -19,6 +19,7 @@ Large clusters are reduced before the solve, in two steps:
 from __future__ import annotations
 
 import time
+from itertools import pairwise
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -95,7 +96,7 @@ class CpSatEngine:
         self._time_limit = time_limit
         # target workload for the fragmentation-gradient term (weights.fragGradient)
         self.workload = workload or WorkloadDistribution.default()
-        self._rank: tuple[int, dict[str, float]] | None = None
+        self._rank: tuple[tuple[int, int], dict[str, float]] | None = None
 
     def set_workload(self, dist: WorkloadDistribution) -> None:
         self.workload = dist
@@ -213,8 +214,9 @@ class CpSatEngine:
                     out.append(coef * var)
         if w.fill_order and problem.gang.workload_type.packs:
             nodes = problem.snapshot.nodes
-            if self._rank is None or self._rank[0] != id(nodes):
-                self._rank = (id(nodes), fill_rank(list(nodes)))
+            if self._rank is None or self._rank[0] != (id(nodes), len(nodes)):
+                self._rank = ((id(nodes), len(nodes)), fill_rank(list(nodes.values()),
+                                                   problem.config.island_min_gpus))
             coef = round(w.fill_order * SCALE * self._rank[1].get(rep, 1.0))
             if coef:
                 out.append(coef * u)
@@ -621,7 +623,7 @@ class CpSatEngine:
         for twins in red.twins:  # interchangeable single-node units: fill in a fixed order
             if len(groups.get(twins[0], ())) > 1:
                 continue
-            for first, second in zip(twins, twins[1:], strict=False):
+            for first, second in pairwise(twins):
                 model.add(sum(v for _, v in by_unit[first]) >= sum(v for _, v in by_unit[second]))
         model.minimize(sum(objective))
 

@@ -339,6 +339,7 @@ def run_replay(
     *,
     drain: bool = False,
     snapshot_out: list[TrackedSnapshot] | None = None,
+    config: PlacementConfig | None = None,
 ) -> ReplayResult:
     """One replay. Metrics cover the arrival window; `drain` keeps running departures
     afterwards (until nothing is queued or running), `snapshot_out` receives the snapshot."""
@@ -349,7 +350,7 @@ def run_replay(
         snapshot_out.append(snap)
     capacity = snap.total_gpus
     jobs = generate_jobs(scn, capacity)
-    config = replay_config(scn)
+    config = config or replay_config(scn)
     policy = (policy_factory or make_replay_policy)(policy_name, scn.seed, jobs)
     quota = {t: q * capacity * GPU_WHOLE for t, q in zip(TIERS, scn.quota, strict=True)}
     cohort = sum(quota.values())

@@ -43,6 +43,8 @@ OPENB_NOTES = (
     "runs on fewer seeds than the baselines (see the seeds column).",
 )
 
+BROKEN_LEVELS = (10, 30, 50, 70, 90, 100)
+
 LABELS = {
     "paper-random": "Random", "dotprod": "DotProd", "gpu-clustering": "GpuClustering",
     "gpu-packing": "GpuPacking", "paper-bestfit": "BestFit", "fgd": "FGD", "nexus": "nexus",
@@ -133,6 +135,11 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
         for r in rs:
             if 100 in r.curve_arrived:
                 broken.append(r.curve_broken8[r.curve_arrived.index(100)])
+        levels = {}
+        for level in BROKEN_LEVELS:
+            at = [r.curve_broken8[r.curve_arrived.index(level)] for r in rs
+                  if level in r.curve_arrived]
+            levels[level] = round(statistics.fmean(at), 1) if at else None
         pub = PUBLISHED.get((trace, policy))
         rows.append({
             "trace": trace,
@@ -149,6 +156,9 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
             "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
             "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
             "broken8_at_100": round(statistics.fmean(broken), 1) if broken else None,
+            "broken8": levels,
+            "broken8_levels": " / ".join("–" if levels[lv] is None else f"{levels[lv]:.0f}"
+                                          for lv in BROKEN_LEVELS),
             "nodes8": rs[0].nodes8,
             "seconds_per_run": round(statistics.fmean(r.seconds for r in rs), 1),
             "place_ms_per_pod": round(1000 * statistics.fmean(r.place_seconds / max(r.pods, 1)
