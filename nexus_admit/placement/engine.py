@@ -19,10 +19,10 @@ Large clusters are reduced before the solve, in two steps:
 from __future__ import annotations
 
 import time
-from itertools import pairwise
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
@@ -206,8 +206,16 @@ class CpSatEngine:
             node = problem.node(rep)
             for ps, var in entries:
                 cap = max(1, min(ps.count, pod_capacity(node, ps, problem.gang.numa_policy)))
-                table = gradient_table(node.gpu_free, node.free_cpu_milli, node.gpu_product,
-                                       ps.cpu_milli, ps.gpus, ps.gpu_milli, cap, self.workload)
+                table = gradient_table(
+                    node.gpu_free,
+                    node.free_cpu_milli,
+                    node.gpu_product,
+                    ps.cpu_milli,
+                    ps.gpus,
+                    ps.gpu_milli,
+                    cap,
+                    self.workload,
+                )
                 per_pod = table[-1] / max(len(table) - 1, 1)  # milli-GPU
                 coef = round(w.frag_gradient * per_pod / GPU_WHOLE * SCALE)
                 if coef:
@@ -215,8 +223,10 @@ class CpSatEngine:
         if w.fill_order and problem.gang.workload_type.packs:
             nodes = problem.snapshot.nodes
             if self._rank is None or self._rank[0] != (id(nodes), len(nodes)):
-                self._rank = ((id(nodes), len(nodes)), fill_rank(list(nodes.values()),
-                                                   problem.config.island_min_gpus))
+                self._rank = (
+                    (id(nodes), len(nodes)),
+                    fill_rank(list(nodes.values()), problem.config.island_min_gpus),
+                )
             coef = round(w.fill_order * SCALE * self._rank[1].get(rep, 1.0))
             if coef:
                 out.append(coef * u)
