@@ -59,7 +59,7 @@ def _cluster_object(custom: client.CustomObjectsApi, plural: str, body: dict) ->
 
 
 @pytest.fixture
-def nexus_queue(custom_objects, e2e_namespace):
+def nexus_queue(custom_objects, batch_v1, e2e_namespace):
     """A silver ClusterQueue on the a100 flavor guarded by a nexus AdmissionCheck."""
     suffix = uuid.uuid4().hex[:6]
     check, cq = f"nexus-e2e-{suffix}", f"nexus-silver-{suffix}"
@@ -99,12 +99,31 @@ def nexus_queue(custom_objects, e2e_namespace):
         },
     )
     yield "nexus"
+    # Cluster-scoped objects outlive the namespace: remove them fully so later tests see
+    # only the fleet's queues. Kueue keeps a ClusterQueue (finalizer) while Workloads use it,
+    # so the Jobs go first, with their Workloads.
+    for job in batch_v1.list_namespaced_job(e2e_namespace).items:
+        batch_v1.delete_namespaced_job(
+            job.metadata.name, e2e_namespace, propagation_policy="Foreground"
+        )
     for plural, name in (("clusterqueues", cq), ("admissionchecks", check)):
         try:
             custom_objects.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
         except client.ApiException as err:
             if err.status != 404:
                 raise
+        wait_for(f"{plural}/{name} deleted",
+                 lambda p=plural, n=name: _gone(custom_objects, p, n), timeout=60)
+
+
+def _gone(custom: client.CustomObjectsApi, plural: str, name: str) -> bool:
+    try:
+        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+    except client.ApiException as err:
+        if err.status == 404:
+            return True
+        raise
+    return False
 
 
 def _pending_on_check(custom, namespace: str, job: str) -> dict | None:

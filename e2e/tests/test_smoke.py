@@ -116,14 +116,13 @@ def test_fleet_nodes_nrt_and_kueue_objects(core_v1, custom_objects):
         "cloud.google.com/gce-topology-subblock",
         "kubernetes.io/hostname",
     ]
-    cqs = custom_objects.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")
-    tiers = {
-        cq["metadata"]["name"]: cq["metadata"]["labels"]["scheduling.kubenexus.io/tier"]
-        for cq in cqs["items"]
-    }
-    assert tiers == {"gold": "gold", "silver": "silver", "bronze": "bronze"}
-    for cq in cqs["items"]:
-        assert condition(cq, "Active") == "True", cq["metadata"]["name"]
+    # Read the fleet's queues by name: other tests add their own ClusterQueues.
+    for tier in ("gold", "silver", "bronze"):
+        cq = custom_objects.get_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", tier
+        )
+        assert cq["metadata"]["labels"]["scheduling.kubenexus.io/tier"] == tier
+        assert condition(cq, "Active") == "True", tier
 
 
 def test_job_is_suspended_admitted_scheduled_running_and_garbage_collected(
