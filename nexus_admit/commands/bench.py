@@ -40,6 +40,9 @@ def bench(
     reference_seconds: Annotated[
         float, typer.Option(help="long-run unreduced reference solve per instance (0 = skip)")
     ] = 60.0,
+    reference_repeats: Annotated[
+        int | None, typer.Option(help="repeats that get a reference solve (default: all)")
+    ] = None,
     time_limit: Annotated[float, typer.Option(help="engine time limit per solve, s")] = 1.0,
     json_path: Annotated[Path, typer.Option("--json", help="where to write the JSON")] = Path(
         "bench-results/bench.json"
@@ -60,6 +63,7 @@ def bench(
             reference_seconds,
             time_limit,
             progress=lambda msg: status.update(msg),
+            reference_repeats=reference_repeats,
         )
     rows = summarise(result)
     table = Table(title="nexus-admit bench (lower is better except placed)")
@@ -75,7 +79,7 @@ def bench(
         "nodes used",
         "tier-mismatch GPUs",
         "VRAM stranded GiB",
-        "gap %",
+        "gap max %",
         "violations",
     ):
         table.add_column(col, justify="right")
@@ -100,7 +104,8 @@ def bench(
             f("gapToReferencePct", "{:.2f}"),
             str(r["violations"]),
         )
-    Console().print(table)
+    # piped output keeps every column readable instead of folding to 80 characters
+    Console(width=None if Console().is_terminal else 160).print(table)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(result.to_json(), indent=1))
     console.print(f"wrote {json_path}")

@@ -125,7 +125,7 @@ def test_run_bench_records_every_policy_on_every_instance(tiny_bench: BenchResul
         (40, g, p) for g in (1, 8) for p in ("nexus", "default", "tas-bestfit")
     )
     assert all(r.violations == [] for r in tiny_bench.records)
-    assert set(tiny_bench.references) == {"40/1", "40/8"}
+    assert set(tiny_bench.references) == {"40/1/0", "40/8/0"}
     for r in tiny_bench.records:
         if r.feasible:
             assert set(r.domains) == {ZONE, BLOCK, RACK}
@@ -157,6 +157,8 @@ def test_summary_has_a_gap_row_for_nexus(tiny_bench: BenchResult) -> None:
     assert all(r["policy"] == "nexus" for r in gap_rows)
     for r in gap_rows:
         assert r["gapToReferencePct"] <= 1.0  # the target: within 1 % of reference
+        assert r["gapMeanPct"] <= r["gapToReferencePct"]
+        assert r["referenceInstances"] == 1
     data = tiny_bench.to_json()
     assert set(data) == {"settings", "summary", "references", "records"}
     assert data["settings"]["sizes"] == [40]
