@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import pairwise, permutations
 
 from ortools.sat.python import cp_model
 
@@ -60,6 +60,8 @@ __all__ = ["CpSatEngine", "Reduction"]
 
 SCALE = 1000  # every term is multiplied by this to make coefficients integers
 _MAX_REALISATION_CUTS = 5
+_MAX_PERMUTED_POD_SETS = 4  # beyond this, only the hardest-first order is tried
+_GREEDY_PROBES = 16  # domains given a greedy fill while pruning
 
 
 @dataclass(slots=True)
@@ -349,47 +351,61 @@ class CpSatEngine:
             ranked.sort(key=lambda r: (r[0], r[1]))
             upper: dict[Domain, float] = {}
             best_fill: dict[tuple[str, str], int] | None = None
-            for _, d, members in ranked[:4]:
+            best_upper = float("inf")
+            best_domain: Domain | None = None
+            # Greedy fills in lower-bound order until no remaining domain can beat the best
+            # one; many domains often share the lowest bound, and only their fills tell them
+            # apart (a cap keeps huge fleets fast).
+            for probe, (lb, d, members) in enumerate(ranked):
+                if lb >= best_upper or probe >= _GREEDY_PROBES:
+                    break
                 found = self._greedy(problem, red, members)
                 upper[d] = found[0] if found else float("inf")
-                if found and upper[d] <= min(upper.values()):
-                    best_fill = found[1]
-            best_upper = min(upper.values())
-            # among equal lower bounds, the domain with the better greedy fill first
-            ranked.sort(key=lambda r: (r[0], upper.get(r[1], float("inf")), r[1]))
-            kept: list[str] = []
-            complete = True
+                if found and found[0] < best_upper:
+                    (best_upper, best_fill), best_domain = found, d
+            # The incumbent's domain first (so its fill stays a valid hint), then by lower
+            # bound, among equal bounds the better greedy fill first.
+            ranked.sort(
+                key=lambda r: (r[1] != best_domain, r[0], upper.get(r[1], float("inf")), r[1])
+            )
+            # the incumbent's nodes always stay (the solver starts from that fill)
+            kept = list(dict.fromkeys(n for _, n in best_fill)) if best_fill else []
             spanning = self._lower_bound(problem, red.nodes, li - 1, room, pod_cost, weights)
-            if not required and spanning < best_upper:
-                # Spreading over several domains might beat every single domain: give half
-                # the budget to the best single domains, half to the densest cheap racks.
-                budget //= 2
-                kept = self._dense_racks(problem, red, room, pod_cost, budget)
-                complete = False
-            kept_set = set(kept)
+            # Spreading over several domains might beat every single domain: then the best
+            # single domains get three quarters of the budget, the densest cheap racks the rest.
+            spread = not required and spanning < best_upper
+            limit = budget * 3 // 4 if spread else budget
+            complete = not spread
+            first = True
             for lb, _, members in ranked:
-                members = [m for m in members if m not in kept_set]
                 if lb > best_upper:
                     break  # no placement inside this domain can beat the greedy one
-                if len(kept) + len(members) > budget * (2 if kept_set else 1):
+                taken = set(kept)
+                members = [m for m in members if m not in taken]
+                if len(kept) + len(members) > limit:
                     complete = False
-                    if len(kept) > len(kept_set):
+                    if not first:
                         break
                     members = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
-                    members = members[: max(0, budget * (2 if kept_set else 1) - len(kept))]
+                    members = members[: max(0, limit - len(kept))]
                 kept.extend(members)
+                first = False
+            if spread:
+                taken = set(kept)
+                dense = self._dense_racks(problem, red, room, pod_cost, budget)
+                kept += [n for n in dense if n not in taken][: max(0, budget - len(kept))]
             note = (
                 f"pruned to {len(kept)} nodes in the {problem.levels[li]} domains whose "
                 f"lower bound beats the greedy placement"
             )
             # Exact when the gang must stay in one domain and every promising one was kept.
             reduced = self._restrict(red, kept, note, exact=required and complete)
-            if best_fill is not None and {n for _, n in best_fill} <= set(kept):
-                reduced.hint = best_fill
-            if kept_set:  # several domains may win: also try a greedy fill across them
+            fills = [best_fill] if best_fill is not None else []
+            if spread:  # several domains may win: also try a greedy fill across them
                 across = self._greedy(problem, reduced, kept)
-                if across is not None and across[0] < best_upper:
-                    reduced.hint = across[1]
+                if across is not None:
+                    fills.append(across[1])
+            reduced.hint = self._best_fill(problem, fills, set(kept))
             return reduced
         # No domain holds the gang at any level: keep the cheapest nodes overall.
         order = sorted(red.nodes, key=lambda m: (pod_cost[m], -room[m]))
@@ -400,6 +416,23 @@ class CpSatEngine:
             kept.append(m)
             filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+    @staticmethod
+    def _best_fill(
+        problem: Problem, fills: list[dict[tuple[str, str], int]], kept: set[str]
+    ) -> dict[tuple[str, str], int] | None:
+        """The cheapest of the greedy fills that lie inside the kept nodes (the hint)."""
+        best: tuple[float, dict[tuple[str, str], int]] | None = None
+        for fill in fills:
+            if not {n for _, n in fill} <= kept:
+                continue
+            slots = CpSatEngine._slots(problem, fill)
+            if isinstance(slots, str):
+                continue
+            value = weighted_objective(problem, evaluate_terms(problem, slots))
+            if best is None or value < best[0]:
+                best = (value, fill)
+        return best[1] if best else None
 
     @staticmethod
     def _dense_racks(
@@ -835,25 +868,53 @@ class CpSatEngine:
         of a node that cannot hold its counts when the aggregated model over-promised."""
         gang = problem.gang
         nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
-        scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
-        # Fit the hardest pods first so shares and zones do not block whole-GPU pods.
-        order = sorted(gang.pod_sets, key=lambda p: (-p.whole_gpus, -p.gpu_milli, -p.cpu_milli))
+        fits: dict[str, list[tuple[PodSet, Slot]]] = {}
+        for n in nodes:
+            on_node = CpSatEngine._fit_node(problem, n, counts)
+            if on_node is None:
+                return n
+            fits[n] = on_node
         slots: list[Slot] = []
-        for ps in order:
-            one = Gang(gang.name, (ps,))
+        for ps in gang.pod_sets:
             index = 0
             for n in nodes:
-                for _ in range(counts.get((ps.name, n), 0)):
-                    fit = fit_pod(scratch.nodes[n], ps, gang.numa_policy)
-                    if fit is None:
-                        return n
-                    slot = Slot(ps.name, index, n, fit.gpu_indices, fit.numa_zone)
-                    apply_slots(scratch, one, [slot])
-                    slots.append(slot)
-                    index += 1
-        rank = {p.name: i for i, p in enumerate(gang.pod_sets)}
-        slots.sort(key=lambda s: (rank[s.pod_set], s.index))
+                for owner, slot in fits[n]:
+                    if owner is ps:
+                        slots.append(Slot(ps.name, index, n, slot.gpu_indices, slot.numa_zone))
+                        index += 1
         return slots
+
+    @staticmethod
+    def _fit_node(
+        problem: Problem, name: str, counts: dict[tuple[str, str], int]
+    ) -> list[tuple[PodSet, Slot]] | None:
+        """GPUs and NUMA zones for the pods counted on one node, or None if they do not fit.
+        The hardest pods go first; when that greedy order strands a pod (zones packed the
+        wrong way), the other orders of the pod sets are tried."""
+        gang = problem.gang
+        present = [ps for ps in gang.pod_sets if counts.get((ps.name, name), 0)]
+        hardest = sorted(present, key=lambda p: (-p.whole_gpus, -p.gpu_milli, -p.cpu_milli))
+        orders = [hardest]
+        if len(present) <= _MAX_PERMUTED_POD_SETS:
+            orders += [list(o) for o in permutations(hardest) if list(o) != hardest]
+        for order in orders:
+            scratch = ClusterSnapshot({name: problem.node(name).copy()})
+            placed: list[tuple[PodSet, Slot]] = []
+            for ps in order:
+                one = Gang(gang.name, (ps,))
+                for i in range(counts[(ps.name, name)]):
+                    fit = fit_pod(scratch.nodes[name], ps, gang.numa_policy)
+                    if fit is None:
+                        break
+                    slot = Slot(ps.name, i, name, fit.gpu_indices, fit.numa_zone)
+                    apply_slots(scratch, one, [slot])
+                    placed.append((ps, slot))
+                else:
+                    continue
+                break
+            else:
+                return placed
+        return None
 
 
 @register("nexus")

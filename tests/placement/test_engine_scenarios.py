@@ -564,6 +564,21 @@ def test_place_does_not_mutate_the_snapshot() -> None:
     assert node_state(snap) == before
 
 
+def test_single_numa_pods_of_two_sets_share_both_zones() -> None:
+    """Each zone holds one CPU-heavy pod and one 2-GPU pod; fitting the 2-GPU pods first
+    packs both into one zone and strands a CPU-heavy pod (a hypothesis counterexample:
+    the engine used to give up on this node)."""
+    node = gpu_node("n0", cpu_milli=18_000)
+    g = gang(
+        PodSet("heavy", 2, cpu_milli=8000, memory_mib=1024, gpus=1),
+        PodSet("wide", 2, cpu_milli=1000, memory_mib=1024, gpus=2),
+        numa_policy=NumaPolicy.SINGLE_NUMA_NODE,
+    )
+    p = placed(snapshot(node), g)
+    zones = Counter((s.pod_set, s.numa_zone) for s in p.slots)
+    assert zones == {("heavy", 0): 1, ("heavy", 1): 1, ("wide", 0): 1, ("wide", 1): 1}
+
+
 def test_repeated_solves_agree_on_the_objective() -> None:
     snap = _four_partly_used()
     g = gang(PodSet("w", 3, gpus=2, indexed=True))
@@ -582,6 +597,34 @@ def test_pruned_large_fleet_placement_is_sound_and_does_not_claim_optimality() -
     assert len(p.slots) == 64
     if any("pruned" in line for line in p.explanation):
         assert p.status is SolveStatus.FEASIBLE
+
+
+@pytest.mark.parametrize("seed", [1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14])
+def test_pruning_never_loses_the_best_greedy_domain_fill(seed: int) -> None:
+    """With a small node budget the engine solves inside a few domains only; the one whose
+    greedy fill is best must be among them, so the result is never worse than that fill
+    (a regression: ties on the lower bound used to be broken by domain name)."""
+    fleet = generate_fleet(400, seed=seed)
+    cfg = bench_config(time_limit=2.0)
+    cfg = cfg.model_copy(
+        update={"solver": cfg.solver.model_copy(update={"max_candidate_nodes": 40})}
+    )
+    g = bench_gang(64)
+    engine = CpSatEngine(seed=0)
+    p = engine.place(fleet, g, cfg)
+    assert p.feasible, p.reason
+    assert any("pruned" in line for line in p.explanation)
+    problem = prepare(fleet, g, cfg)
+    red = engine._candidates(problem)
+    level = problem.levels.index(g.preferred_level or "")
+    fills = []
+    for block in {problem.paths[n][level] for n in red.nodes}:
+        members = [n for n in red.nodes if problem.paths[n][level] == block]
+        found = engine._greedy(problem, red, members)
+        if found is not None:
+            fills.append(found[0])
+    assert fills, "the fleet should have blocks that hold the gang"
+    assert p.objective <= min(fills) + 1e-6
 
 
 # ---------------------------------------------------------------- Kueue Topology objects
