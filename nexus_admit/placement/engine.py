@@ -400,12 +400,15 @@ class CpSatEngine:
             )
             # Exact when the gang must stay in one domain and every promising one was kept.
             reduced = self._restrict(red, kept, note, exact=required and complete)
-            fills = [best_fill] if best_fill is not None else []
+            # the hint: the cheapest greedy fill that lies inside the kept nodes
+            fills = [(best_upper, best_fill)] if best_fill is not None else []
             if spread:  # several domains may win: also try a greedy fill across them
                 across = self._greedy(problem, reduced, kept)
                 if across is not None:
-                    fills.append(across[1])
-            reduced.hint = self._best_fill(problem, fills, set(kept))
+                    fills.append(across)
+            kept_set = set(kept)
+            inside = [f for f in fills if {n for _, n in f[1]} <= kept_set]
+            reduced.hint = min(inside, key=lambda f: f[0])[1] if inside else None
             return reduced
         # No domain holds the gang at any level: keep the cheapest nodes overall.
         order = sorted(red.nodes, key=lambda m: (pod_cost[m], -room[m]))
@@ -416,23 +419,6 @@ class CpSatEngine:
             kept.append(m)
             filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
-
-    @staticmethod
-    def _best_fill(
-        problem: Problem, fills: list[dict[tuple[str, str], int]], kept: set[str]
-    ) -> dict[tuple[str, str], int] | None:
-        """The cheapest of the greedy fills that lie inside the kept nodes (the hint)."""
-        best: tuple[float, dict[tuple[str, str], int]] | None = None
-        for fill in fills:
-            if not {n for _, n in fill} <= kept:
-                continue
-            slots = CpSatEngine._slots(problem, fill)
-            if isinstance(slots, str):
-                continue
-            value = weighted_objective(problem, evaluate_terms(problem, slots))
-            if best is None or value < best[0]:
-                best = (value, fill)
-        return best[1] if best else None
 
     @staticmethod
     def _dense_racks(
