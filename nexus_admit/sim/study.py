@@ -131,10 +131,6 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
     for (trace, policy), rs in groups.items():
         a100 = [r.alloc_100 for r in rs]
         a130 = [r.alloc_130 for r in rs]
-        broken = []
-        for r in rs:
-            if 100 in r.curve_arrived:
-                broken.append(r.curve_broken8[r.curve_arrived.index(100)])
         levels = {}
         for level in BROKEN_LEVELS:
             at = [r.curve_broken8[r.curve_arrived.index(level)] for r in rs
@@ -155,7 +151,6 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
             "diff_100": round(statistics.fmean(a100) - pub[0], 2) if pub else None,
             "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
             "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
-            "broken8_at_100": round(statistics.fmean(broken), 1) if broken else None,
             "broken8": levels,
             "broken8_levels": " / ".join("–" if levels[lv] is None else f"{levels[lv]:.0f}"
                                           for lv in BROKEN_LEVELS),
