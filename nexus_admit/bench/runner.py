@@ -9,6 +9,7 @@ independent validator.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -133,6 +134,7 @@ def run_bench(
                 for name, policy in instances.items():
                     if progress:
                         progress(f"{nodes} nodes, repeat {repeat}, gang {size}, {name}")
+                    gc.collect()  # garbage of earlier runs is not this solve's cost
                     started = time.perf_counter()
                     placement = policy.place(snapshot, gang, config)
                     seconds = time.perf_counter() - started

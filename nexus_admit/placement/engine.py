@@ -10,10 +10,11 @@ Large clusters are reduced before the solve, in two steps:
 1. symmetry: nodes that are interchangeable for this gang (same domains above the host,
    hardware, free vector, NUMA state, clique, eligibility) are kept only as many times as
    the gang could use them. This is exact.
-2. domain-first pruning (only when still above `solver.maxCandidateNodes`): the best few
-   domains at the lowest level where one domain holds the gang, ranked by a greedy cost
-   estimate. This is a heuristic; placements found after it report `feasible`, not
-   `optimal`.
+2. domain-first pruning (only when still above `solver.maxCandidateNodes`; it keeps that
+   many nodes or `solver.keptFraction` of them): the best few domains at the lowest level
+   where one domain holds the gang, ranked by a greedy cost estimate, plus the densest
+   racks of the best parent domains when spreading over several may pay. This is a
+   heuristic; placements found after it report `feasible`, not `optimal`.
 """
 
 from __future__ import annotations
@@ -320,7 +321,8 @@ class CpSatEngine:
         gang, bound every such domain from below, take the best greedy (Kueue-TAS-like)
         fill of the most promising ones as an upper bound, and keep the nodes of the
         domains whose lower bound does not exceed it, best first, within the node budget."""
-        budget = problem.config.solver.max_candidate_nodes
+        solver = problem.config.solver
+        budget = max(solver.max_candidate_nodes, round(solver.kept_fraction * len(red.nodes)))
         weights = term_weights(problem)
         need = problem.gang.pod_count
         room: dict[str, int] = defaultdict(int)
@@ -392,7 +394,7 @@ class CpSatEngine:
                 first = False
             if spread:
                 taken = set(kept)
-                dense = self._dense_racks(problem, red, room, pod_cost, budget)
+                dense = self._dense_racks(problem, red, room, pod_cost, li - 1, weights)
                 kept += [n for n in dense if n not in taken][: max(0, budget - len(kept))]
             note = (
                 f"pruned to {len(kept)} nodes in the {problem.levels[li]} domains whose "
@@ -420,16 +422,22 @@ class CpSatEngine:
             filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
 
-    @staticmethod
     def _dense_racks(
+        self,
         problem: Problem,
         red: Reduction,
         room: dict[str, int],
         pod_cost: dict[str, float],
-        budget: int,
+        parent_level: int,
+        weights: dict[str, int],
     ) -> list[str]:
         """Nodes of the lowest-level domains (racks) that hold the most pods at the lowest
-        per-pod cost, best first, up to `budget` nodes."""
+        per-pod cost, best first.
+
+        A gang spread over racks of one parent domain (e.g. a zone) spans fewer higher-level
+        domains, so the parents come first, ranked by the lower bound of the cheaper of two
+        covers of the gang by their racks (densest racks first; or the roomiest child domains
+        first, each by its densest racks); the densest racks overall follow."""
         rack_level = len(problem.levels) - 2
         racks: dict[Domain | None, list[str]] = defaultdict(list)
         for n in red.nodes:
@@ -440,12 +448,44 @@ class CpSatEngine:
             per_pod = sum(pod_cost[m] * room[m] for m in members) / max(total, 1)
             return (round(per_pod, 3), -total)
 
-        kept: list[str] = []
-        for members in sorted(racks.values(), key=key):
-            if len(kept) + len(members) > budget:
-                break
-            kept.extend(members)
-        return kept
+        ordered = sorted(racks.values(), key=key)
+        if not 0 <= parent_level < rack_level:
+            return [n for members in ordered for n in members]
+        need = problem.gang.pod_count
+        child = parent_level + 1
+        by_parent: dict[Domain | None, list[list[str]]] = defaultdict(list)
+        for members in ordered:
+            by_parent[problem.paths[members[0]][parent_level]].append(members)
+        covers: list[tuple[float, int, list[list[str]], Domain]] = []
+        for i, (parent, group) in enumerate(by_parent.items()):
+            if parent is None:
+                continue
+            rooms: dict[Domain | None, int] = defaultdict(int)
+            for members in group:
+                rooms[problem.paths[members[0]][child]] += sum(room[m] for m in members)
+            # stable sort: the densest racks first within each child domain
+            by_child = sorted(group, key=lambda ms: -rooms[problem.paths[ms[0]][child]])
+            for racks_order in (group, by_child):
+                cover: list[list[str]] = []
+                covered = 0
+                for members in racks_order:
+                    if covered >= need:
+                        break
+                    cover.append(members)
+                    covered += sum(room[m] for m in members)
+                nodes = [m for members in cover for m in members]
+                if self._holds(problem, red.caps, nodes):
+                    bound = self._lower_bound(problem, nodes, parent_level, room, pod_cost, weights)
+                    covers.append((bound, i, cover, parent))
+        covers.sort(key=lambda c: (c[0], c[1]))
+        parents = list(dict.fromkeys(parent for _, _, _, parent in covers))
+        out: list[str] = []
+        seen: set[str] = set()
+        for members in [ms for parent in parents for ms in by_parent[parent]] + ordered:
+            if members[0] not in seen:
+                out.extend(members)
+                seen.update(members)
+        return out
 
     @staticmethod
     def _holds(problem: Problem, room: dict[tuple[str, str], int], members: list[str]) -> bool:
