@@ -92,7 +92,7 @@ def test_camel_case_round_trip() -> None:
         topology={"topologyName": "gpu-fabric"},
         vramThresholds=[{"tier": "gold", "minUtilization": 0.25}],
         weights={"islandBroken": 5000, "domainSpread": 10},
-        solver={"timeLimitSeconds": 2.5, "maxCandidateNodes": 64},
+        solver={"timeLimitSeconds": 2.5, "maxCandidateNodes": 64, "keptFraction": 0.2},
         numaPolicy="single-numa-node",
         islandMinGpus=4,
         reservationTtlSeconds=120,
@@ -109,6 +109,7 @@ def test_camel_case_round_trip() -> None:
     assert out["topology"] == {"topologyName": "gpu-fabric"}
     assert out["weights"]["islandBroken"] == 5000
     assert out["solver"]["maxCandidateNodes"] == 64
+    assert out["solver"]["keptFraction"] == 0.2
     assert "reservation_ttl_seconds" not in out and out["reservationTtlSeconds"] == 120
     assert PlacementConfig.from_spec(out) == c
     # and the output is plain YAML-able data
@@ -271,3 +272,14 @@ def test_resolve_levels_missing_kueue_topology_is_a_clear_error() -> None:
     c = PlacementConfig.from_spec({"topology": {"topologyName": "gpu-fabric"}})
     with pytest.raises(ValueError, match=r"topologyName 'gpu-fabric'.*known: \['other'\]"):
         c.resolve_levels(snap.kueue_topologies)
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.5])
+def test_kept_fraction_outside_zero_to_one_is_rejected(fraction: float) -> None:
+    with pytest.raises(ValueError, match="keptFraction"):
+        PlacementConfig.from_spec({"solver": {"keptFraction": fraction}})
+
+
+def test_solver_defaults_are_one_worker_and_eight_percent_kept() -> None:
+    solver = PlacementConfig().solver
+    assert (solver.workers, solver.max_candidate_nodes, solver.kept_fraction) == (1, 240, 0.08)

@@ -23,7 +23,7 @@ from nexus_admit.model import (
     WorkloadType,
 )
 from nexus_admit.placement.engine import CpSatEngine
-from nexus_admit.placement.objective import TERMS, evaluate_terms, weighted_objective
+from nexus_admit.placement.objective import TERMS, evaluate_terms, term_weights, weighted_objective
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.validate import violations
 from tests.factories import (
@@ -650,3 +650,48 @@ def test_unknown_kueue_topology_name_is_impossible_with_a_clear_reason() -> None
     assert p.status is SolveStatus.IMPOSSIBLE
     assert "gpu-fabric" in p.reason
     assert "no Kueue Topology" in p.reason
+
+
+def test_rack_budget_leads_with_the_parent_whose_racks_cover_the_gang_in_fewest_racks() -> None:
+    """When spreading may pay, the racks kept beside the best single domains come from one
+    parent domain: the one whose racks cover the gang in the fewest racks, even when the
+    single densest rack lies elsewhere (a gang spread inside one parent spans fewer
+    domains above the rack)."""
+    scattered = [gpu_node(f"s0-{i}", rack="s0", block="b-scatter") for i in range(4)]
+    scattered += [gpu_node(f"s{r}-0", rack=f"s{r}", block="b-scatter") for r in range(1, 5)]
+    dense = [
+        gpu_node(f"d{r}-{i}", rack=f"d{r}", block="b-dense")
+        for r, count in enumerate((3, 3, 2))
+        for i in range(count)
+    ]
+    snap = snapshot(*scattered, *dense)
+    g = gang(PodSet("w", 8, gpus=8), tier="gold")
+    engine = CpSatEngine(seed=0)
+    problem = prepare(snap, g, CONFIG)
+    red = engine._candidates(problem)
+    weights = term_weights(problem)
+    room = {n: red.caps[("w", n)] for n in red.nodes}
+    pod_cost = {n: engine._pod_cost(problem, n, weights) for n in red.nodes}
+    order = engine._dense_racks(problem, red, room, pod_cost, 0, weights)
+    assert sorted(order[:8]) == sorted(n.name for n in dense)
+    assert order[8:12] == [f"s0-{i}" for i in range(4)]  # then the densest rack overall
+    assert sorted(order) == sorted(n.name for n in (*scattered, *dense))
+
+
+def test_kept_fraction_raises_the_node_budget_on_large_candidate_sets() -> None:
+    fleet = generate_fleet(400, seed=4)
+    g = bench_gang(64)
+
+    def kept(fraction: float) -> int:
+        cfg = bench_config(time_limit=2.0)
+        update = {"max_candidate_nodes": 40, "kept_fraction": fraction}
+        solver = cfg.solver.model_copy(update=update)
+        cfg = cfg.model_copy(update={"solver": solver})
+        p = CpSatEngine(seed=0).place(fleet, g, cfg)
+        assert p.feasible, p.reason
+        assert violations(fleet, g, p, cfg) == []
+        (note,) = [line for line in p.explanation if line.startswith("pruned to ")]
+        return int(note.split()[2])
+
+    assert kept(0.0) <= 40
+    assert kept(0.5) > 40
