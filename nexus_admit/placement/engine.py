@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise, permutations
+from itertools import combinations, pairwise, permutations
 
 from ortools.sat.python import cp_model
 
@@ -63,6 +63,7 @@ SCALE = 1000  # every term is multiplied by this to make coefficients integers
 _MAX_REALISATION_CUTS = 5
 _MAX_PERMUTED_POD_SETS = 4  # beyond this, only the hardest-first order is tried
 _GREEDY_PROBES = 16  # domains given a greedy fill while pruning
+_COVER_CHILDREN = 6  # roomiest child domains (blocks) whose singles and pairs cover a parent
 
 
 @dataclass(slots=True)
@@ -460,12 +461,18 @@ class CpSatEngine:
         for i, (parent, group) in enumerate(by_parent.items()):
             if parent is None:
                 continue
-            rooms: dict[Domain | None, int] = defaultdict(int)
-            for members in group:
-                rooms[problem.paths[members[0]][child]] += sum(room[m] for m in members)
-            # stable sort: the densest racks first within each child domain
-            by_child = sorted(group, key=lambda ms: -rooms[problem.paths[ms[0]][child]])
-            for racks_order in (group, by_child):
+            children: dict[Domain | None, list[list[str]]] = defaultdict(list)
+            for members in group:  # densest racks first within each child
+                children[problem.paths[members[0]][child]].append(members)
+            roomiest = sorted(
+                children, key=lambda c: -sum(room[m] for ms in children[c] for m in ms)
+            )[:_COVER_CHILDREN]
+            orders = [group] + [
+                [ms for ms in group if problem.paths[ms[0]][child] in pick]
+                for k in (1, 2)
+                for pick in combinations(roomiest, k)
+            ]
+            for racks_order in orders:
                 cover: list[list[str]] = []
                 covered = 0
                 for members in racks_order:
