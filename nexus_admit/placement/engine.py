@@ -457,6 +457,8 @@ class CpSatEngine:
         by_parent: dict[Domain | None, list[list[str]]] = defaultdict(list)
         for members in ordered:
             by_parent[problem.paths[members[0]][parent_level]].append(members)
+        if len(by_parent) < 2:
+            return [n for members in ordered for n in members]  # nothing to rank
         covers: list[tuple[float, int, list[list[str]], Domain]] = []
         for i, (parent, group) in enumerate(by_parent.items()):
             if parent is None:
