@@ -545,8 +545,12 @@ class Cluster:
             for name in watch:
                 c = info["components"][name]
                 p = self._procs.get(name)
+                # A child we started is judged by its exit status alone; the /proc check
+                # (pid and argv[0]) is for components another process started. It once
+                # failed for live children of ours during a CI bring-up.
                 rc = p.poll() if p else None
-                if rc is not None or not pid_alive(c["pid"], c["exe"]):
+                gone = rc is not None if p else not pid_alive(c["pid"], c["exe"])
+                if gone:
                     raise ComponentExited(
                         f"{name} exited (returncode {rc}) while waiting for {what}:\n"
                         f"{self.log_tail(name)}"

@@ -143,7 +143,8 @@ def fit_pod(
             aligned = zone is None or _zone_cpu_ok(node, zone, pod_set.cpu_milli)
             if strict and not aligned:
                 continue
-            return Fit((i,), zone, aligned)
+            # a zone is reported only when the pod's CPUs fit there too (as for whole GPUs)
+            return Fit((i,), zone if aligned else None, aligned)
         return None
     free = [i for i, f in enumerate(node.gpu_free) if f == GPU_WHOLE]
     if len(free) < pod_set.gpus:

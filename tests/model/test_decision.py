@@ -111,6 +111,15 @@ def test_gpu_share_reports_the_zone_of_its_gpu() -> None:
     assert fit == Fit((5,), 1, True)
 
 
+def test_gpu_share_whose_cpus_do_not_fit_its_gpus_zone_reports_no_zone() -> None:
+    """Unaligned is unaligned: the slot must not name a zone that cannot hold its CPUs (the
+    engine's model counts the pod as NUMA-unaligned; the term and the ledger must agree)."""
+    node = gpu_node("n", cpu_milli=16_000, shares={6: 250})  # zones of 8,000 millicores
+    pod = PodSet("s", 1, cpu_milli=9000, gpus=1, gpu_milli=250)
+    assert fit_pod(node, pod) == Fit((6,), None, False)
+    assert fit_pod(node, pod, NumaPolicy.SINGLE_NUMA_NODE) is None
+
+
 # ---------------------------------------------------------------- CPU, memory, pod slots
 
 
