@@ -96,7 +96,7 @@ class SolverSettings(_Spec):
     # Above this many candidate nodes the engine prunes to the best domains first, keeping
     # this many nodes or `keptFraction` of the candidates, whichever is more (a big fleet
     # has more good domain combinations to compare: 8 % of 7,000 candidates is 560).
-    max_candidate_nodes: int = Field(default=240, ge=8)
+    max_candidate_nodes: int = Field(default=160, ge=8)
     kept_fraction: float = Field(default=0.08, ge=0.0, le=1.0)
     # Stop when the objective is proven within this fraction of optimal (large models
     # only: models of at most `exactBelowNodes` nodes are always solved to proven optimum).

@@ -282,4 +282,4 @@ def test_kept_fraction_outside_zero_to_one_is_rejected(fraction: float) -> None:
 
 def test_solver_defaults_are_one_worker_and_eight_percent_kept() -> None:
     solver = PlacementConfig().solver
-    assert (solver.workers, solver.max_candidate_nodes, solver.kept_fraction) == (1, 240, 0.08)
+    assert (solver.workers, solver.max_candidate_nodes, solver.kept_fraction) == (1, 160, 0.08)
