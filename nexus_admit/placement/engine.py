@@ -436,9 +436,10 @@ class CpSatEngine:
         per-pod cost, best first.
 
         A gang spread over racks of one parent domain (e.g. a zone) spans fewer higher-level
-        domains, so the parents come first, ranked by the lower bound of the cheaper of two
-        covers of the gang by their racks (densest racks first; or the roomiest child domains
-        first, each by its densest racks); the densest racks overall follow."""
+        domains, so the racks of the parents come first. Each parent is ranked by the lowest
+        bound of its covers of the gang: its densest racks first, or only the racks of one
+        or two of its roomiest child domains (blocks), densest first. The densest racks
+        overall follow."""
         rack_level = len(problem.levels) - 2
         racks: dict[Domain | None, list[str]] = defaultdict(list)
         for n in red.nodes:
