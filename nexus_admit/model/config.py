@@ -89,7 +89,7 @@ class ObjectiveWeights(_Spec):
 
 class SolverSettings(_Spec):
     time_limit_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
-    # One CP-SAT worker with the full LP relaxation proves these placements 3-10x faster
+    # One CP-SAT worker with the full LP relaxation proves these placements ~3x faster
     # than an 8-worker portfolio on 2 cores (see placement/engine.py); more workers run
     # the portfolio (worth it for long solves, e.g. the benchmark's reference).
     workers: int = Field(default=1, ge=1, le=64)
