@@ -460,7 +460,7 @@ class CpSatEngine:
             by_parent[problem.paths[members[0]][parent_level]].append(members)
         if len(by_parent) < 2:
             return [n for members in ordered for n in members]  # nothing to rank
-        covers: list[tuple[float, int, list[list[str]], Domain]] = []
+        ranked: list[tuple[float, int, Domain]] = []  # (cover bound, first seen, parent)
         for i, (parent, group) in enumerate(by_parent.items()):
             if parent is None:
                 continue
@@ -486,9 +486,9 @@ class CpSatEngine:
                 nodes = [m for members in cover for m in members]
                 if self._holds(problem, red.caps, nodes):
                     bound = self._lower_bound(problem, nodes, parent_level, room, pod_cost, weights)
-                    covers.append((bound, i, cover, parent))
-        covers.sort(key=lambda c: (c[0], c[1]))
-        parents = list(dict.fromkeys(parent for _, _, _, parent in covers))
+                    ranked.append((bound, i, parent))
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        parents = list(dict.fromkeys(parent for _, _, parent in ranked))
         out: list[str] = []
         seen: set[str] = set()
         for members in [ms for parent in parents for ms in by_parent[parent]] + ordered:
