@@ -16,6 +16,7 @@ from nexus_admit.placement.problem import Problem
 __all__ = [
     "TERMS",
     "evaluate_terms",
+    "gang_gpus",
     "level_weight",
     "numa_alignable",
     "stranded_vram_gib",
@@ -58,6 +59,11 @@ def numa_alignable(node: Node, pod_set: PodSet) -> bool:
     return pod_set.whole_gpus <= max(len(z.gpu_indices) for z in node.numa_zones)
 
 
+def gang_gpus(problem: Problem) -> int:
+    """The gang's GPUs (shares summed, rounded up), at least 1: what a spread slows down."""
+    return max(1, -(-problem.gang.gpu_milli // GPU_WHOLE))
+
+
 def term_weights(problem: Problem) -> dict[str, int]:
     w = problem.config.weights
     packs = problem.gang.workload_type.packs
@@ -66,7 +72,9 @@ def term_weights(problem: Problem) -> dict[str, int]:
         "vramStrandedGiB": w.vram_stranded,
         "islandsBroken": w.island_broken,
         # spreading workloads still honour a preferred level (as few of its domains)
-        "domainSpread": w.domain_spread if packs or problem.gang.preferred_level else 0,
+        "domainSpread": (
+            w.domain_spread * gang_gpus(problem) if packs or problem.gang.preferred_level else 0
+        ),
         "nodesUsed": w.node_count if packs else 0,
         "fragmentation": w.fragmentation if packs else 0,
         "numaUnaligned": w.numa_unaligned,

@@ -239,10 +239,31 @@ def _two_racks() -> ClusterSnapshot:
     )
 
 
-def test_without_topology_request_gold_splits_racks_for_premium_gpus() -> None:
-    """The control for the next test: cost alone would span two racks."""
+def test_by_default_a_spread_costs_more_than_the_wrong_hardware_class() -> None:
+    """Spreading slows every GPU of the gang, so the default weights keep a gold gang in one
+    rack of A100s rather than reach for the H100 in the other rack."""
     snap = _two_racks()
     p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"))
+    assert racks_of(snap, p) == {"r0"}
+    assert p.terms["tierMismatch"] == 8 * 40
+
+
+def test_domain_spread_weight_scales_with_the_gangs_gpus() -> None:
+    snap = _two_racks()
+    for pods, gpus in ((4, 2), (2, 1), (1, 1)):
+        problem = prepare(snap, gang(PodSet("w", pods, gpus=gpus), tier="gold"), CONFIG)
+        assert term_weights(problem)["domainSpread"] == 400 * pods * gpus
+    shares = prepare(snap, gang(PodSet("w", 3, gpus=1, gpu_milli=500)), CONFIG)
+    assert term_weights(shares)["domainSpread"] == 400 * 2  # 1.5 GPUs round up
+
+
+def test_with_a_cheap_spread_gold_splits_racks_for_premium_gpus() -> None:
+    """The control for the next test: when spreading is cheap, cost alone spans two racks."""
+    snap = _two_racks()
+    cheap = CONFIG.model_copy(
+        update={"weights": CONFIG.weights.model_copy(update={"domain_spread": 10})}
+    )
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"), cheap)
     assert "h100-1" in nodes_of(p)
     assert len(racks_of(snap, p)) == 2
 
