@@ -80,6 +80,9 @@ class ObjectiveWeights(_Spec):
     domain_spread: int = Field(default=400, ge=0)
     node_count: int = Field(default=50, ge=0)  # per node used (packing, training/batch)
     fragmentation: int = Field(default=20, ge=0)  # per partly used node left partly free
+    # per GPU left free in the racks/ToRs a gang touches: Kueue TAS's BestFit over domains,
+    # so later gangs still find whole racks (packing types and one-pod gangs)
+    domain_fragmentation: int = Field(default=1, ge=0)
     numa_unaligned: int = Field(default=100, ge=0)  # per pod without single-NUMA fit
     spread: int = Field(default=300, ge=0)  # inference/service: pods on the busiest node
     # Engine-only placement-order preferences, off by default (see placement/fragmentation.py):

@@ -659,9 +659,11 @@ class CpSatEngine:
         # topology domains
         host = len(problem.levels) - 1
         spread_w = weights["domainSpread"]
+        dom_w = weights["domainFragmentation"]
         req_idx = problem.levels.index(gang.required_level) if gang.required_level else None
         for li in range(host):
-            if not spread_w and li != req_idx:
+            best_fit = dom_w and li == host - 1
+            if not spread_w and li != req_idx and not best_fit:
                 continue
             domains: dict[Domain | None, list[str]] = defaultdict(list)
             for rep in used:
@@ -690,6 +692,16 @@ class CpSatEngine:
                 model.add(sum(dvars) == 1)
             if spread_w:
                 objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
+            if best_fit:  # GPUs left free in the touched racks: SCALE = milli per GPU
+                free = problem.domain_free_gpu_milli(li)
+                for d, dv in zip(domains, dvars, strict=True):
+                    if d is not None:
+                        objective.append(dom_w * free[d] * dv)
+                for rep, entries in by_unit.items():
+                    if problem.paths[rep][li] is not None:
+                        objective.extend(
+                            -dom_w * ps.gpu_milli_per_pod * v for ps, v in entries if ps.gpus
+                        )
         if req_idx == host:  # required hostname: the whole gang on one node
             model.add(sum(used.values()) == 1)
         if weights["nodesUsed"]:

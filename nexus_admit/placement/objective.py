@@ -32,6 +32,7 @@ TERMS = (
     "domainSpread",  # Σ over levels above host of (domains used − 1) × level weight
     "nodesUsed",  # distinct nodes
     "fragmentation",  # GPUs (share) left idle on the GPU nodes this gang touches
+    "domainFragmentation",  # GPUs (share) left free in the racks/ToRs this gang touches
     "numaUnaligned",  # pods whose GPUs and CPUs are not from one NUMA zone
     "maxPodsPerNode",  # the busiest node's pod count (inference/service spread)
 )
@@ -67,6 +68,8 @@ def gang_gpus(problem: Problem) -> int:
 def term_weights(problem: Problem) -> dict[str, int]:
     w = problem.config.weights
     packs = problem.gang.workload_type.packs
+    # a one-pod gang has nothing to spread: let it keep whole racks for the gangs
+    single = problem.gang.pod_count == 1
     return {
         "tierMismatch": w.tier_mismatch,
         "vramStrandedGiB": w.vram_stranded,
@@ -77,6 +80,7 @@ def term_weights(problem: Problem) -> dict[str, int]:
         ),
         "nodesUsed": w.node_count if packs else 0,
         "fragmentation": w.fragmentation if packs else 0,
+        "domainFragmentation": w.domain_fragmentation if packs or single else 0,
         "numaUnaligned": w.numa_unaligned,
         "maxPodsPerNode": 0 if packs else w.spread,
     }
@@ -122,6 +126,13 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
     # GPU share still idle on the GPU nodes this gang touches, in GPUs
     fragmentation = sum(n.free_gpu_milli - gpu_milli_on[n.name] for n in gpu_nodes) / GPU_WHOLE
     spread = 0
+    domain_fragmentation = 0.0
+    lowest = len(problem.levels) - 2  # the level just above the host
+    if lowest >= 0:
+        free = problem.domain_free_gpu_milli(lowest)
+        touched = {d for n in per_node if (d := problem.paths[n][lowest]) is not None}
+        taken = sum(m for n, m in gpu_milli_on.items() if problem.paths[n][lowest] is not None)
+        domain_fragmentation = (sum(free[d] for d in touched) - taken) / GPU_WHOLE
     for li in range(len(problem.levels) - 1):
         used = {problem.paths[name][li] for name in per_node}
         spread += (len(used) - 1) * level_weight(problem, li) if used else 0
@@ -132,6 +143,7 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
         "domainSpread": float(spread),
         "nodesUsed": float(len(per_node)),
         "fragmentation": round(fragmentation, 3),
+        "domainFragmentation": round(domain_fragmentation, 3),
         "numaUnaligned": float(unaligned),
         "maxPodsPerNode": float(max(per_node.values(), default=0)),
     }

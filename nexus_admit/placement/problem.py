@@ -4,7 +4,7 @@ the nodes it may ever use (static filters) with the reason the others were ruled
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -37,6 +37,8 @@ class Problem:
     impossible: str = ""  # non-empty when no placement can ever exist
     # NVLink cliques all of whose nodes are pristine -> their node names
     pristine_cliques: dict[str, list[str]] = field(default_factory=dict)
+    # level index -> free GPU share per domain (filled on first use; the snapshot is fixed)
+    _domain_free: dict[int, dict[Domain, int]] = field(default_factory=dict, init=False, repr=False)
 
     def level_index(self, level: str) -> int:
         return self.levels.index(level)
@@ -55,6 +57,20 @@ class Problem:
 
     def is_island(self, node: Node) -> bool:
         return node.gpu_count >= self.config.island_min_gpus
+
+    def domain_free_gpu_milli(self, level_index: int) -> dict[Domain, int]:
+        """Free GPU share per domain of one level, over every node of the snapshot (nodes
+        the gang cannot use still count: they are what the domain has left for others).
+        Nodes without the level's label belong to no domain."""
+        free = self._domain_free.get(level_index)
+        if free is None:
+            free = defaultdict(int)
+            for node in self.snapshot:
+                domain = self.paths[node.name][level_index]
+                if node.gpu_count and domain is not None:
+                    free[domain] += node.free_gpu_milli
+            self._domain_free[level_index] = free
+        return free
 
 
 def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:

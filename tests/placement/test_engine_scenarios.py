@@ -268,6 +268,28 @@ def test_with_a_cheap_spread_gold_splits_racks_for_premium_gpus() -> None:
     assert len(racks_of(snap, p)) == 2
 
 
+def test_a_gang_goes_to_the_tightest_rack_that_holds_it() -> None:
+    """Kueue TAS's BestFit over racks: the rack left with the fewest free GPUs wins, so the
+    roomier rack stays whole for a later gang (domainFragmentation)."""
+    snap = snapshot(
+        gpu_node("roomy-1", rack="r0"),
+        gpu_node("roomy-2", rack="r0"),
+        gpu_node("roomy-3", rack="r0"),
+        gpu_node("tight-1", rack="r1"),
+        gpu_node("tight-2", rack="r1"),
+        gpu_node("tight-busy", used=range(4), rack="r1"),
+    )
+    p = placed(snap, gang(PodSet("w", 2, gpus=8)))
+    assert racks_of(snap, p) == {"r1"}
+    assert p.terms["domainFragmentation"] == 4  # the busy node's four free GPUs
+    single = placed(snap, gang(PodSet("one", 1, gpus=8), kind=INFERENCE))
+    assert racks_of(snap, single) == {"r1"}  # one pod: nothing to spread, so it fits tightly
+    spread = placed(snap, gang(PodSet("svc", 2, gpus=8), kind=INFERENCE))
+    assert spread.terms["domainFragmentation"] > 0
+    problem = prepare(snap, gang(PodSet("svc", 2, gpus=8), kind=INFERENCE), CONFIG)
+    assert term_weights(problem)["domainFragmentation"] == 0  # spreading types are exempt
+
+
 def test_required_topology_keeps_all_pods_in_one_rack() -> None:
     snap = _two_racks()
     p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold", required_level=RACK))
