@@ -46,6 +46,18 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _mix(text: str) -> tuple[float, float, float]:
+    try:
+        parts = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        parts = ()
+    if len(parts) != 3 or min(parts) < 0 or sum(parts) <= 0:
+        raise typer.BadParameter(
+            f"--replay-mix wants three shares (training, inference, fractional), got {text!r}")
+    total = sum(parts) if abs(sum(parts) - 1.0) > 1e-9 else 1.0
+    return (parts[0] / total, parts[1] / total, parts[2] / total)
+
+
 def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
@@ -73,14 +85,20 @@ def simulate(
     replay_hosts: Annotated[int, typer.Option(help="replay cluster size (hosts, ×8)")] = 64,
     replay_jobs: Annotated[int, typer.Option(help="jobs per replay")] = 220,
     replay_load: Annotated[float, typer.Option(help="offered load / capacity")] = 1.15,
+    replay_mix: Annotated[str, typer.Option(
+        help="job mix: shares of training, inference, fractional")] = "0.25,0.35,0.40",
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol through each policy, then a
     multi-tenant gang replay; print tables, optionally write a report."""
     console = Console(width=None if Console().is_terminal else 150)
     notes: list[str] = []
     if replay:
-        scenarios = [rp.ReplayScenario(name=f"h{replay_hosts}-j{replay_jobs}", seed=s,
-                                       hosts=replay_hosts, jobs=replay_jobs, load=replay_load)
+        mix = _mix(replay_mix)
+        name = f"h{replay_hosts}-j{replay_jobs}"
+        if mix != rp.ReplayScenario().mix:
+            name += "-mix" + "-".join(f"{m:g}" for m in mix)
+        scenarios = [rp.ReplayScenario(name=name, seed=s, hosts=replay_hosts, jobs=replay_jobs,
+                                       load=replay_load, mix=mix)
                      for s in parse_seeds(replay_seeds)]
         rpolicies = _split(replay_policies)
         n_tasks = len(scenarios) * len(rpolicies)
@@ -106,6 +124,14 @@ def simulate(
             rows = [c for c in comparison if c["seed"] == scn.seed]
             won = sum(1 for c in rows if c["ours_best"])
             console.print(f"seed {scn.seed}: nexus best on {won} of {len(rows)} replay metrics")
+        if len(scenarios) > 1:
+            means = rp.compare(results, across_seeds=True)
+            lost = [f"{c['metric']} ({', '.join(c['best'])})" for c in means
+                    if not c["ours_best"]]
+            console.print(f"mean over {len(scenarios)} seeds: nexus best on "
+                          f"{len(means) - len(lost)} of {len(means)}; not best on: "
+                          + ("; ".join(lost) or "none"))
+            comparison += means
         if report is not None:
             meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
             path = write_replay_report(results, comparison, report, meta,

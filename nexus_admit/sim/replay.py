@@ -16,6 +16,17 @@ Modelling assumptions (stated in the report too):
   end points are measured; the intermediate levels are our interpolation.
 * Prices per GPU-hour: premium 4.0, standard 2.0, economy 1.0 (illustrative units).
 * No preemption; a job runs to completion once admitted; jobs run longer by 1/factor.
+
+Reading the metrics:
+* GPU allocation counts slowed-down time too: a spread gang holds its GPUs 1/factor as
+  long, so a policy that spreads gangs allocates more while finishing less. Effective
+  throughput is the measure of work done; the two pull apart whenever gangs are spread.
+* Premium hardware runs no faster here (../shared/data has no per-model throughput
+  figures), so keeping Gold on premium shows only as cost: it raises cost per effective
+  GPU-hour and strands more VRAM (80 GiB GPUs) than the same pod on a cheaper class. Tier
+  matching pays off here only as Bronze kept off premium while Gold waits.
+* Every policy sees the same arrivals, but one early choice changes the whole replay, so
+  single seeds are noisy: compare the mean over several seeds.
 """
 
 from __future__ import annotations
@@ -550,20 +561,28 @@ def delay_metrics(r: ReplayResult) -> dict[str, float]:
     return out
 
 
+def _metric_values(r: ReplayResult) -> dict[str, float]:
+    v = {m: float(getattr(r, m)) for m in METRICS}
+    v.update(delay_metrics(r))
+    return v
+
+
 def compare(results: Sequence[ReplayResult], ours: str = "nexus",
-            reference: str = "default") -> list[dict[str, Any]]:
+            reference: str = "default", *, across_seeds: bool = False) -> list[dict[str, Any]]:
     """Per scenario/seed: for every metric, each policy's value, the best policy, whether
-    `ours` is best (ties count), and ratios to the kube `reference` policy."""
-    groups: dict[tuple[str, int], dict[str, ReplayResult]] = defaultdict(dict)
+    `ours` is best (ties count), and ratios to the kube `reference` policy. With
+    `across_seeds`, per scenario on the mean over its seeds (rows carry seed -1): one
+    lucky or unlucky seed weighs less, since one early choice changes the whole replay."""
+    runs: dict[tuple[str, int], dict[str, list[dict[str, float]]]] = defaultdict(
+        lambda: defaultdict(list))
     for r in results:
-        groups[(r.scenario, r.seed)][r.policy] = r
+        runs[(r.scenario, -1 if across_seeds else r.seed)][r.policy].append(_metric_values(r))
     rows = []
-    for (scenario, seed), by_policy in sorted(groups.items()):
+    for (scenario, seed), by_policy in sorted(runs.items()):
         values: dict[str, dict[str, float]] = {}
-        for p, r in by_policy.items():
-            v = {m: float(getattr(r, m)) for m in METRICS}
-            v.update(delay_metrics(r))
-            values[p] = v
+        for p, per_run in by_policy.items():
+            names = set(per_run[0]).intersection(*per_run[1:])
+            values[p] = {m: round(float(np.mean([v[m] for v in per_run])), 3) for m in names}
         metric_names = sorted({m for v in values.values() for m in v})
         for m in metric_names:
             higher = METRICS.get(m, False)

@@ -287,8 +287,20 @@ def write_replay_report(
         won = [r["metric"] for r in rows if r["ours_best"]]
         lost = [f"{r['metric']} (best: {', '.join(r['best'])})" for r in rows
                 if not r["ours_best"]]
-        lines.append(f"- {scenario}/seed {seed}: best on {len(won)} of {len(rows)} metrics"
+        where = f"{scenario}/mean over seeds" if seed == -1 else f"{scenario}/seed {seed}"
+        lines.append(f"- {where}: best on {len(won)} of {len(rows)} metrics"
                      + (f"; not best on: {'; '.join(lost)}" if lost else ""))
+    for (scenario, seed), rows in groups.items():
+        if seed != -1:
+            continue
+        policies = list(rows[0]["values"])
+        lines += ["", f"## {scenario}: mean over seeds (best in bold)", "",
+                  "| metric | " + " | ".join(policies) + " |",
+                  "|---|" + "---|" * len(policies)]
+        for r in rows:
+            cells = [f"**{_fmt(r['values'][p])}**" if p in r["best"] else _fmt(r["values"][p])
+                     for p in policies]
+            lines.append(f"| {r['metric']} | " + " | ".join(cells) + " |")
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
     path = out / "REPLAY.md"
     path.write_text("\n".join(lines))

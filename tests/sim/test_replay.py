@@ -3,6 +3,7 @@ double booking, everything released), the slowdown model, and the report."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,22 @@ def test_replay_report(tmp_path: Path) -> None:
     assert path.exists()
     assert (tmp_path / "replay.json").exists()
     assert list(tmp_path.glob("replay_*.png"))
+
+
+@needs_data
+def test_compare_across_seeds_ranks_the_mean_of_each_metric() -> None:
+    seeds = (SMALL, replace(SMALL, seed=SMALL.seed + 1))
+    results = [rp.run_replay(p, scn) for scn in seeds for p in ("default", "binpack")]
+    per_seed = rp.compare(results, ours="binpack")
+    means = rp.compare(results, ours="binpack", across_seeds=True)
+    assert {r["seed"] for r in means} == {-1}
+    assert len(means) == len({r["metric"] for r in per_seed})
+    row = next(r for r in means if r["metric"] == "effective_throughput")
+    for policy in ("default", "binpack"):
+        runs = [r.effective_throughput for r in results if r.policy == policy]
+        assert row["values"][policy] == pytest.approx(sum(runs) / 2, abs=1e-3)
+    best = max(row["values"].values())
+    assert row["best"] == [p for p, v in sorted(row["values"].items()) if v == best]
 
 
 def test_policies_registered() -> None:

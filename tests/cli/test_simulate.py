@@ -1,0 +1,39 @@
+"""`nexus-admit simulate` options: the replay's job mix and its per-seed and mean summaries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nexus_admit.cli import app
+from nexus_admit.sim.openb import DEFAULT_DATA
+
+runner = CliRunner()
+needs_data = pytest.mark.skipif(not (DEFAULT_DATA / "lingjun").is_dir(),
+                                reason="../shared/data missing")
+SMALL = ["simulate", "--no-openb", "--replay-hosts", "16", "--replay-jobs", "30",
+         "--replay-policies", "default,binpack,nexus", "--workers", "1"]
+
+
+@pytest.mark.parametrize("mix", ["1,2", "a,b,c", "-1,1,1", "0,0,0"])
+def test_a_malformed_mix_is_refused_with_the_expected_form(mix: str) -> None:
+    result = runner.invoke(app, [*SMALL, "--replay-mix", mix])
+    assert result.exit_code == 2
+    assert "three shares" in result.output
+
+
+@needs_data
+def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3,4", "--replay-mix", "2,1,1",
+                                 "--report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "mean over 2 seeds: nexus best on" in result.output
+    data = json.loads((tmp_path / "replay.json").read_text())
+    assert [s["mix"] for s in data["meta"]["scenarios"]] == [[0.5, 0.25, 0.25]] * 2
+    assert {s["name"] for s in data["meta"]["scenarios"]} == {"h16-j30-mix0.5-0.25-0.25"}
+    assert {row["seed"] for row in data["comparison"]} == {3, 4, -1}
+    text = (tmp_path / "REPLAY.md").read_text()
+    assert "mean over seeds (best in bold)" in text
