@@ -72,12 +72,15 @@ class VramThreshold(_Spec):
 class ObjectiveWeights(_Spec):
     """Weights of the objective terms; each term is also reported on its own."""
 
-    tier_mismatch: int = Field(default=3, ge=0)  # × class cost per GPU
+    tier_mismatch: int = Field(default=10, ge=0)  # × class cost per GPU
     vram_stranded: int = Field(default=1, ge=0)  # per GiB of stranded VRAM
     island_broken: int = Field(default=2000, ge=0)  # per pristine island first touched
-    # per extra domain, × level rank, × the gang's GPUs: spreading slows every GPU of the
-    # gang (Gavel's factors), so a 64-GPU gang pays 64 times what a 1-GPU pod pays
-    domain_spread: int = Field(default=400, ge=0)
+    domain_spread: int = Field(default=400, ge=0)  # per extra domain, × level rank
+    # per level the gang is split across domains of, × level rank, × the gang's GPUs:
+    # leaving one domain slows every GPU of the gang (Gavel measured consolidated against
+    # spread, not per extra domain). Off by default: on the benchmark's large fleets the
+    # node pruning does not yet keep the fewest-rack covers this weight asks for.
+    gang_split: int = Field(default=0, ge=0)
     node_count: int = Field(default=50, ge=0)  # per node used (packing, training/batch)
     fragmentation: int = Field(default=20, ge=0)  # per partly used node left partly free
     # per GPU left free in the racks/ToRs a gang touches: Kueue TAS's BestFit over domains,

@@ -269,13 +269,22 @@ class CpSatEngine:
 
     @staticmethod
     def _pod_cost(problem: Problem, name: str, weights: dict[str, int]) -> float:
-        """The cheapest per-pod linear objective cost (tier, VRAM) of any pod set here."""
+        """The cheapest per-pod linear objective cost (tier, VRAM) of any pod set here; for
+        a one-pod gang also the GPUs its rack keeps free (domainFragmentation is then a
+        cost of the node alone, so pruning and bounds see it exactly)."""
         node = problem.node(name)
         costs = [
             weights["tierMismatch"] * problem.class_cost(name) * ps.gpu_milli_per_pod / 1000
             + weights["vramStrandedGiB"] * ps.gpus * stranded_vram_gib(problem, ps, node)
             for ps in problem.gang.pod_sets
         ]
+        rack_level = len(problem.levels) - 2
+        rack = problem.paths[name][rack_level] if rack_level >= 0 else None
+        if problem.gang.pod_count == 1 and weights["domainFragmentation"] and rack is not None:
+            left = problem.domain_free_gpu_milli(rack_level)[rack]
+            ps = problem.gang.pod_sets[0]
+            left -= ps.gpu_milli_per_pod if ps.gpus else 0
+            costs = [c + weights["domainFragmentation"] * left / 1000 for c in costs]
         return min(costs, default=0.0)
 
     def _lower_bound(
@@ -305,8 +314,9 @@ class CpSatEngine:
             sub: dict[Domain | None, int] = defaultdict(int)
             for m in members:
                 sub[problem.paths[m][lj]] += room[m]
-            bound += (
-                weights["domainSpread"] * level_weight(problem, lj) * (fewest(sub.values()) - 1)
+            least = fewest(sub.values())
+            bound += level_weight(problem, lj) * (
+                weights["domainSpread"] * (least - 1) + weights["gangSplit"] * (least > 1)
             )
         filled, cost = 0, 0.0
         for m in sorted(members, key=lambda m: pod_cost[m]):
@@ -389,8 +399,9 @@ class CpSatEngine:
                     complete = False
                     if not first:
                         break
-                    members = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
-                    members = members[: max(0, limit - len(kept))]
+                    members = self._within_budget(
+                        problem, members, room, pod_cost, max(0, limit - len(kept))
+                    )
                 kept.extend(members)
                 first = False
             if spread:
@@ -422,6 +433,40 @@ class CpSatEngine:
             kept.append(m)
             filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+    @staticmethod
+    def _within_budget(
+        problem: Problem,
+        members: list[str],
+        room: dict[str, int],
+        pod_cost: dict[str, float],
+        budget: int,
+    ) -> list[str]:
+        """`budget` nodes of one domain too big to keep whole: half in its roomiest racks,
+        whole (the covers with the fewest racks, which matter once spreading is costly),
+        then the cheapest nodes per pod."""
+        rack_level = len(problem.levels) - 2
+        cheapest = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
+        if rack_level < 0:
+            return cheapest[:budget]
+        racks: dict[Domain | None, list[str]] = defaultdict(list)
+        for m in cheapest:
+            racks[problem.paths[m][rack_level]].append(m)
+        roomiest = sorted(
+            (r for d, r in racks.items() if d is not None),
+            key=lambda r: (-sum(room[m] for m in r), pod_cost[r[0]]),
+        )
+        kept: list[str] = []
+        need = problem.gang.pod_count
+        covered = 0
+        for rack in roomiest:
+            if covered >= need or len(kept) + len(rack) > budget // 2:
+                break
+            kept.extend(rack)
+            covered += sum(room[m] for m in rack)
+        taken = set(kept)
+        kept.extend([m for m in cheapest if m not in taken][: budget - len(kept)])
+        return kept
 
     def _dense_racks(
         self,
@@ -659,11 +704,12 @@ class CpSatEngine:
         # topology domains
         host = len(problem.levels) - 1
         spread_w = weights["domainSpread"]
+        split_w = weights["gangSplit"]
         dom_w = weights["domainFragmentation"]
         req_idx = problem.levels.index(gang.required_level) if gang.required_level else None
         for li in range(host):
             best_fit = dom_w and li == host - 1
-            if not spread_w and li != req_idx and not best_fit:
+            if not (spread_w or split_w) and li != req_idx and not best_fit:
                 continue
             domains: dict[Domain | None, list[str]] = defaultdict(list)
             for rep in used:
@@ -692,6 +738,10 @@ class CpSatEngine:
                 model.add(sum(dvars) == 1)
             if spread_w:
                 objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
+            if split_w and len(dvars) > 1:
+                split = model.new_bool_var(f"split[{li}]")
+                model.add(sum(dvars) <= 1 + (len(dvars) - 1) * split)
+                objective.append(split_w * SCALE * level_weight(problem, li) * split)
             if best_fit:  # GPUs left free in the touched racks: SCALE = milli per GPU
                 free = problem.domain_free_gpu_milli(li)
                 for d, dv in zip(domains, dvars, strict=True):

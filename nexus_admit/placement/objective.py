@@ -30,6 +30,7 @@ TERMS = (
     "vramStrandedGiB",  # Σ per GPU of max(0, minUtilization(tier) × VRAM − need)
     "islandsBroken",  # pristine 8-GPU nodes / NVLink cliques started but left part idle
     "domainSpread",  # Σ over levels above host of (domains used − 1) × level weight
+    "gangSplit",  # Σ over levels above host where the gang uses > 1 domain of level weight
     "nodesUsed",  # distinct nodes
     "fragmentation",  # GPUs (share) left idle on the GPU nodes this gang touches
     "domainFragmentation",  # GPUs (share) left free in the racks/ToRs this gang touches
@@ -60,6 +61,17 @@ def numa_alignable(node: Node, pod_set: PodSet) -> bool:
     return pod_set.whole_gpus <= max(len(z.gpu_indices) for z in node.numa_zones)
 
 
+def _one_rack_may_hold(problem: Problem) -> bool:
+    """Whether some rack has the GPUs free for the whole gang: BestFit among racks (the
+    domainFragmentation term) is for such gangs; a gang that must span racks should span
+    few of them, not the tightest ones."""
+    rack_level = len(problem.levels) - 2
+    if rack_level < 0:
+        return False
+    free = problem.domain_free_gpu_milli(rack_level)
+    return max(free.values(), default=0) >= problem.gang.gpu_milli
+
+
 def gang_gpus(problem: Problem) -> int:
     """The gang's GPUs (shares summed, rounded up), at least 1: what a spread slows down."""
     return max(1, -(-problem.gang.gpu_milli // GPU_WHOLE))
@@ -75,12 +87,15 @@ def term_weights(problem: Problem) -> dict[str, int]:
         "vramStrandedGiB": w.vram_stranded,
         "islandsBroken": w.island_broken,
         # spreading workloads still honour a preferred level (as few of its domains)
-        "domainSpread": (
-            w.domain_spread * gang_gpus(problem) if packs or problem.gang.preferred_level else 0
+        "domainSpread": w.domain_spread if packs or problem.gang.preferred_level else 0,
+        "gangSplit": (
+            w.gang_split * gang_gpus(problem) if packs or problem.gang.preferred_level else 0
         ),
         "nodesUsed": w.node_count if packs else 0,
         "fragmentation": w.fragmentation if packs else 0,
-        "domainFragmentation": w.domain_fragmentation if packs or single else 0,
+        "domainFragmentation": (
+            w.domain_fragmentation if (packs or single) and _one_rack_may_hold(problem) else 0
+        ),
         "numaUnaligned": w.numa_unaligned,
         "maxPodsPerNode": 0 if packs else w.spread,
     }
@@ -133,14 +148,17 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
         touched = {d for n in per_node if (d := problem.paths[n][lowest]) is not None}
         taken = sum(m for n, m in gpu_milli_on.items() if problem.paths[n][lowest] is not None)
         domain_fragmentation = (sum(free[d] for d in touched) - taken) / GPU_WHOLE
+    split = 0
     for li in range(len(problem.levels) - 1):
         used = {problem.paths[name][li] for name in per_node}
         spread += (len(used) - 1) * level_weight(problem, li) if used else 0
+        split += level_weight(problem, li) if len(used) > 1 else 0
     return {
         "tierMismatch": round(tier_mismatch, 3),
         "vramStrandedGiB": round(stranded, 3),
         "islandsBroken": float(islands),
         "domainSpread": float(spread),
+        "gangSplit": float(split),
         "nodesUsed": float(len(per_node)),
         "fragmentation": round(fragmentation, 3),
         "domainFragmentation": round(domain_fragmentation, 3),

@@ -48,6 +48,7 @@ from nexus_admit.model import (
     Gang,
     Node,
     NumaZone,
+    ObjectiveWeights,
     PlacementConfig,
     PodSet,
     Slot,
@@ -84,6 +85,9 @@ TIERS = ("gold", "silver", "bronze")
 PRIORITY = {"gold": 3, "silver": 2, "bronze": 1}
 PRICE = {"premium": 4.0, "standard": 2.0, "economy": 1.0}
 GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}  # median spread/consolidated, V100
+# nexus's gangSplit weight here, per GPU: a split costs a GPU more than any tier mismatch
+# (at most 80 × tierMismatch 10 = 800 only for Bronze on premium at the aggregation level)
+REPLAY_GANG_SPLIT = 400
 
 
 @dataclass(frozen=True)
@@ -204,8 +208,11 @@ def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
 
 
 def replay_config(scn: ReplayScenario) -> PlacementConfig:
+    """The fabric's levels, and gangSplit on: in this model leaving a ToR slows every GPU
+    of a gang (the Gavel factors), so the platform team weighs a split per GPU."""
     return PlacementConfig(
         topology=TopologySpec(levels=(AGG_LABEL, TOR_LABEL, HOST_LABEL)),
+        weights=ObjectiveWeights(gang_split=REPLAY_GANG_SPLIT),
         solver=SolverSettings(time_limit_seconds=scn.time_limit),
     )
 

@@ -239,33 +239,40 @@ def _two_racks() -> ClusterSnapshot:
     )
 
 
-def test_by_default_a_spread_costs_more_than_the_wrong_hardware_class() -> None:
-    """Spreading slows every GPU of the gang, so the default weights keep a gold gang in one
-    rack of A100s rather than reach for the H100 in the other rack."""
+def test_without_topology_request_gold_splits_racks_for_premium_gpus() -> None:
+    """The control for the next tests: cost alone would span two racks."""
     snap = _two_racks()
     p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"))
+    assert "h100-1" in nodes_of(p)
+    assert len(racks_of(snap, p)) == 2
+    assert p.terms["gangSplit"] == 1  # reported even while its weight is 0 (the default)
+
+
+def _with_gang_split(weight: int) -> PlacementConfig:
+    return CONFIG.model_copy(
+        update={"weights": CONFIG.weights.model_copy(update={"gang_split": weight})}
+    )
+
+
+def test_gang_split_keeps_a_gold_gang_in_one_rack_over_premium_gpus() -> None:
+    """Leaving a rack slows every GPU of the gang: weighed per GPU, a split of these 8 GPUs
+    (8 × 400) costs more than 4 of them on the standard class (4 × 40 × 10)."""
+    snap = _two_racks()
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"), _with_gang_split(400))
     assert racks_of(snap, p) == {"r0"}
+    assert p.terms["gangSplit"] == 0
     assert p.terms["tierMismatch"] == 8 * 40
 
 
-def test_domain_spread_weight_scales_with_the_gangs_gpus() -> None:
+def test_gang_split_weight_scales_with_the_gangs_gpus() -> None:
     snap = _two_racks()
+    cfg = _with_gang_split(400)
     for pods, gpus in ((4, 2), (2, 1), (1, 1)):
-        problem = prepare(snap, gang(PodSet("w", pods, gpus=gpus), tier="gold"), CONFIG)
-        assert term_weights(problem)["domainSpread"] == 400 * pods * gpus
-    shares = prepare(snap, gang(PodSet("w", 3, gpus=1, gpu_milli=500)), CONFIG)
-    assert term_weights(shares)["domainSpread"] == 400 * 2  # 1.5 GPUs round up
-
-
-def test_with_a_cheap_spread_gold_splits_racks_for_premium_gpus() -> None:
-    """The control for the next test: when spreading is cheap, cost alone spans two racks."""
-    snap = _two_racks()
-    cheap = CONFIG.model_copy(
-        update={"weights": CONFIG.weights.model_copy(update={"domain_spread": 10})}
-    )
-    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"), cheap)
-    assert "h100-1" in nodes_of(p)
-    assert len(racks_of(snap, p)) == 2
+        problem = prepare(snap, gang(PodSet("w", pods, gpus=gpus), tier="gold"), cfg)
+        assert term_weights(problem)["gangSplit"] == 400 * pods * gpus
+        assert term_weights(problem)["domainSpread"] == 400  # per gang, whatever its size
+    shares = prepare(snap, gang(PodSet("w", 3, gpus=1, gpu_milli=500)), cfg)
+    assert term_weights(shares)["gangSplit"] == 400 * 2  # 1.5 GPUs round up
 
 
 def test_a_gang_goes_to_the_tightest_rack_that_holds_it() -> None:

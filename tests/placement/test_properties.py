@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexus_admit.model import ClusterSnapshot, Gang, Slot, apply_slots, fit_pod
+from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig, Slot, apply_slots, fit_pod
 from nexus_admit.placement.base import make_policy, policy_names
 from nexus_admit.placement.objective import evaluate_terms, weighted_objective
 from nexus_admit.placement.problem import prepare
@@ -35,9 +35,11 @@ def test_every_policy_respects_hard_constraints(
         assert len(placement.slots) == gang.pod_count
 
 
-def brute_force(snapshot: ClusterSnapshot, gang: Gang) -> float | None:
+def brute_force(
+    snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig = CONFIG
+) -> float | None:
     """Best objective over every node assignment of every pod (pods fitted in index order)."""
-    problem = prepare(snapshot, gang, CONFIG)
+    problem = prepare(snapshot, gang, config)
     if problem.impossible:
         return None
     pods = [(ps, i) for ps in gang.pod_sets for i in range(ps.count)]
@@ -73,6 +75,26 @@ def test_engine_matches_brute_force(snapshot: ClusterSnapshot, gang: Gang, seed:
     placement = make_policy("nexus", seed=seed).place(snapshot, gang, CONFIG)
     if best is None:
         return  # brute force found nothing; the engine may still (it fits pods smarter)
+    assert placement.feasible, placement.reason
+    assert placement.objective <= best + 1e-6
+    assert placement.status == "optimal"
+
+
+# every weight on, gangSplit included (off by default), so its encoding is checked too
+ALL_TERMS = CONFIG.model_copy(
+    update={"weights": CONFIG.weights.model_copy(update={"gang_split": 400})}
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshot=snapshots(max_nodes=3), gang=gangs(max_sets=2, max_count=2), seed=st.integers(0, 3))
+def test_engine_matches_brute_force_with_gang_split(
+    snapshot: ClusterSnapshot, gang: Gang, seed: int
+) -> None:
+    best = brute_force(snapshot, gang, ALL_TERMS)
+    placement = make_policy("nexus", seed=seed).place(snapshot, gang, ALL_TERMS)
+    if best is None:
+        return
     assert placement.feasible, placement.reason
     assert placement.objective <= best + 1e-6
     assert placement.status == "optimal"
