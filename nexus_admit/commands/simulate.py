@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -126,7 +127,7 @@ def simulate(
             console.print(f"seed {scn.seed}: nexus best on {won} of {len(rows)} replay metrics")
         if len(scenarios) > 1:
             means = rp.compare(results, across_seeds=True)
-            lost = [f"{c['metric']} ({', '.join(c['best'])})" for c in means
+            lost = [escape(f"{c['metric']} ({', '.join(c['best'])})") for c in means
                     if not c["ours_best"]]
             console.print(f"mean over {len(scenarios)} seeds: nexus best on "
                           f"{len(means) - len(lost)} of {len(means)}; not best on: "
