@@ -218,6 +218,7 @@ def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
         ax2.set_ylabel("cost per effective GPU-hour")
         axes[2].set_xticks(x, names, rotation=30, ha="right")
         axes[2].set_title("throughput, locality, cost")
+        axes[2].set_ylim(0, 105)  # both bars are percentages
         axes[2].legend(fontsize=7, loc="upper left")
         ax2.legend(fontsize=7, loc="upper right")
         for ax in axes[:2]:
