@@ -399,9 +399,8 @@ class CpSatEngine:
                     complete = False
                     if not first:
                         break
-                    members = self._within_budget(
-                        problem, members, room, pod_cost, max(0, limit - len(kept))
-                    )
+                    members = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
+                    members = members[: max(0, limit - len(kept))]
                 kept.extend(members)
                 first = False
             if spread:
@@ -433,40 +432,6 @@ class CpSatEngine:
             kept.append(m)
             filled += room[m]
         return self._restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
-
-    @staticmethod
-    def _within_budget(
-        problem: Problem,
-        members: list[str],
-        room: dict[str, int],
-        pod_cost: dict[str, float],
-        budget: int,
-    ) -> list[str]:
-        """`budget` nodes of one domain too big to keep whole: half in its roomiest racks,
-        whole (the covers with the fewest racks, which matter once spreading is costly),
-        then the cheapest nodes per pod."""
-        rack_level = len(problem.levels) - 2
-        cheapest = sorted(members, key=lambda m: (pod_cost[m], -room[m]))
-        if rack_level < 0:
-            return cheapest[:budget]
-        racks: dict[Domain | None, list[str]] = defaultdict(list)
-        for m in cheapest:
-            racks[problem.paths[m][rack_level]].append(m)
-        roomiest = sorted(
-            (r for d, r in racks.items() if d is not None),
-            key=lambda r: (-sum(room[m] for m in r), pod_cost[r[0]]),
-        )
-        kept: list[str] = []
-        need = problem.gang.pod_count
-        covered = 0
-        for rack in roomiest:
-            if covered >= need or len(kept) + len(rack) > budget // 2:
-                break
-            kept.extend(rack)
-            covered += sum(room[m] for m in rack)
-        taken = set(kept)
-        kept.extend([m for m in cheapest if m not in taken][: budget - len(kept)])
-        return kept
 
     def _dense_racks(
         self,

@@ -85,8 +85,9 @@ TIERS = ("gold", "silver", "bronze")
 PRIORITY = {"gold": 3, "silver": 2, "bronze": 1}
 PRICE = {"premium": 4.0, "standard": 2.0, "economy": 1.0}
 GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}  # median spread/consolidated, V100
-# nexus's gangSplit weight here, per GPU: a split costs a GPU more than any tier mismatch
-# (at most 80 × tierMismatch 10 = 800 only for Bronze on premium at the aggregation level)
+# nexus's gangSplit weight here: leaving a ToR costs 400 per GPU of the gang, leaving an
+# aggregation domain 800 more, as much as the dearest tier mismatch per GPU (Bronze on
+# premium, class cost 80 × tierMismatch 10)
 REPLAY_GANG_SPLIT = 400
 
 
