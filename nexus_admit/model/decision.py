@@ -112,7 +112,8 @@ def fit_pod(
     """Where on `node` one pod of `pod_set` would go now, or None if it does not fit.
 
     Whole GPUs come from one NUMA zone when possible (required under single-numa-node);
-    a GPU share goes to the fullest GPU that still has room (or `gpu_choice` if given).
+    a GPU share goes to the fullest GPU that still has room (or `gpu_choice` if given),
+    among them first one whose NUMA zone has the pod's CPUs free.
     """
     if (
         node.free_pods < 1
@@ -138,14 +139,17 @@ def fit_pod(
                 (i for i, free in enumerate(node.gpu_free) if free >= need),
                 key=lambda i: (node.gpu_free[i], i),
             )
+        unaligned: int | None = None
         for i in candidates:
             zone = node.numa_zone_of_gpu(i)
-            aligned = zone is None or _zone_cpu_ok(node, zone, pod_set.cpu_milli)
-            if strict and not aligned:
-                continue
-            # a zone is reported only when the pod's CPUs fit there too (as for whole GPUs)
-            return Fit((i,), zone if aligned else None, aligned)
-        return None
+            if zone is None or _zone_cpu_ok(node, zone, pod_set.cpu_milli):
+                return Fit((i,), zone, True)
+            if unaligned is None:
+                unaligned = i
+        if strict or unaligned is None:
+            return None
+        # no GPU with room sits in a zone with the pod's CPUs free: no zone is reported
+        return Fit((unaligned,), None, False)
     free = [i for i, f in enumerate(node.gpu_free) if f == GPU_WHOLE]
     if len(free) < pod_set.gpus:
         return None

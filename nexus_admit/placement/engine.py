@@ -963,16 +963,19 @@ class CpSatEngine:
         problem: Problem, name: str, counts: dict[tuple[str, str], int]
     ) -> list[tuple[PodSet, Slot]] | None:
         """GPUs and NUMA zones for the pods counted on one node, or None if they do not fit.
-        The hardest pods go first; when that greedy order strands a pod (zones packed the
-        wrong way), the other orders of the pod sets are tried."""
+        The hardest pods go first; when that greedy order strands a pod or leaves one
+        NUMA-unaligned (zones packed the wrong way), the other orders of the pod sets are
+        tried and the one with the fewest unaligned pods wins."""
         gang = problem.gang
         present = [ps for ps in gang.pod_sets if counts.get((ps.name, name), 0)]
         hardest = sorted(present, key=lambda p: (-p.whole_gpus, -p.gpu_milli, -p.cpu_milli))
         orders = [hardest]
         if len(present) <= _MAX_PERMUTED_POD_SETS:
             orders += [list(o) for o in permutations(hardest) if list(o) != hardest]
+        node = problem.node(name)
+        best: tuple[int, list[tuple[PodSet, Slot]]] | None = None
         for order in orders:
-            scratch = ClusterSnapshot({name: problem.node(name).copy()})
+            scratch = ClusterSnapshot({name: node.copy()})
             placed: list[tuple[PodSet, Slot]] = []
             for ps in order:
                 one = Gang(gang.name, (ps,))
@@ -987,8 +990,14 @@ class CpSatEngine:
                     continue
                 break
             else:
-                return placed
-        return None
+                unaligned = sum(
+                    1 for ps, slot in placed if slot.numa_zone is None and numa_alignable(node, ps)
+                )
+                if best is None or unaligned < best[0]:
+                    best = (unaligned, placed)
+                if unaligned == 0:
+                    break
+        return best[1] if best else None
 
 
 @register("nexus")

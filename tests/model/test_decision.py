@@ -120,6 +120,18 @@ def test_gpu_share_whose_cpus_do_not_fit_its_gpus_zone_reports_no_zone() -> None
     assert fit_pod(node, pod, NumaPolicy.SINGLE_NUMA_NODE) is None
 
 
+def test_gpu_share_prefers_a_gpu_whose_zone_has_its_cpus_over_the_fullest_gpu() -> None:
+    """Found by hypothesis: the fullest GPU sat in a zone whose CPUs another pod had taken,
+    so the share went unaligned although a GPU in the other zone had room and CPUs."""
+    node = gpu_node("n", cpu_milli=16_000, shares={7: 500})
+    node.numa_zones[1].free_cpu_milli = 0  # zone 1 (GPUs 4-7) has no CPU left
+    pod = PodSet("s", 1, cpu_milli=1000, gpus=1, gpu_milli=250)
+    assert fit_pod(node, pod) == Fit((0,), 0, True)
+    node.numa_zones[0].free_cpu_milli = 0  # neither zone: the fullest GPU, unaligned
+    assert fit_pod(node, pod) == Fit((7,), None, False)
+    assert fit_pod(node, pod, NumaPolicy.SINGLE_NUMA_NODE) is None
+
+
 # ---------------------------------------------------------------- CPU, memory, pod slots
 
 

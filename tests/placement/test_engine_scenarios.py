@@ -275,6 +275,20 @@ def test_gang_split_weight_scales_with_the_gangs_gpus() -> None:
     assert term_weights(shares)["gangSplit"] == 400 * 2  # 1.5 GPUs round up
 
 
+def test_pod_sets_on_one_node_are_fitted_in_the_order_that_keeps_numa_aligned() -> None:
+    """Found by hypothesis: GPU pods first would take a little CPU from both zones and
+    leave the CPU-only pod that needs a whole zone straddling them; that pod goes first."""
+    snap = snapshot(gpu_node("n0", used=[3], cpu_milli=16_000))
+    g = gang(
+        PodSet("driver", 1, cpu_milli=8000),
+        PodSet("workers", 2, cpu_milli=1000, gpus=2),
+        tier="gold",
+    )
+    p = placed(snap, g)
+    assert p.terms["numaUnaligned"] == 0
+    assert all(slot.numa_zone is not None for slot in p.slots)
+
+
 def test_a_gang_goes_to_the_tightest_rack_that_holds_it() -> None:
     """Kueue TAS's BestFit over racks: the rack left with the fewest free GPUs wins, so the
     roomier rack stays whole for a later gang (domainFragmentation)."""
