@@ -167,7 +167,8 @@ def simulate(
     table = Table(title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, "
                         f"{nodes:.0%} of nodes)")
     for col in ("trace", "policy", "seeds", "@100 %", "paper", "@130 %", "paper", "failed",
-                f"8-GPU nodes broken @10/30/50/70/90/100 % (of {rows[0]['nodes8']})", "s/run"):
+                f"8-GPU nodes used @10/30/50/70/90/100 % (of {rows[0]['nodes8']})",
+                "of them left partly idle", "s/run"):
         table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
     for r in rows:
         table.add_row(
@@ -177,6 +178,7 @@ def simulate(
             "–" if r["published_130"] is None else f"{r['published_130']:.2f}",
             f"{r['failed_pods']:.0f}",
             r["broken8_levels"],
+            r["partial8_levels"],
             f"{r['seconds_per_run']:.1f}",
         )
     console.print(table)

@@ -20,7 +20,7 @@ Large clusters are reduced before the solve, in two steps:
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, pairwise, permutations
@@ -193,6 +193,34 @@ class CpSatEngine:
         node = problem.node(name)
         return (tuple(sorted(node.gpu_free)), node.free_cpu_milli, node.gpu_product)
 
+    def _frag_per_pod(self, problem: Problem, node: Node, ps: PodSet) -> float:
+        """fragGradient per pod of `ps` on `node`, in GPUs: the fragmentation (FGD measure,
+        `self.workload`) that as many of these pods as fit add, averaged per pod, so the
+        term is linear in the pod count."""
+        cap = max(1, min(ps.count, pod_capacity(node, ps, problem.gang.numa_policy)))
+        table = gradient_table(
+            node.gpu_free,
+            node.free_cpu_milli,
+            node.gpu_product,
+            ps.cpu_milli,
+            ps.gpus,
+            ps.gpu_milli,
+            cap,
+            self.workload,
+        )
+        return table[-1] / max(len(table) - 1, 1) / GPU_WHOLE
+
+    def _fill_rank(self, problem: Problem) -> dict[str, float]:
+        """fillOrder's rank of every node of the snapshot, cached while the snapshot object
+        and its size stay the same."""
+        nodes = problem.snapshot.nodes
+        if self._rank is None or self._rank[0] != (id(nodes), len(nodes)):
+            self._rank = (
+                (id(nodes), len(nodes)),
+                fill_rank(list(nodes.values()), problem.config.island_min_gpus),
+            )
+        return self._rank[1]
+
     def _order_terms(
         self,
         problem: Problem,
@@ -201,39 +229,40 @@ class CpSatEngine:
         u: cp_model.IntVar,
     ) -> list[cp_model.LinearExprT]:
         """Two optional terms (weights default 0), see placement/fragmentation.py:
-        fragGradient: per GPU of fragmentation (FGD measure, `self.workload`) the pods add
-        to the node, linearised per pod over the node's capacity; fillOrder: per node used,
-        its rank in the snapshot's order, so successive packing gangs fill the same nodes."""
+        fragGradient: per GPU of fragmentation the pods add to the node; fillOrder: per
+        node used, its rank in the snapshot's order, so successive packing gangs fill the
+        same nodes. `_order_values` reports the same two terms for the returned slots."""
         w = problem.config.weights
         out: list[cp_model.LinearExprT] = []
         if w.frag_gradient:
             node = problem.node(rep)
             for ps, var in entries:
-                cap = max(1, min(ps.count, pod_capacity(node, ps, problem.gang.numa_policy)))
-                table = gradient_table(
-                    node.gpu_free,
-                    node.free_cpu_milli,
-                    node.gpu_product,
-                    ps.cpu_milli,
-                    ps.gpus,
-                    ps.gpu_milli,
-                    cap,
-                    self.workload,
-                )
-                per_pod = table[-1] / max(len(table) - 1, 1)  # milli-GPU
-                coef = round(w.frag_gradient * per_pod / GPU_WHOLE * SCALE)
+                coef = round(w.frag_gradient * self._frag_per_pod(problem, node, ps) * SCALE)
                 if coef:
                     out.append(coef * var)
         if w.fill_order and problem.gang.workload_type.packs:
-            nodes = problem.snapshot.nodes
-            if self._rank is None or self._rank[0] != (id(nodes), len(nodes)):
-                self._rank = (
-                    (id(nodes), len(nodes)),
-                    fill_rank(list(nodes.values()), problem.config.island_min_gpus),
-                )
-            coef = round(w.fill_order * SCALE * self._rank[1].get(rep, 1.0))
+            coef = round(w.fill_order * SCALE * self._fill_rank(problem).get(rep, 1.0))
             if coef:
                 out.append(coef * u)
+        return out
+
+    def _order_values(self, problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
+        """The fragGradient and fillOrder terms of `slots` as the model above counts them
+        (only the terms whose weight is on)."""
+        w = problem.config.weights
+        out: dict[str, float] = {}
+        if w.frag_gradient:
+            pods: Counter[tuple[str, str]] = Counter((s.pod_set, s.node) for s in slots)
+            out["fragGradient"] = round(
+                sum(
+                    n * self._frag_per_pod(problem, problem.node(node), problem.pod_set(p))
+                    for (p, node), n in pods.items()
+                ),
+                3,
+            )
+        if w.fill_order and problem.gang.workload_type.packs:
+            rank = self._fill_rank(problem)
+            out["fillOrder"] = round(sum(rank.get(n, 1.0) for n in {s.node for s in slots}), 3)
         return out
 
     @staticmethod
@@ -797,6 +826,16 @@ class CpSatEngine:
             started,
             SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
         )
+        order = self._order_values(problem, slots)
+        if order:
+            # engine-only terms: the shared evaluation (objective.py) has no workload
+            # distribution or fill order, so they are added to what finish() reported
+            placement.terms.update(order)
+            order_w = problem.config.weights
+            placement.objective += (
+                order_w.frag_gradient * order.get("fragGradient", 0.0)
+                + order_w.fill_order * order.get("fillOrder", 0.0)
+            )
         placement.explanation.extend(red.notes)
         placement.explanation.append(
             f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "

@@ -231,8 +231,11 @@ def pod_set(pod: OpenbPod) -> PodSet:
 
 def cluster_fragmentation(
     snapshot: TrackedSnapshot, dist: WorkloadDistribution
-) -> tuple[float, int, int]:
-    """(Σ node fragmentation in milli-GPUs, idle milli-GPUs, 8-GPU nodes no longer pristine)."""
+) -> tuple[float, int, int, int]:
+    """(Σ node fragmentation in milli-GPUs, idle milli-GPUs, 8-GPU nodes no longer pristine,
+    8-GPU nodes no longer pristine that still have GPU share idle). The last is the
+    engine's islandsBroken: a node filled whole by 8-GPU pods is used as an island is
+    meant to be, and counts only in the third."""
     nodes = list(snapshot)
     width = max(n.gpu_count for n in nodes)
     gpu = np.zeros((len(nodes), width), dtype=np.int64)
@@ -241,8 +244,9 @@ def cluster_fragmentation(
     cpu = np.fromiter((n.free_cpu_milli for n in nodes), np.int64, len(nodes))
     models = [n.gpu_product for n in nodes]
     frag = node_fragmentation(gpu, cpu, dist.access_matrix(models), dist)
-    broken = sum(1 for n in nodes if n.gpu_count == 8 and not n.is_pristine())
-    return float(frag.sum()), int(gpu.sum()), broken
+    broken = [n for n in nodes if n.gpu_count == 8 and not n.is_pristine()]
+    partial = sum(1 for n in broken if n.free_gpu_milli > 0)
+    return float(frag.sum()), int(gpu.sum()), len(broken), partial
 
 
 @dataclass
@@ -257,11 +261,13 @@ class OpenbRun:
     place_seconds: float
     alloc_100: float
     alloc_130: float
-    # per integer arrived % (0..130): allocation %, fragmentation % of capacity, broken 8-GPU
+    # per integer arrived % (0..130): allocation %, fragmentation % of capacity, 8-GPU
+    # nodes no longer pristine, and those of them left partly idle (islands broken)
     curve_arrived: list[int] = field(default_factory=list)
     curve_alloc: list[float] = field(default_factory=list)
     curve_frag: list[float] = field(default_factory=list)
     curve_broken8: list[int] = field(default_factory=list)
+    curve_partial8: list[int] = field(default_factory=list)
     nodes8: int = 0
     note: str = ""
 
@@ -323,7 +329,9 @@ def run_openb(
     alloc_pct = np.zeros(len(pods))
     arrived = allocated = failed = 0
     place_seconds = 0.0
-    curve: dict[str, list[Any]] = {"arrived": [], "alloc": [], "frag": [], "broken": []}
+    curve: dict[str, list[Any]] = {
+        "arrived": [], "alloc": [], "frag": [], "broken": [], "partial": []
+    }
     next_mark = 0
     for k, pod in enumerate(pods):
         gang = Gang(pod.name, (pod_set(pod),))
@@ -339,11 +347,12 @@ def run_openb(
         arrived_pct[k] = 100.0 * arrived / capacity
         alloc_pct[k] = 100.0 * allocated / capacity
         while arrived_pct[k] >= next_mark:
-            frag, _, broken = cluster_fragmentation(snapshot, dist)
+            frag, _, broken, partial = cluster_fragmentation(snapshot, dist)
             curve["arrived"].append(next_mark)
             curve["alloc"].append(round(float(alloc_pct[k]), 3))
             curve["frag"].append(round(100.0 * frag / capacity, 3))
             curve["broken"].append(broken)
+            curve["partial"].append(partial)
             next_mark += 1
     return OpenbRun(
         trace=trace, policy=policy_name, seed=seed, pods=len(pods), failed=failed,
@@ -352,5 +361,5 @@ def run_openb(
         alloc_100=round(allocation_at(arrived_pct, alloc_pct, 100), 3),
         alloc_130=round(allocation_at(arrived_pct, alloc_pct, 130), 3),
         curve_arrived=curve["arrived"], curve_alloc=curve["alloc"], curve_frag=curve["frag"],
-        curve_broken8=curve["broken"], nodes8=nodes8,
+        curve_broken8=curve["broken"], curve_partial8=curve["partial"], nodes8=nodes8,
     )

@@ -50,7 +50,8 @@ OPENB_COLUMNS = (
     ("diff_130", "Δ"),
     ("alloc_130_sd", "sd @130"),
     ("failed_pods", "failed pods"),
-    ("broken8_levels", "8-GPU nodes broken @10/30/50/70/90/100 %"),
+    ("broken8_levels", "8-GPU nodes used @10/30/50/70/90/100 %"),
+    ("partial8_levels", "of them left partly idle (islands broken)"),
     ("seconds_per_run", "s/run"),
     ("place_ms_per_pod", "ms/pod"),
 )
@@ -82,13 +83,17 @@ def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
             x, y = _mean_curve(rs, "curve_frag")
             axes[1].plot(x, y, label=label)
             x, y = _mean_curve(rs, "curve_broken8")
-            axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
+            line, = axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
+            x, y = _mean_curve(rs, "curve_partial8")
+            axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), color=line.get_color(), ls="--",
+                         lw=0.9)
         axes[0].plot([0, 130], [0, 130], color="grey", lw=0.6, ls=":")
         axes[0].set(title=f"openb {trace}: GPU allocated", xlabel="GPU requested (% of capacity)",
                     ylabel="GPU allocated (% of capacity)", xlim=(0, 131), ylim=(0, 101))
         axes[1].set(title="fragmentation (paper's measure)", xlabel="GPU requested (%)",
                     ylabel="fragmented idle GPU (% of capacity)", xlim=(0, 131))
-        axes[2].set(title="8-GPU nodes no longer fully free", xlabel="GPU requested (%)",
+        axes[2].set(title="8-GPU nodes no longer fully free (dashed: left partly idle)",
+                    xlabel="GPU requested (%)",
                     ylabel="% of 8-GPU nodes", xlim=(0, 131))
         inset = axes[0].inset_axes((0.5, 0.08, 0.46, 0.42))
         for rs in policies.values():

@@ -121,9 +121,24 @@ def run_study(
     return StudyResult(spec, runs, time.perf_counter() - started)
 
 
+def _at_levels(runs: Sequence[OpenbRun], curve: str) -> dict[int, float | None]:
+    """Mean over runs of a per-arrived-% curve at each of BROKEN_LEVELS."""
+    levels: dict[int, float | None] = {}
+    for level in BROKEN_LEVELS:
+        at = [getattr(r, curve)[r.curve_arrived.index(level)] for r in runs
+              if level in r.curve_arrived]
+        levels[level] = round(statistics.fmean(at), 1) if at else None
+    return levels
+
+
+def _levels_text(levels: Mapping[int, float | None]) -> str:
+    return " / ".join("–" if v is None else f"{v:.0f}" for v in levels.values())
+
+
 def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
     """One row per (trace, policy): mean/stdev allocation at 100 % and 130 %, the published
-    figure and the difference, failed pods, 8-GPU nodes broken at 100 %, seconds per run."""
+    figure and the difference, failed pods, 8-GPU nodes no longer pristine and left partly
+    idle at BROKEN_LEVELS, seconds per run."""
     groups: dict[tuple[str, str], list[OpenbRun]] = defaultdict(list)
     for r in runs:
         groups[(r.trace, r.policy)].append(r)
@@ -131,11 +146,8 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
     for (trace, policy), rs in groups.items():
         a100 = [r.alloc_100 for r in rs]
         a130 = [r.alloc_130 for r in rs]
-        levels = {}
-        for level in BROKEN_LEVELS:
-            at = [r.curve_broken8[r.curve_arrived.index(level)] for r in rs
-                  if level in r.curve_arrived]
-            levels[level] = round(statistics.fmean(at), 1) if at else None
+        levels = _at_levels(rs, "curve_broken8")
+        partial = _at_levels(rs, "curve_partial8")
         pub = PUBLISHED.get((trace, policy))
         rows.append({
             "trace": trace,
@@ -152,8 +164,9 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
             "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
             "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
             "broken8": levels,
-            "broken8_levels": " / ".join("–" if levels[lv] is None else f"{levels[lv]:.0f}"
-                                          for lv in BROKEN_LEVELS),
+            "broken8_levels": _levels_text(levels),
+            "partial8": partial,
+            "partial8_levels": _levels_text(partial),
             "nodes8": rs[0].nodes8,
             "seconds_per_run": round(statistics.fmean(r.seconds for r in rs), 1),
             "place_ms_per_pod": round(1000 * statistics.fmean(r.place_seconds / max(r.pods, 1)

@@ -83,3 +83,28 @@ def test_fill_order_puts_islands_last() -> None:
     gang = Gang("g", (PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1),))
     placement = CpSatEngine(0).place(snap, gang, config)
     assert placement.slots[0].node == "small-a"
+
+
+def test_order_terms_are_reported_and_counted_in_the_objective() -> None:
+    nodes = [node("small", [GPU_WHOLE, 500]), node("big", [GPU_WHOLE] * 8)]
+    weights = {**OFF, "frag_gradient": 1000, "fill_order": 700, "node_count": 50}
+    config = PlacementConfig(weights=ObjectiveWeights(**weights))
+    ps = PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1, gpu_milli=500)
+    placement = CpSatEngine(0, workload=DIST).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)),
+                                                    config)
+    assert placement.feasible, placement.reason
+    chosen = nodes[0] if placement.slots[0].node == "small" else nodes[1]
+    table = gradient_table(chosen.gpu_free, chosen.free_cpu_milli, chosen.gpu_product,
+                           ps.cpu_milli, 1, 500, 1, DIST)
+    rank = fill_rank(nodes, island_min_gpus=8)[chosen.name]
+    assert placement.terms["fragGradient"] == round(table[1] / GPU_WHOLE, 3)
+    assert placement.terms["fillOrder"] == round(rank, 3)
+    assert placement.objective == 1000 * placement.terms["fragGradient"] + 700 * rank + 50
+
+
+def test_order_terms_are_absent_when_their_weights_are_off() -> None:
+    nodes = [node("a", [GPU_WHOLE] * 2)]
+    ps = PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1)
+    placement = CpSatEngine(0).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)),
+                                     PlacementConfig())
+    assert "fragGradient" not in placement.terms and "fillOrder" not in placement.terms

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nexus_admit.model import GPU_WHOLE, Gang, Node, PlacementConfig, PodSet
+from nexus_admit.model import GPU_WHOLE, Gang, Node, PlacementConfig, PodSet, Slot
 from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.baselines.fgd import FgdPolicy
 from nexus_admit.placement.fragmentation import (
@@ -143,6 +143,17 @@ def test_gradient_table_prefers_the_gpu_that_keeps_a_whole_one() -> None:
     assert table[2] == pytest.approx(700.0 - 300.0)
 
 
+def test_cluster_counts_used_and_partly_idle_8_gpu_nodes() -> None:
+    snap = TrackedSnapshot.of([node("whole", [GPU_WHOLE] * 8), node("partly", [GPU_WHOLE] * 8),
+                               node("free", [GPU_WHOLE] * 8), node("small", [GPU_WHOLE] * 2)])
+    snap.apply(one(gpus=8), [Slot("main", 0, "whole", tuple(range(8)))])
+    snap.apply(one(), [Slot("main", 0, "partly", (0,))])
+    snap.apply(one(), [Slot("main", 0, "small", (0,))])
+    _, idle, used8, partly8 = openb.cluster_fragmentation(snap, dist((PodShape(0, 1000, 1), 1.0)))
+    assert idle == (7 + 8 + 1) * GPU_WHOLE
+    assert (used8, partly8) == (2, 1)  # the node filled whole is used, not left partly idle
+
+
 # ---------------------------------------------------------------- baselines
 
 
@@ -241,6 +252,7 @@ def test_small_run_conserves_gpus_and_writes_a_report(tmp_path: Path) -> None:
         assert 0 <= r.failed < r.pods
         assert all(0 <= a <= 100 for a in r.curve_alloc)
         assert r.curve_alloc == sorted(r.curve_alloc)  # pods never leave
+        assert all(p <= b for p, b in zip(r.curve_partial8, r.curve_broken8, strict=True))
     rows = summarise(runs)
     path = write_openb_report(rows, runs, tmp_path, {"runs": 2, "traces": ["default"]})
     assert path.exists()
