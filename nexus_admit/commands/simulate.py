@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
 from nexus_admit.sim.report import replay_table, write_openb_report, write_replay_report
@@ -59,6 +61,29 @@ def _mix(text: str) -> tuple[float, float, float]:
     return (parts[0] / total, parts[1] / total, parts[2] / total)
 
 
+def _weights(text: str) -> tuple[tuple[str, int], ...]:
+    """"tierMismatch=0,domainFragmentation=20" -> validated (name, value) pairs."""
+    pairs: list[tuple[str, int]] = []
+    for part in _split(text):
+        name, _, value = part.partition("=")
+        try:
+            pairs.append((name.strip(), int(value)))
+        except ValueError:
+            raise typer.BadParameter(
+                f"--replay-weights wants name=integer pairs, got {part!r}") from None
+    try:
+        rp.replay_config(rp.ReplayScenario(weights=tuple(pairs)))
+    except ValidationError as e:
+        known = ", ".join(f.alias or n for n, f in ObjectiveWeights.model_fields.items())
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc']))}: "
+            + ("unknown weight" if err["type"] == "extra_forbidden" else err["msg"])
+            for err in e.errors())
+        raise typer.BadParameter(
+            f"--replay-weights: {problems} (weights: {known})") from None
+    return tuple(pairs)
+
+
 def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
@@ -88,6 +113,9 @@ def simulate(
     replay_load: Annotated[float, typer.Option(help="offered load / capacity")] = 1.15,
     replay_mix: Annotated[str, typer.Option(
         help="job mix: shares of training, inference, fractional")] = "0.25,0.35,0.40",
+    replay_weights: Annotated[str, typer.Option(
+        help="nexus objective weights for the replay, as PlacementConfig names, e.g. "
+             "tierMismatch=0,gangSplit=800 (what-if runs)")] = "",
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol through each policy, then a
     multi-tenant gang replay; print tables, optionally write a report."""
@@ -95,11 +123,14 @@ def simulate(
     notes: list[str] = []
     if replay:
         mix = _mix(replay_mix)
+        weights = _weights(replay_weights)
         name = f"h{replay_hosts}-j{replay_jobs}"
         if mix != rp.ReplayScenario().mix:
             name += "-mix" + "-".join(f"{m:g}" for m in mix)
+        if weights:
+            name += "-" + "-".join(f"{k}{v}" for k, v in weights)
         scenarios = [rp.ReplayScenario(name=name, seed=s, hosts=replay_hosts, jobs=replay_jobs,
-                                       load=replay_load, mix=mix)
+                                       load=replay_load, mix=mix, weights=weights)
                      for s in parse_seeds(replay_seeds)]
         rpolicies = _split(replay_policies)
         n_tasks = len(scenarios) * len(rpolicies)

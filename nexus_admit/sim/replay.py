@@ -121,6 +121,9 @@ class ReplayScenario:
     quota: tuple[float, float, float] = (0.40, 0.35, 0.25)  # nominal share per tier
     attempts_per_cycle: int = 12
     time_limit: float = 1.0
+    # nexus objective weights that differ from replay_config's, by their PlacementConfig
+    # (camelCase) names, e.g. (("tierMismatch", 0),): what-if runs of the same scenario
+    weights: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,13 @@ def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
 
 def replay_config(scn: ReplayScenario) -> PlacementConfig:
     """The fabric's levels, and gangSplit on: in this model leaving a ToR slows every GPU
-    of a gang (the Gavel factors), so the platform team weighs a split per GPU."""
+    of a gang (the Gavel factors), so the platform team weighs a split per GPU. The
+    scenario's `weights` override any weight. Raises pydantic's ValidationError on an
+    unknown weight name or a negative value."""
+    weights = {"gangSplit": REPLAY_GANG_SPLIT, **dict(scn.weights)}
     return PlacementConfig(
         topology=TopologySpec(levels=(AGG_LABEL, TOR_LABEL, HOST_LABEL)),
-        weights=ObjectiveWeights(gang_split=REPLAY_GANG_SPLIT),
+        weights=ObjectiveWeights.model_validate(weights),
         solver=SolverSettings(time_limit_seconds=scn.time_limit),
     )
 

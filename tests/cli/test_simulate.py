@@ -37,3 +37,27 @@ def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
     assert {row["seed"] for row in data["comparison"]} == {3, 4, -1}
     text = (tmp_path / "REPLAY.md").read_text()
     assert "mean over seeds (best in bold)" in text
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ("tierMismatch", "name=integer pairs"),
+    ("tierMismatch=x", "name=integer pairs"),
+    ("tierMismach=0", "tierMismach: unknown weight"),
+    ("gangSplit=-5", "gangSplit: Input should be greater than or equal to 0"),
+])
+def test_malformed_replay_weights_are_refused_naming_the_problem(weights: str,
+                                                                 message: str) -> None:
+    result = runner.invoke(app, [*SMALL, "--replay-weights", weights])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split()).replace("│ ", "")
+
+
+@needs_data
+def test_replay_weights_reach_nexus_and_the_scenario_name(tmp_path: Path) -> None:
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-weights",
+                                 "tierMismatch=0,gangSplit=800", "--report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "replay.json").read_text())
+    (scenario,) = data["meta"]["scenarios"]
+    assert scenario["name"] == "h16-j30-tierMismatch0-gangSplit800"
+    assert scenario["weights"] == [["tierMismatch", 0], ["gangSplit", 800]]

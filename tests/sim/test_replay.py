@@ -110,3 +110,10 @@ def test_compare_across_seeds_ranks_the_mean_of_each_metric() -> None:
 def test_policies_registered() -> None:
     for name in ("default", "binpack", "tas-bestfit", "gpu-packing", "fgd", "nexus"):
         assert make_policy(name, 0).name
+
+
+def test_scenario_weights_override_the_replay_config() -> None:
+    config = rp.replay_config(replace(SMALL, weights=(("tierMismatch", 0),)))
+    assert config.weights.tier_mismatch == 0
+    assert config.weights.gang_split == rp.REPLAY_GANG_SPLIT  # the others stay
+    assert rp.replay_config(SMALL).weights.tier_mismatch == 10
