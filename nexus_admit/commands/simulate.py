@@ -167,8 +167,7 @@ def simulate(
         if report is not None:
             meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
             path = write_replay_report(results, comparison, report, meta,
-                                       rp.__doc__.split("Modelling assumptions", 1)[-1]
-                                       if rp.__doc__ else "")
+                                       rp.MODEL_NOTES)
             notes.append(f"Gang replay: [{path.name}]({path.name})")
             console.print(f"replay report: {path}")
     if not openb:

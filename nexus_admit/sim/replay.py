@@ -5,7 +5,7 @@ queued the way Kueue queues (per-ClusterQueue nominal quota in one cohort, prior
 FIFO, BestEffortFIFO, gang all-or-nothing), placed by one registered policy per run, with
 departures and a slowdown model for spread gangs.
 
-Modelling assumptions (stated in the report too):
+Modelling assumptions:
 * Fabric: hosts keep their Lingjun ToR (PSW, ASW) and aggregation (PSW) switches; only ToR
   groups of 8 hosts are used; a ToR holds one hardware pool.
 * Slowdown: Gavel (OSDI 2020) measured the throughput of a job spread across servers
@@ -64,6 +64,7 @@ from nexus_admit.sim.openb import DEFAULT_DATA
 
 __all__ = [
     "AGG_LABEL",
+    "MODEL_NOTES",
     "POOLS",
     "TOR_LABEL",
     "Job",
@@ -77,6 +78,9 @@ __all__ = [
     "run_replays",
     "spread_factor",
 ]
+
+# the modelling assumptions and how to read the metrics, for the report
+MODEL_NOTES = (__doc__ or "").partition("\n\n")[2]
 
 AGG_LABEL = "network.kubenexus.io/aggregation"
 TOR_LABEL = "network.kubenexus.io/tor"
