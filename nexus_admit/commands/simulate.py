@@ -197,8 +197,7 @@ def simulate(
     table = Table(title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, "
                         f"{nodes:.0%} of nodes)")
     for col in ("trace", "policy", "seeds", "@100 %", "paper", "@130 %", "paper", "failed",
-                f"8-GPU nodes used @10/30/50/70/90/100 % (of {rows[0]['nodes8']})",
-                "of them left partly idle", "s/run"):
+                "8-GPU nodes used", "of them partly idle", "s/run"):
         table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
     for r in rows:
         table.add_row(
@@ -212,6 +211,9 @@ def simulate(
             f"{r['seconds_per_run']:.1f}",
         )
     console.print(table)
+    console.print(f"[dim]8-GPU nodes (of {rows[0]['nodes8']}) no longer fully free, and those of "
+                  f"them left partly idle (islands broken), at 10/30/50/70/90/100 % of capacity "
+                  f"requested[/dim]")
     if nodes < 1:
         console.print("[dim]paper figures are for the full cluster (--nodes 1); "
                       "a node sample is not comparable to them[/dim]")
