@@ -25,6 +25,10 @@ Reading the metrics:
   figures), so keeping Gold on premium shows only as cost: it raises cost per effective
   GPU-hour and strands more VRAM (80 GiB GPUs) than the same pod on a cheaper class. Tier
   matching pays off here only as Bronze kept off premium while Gold waits.
+* Tier matching also costs gang throughput here: it sends Gold and Silver inference pods to
+  the 8-GPU premium and standard nodes, where they keep nodes partly used that training
+  gangs need whole, while a tier-blind best fit packs them onto the 4-GPU economy nodes.
+  `--replay-weights tierMismatch=0` runs nexus without tier matching, to see that trade.
 * Every policy sees the same arrivals, but one early choice changes the whole replay, so
   single seeds are noisy: compare the mean over several seeds.
 """
