@@ -104,7 +104,6 @@ class CpSatEngine:
 
     def set_workload(self, dist: WorkloadDistribution) -> None:
         self.workload = dist
-        self._rank = None  # the fill order reads the workload
 
     # ------------------------------------------------------------------ public
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
@@ -218,7 +217,7 @@ class CpSatEngine:
         if self._rank is None or self._rank[0] != (id(nodes), len(nodes)):
             self._rank = (
                 (id(nodes), len(nodes)),
-                fill_rank(list(nodes.values()), problem.config.island_min_gpus, self.workload),
+                fill_rank(list(nodes.values()), problem.config.island_min_gpus),
             )
         return self._rank[1]
 

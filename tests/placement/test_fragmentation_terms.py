@@ -4,8 +4,6 @@ order on, non-island nodes fill first, in cluster order."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from nexus_admit.model import (
@@ -24,7 +22,6 @@ from nexus_admit.placement.fragmentation import (
     WorkloadDistribution,
     fill_rank,
     gradient_table,
-    model_pressure,
 )
 from nexus_admit.placement.tracking import TrackedSnapshot
 
@@ -86,23 +83,6 @@ def test_fill_order_puts_islands_last() -> None:
     gang = Gang("g", (PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1),))
     placement = CpSatEngine(0).place(snap, gang, config)
     assert placement.slots[0].node == "small-a"
-
-
-def test_fill_order_leaves_the_models_restricted_pods_need_for_last() -> None:
-    def on(name: str, model: str, gpus: int) -> Node:
-        return replace(node(name, [GPU_WHOLE] * gpus), gpu_product=model)
-
-    nodes = [on("t4-a", "T4", 2), on("g2-a", "G2", 2), on("t4-b", "T4", 2), on("big", "G2", 8)]
-    pinned = WorkloadDistribution((
-        TypicalPod(PodShape(1000, GPU_WHOLE, 1), 0.6),
-        TypicalPod(PodShape(1000, 500, 1, ("T4",)), 0.4),
-    ))
-    assert model_pressure(nodes, pinned) == {"T4": 0.4 * 500 / 4, "G2": 0.0}
-    rank = fill_rank(nodes, island_min_gpus=8, dist=pinned)
-    assert sorted(rank, key=rank.__getitem__) == ["g2-a", "t4-a", "t4-b", "big"]
-    # no restricted pods: the cluster order, islands last
-    rank = fill_rank(nodes, island_min_gpus=8, dist=DIST)
-    assert sorted(rank, key=rank.__getitem__) == ["t4-a", "g2-a", "t4-b", "big"]
 
 
 def test_order_terms_are_reported_and_counted_in_the_objective() -> None:
