@@ -246,23 +246,25 @@ class CpSatEngine:
                 out.append(coef * u)
         return out
 
-    def _order_values(self, problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
-        """The fragGradient and fillOrder terms of `slots` as the model above counts them
-        (only the terms whose weight is on)."""
+    def _order_values(
+        self, problem: Problem, slots: Sequence[Slot]
+    ) -> dict[str, tuple[float, int]]:
+        """The fragGradient and fillOrder terms of `slots` as the model above counts them,
+        with their weights (only the terms whose weight is on). The shared evaluation
+        (objective.py) has no workload distribution or fill order, so the engine adds them."""
         w = problem.config.weights
-        out: dict[str, float] = {}
+        out: dict[str, tuple[float, int]] = {}
         if w.frag_gradient:
             pods: Counter[tuple[str, str]] = Counter((s.pod_set, s.node) for s in slots)
-            out["fragGradient"] = round(
-                sum(
-                    n * self._frag_per_pod(problem, problem.node(node), problem.pod_set(p))
-                    for (p, node), n in pods.items()
-                ),
-                3,
+            value = sum(
+                n * self._frag_per_pod(problem, problem.node(node), problem.pod_set(p))
+                for (p, node), n in pods.items()
             )
+            out["fragGradient"] = (round(value, 3), w.frag_gradient)
         if w.fill_order and problem.gang.workload_type.packs:
             rank = self._fill_rank(problem)
-            out["fillOrder"] = round(sum(rank.get(n, 1.0) for n in {s.node for s in slots}), 3)
+            value = sum(rank.get(n, 1.0) for n in {s.node for s in slots})
+            out["fillOrder"] = (round(value, 3), w.fill_order)
         return out
 
     @staticmethod
@@ -825,17 +827,8 @@ class CpSatEngine:
             slots,
             started,
             SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
+            self._order_values(problem, slots),
         )
-        order = self._order_values(problem, slots)
-        if order:
-            # engine-only terms: the shared evaluation (objective.py) has no workload
-            # distribution or fill order, so they are added to what finish() reported
-            placement.terms.update(order)
-            order_w = problem.config.weights
-            placement.objective += (
-                order_w.frag_gradient * order.get("fragGradient", 0.0)
-                + order_w.fill_order * order.get("fillOrder", 0.0)
-            )
         placement.explanation.extend(red.notes)
         placement.explanation.append(
             f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "

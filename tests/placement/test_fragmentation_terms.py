@@ -100,6 +100,8 @@ def test_order_terms_are_reported_and_counted_in_the_objective() -> None:
     assert placement.terms["fragGradient"] == round(table[1] / GPU_WHOLE, 3)
     assert placement.terms["fillOrder"] == round(rank, 3)
     assert placement.objective == 1000 * placement.terms["fragGradient"] + 700 * rank + 50
+    assert "fragGradient=" in placement.explanation[-2]  # the terms line shows them too
+    assert f"objective {placement.objective:g}" in placement.explanation[-2]
 
 
 def test_order_terms_are_absent_when_their_weights_are_off() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from nexus_admit.model import (
     ClusterSnapshot,
@@ -74,8 +74,15 @@ def finish(
     slots: list[Slot],
     started: float,
     status: SolveStatus = SolveStatus.HEURISTIC,
+    extra_terms: Mapping[str, tuple[float, int]] | None = None,
 ) -> Placement:
+    """A feasible Placement with every shared term (objective.py), plus `extra_terms`
+    (name -> (value, weight)) that only the calling policy can evaluate."""
     terms = evaluate_terms(problem, slots)
+    objective = weighted_objective(problem, terms)
+    for name, (value, weight) in (extra_terms or {}).items():
+        terms[name] = value
+        objective += weight * value
     placement = Placement(
         gang=problem.gang.name,
         policy=policy,
@@ -83,7 +90,7 @@ def finish(
         status=status,
         slots=slots,
         terms=terms,
-        objective=weighted_objective(problem, terms),
+        objective=objective,
         solve_seconds=time.perf_counter() - started,
     )
     placement.explanation = explain(problem, placement)
