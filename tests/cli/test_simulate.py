@@ -53,7 +53,7 @@ def test_malformed_replay_weights_are_refused_naming_the_problem(weights: str,
 
 
 @needs_data
-def test_replay_weights_reach_nexus_and_the_scenario_name(tmp_path: Path) -> None:
+def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-weights",
                                  "tierMismatch=0,gangSplit=800", "--report", str(tmp_path)])
     assert result.exit_code == 0, result.output
