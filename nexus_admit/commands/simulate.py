@@ -23,7 +23,12 @@ from rich.table import Table
 from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
-from nexus_admit.sim.report import replay_table, write_openb_report, write_replay_report
+from nexus_admit.sim.report import (
+    replay_table,
+    replay_table_title,
+    write_openb_report,
+    write_replay_report,
+)
 from nexus_admit.sim.study import OPENB_NOTES, PAPER_POLICIES, StudySpec, run_study
 
 __all__ = ["parse_seeds", "register", "simulate"]
@@ -145,8 +150,7 @@ def simulate(
             results = rp.run_replays(rpolicies, scenarios, data, workers, rtick)
         comparison = rp.compare(results)
         header, body = replay_table(results)
-        rtable = Table(title=f"gang replay {scenarios[0].name} seed {scenarios[0].seed} "
-                             f"({len(results)} runs)")
+        rtable = Table(title=replay_table_title(results))
         for col in header:
             rtable.add_column(col, justify="left" if col == "metric" else "right")
         for row in body:

@@ -18,6 +18,7 @@ __all__ = [
     "plot_openb",
     "plot_replay",
     "replay_table",
+    "replay_table_title",
     "write_json",
     "write_openb_report",
     "write_replay_report",
@@ -173,22 +174,51 @@ REPLAY_ROWS = (
 
 
 def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
-    """Rows: metrics (incl. delays by tier and size), columns: policies (first scenario/seed
-    group only; the JSON holds all)."""
+    """Rows: metrics (incl. delays by tier and size), columns: policies, for the first
+    scenario: the mean over its seeds (what the across-seeds ranking compares; one seed
+    alone is noisy), or that seed's values when it has one. The JSON holds every run."""
     if not results:
         return [], []
-    first = (results[0].scenario, results[0].seed)
-    rs = [r for r in results if (r.scenario, r.seed) == first]
-    header = ["metric", *[r.policy for r in rs]]
+    scenario = results[0].scenario
+    by_policy: dict[str, list[Any]] = defaultdict(list)
+    for r in results:
+        if r.scenario == scenario:
+            by_policy[r.policy].append(r)
+    policies = list(by_policy)
+
+    def mean(values: Sequence[float]) -> float:
+        return float(np.mean(values)) if values else 0.0
+
+    def cell(values: Sequence[float]) -> str:
+        m = mean(values)
+        return str(int(m)) if m.is_integer() and all(isinstance(v, int) for v in values) \
+            else _fmt(m)
+
+    header = ["metric", *policies]
     body = []
     for key, title in REPLAY_ROWS:
-        body.append([title, *[_fmt(getattr(r, key)) for r in rs]])
-    groups = sorted({g for r in rs for g in r.delay if g != "all"})
+        body.append([title, *[cell([getattr(r, key) for r in by_policy[p]]) for p in policies]])
+    groups = sorted({g for rs in by_policy.values() for r in rs for g in r.delay if g != "all"})
     for g in groups:
-        body.append([f"delay h mean/p95 {g.split(':', 1)[-1]}",
-                     *[f"{r.delay.get(g, {}).get('mean', 0):.2f}/"
-                       f"{r.delay.get(g, {}).get('p95', 0):.2f}" for r in rs]])
+        cells = []
+        for p in policies:
+            stats = [r.delay.get(g, {}) for r in by_policy[p]]
+            cells.append(f"{mean([s.get('mean', 0.0) for s in stats]):.2f}/"
+                         f"{mean([s.get('p95', 0.0) for s in stats]):.2f}")
+        body.append([f"delay h mean/p95 {g.split(':', 1)[-1]}", *cells])
     return header, body
+
+
+def replay_table_title(results: Sequence[Any]) -> str:
+    """What `replay_table` shows: the scenario and the seeds it averages."""
+    if not results:
+        return "gang replay"
+    scenario = results[0].scenario
+    seeds = sorted({r.seed for r in results if r.scenario == scenario})
+    which = (f"mean over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1
+             else f"seed {seeds[0]}")
+    runs = f"{len(results)} run" + ("s" if len(results) != 1 else "")
+    return f"gang replay {scenario}, {which} ({runs})"
 
 
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
@@ -253,6 +283,7 @@ def write_replay_report(
     if assumptions:
         lines += [assumptions.strip(), ""]
     if header:
+        lines += [f"{replay_table_title(results)}:", ""]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         lines.append("")
