@@ -1,7 +1,7 @@
 """`nexus-admit simulate`: replay workloads through every placement policy side by side.
 
 With no options it runs the bundled default scenario (under a minute on two cores): the gang
-replay (64 Lingjun hosts, 220 jobs, seeds 7, 11, 23; six policies), then the openb `default`
+replay (64 Lingjun hosts, 220 jobs, seeds 1-10; six policies), then the openb `default`
 trace under the FGD paper's protocol on a fixed half of the openb nodes, seed 42, the
 paper's six baselines and the nexus CP-SAT engine, and prints both tables. `--report DIR`
 also writes Markdown, PNG plots and JSON there. The full study of the paper is
@@ -24,6 +24,7 @@ from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
 from nexus_admit.sim.report import (
+    paired_summary,
     replay_table,
     replay_table_title,
     write_openb_report,
@@ -110,7 +111,7 @@ def simulate(
         help="write README.md, PNG plots and JSON into this directory")] = None,
     openb: Annotated[bool, typer.Option(help="run the openb study")] = True,
     replay: Annotated[bool, typer.Option(help="run the multi-tenant gang replay")] = True,
-    replay_seeds: Annotated[str, typer.Option(help="replay scenario seeds")] = "7,11,23",
+    replay_seeds: Annotated[str, typer.Option(help="replay scenario seeds")] = "1-10",
     replay_policies: Annotated[str, typer.Option(help="policies in the replay")] =
         ",".join(REPLAY_POLICIES),
     replay_hosts: Annotated[int, typer.Option(help="replay cluster size (hosts, ×8)")] = 64,
@@ -156,10 +157,12 @@ def simulate(
         for row in body:
             rtable.add_row(*row)
         console.print(rtable)
+        per_seed = []
         for scn in scenarios:
             rows = [c for c in comparison if c["seed"] == scn.seed]
-            won = sum(1 for c in rows if c["ours_best"])
-            console.print(f"seed {scn.seed}: nexus best on {won} of {len(rows)} replay metrics")
+            per_seed.append(f"{sum(1 for c in rows if c['ours_best'])} (seed {scn.seed})")
+        n_metrics = sum(1 for c in comparison if c["seed"] == scenarios[0].seed)
+        console.print(f"nexus best on, of {n_metrics} replay metrics: " + ", ".join(per_seed))
         if len(scenarios) > 1:
             means = rp.compare(results, across_seeds=True)
             lost = [escape(f"{c['metric']} ({', '.join(c['best'])})") for c in means
@@ -167,6 +170,13 @@ def simulate(
             console.print(f"mean over {len(scenarios)} seeds: nexus best on "
                           f"{len(means) - len(lost)} of {len(means)}; not best on: "
                           + ("; ".join(lost) or "none"))
+            summary = paired_summary(means)
+            console.print(
+                "paired per seed, 95 % interval: nexus "
+                + "; ".join(f"{key} on {len(summary[key])}" for key in
+                            ("ahead of all", "within noise", "behind", "tie") if key in summary)
+                + (": behind on " + escape("; ".join(summary["behind"]))
+                   if "behind" in summary else ""))
             comparison += means
         if report is not None:
             meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}

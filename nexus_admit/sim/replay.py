@@ -29,8 +29,13 @@ Reading the metrics:
   the 8-GPU premium and standard nodes, where they keep nodes partly used that training
   gangs need whole, while a tier-blind best fit packs them onto the 4-GPU economy nodes.
   `--replay-weights tierMismatch=0` runs nexus without tier matching, to see that trade.
+* GPU allocation is bounded by the work offered: "work offered in the window" is what the
+  jobs would allocate if each started on arrival at full speed. A policy allocates more
+  than that only by running gangs slowed down, so when the offered work is below capacity
+  (as in the default scenario) GPU allocation and effective throughput cannot both be won.
 * Every policy sees the same arrivals, but one early choice changes the whole replay, so
-  single seeds are noisy: compare the mean over several seeds.
+  single seeds are noisy: compare the mean over several seeds, and the paired per-seed
+  differences with their 95 % interval (the seed-to-seed noise section).
 """
 
 from __future__ import annotations
@@ -77,10 +82,13 @@ __all__ = [
     "build_cluster",
     "compare",
     "generate_jobs",
+    "paired_difference",
     "replay_config",
     "run_replay",
     "run_replays",
     "spread_factor",
+    "standing",
+    "verdict",
 ]
 
 # the modelling assumptions and how to read the metrics, for the report
@@ -329,6 +337,9 @@ class ReplayResult:
     one_tor_share: float
     one_agg_share: float
     mean_factor_multinode: float
+    # % of capacity the jobs would keep busy inside the window if each started on arrival
+    # at full speed: what allocation measures without queueing and slowdown
+    offered_load: float = 0.0
     delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
@@ -531,6 +542,8 @@ def run_replay(
         delays["all"].append(d)
     multi = locality
     eff_hours = acc["eff"]
+    offered = sum(j.gpu_milli_total / GPU_WHOLE * max(0.0, min(j.duration, window - j.arrival))
+                  for j in jobs)
     return ReplayResult(
         scenario=scn.name, seed=scn.seed, policy=policy_name, jobs=len(jobs),
         admitted=len(started_at), rejected=rejected, pending_at_end=len(pending),
@@ -551,6 +564,7 @@ def run_replay(
         if multi else 0.0,
         mean_factor_multinode=round(float(np.mean([f for _, _, f in multi])), 3)
         if multi else 1.0,
+        offered_load=round(100.0 * offered / (capacity * window), 2),
         delay={k: _stats(v) for k, v in sorted(delays.items())},
         series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )
@@ -589,20 +603,61 @@ def _metric_values(r: ReplayResult) -> dict[str, float]:
     return v
 
 
+# two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042}
+
+
+def _t95(dof: int) -> float:
+    usable = [d for d in _T95 if d <= dof]
+    return _T95[max(usable)] if dof <= 30 else 1.96
+
+
+def paired_difference(ours: Sequence[float], theirs: Sequence[float], higher: bool
+                      ) -> dict[str, float]:
+    """Per-seed differences `ours − theirs` (signed so positive means ours is better), their
+    mean and the half-width of its 95 % confidence interval (Student's t; the same seeds
+    give both policies the same arrivals, so the pairing removes most of the scenario's
+    noise). Half-width is inf with fewer than two seeds."""
+    sign = 1.0 if higher else -1.0
+    d = np.array([sign * (a - b) for a, b in zip(ours, theirs, strict=True)])
+    if len(d) < 2:
+        return {"mean": round(float(d.mean()), 3) if len(d) else 0.0, "ci95": math.inf}
+    half = _t95(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return {"mean": round(float(d.mean()), 3), "ci95": round(half, 3)}
+
+
+def verdict(diff: dict[str, float]) -> str:
+    """'ahead' / 'behind' when the 95 % interval of the paired difference excludes 0,
+    otherwise 'within noise' (a difference of exactly 0 on every seed is a 'tie')."""
+    if diff["mean"] == 0 and diff["ci95"] == 0:
+        return "tie"
+    if diff["mean"] - diff["ci95"] > 0:
+        return "ahead"
+    if diff["mean"] + diff["ci95"] < 0:
+        return "behind"
+    return "within noise"
+
+
 def compare(results: Sequence[ReplayResult], ours: str = "nexus",
             reference: str = "default", *, across_seeds: bool = False) -> list[dict[str, Any]]:
     """Per scenario/seed: for every metric, each policy's value, the best policy, whether
     `ours` is best (ties count), and ratios to the kube `reference` policy. With
     `across_seeds`, per scenario on the mean over its seeds (rows carry seed -1): one
-    lucky or unlucky seed weighs less, since one early choice changes the whole replay."""
-    runs: dict[tuple[str, int], dict[str, list[dict[str, float]]]] = defaultdict(
-        lambda: defaultdict(list))
+    lucky or unlucky seed weighs less, since one early choice changes the whole replay.
+    Those rows also carry, for every other policy, the paired per-seed difference of
+    `ours` against it with its 95 % interval and a verdict (see `verdict`)."""
+    runs: dict[tuple[str, int], dict[str, dict[int, dict[str, float]]]] = defaultdict(
+        lambda: defaultdict(dict))
     for r in results:
-        runs[(r.scenario, -1 if across_seeds else r.seed)][r.policy].append(_metric_values(r))
+        runs[(r.scenario, -1 if across_seeds else r.seed)][r.policy][r.seed] = \
+            _metric_values(r)
     rows = []
     for (scenario, seed), by_policy in sorted(runs.items()):
         values: dict[str, dict[str, float]] = {}
-        for p, per_run in by_policy.items():
+        for p, per_seed in by_policy.items():
+            per_run = list(per_seed.values())
             names = set(per_run[0]).intersection(*per_run[1:])
             values[p] = {m: round(float(np.mean([v[m] for v in per_run])), 3) for m in names}
         metric_names = sorted({m for v in values.values() for m in v})
@@ -611,15 +666,42 @@ def compare(results: Sequence[ReplayResult], ours: str = "nexus",
             vals = {p: v[m] for p, v in values.items() if m in v}
             best = max(vals.values()) if higher else min(vals.values())
             winners = sorted(p for p, x in vals.items() if x == best)
-            rows.append({
+            row: dict[str, Any] = {
                 "scenario": scenario, "seed": seed, "metric": m,
                 "higher_is_better": higher, "values": vals, "best": winners,
                 "ours_best": ours in winners,
                 "vs_reference": (round(vals[ours] / vals[reference], 3)
                                  if ours in vals and reference in vals and vals[reference]
                                  else None),
-            })
+            }
+            if across_seeds and ours in vals:
+                row["paired"] = {}
+                mine = by_policy[ours]
+                for p in vals:
+                    if p == ours:
+                        continue
+                    seeds = sorted(set(mine) & set(by_policy[p]))
+                    diff = paired_difference([mine[s][m] for s in seeds],
+                                             [by_policy[p][s][m] for s in seeds], higher)
+                    row["paired"][p] = {**diff, "seeds": len(seeds), "verdict": verdict(diff)}
+            rows.append(row)
     return rows
+
+
+def standing(row: dict[str, Any]) -> str:
+    """One metric's across-seeds verdict for `ours` against all the others: 'ahead of all'
+    (every interval excludes 0 in its favour), 'behind' (some policy is ahead with an
+    interval excluding 0), otherwise 'within noise' of the best of the others."""
+    verdicts = [v["verdict"] for v in row.get("paired", {}).values()]
+    if not verdicts:
+        return "n/a"
+    if "behind" in verdicts:
+        return "behind"
+    if all(v in ("ahead", "tie") for v in verdicts) and "ahead" in verdicts:
+        return "ahead of all"
+    if all(v == "tie" for v in verdicts):
+        return "tie"
+    return "within noise"
 
 
 def _replay_one(args: tuple[str, ReplayScenario, str]) -> ReplayResult:

@@ -15,6 +15,7 @@ from nexus_admit.sim.study import LABELS
 
 __all__ = [
     "markdown_table",
+    "paired_summary",
     "plot_openb",
     "plot_replay",
     "replay_table",
@@ -159,6 +160,7 @@ def write_openb_report(
 REPLAY_ROWS = (
     ("effective_throughput", "effective throughput %"),
     ("gpu_allocation", "GPU allocated %"),
+    ("offered_load", "work offered in window %"),
     ("cost_per_effective_gpu_hour", "cost / effective GPU-h"),
     ("tier_mismatch_gpu_hours", "Bronze-on-premium GPU-h, Gold waiting"),
     ("stranded_vram_gib_hours", "stranded VRAM GiB-h"),
@@ -219,6 +221,35 @@ def replay_table_title(results: Sequence[Any]) -> str:
              else f"seed {seeds[0]}")
     runs = f"{len(results)} run" + ("s" if len(results) != 1 else "")
     return f"gang replay {scenario}, {which} ({runs})"
+
+
+def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """The across-seeds rows (`compare(..., across_seeds=True)`) grouped by where `ours`
+    stands once seed-to-seed noise is counted: 'ahead of all', 'behind', 'within noise'
+    (and 'tie'); each entry names the metric and, when behind, who is ahead and by how
+    much, otherwise the difference to the best of the others it is not clearly ahead of
+    (paired difference ± 95 % half-width, in the metric's unit, positive when `ours` is
+    better)."""
+    from nexus_admit.sim.replay import standing
+
+    out: dict[str, list[str]] = defaultdict(list)
+    for row in means:
+        where = standing(row)
+        text = row["metric"]
+        paired = row.get("paired", {})
+        if where == "behind":
+            ahead = [(p, v) for p, v in paired.items() if v["verdict"] == "behind"]
+            text += " (" + ", ".join(f"{p} ahead by {-v['mean']:g} ± {v['ci95']:g}"
+                                     for p, v in ahead) + ")"
+        elif where in ("within noise", "ahead of all") and paired:
+            # the closest call: the best by mean of the others nexus is not clearly ahead of
+            pick = max if row["higher_is_better"] else min
+            close = [p for p, v in paired.items() if v["verdict"] == "within noise"]
+            rival = pick(close or list(paired), key=lambda p: row["values"][p])
+            v = paired[rival]
+            text += f" (vs {rival}: {v['mean']:+g} ± {v['ci95']:g})"
+        out[where].append(text)
+    return dict(out)
 
 
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
@@ -327,6 +358,23 @@ def write_replay_report(
         where = f"{scenario}/mean over seeds" if seed == -1 else f"{scenario}/seed {seed}"
         lines.append(f"- {where}: best on {len(won)} of {len(rows)} metrics"
                      + (f"; not best on: {'; '.join(lost)}" if lost else ""))
+    for (scenario, seed), rows in groups.items():
+        if seed != -1 or not any("paired" in r for r in rows):
+            continue
+        summary = paired_summary(rows)
+        n_seeds = max(v["seeds"] for r in rows for v in r.get("paired", {}).values())
+        lines += ["", f"## {scenario}: seed-to-seed noise ({n_seeds} seeds)", "",
+                  "Every policy sees the same arrivals on a seed, so each metric is compared "
+                  "as the per-seed difference between nexus and each other policy; its mean "
+                  "and 95 % interval (Student's t) say whether nexus is ahead, behind, or "
+                  "within noise.", ""]
+        for key, title in (("ahead of all", "ahead of every other policy"),
+                           ("behind", "behind some policy"),
+                           ("within noise", "within noise of the best other policy"),
+                           ("tie", "tied on every seed")):
+            if summary.get(key):
+                lines.append(f"- {title} on {len(summary[key])} of {len(rows)}: "
+                             + "; ".join(summary[key]))
     for (scenario, seed), rows in groups.items():
         if seed != -1:
             continue

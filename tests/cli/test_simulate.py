@@ -31,12 +31,18 @@ def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
                                  "--report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "mean over 2 seeds: nexus best on" in result.output
+    assert "paired per seed, 95 % interval: nexus" in result.output
+    assert "(seed 3), " in result.output  # the per-seed counts, on one line
     data = json.loads((tmp_path / "replay.json").read_text())
     assert [s["mix"] for s in data["meta"]["scenarios"]] == [[0.5, 0.25, 0.25]] * 2
     assert {s["name"] for s in data["meta"]["scenarios"]} == {"h16-j30-mix0.5-0.25-0.25"}
     assert {row["seed"] for row in data["comparison"]} == {3, 4, -1}
     text = (tmp_path / "REPLAY.md").read_text()
     assert "mean over seeds (best in bold)" in text
+    assert "seed-to-seed noise (2 seeds)" in text
+    assert "gang replay h16-j30-mix0.5-0.25-0.25, mean over seeds 3, 4" in text
+    means = [row for row in data["comparison"] if row["seed"] == -1]
+    assert all(set(row["paired"]) == {"default", "binpack"} for row in means)
 
 
 @pytest.mark.parametrize(("weights", "message"), [

@@ -105,6 +105,15 @@ def test_compare_across_seeds_ranks_the_mean_of_each_metric() -> None:
         assert row["values"][policy] == pytest.approx(sum(runs) / 2, abs=1e-3)
     best = max(row["values"].values())
     assert row["best"] == [p for p, v in sorted(row["values"].items()) if v == best]
+    # the paired difference is taken seed by seed, ours against each other policy
+    by = {(r.policy, r.seed): r.effective_throughput for r in results}
+    diffs = [by[("binpack", s.seed)] - by[("default", s.seed)] for s in seeds]
+    paired = row["paired"]["default"]
+    assert set(row["paired"]) == {"default"}
+    assert paired["seeds"] == 2
+    assert paired["mean"] == pytest.approx(sum(diffs) / 2, abs=1e-3)
+    assert paired["verdict"] == rp.verdict(paired)
+    assert all("paired" not in r for r in per_seed)
 
 
 def test_policies_registered() -> None:
@@ -117,3 +126,35 @@ def test_scenario_weights_override_the_replay_config() -> None:
     assert config.weights.tier_mismatch == 0
     assert config.weights.gang_split == rp.REPLAY_GANG_SPLIT  # the others stay
     assert rp.replay_config(SMALL).weights.tier_mismatch == 10
+
+
+def test_paired_difference_is_signed_so_positive_means_ours_is_better() -> None:
+    same_lead = rp.paired_difference([3.0, 4.0, 5.0], [1.0, 2.0, 3.0], higher=True)
+    assert same_lead == {"mean": 2.0, "ci95": 0.0}
+    assert rp.verdict(same_lead) == "ahead"
+    lower_is_better = rp.paired_difference([3.0, 4.0, 5.0], [1.0, 2.0, 3.0], higher=False)
+    assert lower_is_better["mean"] == -2.0
+    assert rp.verdict(lower_is_better) == "behind"
+
+
+def test_paired_difference_interval_uses_students_t() -> None:
+    # differences -2 and +2: mean 0, sd 2.83, t(0.975, 1) = 12.706
+    noisy = rp.paired_difference([1.0, 5.0], [3.0, 3.0], higher=True)
+    assert noisy["mean"] == 0.0
+    assert noisy["ci95"] == pytest.approx(12.706 * 2 ** 1.5 / 2 ** 0.5, abs=1e-3)
+    assert rp.verdict(noisy) == "within noise"
+    one_seed = rp.paired_difference([9.0], [1.0], higher=True)
+    assert rp.verdict(one_seed) == "within noise"  # one seed says nothing about noise
+    assert rp.verdict(rp.paired_difference([0.0, 0.0], [0.0, 0.0], higher=True)) == "tie"
+
+
+def test_standing_takes_the_worst_verdict_against_the_others() -> None:
+    def row(*verdicts: str) -> dict[str, object]:
+        return {"paired": {f"p{i}": {"verdict": v} for i, v in enumerate(verdicts)}}
+
+    assert rp.standing(row("ahead", "ahead")) == "ahead of all"
+    assert rp.standing(row("ahead", "tie")) == "ahead of all"
+    assert rp.standing(row("ahead", "within noise")) == "within noise"
+    assert rp.standing(row("ahead", "behind", "within noise")) == "behind"
+    assert rp.standing(row("tie", "tie")) == "tie"
+    assert rp.standing({}) == "n/a"

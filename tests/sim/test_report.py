@@ -39,3 +39,21 @@ def test_replay_table_with_one_seed_names_it() -> None:
     results = [_result("nexus", 7, 40.0, 1.0, 10)]
     assert replay_table(results)[1][0] == ["effective throughput %", "40.00"]
     assert replay_table_title(results) == "gang replay s, seed 7 (1 run)"
+
+
+def test_paired_summary_names_who_is_ahead_and_the_closest_call() -> None:
+    from nexus_admit.sim.report import paired_summary
+
+    rows = [
+        {"metric": "effective_throughput", "higher_is_better": True,
+         "values": {"nexus": 50.0, "tas": 49.0, "fgd": 30.0},
+         "paired": {"tas": {"mean": 1.0, "ci95": 2.0, "seeds": 3, "verdict": "within noise"},
+                    "fgd": {"mean": 20.0, "ci95": 2.0, "seeds": 3, "verdict": "ahead"}}},
+        {"metric": "gpu_allocation", "higher_is_better": True,
+         "values": {"nexus": 60.0, "tas": 61.0, "fgd": 75.0},
+         "paired": {"tas": {"mean": -1.0, "ci95": 3.0, "seeds": 3, "verdict": "within noise"},
+                    "fgd": {"mean": -15.0, "ci95": 2.0, "seeds": 3, "verdict": "behind"}}},
+    ]
+    summary = paired_summary(rows)
+    assert summary["within noise"] == ["effective_throughput (vs tas: +1 ± 2)"]
+    assert summary["behind"] == ["gpu_allocation (fgd ahead by 15 ± 2)"]
