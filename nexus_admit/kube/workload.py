@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
@@ -479,6 +480,21 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
     return out
 
 
+def _waited_seconds(workload: Obj, now: datetime | None) -> float:
+    """Seconds from metadata.creationTimestamp (set by the API server, RFC 3339) to `now`;
+    0 without `now` or a readable timestamp."""
+    created = (workload.get("metadata") or {}).get("creationTimestamp")
+    if now is None or not isinstance(created, str):
+        return 0.0
+    try:
+        since = datetime.fromisoformat(created)
+    except ValueError:
+        return 0.0
+    if since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    return max(0.0, (now - since).total_seconds())
+
+
 def workload_to_gang(
     workload: Obj,
     *,
@@ -486,12 +502,15 @@ def workload_to_gang(
     kueue: KueueIndex | None = None,
     nodes: Iterable[Node] | None = None,
     levels: Sequence[str] | None = None,
+    now: datetime | None = None,
 ) -> Gang:
     """A Kueue v1beta2 Workload → Gang.
 
     `nodes` (the snapshot's) turn the assigned flavors into `allowed_nodes`; without them the
     flavors' nodeLabels are added to each pod set's nodeSelector instead. `levels` (the
-    resolved topology levels) validate the topology annotations. Raises TranslationError.
+    resolved topology levels) validate the topology annotations. `now` gives the gang its
+    waited time since the Workload's creation (PlacementConfig.localityWait reads it;
+    without `now` it has waited 0 s). Raises TranslationError.
     """
     kueue = kueue or KueueIndex()
     ref = object_ref(workload)
@@ -698,6 +717,7 @@ def workload_to_gang(
             required_level=one(required, L.ANN_REQUIRED_TOPOLOGY),
             preferred_level=one(preferred, L.ANN_PREFERRED_TOPOLOGY),
             numa_policy=numa_policy,
+            waited_seconds=_waited_seconds(workload, now),
         )
     except ValueError as e:
         if isinstance(e, TranslationError):

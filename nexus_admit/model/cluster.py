@@ -88,6 +88,17 @@ class Node:
                 return zone.id
         return None
 
+    def emptied(self) -> Node:
+        """This node with nothing running on it: its capacity rather than what is free now."""
+        node = self.copy()
+        node.gpu_free = [GPU_WHOLE] * self.gpu_count
+        node.free_cpu_milli = self.cpu_milli
+        node.free_memory_mib = self.memory_mib
+        node.free_pods = self.max_pods
+        node.numa_zones = [NumaZone(z.id, z.gpu_indices, z.cpu_milli, z.cpu_milli)
+                           for z in self.numa_zones]
+        return node
+
     def copy(self) -> Node:
         return Node(
             name=self.name,

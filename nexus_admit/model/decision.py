@@ -68,6 +68,9 @@ class Placement:
     objective: float = 0.0
     solve_seconds: float = 0.0
     explanation: list[str] = field(default_factory=list)
+    # an infeasible placement that is a deliberate hold (PlacementConfig.localityWait): ask
+    # again after this long at the latest, when the hold ends
+    retry_after_seconds: float | None = None
 
     @property
     def retryable(self) -> bool:

@@ -173,6 +173,9 @@ class Gang:
     required_level: str | None = None  # all pods inside one domain of this level
     preferred_level: str | None = None  # as few domains of this level as possible
     numa_policy: NumaPolicy = NumaPolicy.PREFERRED
+    # how long the workload has waited so far (creation to now; the simulator: since
+    # arrival): PlacementConfig.localityWait holds a gang back only this long
+    waited_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.pod_sets:

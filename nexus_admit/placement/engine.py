@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations, pairwise, permutations
 
 from ortools.sat.python import cp_model
@@ -112,6 +112,50 @@ class CpSatEngine:
             problem = prepare(snapshot, gang, config)
         except ValueError as err:
             return infeasible(gang, self.name, str(err), started, impossible=True)
+        if problem.impossible:
+            return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        level = self._locality_hold(problem)
+        if level is None:
+            return self._place(problem, started)
+        wait = config.locality_wait
+        assert wait is not None  # _locality_hold checked it
+        held = prepare(snapshot, replace(gang, required_level=level), config)
+        inside = self._place(held, started)
+        waited = f"waited {gang.waited_seconds:.0f} of {wait.max_wait_seconds:.0f} s"
+        if inside.feasible:
+            inside.explanation.insert(1, f"kept inside one {level} domain (localityWait, {waited})")
+            return inside
+        held_back = infeasible(
+            gang,
+            self.name,
+            f"held for locality: no {level} domain has room for the whole gang now; "
+            f"localityWait keeps it waiting rather than split it ({waited})",
+            started,
+        )
+        held_back.retry_after_seconds = wait.max_wait_seconds - gang.waited_seconds
+        return held_back
+
+    def _locality_hold(self, problem: Problem) -> str | None:
+        """The level to keep this gang inside one domain of, if PlacementConfig.localityWait
+        holds it back: a packing (or preferred-level) gang of several pods that has waited less
+        than the limit, with no required level at or below the wait's, and some domain of the
+        level that could hold it were its nodes idle (else waiting cannot help)."""
+        wait, gang = problem.config.locality_wait, problem.gang
+        if wait is None or gang.waited_seconds >= wait.max_wait_seconds or gang.pod_count < 2:
+            return None
+        if not (gang.workload_type.packs or gang.preferred_level):
+            return None
+        if wait.level not in problem.levels[:-1]:
+            return None  # a Kueue Topology without that level
+        index = problem.level_index(wait.level)
+        if gang.required_level is not None and problem.level_index(gang.required_level) >= index:
+            return None  # already inside one domain of that level or a smaller one
+        if max(problem.idle_room(index).values(), default=0) < 1:
+            return None
+        return wait.level
+
+    def _place(self, problem: Problem, started: float) -> Placement:
+        gang, config = problem.gang, problem.config
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
         reduction = self._candidates(problem)

@@ -16,6 +16,7 @@ from nexus_admit.model import (
     PlacementConfig,
     PodSet,
     domain_path,
+    pod_capacity,
 )
 
 __all__ = ["Problem", "prepare"]
@@ -71,6 +72,32 @@ class Problem:
                     free[domain] += node.free_gpu_milli
             self._domain_free[level_index] = free
         return free
+
+    def idle_room(self, level_index: int) -> dict[Domain, int]:
+        """Per domain of one level, how many copies of the whole gang its candidate nodes
+        could hold were they idle (each pod set counted alone, so an upper bound for gangs of
+        several pod sets). Memoised per snapshot: it reads only static facts."""
+        req_idx = self.levels.index(self.gang.required_level) \
+            if self.gang.required_level in self.levels else None
+        room: dict[Domain, int] | None = None
+        for ps in self.gang.pod_sets:
+            key = ("idle-room", level_index, _static_key(ps, req_idx), self.gang.numa_policy)
+            per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
+            if per_domain is None:
+                pods: dict[Domain, int] = defaultdict(int)
+                for name in self.candidates[ps.name]:
+                    domain = self.paths[name][level_index]
+                    if domain is not None:
+                        pods[domain] += pod_capacity(
+                            self.node(name).emptied(), ps, self.gang.numa_policy
+                        )
+                per_domain = dict(pods)
+                self.snapshot.static_cache[key] = per_domain
+            copies = {d: n // ps.count for d, n in per_domain.items()}
+            if room is not None:
+                copies = {d: min(n, copies.get(d, 0)) for d, n in room.items()}
+            room = copies
+        return room or {}
 
 
 def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:

@@ -55,6 +55,7 @@ import numpy as np
 from nexus_admit.model import (
     GPU_WHOLE,
     Gang,
+    LocalityWait,
     Node,
     NumaZone,
     ObjectiveWeights,
@@ -105,6 +106,9 @@ GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}  # median spread/consolidated, V100
 # aggregation domain 800 more, as much as the dearest tier mismatch per GPU (Bronze on
 # premium, class cost 80 × tierMismatch 10)
 REPLAY_GANG_SPLIT = 400
+# nexus's localityWait here: a gang that one aggregation domain could hold waits up to this
+# long for room there before it is split across domains (a split runs at Gavel's 0.30-0.50)
+REPLAY_LOCALITY_WAIT_SECONDS = 4 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,8 @@ class ReplayScenario:
     # nexus objective weights that differ from replay_config's, by their PlacementConfig
     # (camelCase) names, e.g. (("tierMismatch", 0),): what-if runs of the same scenario
     weights: tuple[tuple[str, int], ...] = ()
+    # nexus's PlacementConfig.localityWait at the aggregation level (0: off)
+    locality_wait_seconds: float = REPLAY_LOCALITY_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -160,13 +166,14 @@ class Job:
     def gpu_milli_total(self) -> int:
         return self.pods * self.gpus * self.gpu_milli
 
-    def gang(self) -> Gang:
+    def gang(self, waited_hours: float = 0.0) -> Gang:
         ps = PodSet("workers", self.pods, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
                     gpus=self.gpus, gpu_milli=self.gpu_milli, vram_mib=self.vram_mib,
                     indexed=self.pods > 1)
         wtype = WorkloadType.TRAINING if self.kind == "training" else WorkloadType.INFERENCE
         pref = TOR_LABEL if self.kind == "training" and self.pods > 1 else None
-        return Gang(self.name, (ps,), tier=self.tier, workload_type=wtype, preferred_level=pref)
+        return Gang(self.name, (ps,), tier=self.tier, workload_type=wtype, preferred_level=pref,
+                    waited_seconds=3600.0 * waited_hours)
 
 
 # ---------------------------------------------------------------- cluster
@@ -228,15 +235,18 @@ def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
 
 
 def replay_config(scn: ReplayScenario) -> PlacementConfig:
-    """The fabric's levels, and gangSplit on: in this model leaving a ToR slows every GPU
-    of a gang (the Gavel factors), so the platform team weighs a split per GPU. The
-    scenario's `weights` override any weight. Raises pydantic's ValidationError on an
-    unknown weight name or a negative value."""
+    """The fabric's levels, gangSplit on and localityWait at the aggregation level: in this
+    model leaving a ToR slows every GPU of a gang (the Gavel factors), so the platform team
+    weighs a split per GPU and lets a gang wait a while for room in one aggregation domain
+    rather than run split. The scenario's `weights` override any weight. Raises pydantic's
+    ValidationError on an unknown weight name or a negative value."""
     weights = {"gangSplit": REPLAY_GANG_SPLIT, **dict(scn.weights)}
+    wait = scn.locality_wait_seconds
     return PlacementConfig(
         topology=TopologySpec(levels=(AGG_LABEL, TOR_LABEL, HOST_LABEL)),
         weights=ObjectiveWeights.model_validate(weights),
         solver=SolverSettings(time_limit_seconds=scn.time_limit),
+        locality_wait=LocalityWait(level=AGG_LABEL, max_wait_seconds=wait) if wait else None,
     )
 
 
@@ -410,6 +420,7 @@ def run_replay(
     pending: list[int] = []
     running: dict[int, tuple[Gang, list[Slot], float]] = {}  # job -> gang, slots, factor
     started_at: dict[int, float] = {}
+    wake_at: dict[int, float] = {}  # job -> when its locality hold ends
     rejected = 0
     placements = 0
     place_seconds = 0.0
@@ -472,7 +483,7 @@ def run_replay(
             if attempts >= scn.attempts_per_cycle:
                 break
             attempts += 1
-            gang = job.gang()
+            gang = job.gang(waited_hours=now - job.arrival)
             t0 = time.perf_counter()
             placement = policy.place(snap, gang, config)
             place_seconds += time.perf_counter() - t0
@@ -481,6 +492,13 @@ def run_replay(
                 if not placement.retryable:
                     pending.remove(i)
                     rejected += 1
+                elif placement.retry_after_seconds is not None:
+                    # a deliberate hold: be back when it ends even if nothing else happens
+                    # (the controller's Retry is requeued on a timer the same way)
+                    wake = now + placement.retry_after_seconds / 3600.0
+                    if wake_at.get(i) != wake:
+                        wake_at[i] = wake
+                        heapq.heappush(events, (wake, 2, "retry", i))
                 continue
             snap.apply(gang, placement.slots)
             pending.remove(i)
@@ -510,6 +528,8 @@ def run_replay(
                 rejected += 1
             else:
                 pending.append(i)
+        elif kind == "retry":
+            pass  # only a scheduling cycle
         else:
             gang, slots, factor = running.pop(i)
             snap.release(gang, slots)

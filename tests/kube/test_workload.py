@@ -524,3 +524,19 @@ def test_tas_pod_sets() -> None:
     wl["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"cpu": "tas"}
     wl["status"]["admission"]["podSetAssignments"][1]["flavors"] = {"cpu": "plain"}
     assert tas_pod_sets(wl, kueue) == ["a"]
+
+
+def test_waited_time_runs_from_the_workloads_creation() -> None:
+    from datetime import UTC, datetime
+
+    wl = workload("w", [pod_set("main", 2, gpus=8)], created="2025-05-01T10:00:00Z")
+    now = datetime(2025, 5, 1, 10, 30, tzinfo=UTC)
+    gang = workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS, now=now)
+    assert gang.waited_seconds == 1800.0
+    assert _gang(wl).waited_seconds == 0.0  # without `now`: a fresh workload
+    wl["metadata"]["creationTimestamp"] = "yesterday"
+    assert workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS,
+                            now=now).waited_seconds == 0.0
+    wl["metadata"]["creationTimestamp"] = "2025-05-01T11:00:00Z"  # clock skew: never negative
+    assert workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS,
+                            now=now).waited_seconds == 0.0

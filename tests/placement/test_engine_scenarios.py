@@ -13,6 +13,7 @@ from nexus_admit.bench.fleet import bench_config, bench_gang, generate_fleet
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
+    LocalityWait,
     NumaPolicy,
     Placement,
     PlacementConfig,
@@ -273,6 +274,61 @@ def test_gang_split_weight_scales_with_the_gangs_gpus() -> None:
         assert term_weights(problem)["domainSpread"] == 400  # per gang, whatever its size
     shares = prepare(snap, gang(PodSet("w", 3, gpus=1, gpu_milli=500)), cfg)
     assert term_weights(shares)["gangSplit"] == 400 * 2  # 1.5 GPUs round up
+
+
+def _locality_wait(seconds: float = 600.0) -> PlacementConfig:
+    return CONFIG.model_copy(
+        update={"locality_wait": LocalityWait(level=RACK, max_wait_seconds=seconds)}
+    )
+
+
+def test_locality_wait_holds_a_gang_one_idle_rack_could_hold_rather_than_split_it() -> None:
+    """12 GPUs: free only across both racks now, but r0 holds 16 when idle. Within the wait
+    the gang is held back (a retryable answer that says when to ask again); after it, split."""
+    snap = _two_racks()
+    held = place(snap, gang(PodSet("w", 6, gpus=2), waited_seconds=100.0), _locality_wait())
+    assert not held.feasible
+    assert held.retryable
+    assert held.retry_after_seconds == pytest.approx(500.0)
+    assert "held for locality" in held.reason
+    assert "waited 100 of 600 s" in held.reason
+    late = placed(snap, gang(PodSet("w", 6, gpus=2), waited_seconds=600.0), _locality_wait())
+    assert len(racks_of(snap, late)) == 2
+    problem = prepare(snap, gang(PodSet("w", 6, gpus=2)), CONFIG)
+    assert problem.idle_room(problem.level_index(RACK)) == {("b0", "r0"): 1, ("b0", "r1"): 0}
+
+
+def test_locality_wait_keeps_the_gang_in_one_rack_when_one_has_room_now() -> None:
+    """Tier cost alone would split this gold gang for the H100 (the control test above)."""
+    snap = _two_racks()
+    p = placed(snap, gang(PodSet("w", 4, gpus=2), tier="gold"), _locality_wait())
+    assert racks_of(snap, p) == {"r0"}
+    assert any("kept inside one example.com/rack domain" in line for line in p.explanation)
+
+
+def test_locality_wait_leaves_alone_what_waiting_cannot_help() -> None:
+    snap = _two_racks()
+    cfg = _locality_wait()
+    # spreading workloads without a preferred level
+    spread = placed(snap, gang(PodSet("svc", 6, gpus=2), kind=INFERENCE), cfg)
+    assert len(racks_of(snap, spread)) == 2
+    # a gang no rack could hold even idle
+    big = snapshot(*(gpu_node(f"n{r}{i}", rack=f"r{r}") for r in range(2) for i in range(2)))
+    assert len(racks_of(big, placed(big, gang(PodSet("w", 12, gpus=2)), cfg))) == 2
+    # a gang that already requires one rack: the requirement answers, not the hold
+    required = place(snap, gang(PodSet("w", 6, gpus=2), required_level=RACK), cfg)
+    assert required.retryable
+    assert required.retry_after_seconds is None
+    assert "held for locality" not in required.reason
+
+
+def test_locality_wait_level_must_be_a_topology_level_above_the_host() -> None:
+    for level in (HOST, "example.com/unknown"):
+        with pytest.raises(ValueError, match=r"localityWait\.level"):
+            PlacementConfig.model_validate({
+                "topology": {"levels": list(CONFIG.topology.levels or ())},
+                "localityWait": {"level": level},
+            })
 
 
 def test_pod_sets_on_one_node_are_fitted_in_the_order_that_keeps_numa_aligned() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nexus_admit.model import GPU_WHOLE
+from nexus_admit.model import GPU_WHOLE, Placement, SolveStatus
 from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
@@ -158,3 +159,40 @@ def test_standing_takes_the_worst_verdict_against_the_others() -> None:
     assert rp.standing(row("ahead", "behind", "within noise")) == "behind"
     assert rp.standing(row("tie", "tie")) == "tie"
     assert rp.standing({}) == "n/a"
+
+
+def test_the_replay_config_holds_gangs_for_locality_unless_turned_off() -> None:
+    wait = rp.replay_config(SMALL).locality_wait
+    assert wait is not None
+    assert wait.level == rp.AGG_LABEL
+    assert wait.max_wait_seconds == rp.REPLAY_LOCALITY_WAIT_SECONDS
+    assert rp.replay_config(replace(SMALL, locality_wait_seconds=0)).locality_wait is None
+    job = rp.Job("train-0", "gold", "training", 2, 8, GPU_WHOLE, 0, 1000, 1024, 1.0, 2.0)
+    assert job.gang(waited_hours=0.5).waited_seconds == 1800.0
+
+
+@needs_data
+def test_a_held_gang_is_tried_again_when_its_hold_ends_even_if_nothing_else_happens() -> None:
+    """The last arrival is held once for half an hour; no arrival or departure comes in
+    that time, so only the hold's own wake-up can start it."""
+    scn = rp.ReplayScenario(name="tiny", seed=3, hosts=16, jobs=3, load=0.2)
+    last = max(rp.generate_jobs(scn, 128), key=lambda j: j.arrival).name
+    calls: list[str] = []
+
+    class HoldLastOnce:
+        name = "hold-last-once"
+
+        def __init__(self) -> None:
+            self.inner = make_policy("binpack", 0)
+
+        def place(self, snapshot: Any, gang: Any, config: Any) -> Placement:
+            calls.append(gang.name)
+            if gang.name == last and calls.count(last) == 1:
+                return Placement(gang.name, self.name, False, SolveStatus.INFEASIBLE,
+                                 reason="held", retry_after_seconds=1800.0)
+            return self.inner.place(snapshot, gang, config)
+
+    result = rp.run_replay("hold-last-once", scn, policy_factory=lambda *_: HoldLastOnce())
+    assert calls.count(last) == 2
+    assert result.pending_at_end == 0
+    assert result.admitted == 3
