@@ -122,6 +122,10 @@ def simulate(
     replay_weights: Annotated[str, typer.Option(
         help="nexus objective weights for the replay, as PlacementConfig names, e.g. "
              "tierMismatch=0,gangSplit=800 (what-if runs)")] = "",
+    replay_locality_wait: Annotated[float, typer.Option(
+        min=0.0, help="nexus's localityWait in the replay: seconds a gang one aggregation "
+                      "domain could hold may wait for room there before it is split (0: off)")
+    ] = rp.REPLAY_LOCALITY_WAIT_SECONDS,
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol through each policy, then a
     multi-tenant gang replay; print tables, optionally write a report."""
@@ -133,10 +137,15 @@ def simulate(
         name = f"h{replay_hosts}-j{replay_jobs}"
         if mix != rp.ReplayScenario().mix:
             name += "-mix" + "-".join(f"{m:g}" for m in mix)
+        if replay_load != rp.ReplayScenario().load:
+            name += f"-load{replay_load:g}"
         if weights:
             name += "-" + "-".join(f"{k}{v}" for k, v in weights)
+        if replay_locality_wait != rp.REPLAY_LOCALITY_WAIT_SECONDS:
+            name += f"-wait{replay_locality_wait:g}s"
         scenarios = [rp.ReplayScenario(name=name, seed=s, hosts=replay_hosts, jobs=replay_jobs,
-                                       load=replay_load, mix=mix, weights=weights)
+                                       load=replay_load, mix=mix, weights=weights,
+                                       locality_wait_seconds=replay_locality_wait)
                      for s in parse_seeds(replay_seeds)]
         rpolicies = _split(replay_policies)
         n_tasks = len(scenarios) * len(rpolicies)

@@ -16,6 +16,11 @@ Modelling assumptions:
   end points are measured; the intermediate levels are our interpolation.
 * Prices per GPU-hour: premium 4.0, standard 2.0, economy 1.0 (illustrative units).
 * No preemption; a job runs to completion once admitted; jobs run longer by 1/factor.
+* nexus runs with gangSplit 400 per GPU and localityWait at the aggregation level (up to
+  4 h): a gang that one aggregation domain could hold is held back (Kueue Retry) rather
+  than split across domains, and placed as soon as one domain has room. The other policies
+  place whatever fits now, as the kube-scheduler and Kueue TAS's preferred mode do.
+  `--replay-locality-wait 0` turns the hold off.
 
 Reading the metrics:
 * GPU allocation counts slowed-down time too: a spread gang holds its GPUs 1/factor as

@@ -67,3 +67,16 @@ def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -
     (scenario,) = data["meta"]["scenarios"]
     assert scenario["name"] == "h16-j30-tierMismatch0-gangSplit800"
     assert scenario["weights"] == [["tierMismatch", 0], ["gangSplit", 800]]
+
+
+@needs_data
+def test_replay_locality_wait_and_load_reach_the_scenario(tmp_path: Path) -> None:
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-locality-wait", "0",
+                                 "--replay-load", "2", "--report", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (scenario,) = json.loads((tmp_path / "replay.json").read_text())["meta"]["scenarios"]
+    assert scenario["name"] == "h16-j30-load2-wait0s"
+    assert scenario["locality_wait_seconds"] == 0
+    assert scenario["load"] == 2
+    refused = runner.invoke(app, [*SMALL, "--replay-locality-wait", "-1"])
+    assert refused.exit_code == 2
