@@ -77,11 +77,12 @@ class Problem:
         """Per domain of one level, how many copies of the whole gang its candidate nodes
         could hold were they idle (each pod set counted alone, so an upper bound for gangs of
         several pod sets). Memoised per snapshot: it reads only static facts."""
-        req_idx = self.levels.index(self.gang.required_level) \
-            if self.gang.required_level in self.levels else None
+        required = self.gang.required_level if self.gang.required_level in self.levels else None
+        level = self.levels[level_index]
         room: dict[Domain, int] | None = None
         for ps in self.gang.pod_sets:
-            key = ("idle-room", level_index, _static_key(ps, req_idx), self.gang.numa_policy)
+            key = ("idle-room", self.levels, level, _static_key(ps, required),
+                   self.gang.numa_policy)
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
                 pods: dict[Domain, int] = defaultdict(int)
@@ -106,7 +107,7 @@ def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:
     return ""
 
 
-def _static_key(ps: PodSet, req_idx: int | None) -> tuple[object, ...]:
+def _static_key(ps: PodSet, required_level: str | None) -> tuple[object, ...]:
     """Everything `PodSet.static_fit` reads, so eligibility can be memoised per snapshot."""
     return (
         "eligible",
@@ -118,7 +119,7 @@ def _static_key(ps: PodSet, req_idx: int | None) -> tuple[object, ...]:
         tuple(sorted(ps.node_selector.items())),
         ps.affinity_terms,
         ps.allowed_nodes,
-        req_idx,
+        required_level,  # the label key: an index would mean another label under other levels
     )
 
 
@@ -156,7 +157,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         )
     req_idx = levels.index(gang.required_level) if gang.required_level in levels else None
     for ps in gang.pod_sets:
-        key = _static_key(ps, req_idx)
+        key = _static_key(ps, gang.required_level if req_idx is not None else None)
         cached = cache.get(key)
         if cached is None:
             ok: list[str] = []
