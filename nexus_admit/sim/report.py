@@ -14,9 +14,11 @@ from nexus_admit.sim.openb import OpenbRun
 from nexus_admit.sim.study import LABELS
 
 __all__ = [
+    "closest_rival",
     "markdown_table",
     "paired_summary",
     "plot_openb",
+    "plot_paired",
     "plot_replay",
     "replay_table",
     "replay_table_title",
@@ -223,6 +225,62 @@ def replay_table_title(results: Sequence[Any]) -> str:
     return f"gang replay {scenario}, {which} ({runs})"
 
 
+def closest_rival(row: dict[str, Any]) -> str | None:
+    """The other policy a metric's across-seeds verdict turns on: the best by mean of those
+    nexus is not clearly ahead of (any it is behind of, else within noise of), else the
+    best of the others."""
+    paired = row.get("paired", {})
+    if not paired:
+        return None
+    pick = max if row["higher_is_better"] else min
+    for verdicts in (("behind",), ("within noise",), ("ahead", "tie")):
+        close = [p for p, v in paired.items() if v["verdict"] in verdicts]
+        if close:
+            return pick(close, key=lambda p: row["values"][p])
+    return None
+
+
+def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Path | None:
+    """A forest plot: per metric, nexus's paired per-seed difference to its closest rival
+    with the 95 % interval, relative to the rival's mean (positive: nexus better). Metrics
+    whose rival mean is 0 have no relative scale and are left out."""
+    rows = []
+    for row in means:
+        rival = closest_rival(row)
+        if rival is None or not row["values"][rival]:
+            continue
+        d = row["paired"][rival]
+        scale = 100.0 / abs(row["values"][rival])
+        rows.append((f"{row['metric']} (vs {rival})", d["mean"] * scale, d["ci95"] * scale,
+                     d["verdict"]))
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"ahead": "tab:green", "behind": "tab:red"}
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.4))
+    for y, (_label, mean, half, verdict) in enumerate(rows):
+        colour = colours.get(verdict, "tab:grey")
+        finite = half if np.isfinite(half) else 0.0
+        ax.errorbar(mean, y, xerr=finite, fmt="o", color=colour, capsize=3)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("nexus − closest rival, % of the rival's mean (right: nexus better); "
+                  "bars: 95 % interval over seeds")
+    ax.set_title(f"replay {scenario}: paired per-seed differences "
+                 "(green: ahead, red: behind, grey: within noise)", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    path = out / f"replay_{scenario}_paired.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     """The across-seeds rows (`compare(..., across_seeds=True)`) grouped by where `ours`
     stands once seed-to-seed noise is counted: 'ahead of all', 'behind', 'within noise'
@@ -242,10 +300,8 @@ def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
             text += " (" + ", ".join(f"{p} ahead by {-v['mean']:g} ± {v['ci95']:g}"
                                      for p, v in ahead) + ")"
         elif where in ("within noise", "ahead of all") and paired:
-            # the closest call: the best by mean of the others nexus is not clearly ahead of
-            pick = max if row["higher_is_better"] else min
-            close = [p for p, v in paired.items() if v["verdict"] == "within noise"]
-            rival = pick(close or list(paired), key=lambda p: row["values"][p])
+            rival = closest_rival(row)
+            assert rival is not None
             v = paired[rival]
             text += f" (vs {rival}: {v['mean']:+g} ± {v['ci95']:g})"
         out[where].append(text)
@@ -307,6 +363,11 @@ def write_replay_report(
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_replay(results, out)
+    for scenario in dict.fromkeys(r["scenario"] for r in comparison if r["seed"] == -1):
+        forest = plot_paired([r for r in comparison
+                              if r["seed"] == -1 and r["scenario"] == scenario], out, scenario)
+        if forest is not None:
+            plots.insert(0, forest)
     write_json(out / "replay.json", {"meta": meta, "results": [r.to_json() for r in results],
                                       "comparison": list(comparison)})
     header, body = replay_table(results)

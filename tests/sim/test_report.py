@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nexus_admit.sim.replay import ReplayResult
@@ -57,3 +58,23 @@ def test_paired_summary_names_who_is_ahead_and_the_closest_call() -> None:
     summary = paired_summary(rows)
     assert summary["within noise"] == ["effective_throughput (vs tas: +1 ± 2)"]
     assert summary["behind"] == ["gpu_allocation (fgd ahead by 15 ± 2)"]
+
+
+def test_closest_rival_and_the_forest_plot(tmp_path: Path) -> None:
+    from nexus_admit.sim.report import closest_rival, plot_paired
+
+    def row(metric: str, values: dict[str, float], verdicts: dict[str, str]) -> dict[str, Any]:
+        return {"metric": metric, "higher_is_better": True, "values": values,
+                "paired": {p: {"mean": values["nexus"] - values[p], "ci95": 1.0, "seeds": 3,
+                               "verdict": v} for p, v in verdicts.items()}}
+
+    behind = row("a", {"nexus": 5.0, "x": 9.0, "y": 7.0}, {"x": "behind", "y": "behind"})
+    assert closest_rival(behind) == "x"  # the best of those ahead of nexus
+    noisy = row("b", {"nexus": 5.0, "x": 4.9, "y": 1.0}, {"x": "within noise", "y": "ahead"})
+    assert closest_rival(noisy) == "x"
+    clear = row("c", {"nexus": 5.0, "x": 1.0, "y": 2.0}, {"x": "ahead", "y": "ahead"})
+    assert closest_rival(clear) == "y"
+    zero = row("d", {"nexus": 0.0, "x": 0.0}, {"x": "tie"})
+    path = plot_paired([behind, noisy, clear, zero], tmp_path, "s")
+    assert path is not None and path.name == "replay_s_paired.png" and path.stat().st_size > 0
+    assert plot_paired([zero], tmp_path, "z") is None  # no relative scale for a 0 mean
