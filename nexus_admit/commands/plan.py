@@ -11,7 +11,7 @@ is a public interface:
                      "assignments": [{"podSet": "workers", "node": "n1", "pods": 2,
                                       "gpus": 16, "numaZones": [0, 1]}],
                      "terms": {"<term>": <value>}, "solveSeconds": 0.01,
-                     "explanation": ["..."]}]}
+                     "explanation": ["..."], "retryAfterSeconds": null}]}
 
 Malformed objects are reported on stderr naming the object and field; the exit code is then 2
 (the other workloads are still placed and printed).
@@ -154,6 +154,8 @@ def placement_json(p: Placement) -> dict[str, Any]:
         "terms": {k: _num(v) for k, v in p.terms.items()},
         "solveSeconds": round(p.solve_seconds, 6),
         "explanation": list(p.explanation),
+        # set when the answer is a deliberate hold (PlacementConfig.localityWait)
+        "retryAfterSeconds": p.retry_after_seconds,
     }
 
 

@@ -47,6 +47,7 @@ def _check_schema(doc: dict[str, Any]) -> None:
             "terms",
             "solveSeconds",
             "explanation",
+            "retryAfterSeconds",
         }
         assert isinstance(p["workload"], str) and "/" in p["workload"]
         assert isinstance(p["feasible"], bool)
@@ -54,6 +55,8 @@ def _check_schema(doc: dict[str, Any]) -> None:
         assert isinstance(p["solveSeconds"], int | float) and p["solveSeconds"] >= 0
         assert all(isinstance(k, str) and isinstance(v, int | float) for k, v in p["terms"].items())
         assert all(isinstance(line, str) for line in p["explanation"])
+        wait = p["retryAfterSeconds"]
+        assert wait is None or (isinstance(wait, int | float) and wait >= 0 and not p["feasible"])
         for a in p["assignments"]:
             assert set(a) == {"podSet", "node", "pods", "gpus", "numaZones"}
             assert isinstance(a["podSet"], str) and isinstance(a["node"], str)
