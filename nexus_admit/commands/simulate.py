@@ -30,7 +30,13 @@ from nexus_admit.sim.report import (
     write_openb_report,
     write_replay_report,
 )
-from nexus_admit.sim.study import OPENB_NOTES, PAPER_POLICIES, StudySpec, run_study
+from nexus_admit.sim.study import (
+    OPENB_NOTES,
+    PAPER_POLICIES,
+    StudySpec,
+    paired_against,
+    run_study,
+)
 
 __all__ = ["parse_seeds", "register", "simulate"]
 
@@ -240,11 +246,26 @@ def simulate(
     if nodes < 1:
         console.print("[dim]paper figures are for the full cluster (--nodes 1); "
                       "a node sample is not comparable to them[/dim]")
+    paired = paired_against(result.runs)
+    for t in dict.fromkeys(row["trace"] for row in paired):
+        rows_t = [row for row in paired if row["trace"] == t]
+        n = rows_t[0]["seeds"]
+        if n < 2:
+            console.print(f"{t}, nexus − FGD on one seed (+ = nexus better; run more seeds for "
+                          "an interval): " + "; ".join(f"{row['metric']} {row['mean']:+g}"
+                                                      for row in rows_t), markup=False)
+            continue
+        console.print(
+            f"{t}, nexus − FGD per seed ({n} seeds, 95 % interval, + = nexus better): "
+            + "; ".join(f"{row['metric']} {row['mean']:+g} ± {row['ci95']:g} "
+                        f"({row['verdict']})" for row in rows_t),
+            markup=False)
     if report is not None:
         meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
                 "runs": total, "seconds": result.seconds, "workers": workers,
                 "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        path = write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES])
+        path = write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES],
+                                  paired)
         console.print(f"report: {path}")
 
 

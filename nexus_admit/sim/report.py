@@ -127,11 +127,13 @@ def write_openb_report(
     out: Path,
     meta: dict[str, Any],
     notes: Sequence[str] = (),
+    paired: Sequence[dict[str, Any]] = (),
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_openb(runs, out)
     write_json(out / "openb.json", {"meta": meta, "table": list(rows),
-                                     "runs": [r.to_json() for r in runs]})
+                                     "runs": [r.to_json() for r in runs],
+                                     "nexus_vs_fgd": list(paired)})
     lines = [
         "# openb: GPU allocation under the FGD paper's protocol",
         "",
@@ -147,9 +149,17 @@ def write_openb_report(
         "",
         markdown_table(rows, OPENB_COLUMNS),
         "",
-        *[f"![{p.stem}]({p.name})" for p in plots],
-        "",
     ]
+    if paired:
+        lines += ["## nexus against FGD, seed by seed", "",
+                  "Both run the same shuffled pod list on a seed; each row is the mean of the "
+                  "per-seed differences with its 95 % interval (Student's t), signed so that "
+                  "positive means nexus is better (more allocated, fewer nodes partly idle).",
+                  "", markdown_table(
+                      [{**r, "difference": f"{r['mean']:+g} ± {r['ci95']:g}"} for r in paired],
+                      (("trace", "trace"), ("metric", "metric"), ("seeds", "seeds"),
+                       ("difference", "nexus − FGD"), ("verdict", "verdict"))), ""]
+    lines += [*[f"![{p.stem}]({p.name})" for p in plots], ""]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     path = out / "README.md"

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from nexus_admit.sim.openb import DEFAULT_DATA, PUBLISHED, OpenbRun, run_openb
+from nexus_admit.sim.stats import paired_difference, verdict
 
-__all__ = ["OPENB_NOTES", "StudyResult", "StudySpec", "run_study", "summarise"]
+__all__ = ["OPENB_NOTES", "StudyResult", "StudySpec", "paired_against", "run_study", "summarise"]
 
 # Policies of the paper's table, in its order, then ours.
 PAPER_POLICIES = ("paper-random", "dotprod", "gpu-clustering", "gpu-packing", "paper-bestfit",
@@ -177,3 +178,43 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
     rows.sort(key=lambda r: (trace_order.get(str(r["trace"]), 9),
                              pol_order.get(str(r["policy"]), 99), str(r["policy"])))
     return rows
+
+
+def _partial_at(level: int) -> Callable[[OpenbRun], float]:
+    def value(run: OpenbRun) -> float:
+        return float(run.curve_partial8[run.curve_arrived.index(level)])
+
+    return value
+
+
+def paired_against(runs: Sequence[OpenbRun], ours: str = "nexus", rival: str = "fgd"
+                   ) -> list[dict[str, Any]]:
+    """Per trace, `ours` against `rival` on the seeds both ran: allocation at 100 % and
+    130 % arrived (higher is better) and 8-GPU nodes left partly idle at BROKEN_LEVELS
+    (fewer is better), each as the per-seed difference's mean, 95 % half-width and verdict
+    (sim/stats.py; positive means `ours` is better)."""
+    by: dict[tuple[str, str], dict[int, OpenbRun]] = defaultdict(dict)
+    for r in runs:
+        by[(r.trace, r.policy)][r.seed] = r
+    rows = []
+    for trace in dict.fromkeys(r.trace for r in runs):
+        mine, theirs = by.get((trace, ours), {}), by.get((trace, rival), {})
+        seeds = sorted(set(mine) & set(theirs))
+        if not seeds:
+            continue
+        metrics: list[tuple[str, Callable[[OpenbRun], float], bool]] = [
+            ("allocation @100 %", lambda r: r.alloc_100, True),
+            ("allocation @130 %", lambda r: r.alloc_130, True),
+        ]
+        for level in BROKEN_LEVELS:
+            metrics.append((f"partly idle 8-GPU nodes @{level} %", _partial_at(level), False))
+        for name, value, higher in metrics:
+            try:
+                diff = paired_difference([value(mine[s]) for s in seeds],
+                                         [value(theirs[s]) for s in seeds], higher)
+            except (ValueError, IndexError):
+                continue  # a curve without that level (tiny smoke runs)
+            rows.append({"trace": trace, "metric": name, "seeds": len(seeds), **diff,
+                         "verdict": verdict(diff)})
+    return rows
+

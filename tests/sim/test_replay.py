@@ -14,6 +14,7 @@ from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA
+from nexus_admit.sim.stats import verdict
 
 needs_data = pytest.mark.skipif(not (DEFAULT_DATA / "lingjun").is_dir(),
                                 reason="../shared/data missing")
@@ -113,7 +114,7 @@ def test_compare_across_seeds_ranks_the_mean_of_each_metric() -> None:
     assert set(row["paired"]) == {"default"}
     assert paired["seeds"] == 2
     assert paired["mean"] == pytest.approx(sum(diffs) / 2, abs=1e-3)
-    assert paired["verdict"] == rp.verdict(paired)
+    assert paired["verdict"] == verdict(paired)
     assert all("paired" not in r for r in per_seed)
 
 
@@ -127,26 +128,6 @@ def test_scenario_weights_override_the_replay_config() -> None:
     assert config.weights.tier_mismatch == 0
     assert config.weights.gang_split == rp.REPLAY_GANG_SPLIT  # the others stay
     assert rp.replay_config(SMALL).weights.tier_mismatch == 10
-
-
-def test_paired_difference_is_signed_so_positive_means_ours_is_better() -> None:
-    same_lead = rp.paired_difference([3.0, 4.0, 5.0], [1.0, 2.0, 3.0], higher=True)
-    assert same_lead == {"mean": 2.0, "ci95": 0.0}
-    assert rp.verdict(same_lead) == "ahead"
-    lower_is_better = rp.paired_difference([3.0, 4.0, 5.0], [1.0, 2.0, 3.0], higher=False)
-    assert lower_is_better["mean"] == -2.0
-    assert rp.verdict(lower_is_better) == "behind"
-
-
-def test_paired_difference_interval_uses_students_t() -> None:
-    # differences -2 and +2: mean 0, sd 2.83, t(0.975, 1) = 12.706
-    noisy = rp.paired_difference([1.0, 5.0], [3.0, 3.0], higher=True)
-    assert noisy["mean"] == 0.0
-    assert noisy["ci95"] == pytest.approx(12.706 * 2 ** 1.5 / 2 ** 0.5, abs=1e-3)
-    assert rp.verdict(noisy) == "within noise"
-    one_seed = rp.paired_difference([9.0], [1.0], higher=True)
-    assert rp.verdict(one_seed) == "within noise"  # one seed says nothing about noise
-    assert rp.verdict(rp.paired_difference([0.0, 0.0], [0.0, 0.0], higher=True)) == "tie"
 
 
 def test_standing_takes_the_worst_verdict_against_the_others() -> None:
