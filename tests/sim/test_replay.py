@@ -127,6 +127,7 @@ def test_scenario_weights_override_the_replay_config() -> None:
     config = rp.replay_config(replace(SMALL, weights=(("tierMismatch", 0),)))
     assert config.weights.tier_mismatch == 0
     assert config.weights.gang_split == rp.REPLAY_GANG_SPLIT  # the others stay
+    assert config.weights.vram_stranded == rp.REPLAY_VRAM_STRANDED
     assert rp.replay_config(SMALL).weights.tier_mismatch == 10
 
 
