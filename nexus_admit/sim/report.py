@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from nexus_admit.sim.openb import OpenbRun
+from nexus_admit.sim.replay import standing
 from nexus_admit.sim.study import LABELS
 
 __all__ = [
@@ -298,8 +299,6 @@ def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     much, otherwise the difference to the best of the others it is not clearly ahead of
     (paired difference ± 95 % half-width, in the metric's unit, positive when `ours` is
     better)."""
-    from nexus_admit.sim.replay import standing
-
     out: dict[str, list[str]] = defaultdict(list)
     for row in means:
         where = standing(row)
