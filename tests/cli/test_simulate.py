@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,16 @@ def test_replay_locality_wait_and_load_reach_the_scenario(tmp_path: Path) -> Non
     assert scenario["load"] == 2
     refused = runner.invoke(app, [*SMALL, "--replay-locality-wait", "-1"])
     assert refused.exit_code == 2
+
+
+def test_missing_data_is_refused_with_where_to_point(tmp_path: Path) -> None:
+    def compact(text: str) -> str:  # the error box wraps lines anywhere
+        return re.sub(r"[\s│╭╮╰╯─]", "", text)
+
+    result = runner.invoke(app, [*SMALL, "--data", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "lingjun/topo.csvnotfound" in compact(result.output)
+    assert "NEXUS_ADMIT_DATA" in compact(result.output)
+    openb_only = runner.invoke(app, ["simulate", "--no-replay", "--data", str(tmp_path)])
+    assert openb_only.exit_code == 2
+    assert "openbnotfound" in compact(openb_only.output)
