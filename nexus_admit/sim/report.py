@@ -262,7 +262,8 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
             continue
         d = row["paired"][rival]
         scale = 100.0 / abs(row["values"][rival])
-        rows.append((f"{row['metric']} (vs {rival})", d["mean"] * scale, d["ci95"] * scale,
+        mean, half = d["mean"] * scale, d["ci95"] * scale
+        rows.append((f"{row['metric']} (vs {rival}) {mean:+.0f} ± {half:.0f} %", mean, half,
                      d["verdict"]))
     if not rows:
         return None
@@ -272,16 +273,20 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
     import matplotlib.pyplot as plt
 
     colours = {"ahead": "tab:green", "behind": "tab:red"}
+    limit = 100.0  # near-zero delays give huge relative intervals: clip, the label has them
     fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.4))
     for y, (_label, mean, half, verdict) in enumerate(rows):
         colour = colours.get(verdict, "tab:grey")
-        finite = half if np.isfinite(half) else 0.0
-        ax.errorbar(mean, y, xerr=finite, fmt="o", color=colour, capsize=3)
+        finite = half if np.isfinite(half) else 2 * limit
+        low, high = max(mean - finite, -limit), min(mean + finite, limit)
+        ax.plot([low, high], [y, y], color=colour, lw=1.5)
+        ax.plot([min(max(mean, -limit), limit)], [y], "o", color=colour)
+    ax.set_xlim(-limit * 1.05, limit * 1.05)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("nexus − closest rival, % of the rival's mean (right: nexus better); "
-                  "bars: 95 % interval over seeds")
+    ax.set_xlabel("nexus − closest rival, % of the rival's mean (right: nexus better)\n"
+                  "bars: 95 % interval over seeds, drawn clipped at ±100 %")
     ax.set_title(f"replay {scenario}: paired per-seed differences "
                  "(green: ahead, red: behind, grey: within noise)", fontsize=9)
     ax.grid(alpha=0.3, axis="x")
