@@ -116,7 +116,15 @@ class CpSatEngine:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
         level = self._locality_hold(problem)
         if level is None:
-            return self._place(problem, started)
+            placement = self._place(problem, started)
+            wait = config.locality_wait
+            if wait is not None and wait.level not in problem.levels[:-1]:
+                # a Kueue Topology (topologyName) is resolved only now: say why no hold
+                placement.explanation.append(
+                    f"localityWait.level {wait.level!r} is not a topology level above the host "
+                    f"{list(problem.levels[:-1])}; localityWait is ignored"
+                )
+            return placement
         wait = config.locality_wait
         assert wait is not None  # _locality_hold checked it
         held = prepare(snapshot, replace(gang, required_level=level), config)

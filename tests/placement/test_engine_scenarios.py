@@ -815,3 +815,17 @@ def test_kept_fraction_raises_the_node_budget_on_large_candidate_sets() -> None:
 
     assert kept(0.0) <= 40
     assert kept(0.5) > 40
+
+
+def test_locality_wait_on_a_level_the_kueue_topology_lacks_is_ignored_with_a_note() -> None:
+    """With topologyName the levels are known only at placement time, so a wrong level
+    cannot be refused when the config is read: the explanation says it was ignored."""
+    snap = snapshot(*_two_racks(), gpu=(BLOCK, RACK, HOST))
+    cfg = PlacementConfig.model_validate({
+        "topology": {"topologyName": "gpu"},
+        "localityWait": {"level": "example.com/unknown"},
+        "solver": {"timeLimitSeconds": 10},
+    })
+    p = placed(snap, gang(PodSet("w", 6, gpus=2)), cfg)
+    assert any("localityWait.level 'example.com/unknown' is not a topology level" in line
+               for line in p.explanation)
