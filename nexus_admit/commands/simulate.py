@@ -138,12 +138,12 @@ def simulate(
     console = Console(width=None if Console().is_terminal else 150)
     notes: list[str] = []
     if replay:
+        mix = _mix(replay_mix)
+        weights = _weights(replay_weights)
         if not (Path(data) / "lingjun" / "topo.csv").is_file():
             raise typer.BadParameter(
                 f"{data}/lingjun/topo.csv not found (the replay's fabric); point --data or "
                 "NEXUS_ADMIT_DATA at the shared data directory (../shared/data)")
-        mix = _mix(replay_mix)
-        weights = _weights(replay_weights)
         name = f"h{replay_hosts}-j{replay_jobs}"
         if mix != rp.ReplayScenario().mix:
             name += "-mix" + "-".join(f"{m:g}" for m in mix)
