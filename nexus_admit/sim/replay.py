@@ -37,8 +37,10 @@ Reading the metrics:
   `--replay-weights tierMismatch=0` runs nexus without tier matching, to see that trade.
 * GPU allocation is bounded by the work offered: "work offered in the window" is what the
   jobs would allocate if each started on arrival at full speed. A policy allocates more
-  than that only by running gangs slowed down, so when the offered work is below capacity
-  (as in the default scenario) GPU allocation and effective throughput cannot both be won.
+  than that only by running gangs slowed down. When the offered work is below capacity (78 %
+  in the default scenario, where FGD's slowed gangs reach 76 %), a policy that runs gangs
+  at full speed could match a slow one's allocation only by starting almost every job the
+  moment it arrives.
 * Every policy sees the same arrivals, but one early choice changes the whole replay, so
   single seeds are noisy: compare the mean over several seeds, and the paired per-seed
   differences with their 95 % interval (the seed-to-seed noise section).
