@@ -5,5 +5,6 @@ code path as the controller); nothing here places pods itself.
 * `study` — many openb runs in a process pool, aggregated like the paper's table;
 * `replay` — a seeded multi-tenant heterogeneous gang replay (Kueue-like queueing,
   departures, fabric locality slowdown, cost);
+* `stats` — seed-paired differences with 95 % intervals (ahead / behind / within noise);
 * `report` — Markdown + PNG + JSON.
 """
