@@ -112,12 +112,10 @@ class CpSatEngine:
             problem = prepare(snapshot, gang, config)
         except ValueError as err:
             return infeasible(gang, self.name, str(err), started, impossible=True)
-        if problem.impossible:
-            return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        wait = config.locality_wait
         level = self._locality_hold(problem)
-        if level is None:
+        if wait is None or level is None:
             placement = self._place(problem, started)
-            wait = config.locality_wait
             if wait is not None and wait.level not in problem.levels[:-1]:
                 # a Kueue Topology (topologyName) is resolved only now: say why no hold
                 placement.explanation.append(
@@ -125,8 +123,6 @@ class CpSatEngine:
                     f"{list(problem.levels[:-1])}; localityWait is ignored"
                 )
             return placement
-        wait = config.locality_wait
-        assert wait is not None  # _locality_hold checked it
         held = prepare(snapshot, replace(gang, required_level=level), config)
         inside = self._place(held, started)
         waited = f"waited {gang.waited_seconds:.0f} of {wait.max_wait_seconds:.0f} s"
@@ -151,6 +147,8 @@ class CpSatEngine:
         wait, gang = problem.config.locality_wait, problem.gang
         if wait is None or gang.waited_seconds >= wait.max_wait_seconds or gang.pod_count < 2:
             return None
+        if problem.impossible:
+            return None  # _place reports why
         if not (gang.workload_type.packs or gang.preferred_level):
             return None
         if wait.level not in problem.levels[:-1]:
@@ -681,6 +679,9 @@ class CpSatEngine:
         vram_w, numa_w = weights["vramStrandedGiB"], weights["numaUnaligned"]
         isl_w = weights["islandsBroken"]
         filled: dict[str, cp_model.IntVar] = {}
+        # per unit, the model's NUMA-unaligned counts (each pod set against the zones alone,
+        # plus what realisation cuts charged)
+        unaligned: dict[str, list[cp_model.LinearExprT]] = defaultdict(list)
         for rep, entries in by_unit.items():
             node = problem.node(rep)
             m = len(groups[rep])
@@ -697,6 +698,7 @@ class CpSatEngine:
                         un = model.new_int_var(0, ps.count, f"unaligned[{ps.name},{rep}]")
                         model.add(un >= var - aligned * u)
                         objective.append(numa_w * SCALE * un)
+                        unaligned[rep].append(un)
             objective.extend(self._order_terms(problem, rep, entries, u))
             gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
             if not gpu_entries:
@@ -840,9 +842,27 @@ class CpSatEngine:
             solver.parameters.symmetry_level = 0
         if len(red.nodes) > config.solver.exact_below_nodes:
             solver.parameters.relative_gap_limit = config.solver.relative_gap
+        def same_counts(rep: str) -> list[cp_model.IntVar]:
+            """Booleans, one per variable of unit `rep` (its pods per pod set and nodes used),
+            true when it takes the value it has in the last solution."""
+            unit_vars = [var for key, var in x.items() if key[1] == rep]
+            if rep in used:
+                unit_vars.append(used[rep])
+            same = []
+            for var in unit_vars:
+                value = solver.value(var)
+                eq = model.new_bool_var(f"cut[{var.name}]")
+                model.add(var == value).only_enforce_if(eq)
+                model.add(var != value).only_enforce_if(~eq)
+                same.append(eq)
+            return same
+
+        realised: tuple[list[Slot], bool] | None = None  # slots, costed exactly by the model
         for _attempt in range(_MAX_REALISATION_CUTS + 1):
             status = solver.solve(model)
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                if realised is not None:
+                    break  # keep the placement realised before the last cut
                 reason = (
                     "no placement satisfies every constraint now; will retry"
                     if status == cp_model.INFEASIBLE
@@ -851,28 +871,39 @@ class CpSatEngine:
                 return infeasible(gang, self.name, reason, started)
             counts = self._node_counts(problem, red, groups, solver, x, used)
             slots = self._slots(problem, counts)
-            if not isinstance(slots, str):
-                break
-            # The aggregated model let through counts that GPU shares or NUMA zones cannot
-            # hold on node `slots` (a single-node unit): forbid that combination, solve again.
-            same = []
-            for key, var in x.items():
-                if key[1] != slots:
-                    continue
-                eq = model.new_bool_var(f"cut[{key}]")
-                model.add(var == counts.get(key, 0)).only_enforce_if(eq)
-                model.add(var != counts.get(key, 0)).only_enforce_if(~eq)
-                same.append(eq)
-            model.add_bool_or([~eq for eq in same])
+            if isinstance(slots, str):
+                # The aggregated model let through counts that GPU shares or NUMA zones
+                # cannot hold on node `slots` (a single-node unit): forbid them, solve again.
+                model.add_bool_or([~eq for eq in same_counts(slots)])
+            else:
+                short = self._numa_shortfall(problem, groups, slots, solver, unaligned)
+                realised = (slots, not short)
+                if not short:
+                    break
+                # Pod sets sharing a node's NUMA zones: the model counted each against the
+                # zones alone, fewer unaligned pods than the realisation has. Charge the
+                # difference whenever the unit takes these counts again, solve again.
+                for rep, missing in short.items():
+                    charged = model.new_bool_var(f"numa_shortfall[{rep}]")
+                    model.add_bool_or([~eq for eq in same_counts(rep)] + [charged])
+                    objective.append(weights["numaUnaligned"] * SCALE * missing * charged)
+                    unaligned[rep].append(missing * charged)
+                model.minimize(sum(objective))
             solver.parameters.max_time_in_seconds = max(
                 0.01, limit - (time.perf_counter() - started)
             )
-        else:
+        if realised is None:
             return infeasible(
                 gang, self.name, "solver counts could not be realised on GPUs; will retry", started
             )
+        slots, exact_cost = realised
         bound = solver.best_objective_bound
-        proven = status == cp_model.OPTIMAL and red.exact and solver.objective_value <= bound + 0.5
+        proven = (
+            exact_cost
+            and status == cp_model.OPTIMAL
+            and red.exact
+            and solver.objective_value <= bound + 0.5
+        )
         placement = finish(
             problem,
             self.name,
@@ -888,6 +919,32 @@ class CpSatEngine:
             f"{solver.objective_value:.0f}, bound {bound:.0f}"
         )
         return placement
+
+    @staticmethod
+    def _numa_shortfall(
+        problem: Problem,
+        groups: dict[str, list[str]],
+        slots: Sequence[Slot],
+        solver: cp_model.CpSolver,
+        unaligned: dict[str, list[cp_model.LinearExprT]],
+    ) -> dict[str, int]:
+        """Per unit, how many more pods the realised slots leave NUMA-unaligned than the
+        model counted (only where that is more)."""
+        if not problem.config.weights.numa_unaligned:
+            return {}
+        unit_of = {n: rep for rep, members in groups.items() for n in members}
+        realised: Counter[str] = Counter(
+            unit_of[s.node]
+            for s in slots
+            if s.numa_zone is None
+            and numa_alignable(problem.node(s.node), problem.pod_set(s.pod_set))
+        )
+        out = {}
+        for rep, count in realised.items():
+            missing = count - sum(solver.value(v) for v in unaligned.get(rep, ()))
+            if missing > 0:
+                out[rep] = missing
+        return out
 
     @staticmethod
     def _node_counts(

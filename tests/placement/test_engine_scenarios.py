@@ -829,3 +829,35 @@ def test_locality_wait_on_a_level_the_kueue_topology_lacks_is_ignored_with_a_not
     p = placed(snap, gang(PodSet("w", 6, gpus=2)), cfg)
     assert any("localityWait.level 'example.com/unknown' is not a topology level" in line
                for line in p.explanation)
+
+
+def test_locality_wait_leaves_an_impossible_gang_to_its_message() -> None:
+    p = place(_two_racks(), gang(PodSet("w", 2, gpus=2), required_level="example.com/nope"),
+              _locality_wait())
+    assert p.status is SolveStatus.IMPOSSIBLE
+    assert "required-topology level 'example.com/nope'" in p.reason
+
+
+def test_pod_sets_sharing_numa_zones_are_costed_as_realised() -> None:
+    """Found by hypothesis: each pod set alone fits the two 12-CPU zones aligned, together
+    the three 8-CPU pods do not, so all on the GPU node costs an unaligned pod (100) more
+    than the model first counted; one pod on the CPU node next door (a node, 50) is
+    cheaper, and the answer is still proven optimal."""
+    cpu_node = gpu_node("cpu", gpus=0, cpu_milli=16_000)
+    cpu_node.taints = (Taint("dedicated", "infer"),)
+    cpu_node.free_cpu_milli = 8000
+    busy = gpu_node("gpu", gpus=2, cpu_milli=64_000)
+    busy.free_cpu_milli = 24_000
+    for zone in busy.numa_zones:
+        zone.free_cpu_milli = 12_000
+    snap = snapshot(cpu_node, busy)
+    g = gang(PodSet("ps0", 1, cpu_milli=8000),
+             PodSet("ps1", 2, cpu_milli=8000,
+                    tolerations=(Toleration("dedicated", operator="Exists"),)),
+             tier="gold")
+    p = placed(snap, g)
+    assert p.terms["numaUnaligned"] == 0
+    assert p.pods_per_node() == {"gpu": 2, "cpu": 1}
+    # without the CPU node the unaligned pod is unavoidable: charged once, still optimal
+    alone = placed(snapshot(busy.copy()), g)
+    assert alone.terms["numaUnaligned"] == 1
