@@ -37,10 +37,12 @@ Reading the metrics:
   `--replay-weights tierMismatch=0` runs nexus without tier matching, to see that trade.
 * GPU allocation is bounded by the work offered: "work offered in the window" is what the
   jobs would allocate if each started on arrival at full speed. A policy allocates more
-  than that only by running gangs slowed down. When the offered work is below capacity (78 %
-  in the default scenario, where FGD's slowed gangs reach 76 %), a policy that runs gangs
-  at full speed could match a slow one's allocation only by starting almost every job the
-  moment it arrives.
+  than that only by running gangs slowed down. The table splits allocation exactly as
+  offered − "work not done in window" (what queueing and slowdown pushed past its end)
+  + "GPU time held beyond the work" (what slowed gangs hold on top of their work). When
+  the offered work is below capacity (78 % in the default scenario, where FGD's slowed
+  gangs reach 76 %), a policy that runs gangs at full speed could match a slow one's
+  allocation only by starting almost every job the moment it arrives.
 * Every policy sees the same arrivals, but one early choice changes the whole replay, so
   single seeds are noisy: compare the mean over several seeds, and the paired per-seed
   differences with their 95 % interval (the seed-to-seed noise section).
@@ -361,6 +363,12 @@ class ReplayResult:
     # % of capacity the jobs would keep busy inside the window if each started on arrival
     # at full speed: what allocation measures without queueing and slowdown
     offered_load: float = 0.0
+    # the split of allocation against that: allocation = offered − not done + overhead.
+    # not done: offered work that queueing or slowdown pushed past the window (offered −
+    # effective); overhead: GPU time held beyond the work done (allocation − effective),
+    # which only slowed-down gangs add
+    work_not_done: float = 0.0
+    slowdown_overhead: float = 0.0
     delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
@@ -596,6 +604,8 @@ def run_replay(
         mean_factor_multinode=round(float(np.mean([f for _, _, f in multi])), 3)
         if multi else 1.0,
         offered_load=round(100.0 * offered / (capacity * window), 2),
+        work_not_done=round(100.0 * (offered - eff_hours) / (capacity * window), 2),
+        slowdown_overhead=round(100.0 * (acc["alloc"] - eff_hours) / (capacity * window), 2),
         delay={k: _stats(v) for k, v in sorted(delays.items())},
         series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )

@@ -174,6 +174,8 @@ REPLAY_ROWS = (
     ("effective_throughput", "effective throughput %"),
     ("gpu_allocation", "GPU allocated %"),
     ("offered_load", "work offered in window %"),
+    ("work_not_done", "  − work not done in window %"),
+    ("slowdown_overhead", "  + GPU time held beyond the work %"),
     ("cost_per_effective_gpu_hour", "cost / effective GPU-h"),
     ("tier_mismatch_gpu_hours", "Bronze-on-premium GPU-h, Gold waiting"),
     ("stranded_vram_gib_hours", "stranded VRAM GiB-h"),
