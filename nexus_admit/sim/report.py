@@ -324,6 +324,93 @@ def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     return dict(out)
 
 
+# what a platform team's manager asks first, in that order: (metric, plain words, unit)
+HEADLINE_METRICS = (
+    ("effective_throughput", "useful GPU work (effective throughput)", "% of capacity"),
+    ("cost_per_effective_gpu_hour", "cost per useful GPU-hour", "price units"),
+    ("delay_mean[tier:gold]", "Gold mean queueing delay", "h"),
+    ("delay_p95[size:64-256 GPUs]", "p95 queueing delay of 64-256-GPU gangs", "h"),
+    ("tier_mismatch_gpu_hours", "Bronze on premium GPUs while Gold waits", "GPU-h"),
+    ("one_tor_share", "multi-node gangs kept inside one ToR", "share"),
+    ("gpu_allocation", "GPU allocation", "% of capacity"),
+)
+
+
+def replay_summary(results: Sequence[Any], comparison: Sequence[dict[str, Any]],
+                   ours: str = "nexus") -> list[str]:
+    """Markdown bullets for the top of the report, per scenario ranked across seeds: each
+    headline metric as `ours` against the best other policy by mean, with the paired
+    verdict, then GPU allocation split into work offered, work not done and GPU time held
+    beyond the work for `ours` and the policy that allocates most, so a lead in allocation
+    that comes from slowed-down gangs reads as such. Everything is read off the data."""
+    lines: list[str] = []
+    by_scenario: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in comparison:
+        if row["seed"] == -1:
+            by_scenario[row["scenario"]][row["metric"]] = row
+    for scenario, rows in by_scenario.items():
+        seeds = sorted({r.seed for r in results if r.scenario == scenario})
+        over = f"mean over {len(seeds)} seeds" if len(seeds) != 1 else f"seed {seeds[0]}"
+        lines.append(f"**{scenario}**, {over}, {ours} against the "
+                     "best other policy on each metric (verdict from seed-paired 95 % "
+                     "intervals):")
+        lines.append("")
+        for metric, words, unit in HEADLINE_METRICS:
+            row = rows.get(metric)
+            if row is None or ours not in row["values"]:
+                continue
+            values = row["values"]
+            others = {p: v for p, v in values.items() if p != ours}
+            if not others:
+                continue
+            pick = max if row["higher_is_better"] else min
+            rival = pick(others, key=lambda p: others[p])
+            verdict = {"ahead of all": "ahead of every other policy", "behind": "behind",
+                       "within noise": "within noise", "tie": "tied"}.get(standing(row), "")
+            lines.append(f"- {words}: {ours} {_fmt(values[ours])} vs {rival} "
+                         f"{_fmt(values[rival])} {unit}" + (f" — {verdict}" if verdict else ""))
+        split = _allocation_split(results, scenario, ours)
+        if split:
+            lines.append(split)
+        lines.append("")
+    return lines
+
+
+def _allocation_split(results: Sequence[Any], scenario: str, ours: str) -> str:
+    """One bullet: allocation = offered − not done + held beyond the work, for `ours` and the
+    policy with the highest mean allocation (when that is another policy); it says the lead
+    is slowdown only when that policy both holds more beyond its work and does no more work."""
+    parts: dict[str, list[Any]] = defaultdict(list)
+    for r in results:
+        if r.scenario == scenario:
+            parts[r.policy].append(r)
+
+    def mean(policy: str, key: str) -> float:
+        return float(np.mean([getattr(r, key) for r in parts[policy]]))
+
+    if ours not in parts:
+        return ""
+    top = max(parts, key=lambda p: mean(p, "gpu_allocation"))
+    if top == ours:
+        return ""
+    offered = mean(ours, "offered_load")
+
+    def said(policy: str) -> str:
+        return (f"{policy} {mean(policy, 'gpu_allocation'):.1f} = "
+                f"{mean(policy, 'offered_load'):.1f} − {mean(policy, 'work_not_done'):.1f} + "
+                f"{mean(policy, 'slowdown_overhead'):.1f}")
+
+    return ("- GPU allocation (% of capacity) = work offered − work not done in the window + "
+            f"GPU time held beyond the work: {said(top)}; {said(ours)}. With "
+            f"{offered:.1f} % offered, {top}'s lead comes from "
+            f"{mean(top, 'slowdown_overhead') - mean(ours, 'slowdown_overhead'):.1f} points "
+            "more GPU time held beyond the work (slowed-down gangs), not from more work done."
+            if mean(top, "slowdown_overhead") > mean(ours, "slowdown_overhead")
+            and mean(top, "effective_throughput") <= mean(ours, "effective_throughput")
+            else f"- GPU allocation split (offered − not done + held beyond the work): "
+                 f"{said(top)}; {said(ours)}.")
+
+
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
     import matplotlib
 
@@ -387,9 +474,10 @@ def write_replay_report(
     write_json(out / "replay.json", {"meta": meta, "results": [r.to_json() for r in results],
                                       "comparison": list(comparison)})
     header, body = replay_table(results)
-    lines = ["# Multi-tenant gang replay", ""]
+    lines = ["# Multi-tenant gang replay", "", "## Summary", "",
+             *replay_summary(results, comparison)]
     if assumptions:
-        lines += [assumptions.strip(), ""]
+        lines += ["## The model and how to read it", "", assumptions.strip(), ""]
     if header:
         lines += [f"{replay_table_title(results)}:", ""]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -78,3 +78,36 @@ def test_closest_rival_and_the_forest_plot(tmp_path: Path) -> None:
     path = plot_paired([behind, noisy, clear, zero], tmp_path, "s")
     assert path is not None and path.name == "replay_s_paired.png" and path.stat().st_size > 0
     assert plot_paired([zero], tmp_path, "z") is None  # no relative scale for a 0 mean
+
+
+def _split(policy: str, seed: int, allocation: float, throughput: float, overhead: float
+           ) -> ReplayResult:
+    r = _result(policy, seed, throughput, 1.0, 10)
+    r.gpu_allocation = allocation
+    r.offered_load = 80.0
+    r.slowdown_overhead = overhead
+    r.work_not_done = 80.0 - allocation + overhead
+    return r
+
+
+def test_the_summary_reads_each_headline_metric_and_splits_allocation() -> None:
+    from nexus_admit.sim.replay import compare
+    from nexus_admit.sim.report import replay_summary
+
+    results = [_split("nexus", s, 64.0 + s, 52.0 + s, 12.0) for s in (1, 2, 3)]
+    results += [_split("fgd", s, 76.0 + s, 32.0 + s, 44.0) for s in (1, 2, 3)]
+    lines = replay_summary(results, compare(results, reference="fgd", across_seeds=True))
+    text = "\n".join(lines)
+    assert lines[0].startswith("**s**, mean over 3 seeds, nexus against")
+    assert ("- useful GPU work (effective throughput): nexus 54.00 vs fgd 34.00 % of "
+            "capacity — ahead of every other policy") in lines
+    assert "- GPU allocation: nexus 66.00 vs fgd 78.00 % of capacity — behind" in lines
+    assert ("fgd 78.0 = 80.0 − 46.0 + 44.0; nexus 66.0 = 80.0 − 26.0 + 12.0" in text
+            and "fgd's lead comes from 32.0 points more GPU time held beyond the work" in text)
+    # a policy that allocates more *and* does more work is not said to be slowed down
+    busier = [_split("nexus", s, 64.0, 52.0, 12.0) for s in (1, 2)]
+    busier += [_split("fgd", s, 76.0, 60.0, 16.0) for s in (1, 2)]
+    text = "\n".join(replay_summary(busier, compare(busier, reference="fgd",
+                                                    across_seeds=True)))
+    assert "lead comes from" not in text
+    assert "fgd 76.0 = 80.0 − 20.0 + 16.0; nexus 64.0 = 80.0 − 28.0 + 12.0" in text
