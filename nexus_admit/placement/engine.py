@@ -47,6 +47,7 @@ from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.baselines.tas import tas_counts
 from nexus_admit.placement.fragmentation import WorkloadDistribution, fill_rank, gradient_table
+from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.objective import (
     evaluate_terms,
     level_weight,
@@ -101,6 +102,8 @@ class CpSatEngine:
         # target workload for the fragmentation-gradient term (weights.fragGradient)
         self.workload = workload or WorkloadDistribution.default()
         self._rank: tuple[tuple[int, int], dict[str, float]] | None = None
+        # node views and pod capacities, kept between solves on a TrackedSnapshot
+        self._memo = NodeMemo()
 
     def set_workload(self, dist: WorkloadDistribution) -> None:
         self.workload = dist
@@ -108,6 +111,7 @@ class CpSatEngine:
     # ------------------------------------------------------------------ public
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
         started = time.perf_counter()
+        self._memo.sync(snapshot, config)
         try:
             problem = prepare(snapshot, gang, config)
         except ValueError as err:
@@ -179,9 +183,12 @@ class CpSatEngine:
         caps: dict[tuple[str, str], int] = {}
         nodes: dict[str, None] = {}
         policy = problem.gang.numa_policy
+        all_nodes = problem.snapshot.nodes
         for ps in problem.gang.pod_sets:
-            for name in problem.candidates[ps.name]:
-                cap = min(pod_capacity(problem.node(name), ps, policy), ps.count)
+            names = problem.candidates[ps.name]
+            fits = self._memo.capacities([all_nodes[n] for n in names], ps, policy)
+            for name, fit in zip(names, fits, strict=True):
+                cap = min(fit, ps.count)
                 if cap > 0:
                     caps[(ps.name, name)] = cap
                     nodes[name] = None
@@ -217,12 +224,29 @@ class CpSatEngine:
         kept: list[str] = []
         seen: dict[tuple[object, ...], int] = defaultdict(int)
         groups: dict[tuple[object, ...], list[str]] = defaultdict(list)
+        gang = problem.gang
+        # a lone pod set's key reads only the node, the config and these (its caps are
+        # min(pod_capacity, count)), so it is remembered per node state between solves
+        signature = (
+            (*pod_shape(gang.pod_sets[0]), gang.pod_sets[0].count, gang.numa_policy,
+             problem.levels)
+            if len(gang.pod_sets) == 1
+            else None
+        )
         for name in red.nodes:
             node = problem.node(name)
             if node.clique is not None and node.clique in problem.pristine_cliques:
                 kept.append(name)  # filling a clique needs every member in the model
                 continue
-            key = (*self._symmetry_key(problem, red, name), *self._frag_key(problem, name))
+
+            def compute(name: str = name) -> tuple[object, ...]:
+                return (*self._symmetry_key(problem, red, name), *self._frag_key(problem, name))
+
+            key = (
+                self._memo.derived(node, signature, compute)
+                if signature is not None
+                else compute()
+            )
             if seen[key] < need:
                 seen[key] += 1
                 kept.append(name)
@@ -235,19 +259,18 @@ class CpSatEngine:
         twins = [members for members in groups.values() if len(members) > 1]
         return Reduction(kept, caps, red.exact, notes, twins)
 
-    @staticmethod
-    def _frag_key(problem: Problem, name: str) -> tuple[object, ...]:
+    def _frag_key(self, problem: Problem, name: str) -> tuple[object, ...]:
         """With the fragmentation gradient on, nodes are twins only if the gradient is equal."""
         if not problem.config.weights.frag_gradient:
             return ()
         node = problem.node(name)
-        return (tuple(sorted(node.gpu_free)), node.free_cpu_milli, node.gpu_product)
+        return (self._memo.view(node).sorted_gpu_free, node.free_cpu_milli, node.gpu_product)
 
     def _frag_per_pod(self, problem: Problem, node: Node, ps: PodSet) -> float:
         """fragGradient per pod of `ps` on `node`, in GPUs: the fragmentation (FGD measure,
         `self.workload`) that as many of these pods as fit add, averaged per pod, so the
         term is linear in the pod count."""
-        cap = max(1, min(ps.count, pod_capacity(node, ps, problem.gang.numa_policy)))
+        cap = max(1, min(ps.count, self._memo.capacity(node, ps, problem.gang.numa_policy)))
         table = gradient_table(
             node.gpu_free,
             node.free_cpu_milli,
@@ -317,13 +340,13 @@ class CpSatEngine:
             out["fillOrder"] = (round(value, 3), w.fill_order)
         return out
 
-    @staticmethod
-    def _symmetry_key(problem: Problem, red: Reduction, name: str) -> tuple[object, ...]:
+    def _symmetry_key(self, problem: Problem, red: Reduction, name: str) -> tuple[object, ...]:
         """Everything the model reads of a node: equal keys mean interchangeable nodes."""
         node = problem.node(name)
+        view = self._memo.view(node)
         caps = tuple(red.caps.get((ps.name, name), 0) for ps in problem.gang.pod_sets)
         aligned = tuple(
-            pod_capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
+            self._memo.capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
             for ps in problem.gang.pod_sets
         )
         zones = (
@@ -342,9 +365,9 @@ class CpSatEngine:
             node.free_cpu_milli if len(caps) > 1 else 0,
             node.free_memory_mib if len(caps) > 1 else 0,
             node.free_pods if len(caps) > 1 else 0,
-            node.free_whole_gpus,
-            node.free_gpu_milli,
-            node.is_pristine() and problem.is_island(node),
+            view.free_whole_gpus,
+            view.free_gpu_milli,
+            view.pristine and problem.is_island(node),
             node.clique,
         )
 
