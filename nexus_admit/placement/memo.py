@@ -5,7 +5,8 @@ The simulator places tens of thousands of gangs on one long-lived snapshot and e
 placement changes a handful of nodes, yet the engine looks at every node to find
 interchangeable ones; recomputing those views was most of a solve on a 1,000-node fleet. On
 a `TrackedSnapshot` the memo drops exactly the nodes its change log names; for any other
-snapshot it starts empty on every solve (nothing says what changed in between). An entry
+snapshot it remembers nothing (nothing says what changed between solves, and within one
+solve the bookkeeping costs more than it saves: the controller's fresh snapshots). An entry
 also remembers the node object it was computed from, so a node replaced under the same
 name is never answered from the old one.
 """
@@ -57,6 +58,7 @@ class NodeMemo:
         # signature of what else it read (see `derived`)
         self._derived: dict[str, tuple[Node, dict[Hashable, tuple[object, ...]]]] = {}
         self._config: PlacementConfig | None = None
+        self._active = False  # remembering at all: only on a TrackedSnapshot
 
     def sync(self, snapshot: ClusterSnapshot, config: PlacementConfig) -> None:
         """Call before reading a snapshot: forget what its changes since the last call made
@@ -65,6 +67,7 @@ class NodeMemo:
         if config is not self._config:
             self._derived.clear()
             self._config = config
+        self._active = isinstance(snapshot, TrackedSnapshot)
         if isinstance(snapshot, TrackedSnapshot) and snapshot is self._snapshot:
             log = snapshot.change_log
             for name in log[self._seen:]:
@@ -76,7 +79,7 @@ class NodeMemo:
         self._views.clear()
         self._caps.clear()
         self._derived.clear()
-        self._snapshot = snapshot
+        self._snapshot = snapshot if self._active else None
         self._seen = len(snapshot.change_log) if isinstance(snapshot, TrackedSnapshot) else 0
 
     def view(self, node: Node) -> NodeView:
@@ -90,7 +93,8 @@ class NodeMemo:
             pristine=node.is_pristine(),
             sorted_gpu_free=tuple(sorted(free)),
         )
-        self._views[node.name] = (node, view)
+        if self._active:
+            self._views[node.name] = (node, view)
         return view
 
     def capacity(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> int:
@@ -99,6 +103,8 @@ class NodeMemo:
 
     def capacities(self, nodes: Sequence[Node], pod_set: PodSet, policy: NumaPolicy) -> list[int]:
         """`capacity` for many nodes and one pod set (the engine's candidate scan)."""
+        if not self._active:
+            return [pod_capacity(node, pod_set, policy) for node in nodes]
         shape = (*pod_shape(pod_set), policy)
         out: list[int] = []
         caps = self._caps
@@ -119,6 +125,8 @@ class NodeMemo:
     ) -> tuple[object, ...]:
         """`compute()`, remembered per node state: the caller promises that it reads only
         the node, the config of the last `sync` and what `signature` names."""
+        if not self._active:
+            return compute()
         entry = self._derived.get(node.name)
         if entry is None or entry[0] is not node:
             entry = (node, {})
