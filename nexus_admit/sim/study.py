@@ -40,8 +40,9 @@ OPENB_NOTES = (
     "nexus is the CP-SAT engine (`make_policy('nexus')`), one-pod gangs, with the PlacementConfig "
     "in sim/openb.py OPENB_NEXUS_CONFIG: fragGradient=1000 (FGD's measure for the trace's "
     "typical pods, exact, no integer rounding), fillOrder=1500 (prefer nodes early in the "
-    "node order), islands and idle-share terms off. It is slow (tens of ms per pod), so it "
-    "runs on fewer seeds than the baselines (see the seeds column).",
+    "node order), islands and idle-share terms off. A CP-SAT solve per pod makes it about "
+    "ten times slower per pod than the baselines (see ms/pod), so unless told otherwise "
+    "(--nexus-seeds) it runs on fewer seeds than they do (see the seeds column).",
 )
 
 BROKEN_LEVELS = (10, 30, 50, 70, 90, 100)
