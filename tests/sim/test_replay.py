@@ -182,16 +182,13 @@ def test_a_held_gang_is_tried_again_when_its_hold_ends_even_if_nothing_else_happ
 
 @needs_data
 @pytest.mark.parametrize("policy", ["fgd", "nexus"])
-def test_allocation_splits_into_offered_work_not_done_and_slowdown_overhead(
-    policy: str,
-) -> None:
-    """allocation = offered − work not done in the window + GPU time held beyond the work;
-    a spreading policy on a gang-heavy mix holds GPUs beyond its work, single-GPU jobs
-    (always at full speed) never do."""
+def test_only_slowed_down_gangs_hold_gpus_beyond_their_work(policy: str) -> None:
+    """The split's parts (allocation = offered − work not done + GPU time held beyond the
+    work, by definition) mean what the report says: no job does more than its full-speed
+    work inside the window, a spreading policy on a gang-heavy mix holds GPUs beyond its
+    work, and single-GPU jobs (always at full speed) never do."""
     gangs = replace(SMALL, mix=(1.0, 0.0, 0.0), load=2.0)
     r = rp.run_replay(policy, gangs)
-    assert r.gpu_allocation == pytest.approx(
-        r.offered_load - r.work_not_done + r.slowdown_overhead, abs=0.03)
     assert r.work_not_done >= 0 and r.slowdown_overhead >= 0
     if policy == "fgd":
         assert r.mean_factor_multinode < 1 and r.slowdown_overhead > 0
