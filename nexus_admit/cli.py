@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from nexus_admit.commands import bench, plan, simulate
+from nexus_admit.commands import bench, plan, run, simulate
 
 __all__ = ["app", "main"]
 
@@ -25,6 +25,7 @@ def _root() -> None:
 
 
 plan.register(app)
+run.register(app)
 bench.register(app)
 simulate.register(app)
 

@@ -4,8 +4,8 @@
                      [--config FILE] [--output text|json]
 
 Without --workload every Workload whose nexus check is Pending with quota reserved is placed,
-in creation order; each sees the capacity taken by the ones placed before it. The JSON output
-is a public interface:
+in Kueue's admission order (priority, then creation); each sees the capacity taken by the
+ones placed before it. The JSON output is a public interface:
 
     {"placements": [{"workload": "ns/name", "feasible": true, "reason": "",
                      "assignments": [{"podSet": "workers", "node": "n1", "pods": 2,
@@ -35,7 +35,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump, DumpError, load_dump, load_objects
 from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.translate import placement_config_from_object
-from nexus_admit.kube.workload import creation_key
+from nexus_admit.kube.workload import admission_order_key
 from nexus_admit.model import Placement, PlacementConfig, apply_slots
 from nexus_admit.placement.base import make_policy
 
@@ -111,7 +111,7 @@ def run_plan(
             if wl is None:
                 raise PlanInputError(f"Workload {key} is not in the snapshot")
             selected.append(wl)
-        selected.sort(key=creation_key)
+        selected.sort(key=admission_order_key)
     else:
         selected = dump.pending_workloads()
         if dump.kueue_index().our_checks() is None and selected:

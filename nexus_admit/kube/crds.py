@@ -205,6 +205,19 @@ def resource_reservation_crd() -> dict[str, Any]:
                 "format": "date-time",
                 "description": "Slots not yet bound are released after this time.",
             },
+            "decision": {
+                "type": "object",
+                "description": "Why the pods go where they go: the engine's answer.",
+                "properties": {
+                    "policy": {"type": "string"},
+                    "status": {"type": "string"},
+                    "objective": {"type": "number"},
+                    "nodes": {"type": "integer", "description": "Distinct nodes used."},
+                    "gpus": {"type": "integer", "description": "GPU devices reserved."},
+                    "terms": {"type": "object", "additionalProperties": {"type": "number"}},
+                    "explanation": {"type": "array", "items": {"type": "string"}},
+                },
+            },
         },
     }
     condition = {
@@ -258,7 +271,9 @@ def resource_reservation_crd() -> dict[str, Any]:
         columns=[
             {"name": "Workload", "type": "string", "jsonPath": ".spec.workloadRef.name"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt"},
+            {"name": "Nodes", "type": "integer", "jsonPath": ".spec.decision.nodes"},
+            {"name": "GPUs", "type": "integer", "jsonPath": ".spec.decision.gpus"},
+            {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
         status=True,

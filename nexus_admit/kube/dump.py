@@ -25,6 +25,7 @@ from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import (
     OWNER_KINDS,
     KueueIndex,
+    admission_order_key,
     creation_key,
     is_pending_on_check,
     workload_template_requests,
@@ -178,10 +179,13 @@ class ClusterDump:
         """Every Workload, in creation order."""
         return sorted(self.kind("Workload"), key=creation_key)
 
-    def pending_workloads(self) -> list[dict[str, Any]]:
-        """Workloads waiting on the nexus check, in creation order."""
-        checks = self.kueue_index().our_checks()
-        return [w for w in self.workloads() if is_pending_on_check(w, checks)]
+    def pending_workloads(self, checks: set[str] | None = None) -> list[dict[str, Any]]:
+        """Workloads waiting on the nexus check (`checks`: our AdmissionCheck names, default
+        every one in the dump), in Kueue's admission order (priority, then creation)."""
+        if checks is None:
+            checks = self.kueue_index().our_checks()
+        pending = [w for w in self.kind("Workload") if is_pending_on_check(w, checks)]
+        return sorted(pending, key=admission_order_key)
 
     def find_workload(self, key: str) -> dict[str, Any] | None:
         """A Workload by 'namespace/name' (or 'name' in namespace default)."""
@@ -197,8 +201,10 @@ class ClusterDump:
         config: PlacementConfig,
         snapshot: ClusterSnapshot,
         kueue: KueueIndex | None = None,
+        now: datetime | None = None,
     ) -> Gang:
-        """Translate one Workload against `snapshot` (its nodes and topologies)."""
+        """Translate one Workload against `snapshot` (its nodes and topologies); `now` gives
+        the gang its waited time (PlacementConfig.localityWait)."""
         try:
             levels: tuple[str, ...] | None = config.resolve_levels(snapshot.kueue_topologies)
         except ValueError as e:
@@ -211,6 +217,7 @@ class ClusterDump:
             kueue=kueue or self.kueue_index(),
             nodes=snapshot.nodes.values(),
             levels=levels,
+            now=now,
         )
 
 

@@ -11,6 +11,7 @@ from typing import Final
 
 __all__ = [
     "ADMISSION_CHECK_CONTROLLER",
+    "ANN_ATTEMPT",
     "ANN_GPU_FRACTION",
     "ANN_GPU_MEMORY",
     "ANN_NUMA_POLICY",
@@ -29,6 +30,7 @@ __all__ = [
     "DRA_ATTR_TYPE",
     "DRA_CAP_MEMORY",
     "DRA_GPU_DRIVER",
+    "GATE_PLACEMENT",
     "GFD_GPU_CLIQUE",
     "GFD_GPU_COUNT",
     "GFD_GPU_MEMORY",
@@ -78,6 +80,10 @@ ANN_SLOT: Final = _P + "slot"  # pod (webhook): "<podSet>/<index>" of the RR slo
 ANN_NUMA_ZONE: Final = _P + "numa-zone"  # pod (webhook): NUMA zone id given to the pod
 
 # ---- additions (not in §4's table; documented in kube/translate.py) ----
+# ResourceReservation: the Workload's quota reservation this placement was made for
+ANN_ATTEMPT: Final = _P + "attempt"
+# pod scheduling gate: the webhook adds it, the ungater removes it once the pod has a slot
+GATE_PLACEMENT: Final = _P + "placement"
 # pod template / pod: the share of ONE GPU the pod uses, "0.25" or "250m" (pod requests
 # nvidia.com/gpu: 1). Without it every nvidia.com/gpu unit is a whole device.
 ANN_GPU_FRACTION: Final = _P + "gpu-fraction"

@@ -52,6 +52,7 @@ from nexus_admit.model import (
 __all__ = [
     "OWNER_KINDS",
     "KueueIndex",
+    "admission_order_key",
     "classify_workload",
     "creation_key",
     "is_pending_on_check",
@@ -248,6 +249,16 @@ def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> b
 def creation_key(obj: Obj) -> tuple[str, str]:
     """Sort key: creationTimestamp (RFC 3339 sorts as text), then namespace/name."""
     return (str(meta(obj).get("creationTimestamp") or ""), object_key(obj))
+
+
+def admission_order_key(workload: Obj) -> tuple[int, str, str]:
+    """Kueue's admission order: higher `spec.priority` first, then older first (then by
+    namespace/name, so the order is total). `plan` and the controller both place in it."""
+    spec = workload.get("spec")
+    priority = spec.get("priority") if isinstance(spec, Mapping) else None
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        priority = 0
+    return (-priority, *creation_key(workload))
 
 
 # ---------------------------------------------------------------- Kueue objects

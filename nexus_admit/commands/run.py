@@ -1,0 +1,96 @@
+"""`nexus-admit run`: the admission controller (kopf operator + pod webhook).
+
+    nexus-admit run [--kubeconfig FILE] [--dry-run] [--webhook-cert F --webhook-key F |
+                    --no-webhook] [--webhook-port 9443] [--health-port 8080] ...
+
+Every flag has an environment variable (NEXUS_*), for the chart. Bad options stop it at
+once with the flag to fix and exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Annotated
+
+import typer
+
+from nexus_admit.controller.options import OptionsError, RunOptions
+
+__all__ = ["register", "run"]
+
+EXIT_OPTIONS = 2
+
+
+def run(
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(envvar="KUBECONFIG", help="kubeconfig file; default in-cluster config."),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", envvar="NEXUS_DRY_RUN", help="Decide and log; write nothing."),
+    ] = False,
+    webhook: Annotated[
+        bool,
+        typer.Option(
+            "--webhook/--no-webhook", envvar="NEXUS_WEBHOOK", help="Serve the pod webhook."
+        ),
+    ] = True,
+    webhook_addr: Annotated[str, typer.Option(envvar="NEXUS_WEBHOOK_ADDR")] = "0.0.0.0",
+    webhook_port: Annotated[int, typer.Option(envvar="NEXUS_WEBHOOK_PORT")] = 9443,
+    webhook_cert: Annotated[
+        str | None, typer.Option(envvar="NEXUS_WEBHOOK_CERT", help="PEM serving certificate.")
+    ] = None,
+    webhook_key: Annotated[
+        str | None, typer.Option(envvar="NEXUS_WEBHOOK_KEY", help="PEM private key.")
+    ] = None,
+    health_addr: Annotated[str, typer.Option(envvar="NEXUS_HEALTH_ADDR")] = "0.0.0.0",
+    health_port: Annotated[
+        int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
+    ] = 8080,
+    policy: Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement policy.")] = "nexus",
+    resync_seconds: Annotated[float, typer.Option(envvar="NEXUS_RESYNC_SECONDS")] = 60.0,
+    retry_seconds: Annotated[
+        int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
+    ] = 15,
+    log_level: Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")] = "INFO",
+) -> None:
+    """Run the admission controller: place Workloads waiting on the nexus AdmissionCheck."""
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("kopf", "aiohttp.access", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    try:
+        options = RunOptions(
+            kubeconfig=kubeconfig,
+            dry_run=dry_run,
+            webhook=webhook,
+            webhook_addr=webhook_addr,
+            webhook_port=webhook_port,
+            webhook_cert=webhook_cert,
+            webhook_key=webhook_key,
+            health_addr=health_addr,
+            health_port=health_port,
+            policy=policy,
+            resync_seconds=resync_seconds,
+            retry_seconds=retry_seconds,
+            log_level=log_level,
+        ).validate()
+    except OptionsError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_OPTIONS) from None
+    from nexus_admit.controller.operator import run as run_operator
+    from nexus_admit.placement.base import policy_names
+
+    if policy not in policy_names():
+        typer.echo(
+            f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
+        )
+        raise typer.Exit(EXIT_OPTIONS)
+    asyncio.run(run_operator(options))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

@@ -1,0 +1,118 @@
+"""Our AdmissionChecks: which PlacementConfig each one means, and its `Active` condition.
+
+Who calls it: `placing.py`, at the start of every pass. A check is ours when its
+`spec.controllerName` is `kubenexus.io/placement`. Its `spec.parameters` names a
+PlacementConfig (none: the built-in defaults). A missing or invalid config makes the check
+`Active=False` with a message that says what is wrong, and Kueue then deactivates the
+ClusterQueues that use it, as it intends, rather than letting Workloads through unplaced.
+The condition is written only when it changes (as Kueue's provisioning check does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from nexus_admit.controller.context import CheckView, Context
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import TranslationError, meta
+from nexus_admit.kube.translate import placement_config_from_object
+from nexus_admit.model import PlacementConfig
+
+__all__ = ["active_condition", "resolve_check", "sync_checks"]
+
+log = logging.getLogger("nexus_admit.admissioncheck")
+
+
+def resolve_check(
+    check: Mapping[str, Any],
+    configs: Mapping[str, Mapping[str, Any]],
+    topologies: Mapping[str, tuple[str, ...]],
+) -> CheckView:
+    """The config an AdmissionCheck of ours refers to, or the problem that stops it."""
+    name = str(meta(check).get("name"))
+    spec = check.get("spec") if isinstance(check.get("spec"), Mapping) else {}
+    params = spec.get("parameters")
+    if not params:
+        return CheckView(name, PlacementConfig())
+    if not isinstance(params, Mapping):
+        return CheckView(name, None, "spec.parameters: expected an object")
+    if params.get("kind") != L.KIND_PLACEMENT_CONFIG or params.get("apiGroup") != L.API_GROUP:
+        return CheckView(
+            name,
+            None,
+            f"spec.parameters must name a {L.KIND_PLACEMENT_CONFIG} (apiGroup {L.API_GROUP}), "
+            f"not {params.get('apiGroup')}/{params.get('kind')}",
+        )
+    config_name = str(params.get("name") or "")
+    obj = configs.get(config_name)
+    if obj is None:
+        return CheckView(
+            name, None, f"PlacementConfig {config_name!r} named in spec.parameters does not exist"
+        )
+    try:
+        config = placement_config_from_object(obj)
+        config.resolve_levels(topologies)
+    except TranslationError as e:
+        return CheckView(name, None, str(e))
+    except ValueError as e:
+        return CheckView(name, None, f"PlacementConfig {config_name}: {e}")
+    return CheckView(name, config)
+
+
+def active_condition(view: CheckView) -> dict[str, str]:
+    if view.config is None:
+        return {
+            "type": "Active",
+            "status": "False",
+            "reason": "InvalidParameters",
+            "message": view.problem,
+        }
+    return {
+        "type": "Active",
+        "status": "True",
+        "reason": "Ready",
+        "message": "nexus-admit places Workloads of this check",
+    }
+
+
+def _current(check: Mapping[str, Any]) -> dict[str, Any]:
+    status = check.get("status") if isinstance(check.get("status"), Mapping) else {}
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "Active":
+            return dict(c)
+    return {}
+
+
+async def sync_checks(ctx: Context) -> None:
+    """Refresh `ctx.checks` and write each check's Active condition when it changed."""
+    configs = {str(meta(o).get("name")): o for o in ctx.store.items(L.KIND_PLACEMENT_CONFIG)}
+    topologies = ctx.store.dump().kueue_topologies()
+    views: dict[str, CheckView] = {}
+    for check in ctx.store.items("AdmissionCheck"):
+        spec = check.get("spec") if isinstance(check.get("spec"), Mapping) else {}
+        if spec.get("controllerName") != L.ADMISSION_CHECK_CONTROLLER:
+            continue
+        view = resolve_check(check, configs, topologies)
+        views[view.name] = view
+        want = active_condition(view)
+        have = _current(check)
+        if all(have.get(k) == v for k, v in want.items()):
+            continue
+        if view.config is None:
+            log.warning("AdmissionCheck %s inactive: %s", view.name, view.problem)
+        cond = {**want, "lastTransitionTime": ctx.clock().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        body = {
+            "apiVersion": L.KUEUE_GROUP_VERSION,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": view.name},
+            "status": {"conditions": [cond]},
+        }
+        try:
+            await asyncio.to_thread(ctx.api.apply_status, "AdmissionCheck", body)
+        except Exception as e:  # retried next pass; the loop must not die of one check
+            ctx.metrics.errors.labels("admissioncheck").inc()
+            log.warning("could not set Active on AdmissionCheck %s: %s", view.name, e)
+    ctx.checks = views

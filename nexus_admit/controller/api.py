@@ -1,0 +1,216 @@
+"""The only module that talks to the Kubernetes API.
+
+Who calls it: the writers (`checks.py`, `reservations.py`, `ungater.py`, `admissioncheck.py`,
+`events.py`) and the re-lists of `watches.py`, always from a worker thread
+(`asyncio.to_thread`): the official client is synchronous and the event loop must stay free
+for kopf's watches and the webhook.
+
+Objects go in and come out as plain dicts (the same shapes as a `kubectl get -o yaml` dump),
+through one generic request on the official client's ApiClient, so the translation code
+reads live objects and dumps alike. `dry_run` turns every write into a logged no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from nexus_admit.kube import labels as L
+
+__all__ = ["FIELD_MANAGER", "RESOURCES", "ApiException", "KubeApi", "Resource", "load_api_client"]
+
+log = logging.getLogger("nexus_admit.api")
+
+FIELD_MANAGER = "nexus-admit"
+_APPLY = "application/apply-patch+yaml"
+_MERGE = "application/merge-patch+json"
+_STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    group: str  # "" for the core API
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        root = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        ns = f"/namespaces/{quote(namespace)}" if self.namespaced and namespace else ""
+        tail = f"/{quote(name)}" if name else ""
+        return f"{root}{ns}/{self.plural}{tail}" + (f"/{sub}" if sub else "")
+
+
+RESOURCES: dict[str, Resource] = {
+    "Node": Resource("", "v1", "nodes", False),
+    "Pod": Resource("", "v1", "pods", True),
+    "Event": Resource("events.k8s.io", "v1", "events", True),
+    "Job": Resource("batch", "v1", "jobs", True),
+    "Workload": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "workloads", True),
+    "LocalQueue": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "localqueues", True),
+    "ClusterQueue": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "clusterqueues", False),
+    "ResourceFlavor": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "resourceflavors", False),
+    "Topology": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "topologies", False),
+    "AdmissionCheck": Resource(L.KUEUE_API_GROUP, L.KUEUE_API_VERSION, "admissionchecks", False),
+    "NodeResourceTopology": Resource(
+        L.NRT_API_GROUP, L.NRT_API_VERSION, "noderesourcetopologies", False
+    ),
+    "ResourceSlice": Resource(L.DRA_API_GROUP, "v1", "resourceslices", False),
+    "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
+    "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
+}
+
+
+def load_api_client(kubeconfig: str | None) -> client.ApiClient:
+    """A client for `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        return config.new_client_from_config()
+    except config.ConfigException:
+        config.load_incluster_config()
+        return client.ApiClient()
+
+
+class KubeApi:
+    """Plain-dict reads and writes on the official client. Thread-safe for concurrent
+    calls (the client's connection pool is)."""
+
+    def __init__(self, api_client: client.ApiClient, *, dry_run: bool = False, timeout: float = 30):
+        self.client = api_client
+        self.dry_run = dry_run
+        self.timeout = timeout
+
+    # ---- the one request ----
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str | None = None,
+        query: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        params = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.client.call_api(*params, _request_timeout=self.timeout)
+        response.read()
+        data = self.client.response_deserialize(response, {"2XX": "object"}).data
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, what: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if self.dry_run:
+            log.info("dry-run: would %s (%s %s)", what, method, path)
+            return {}
+        return self.request(method, path, **kw)
+
+    # ---- reads ----
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
+        """Every object of `kind` and the list's resourceVersion; [] when the API does not
+        serve the kind (e.g. no DRA, no NRT CRD)."""
+        res = RESOURCES[kind]
+        try:
+            doc = self.request("GET", res.path())
+        except ApiException as e:
+            if e.status == 404:
+                return [], None
+            raise
+        items = doc.get("items") or []
+        for it in items:  # list items carry no kind
+            it.setdefault("kind", kind)
+            it.setdefault("apiVersion", res.api_version)
+        rv = (doc.get("metadata") or {}).get("resourceVersion")
+        return items, int(rv) if str(rv or "").isdigit() else None
+
+    def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", RESOURCES[kind].path(namespace, name))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    # ---- writes ----
+    def create(self, kind: str, body: Mapping[str, Any]) -> bool:
+        """Create; False when it already exists (deterministic names: that means done)."""
+        m = body.get("metadata") or {}
+        try:
+            self._write(
+                f"create {kind} {m.get('namespace', '')}/{m.get('name')}",
+                "POST",
+                RESOURCES[kind].path(m.get("namespace")),
+                body=dict(body),
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    def delete(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        try:
+            self._write(
+                f"delete {kind} {namespace or ''}/{name}",
+                "DELETE",
+                RESOURCES[kind].path(namespace, name),
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    def apply_status(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the status fields in `body` under our own field manager: only
+        the fields we set are ours (e.g. one entry of a Workload's admissionChecks)."""
+        m = body.get("metadata") or {}
+        return self._write(
+            f"apply {kind} {m.get('namespace', '')}/{m.get('name')} status",
+            "PATCH",
+            RESOURCES[kind].path(m.get("namespace"), m.get("name"), "status"),
+            body=dict(body),
+            content_type=_APPLY,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+
+    def merge_status(
+        self, kind: str, name: str, namespace: str | None, status: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return self._write(
+            f"patch {kind} {namespace or ''}/{name} status",
+            "PATCH",
+            RESOURCES[kind].path(namespace, name, "status"),
+            body={"status": dict(status)},
+            content_type=_MERGE,
+            query={"fieldManager": FIELD_MANAGER},
+        )
+
+    def patch_pod(self, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Strategic-merge patch of a pod (merge keys let us drop one scheduling gate)."""
+        return self._write(
+            f"patch Pod {namespace}/{name}",
+            "PATCH",
+            RESOURCES["Pod"].path(namespace, name),
+            body=dict(patch),
+            content_type=_STRATEGIC,
+            query={"fieldManager": FIELD_MANAGER},
+        )

@@ -1,0 +1,62 @@
+"""Everything the handlers share, in one record passed through kopf's memo (no globals).
+
+Who calls it: `operator.py` builds one `Context` at start-up; every other module receives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from nexus_admit.controller.api import KubeApi
+from nexus_admit.controller.ledger import Ledger
+from nexus_admit.controller.metrics import Metrics
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.store import Store
+from nexus_admit.model import PlacementConfig
+from nexus_admit.placement.base import PlacementPolicy
+
+__all__ = ["CheckView", "Context", "utc_now"]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckView:
+    """One of our AdmissionChecks as the loop needs it: its config, or why it has none."""
+
+    name: str
+    config: PlacementConfig | None
+    problem: str = ""  # set when the check is inactive
+
+
+@dataclass
+class Context:
+    options: RunOptions
+    api: KubeApi
+    engine: PlacementPolicy
+    store: Store = field(default_factory=Store)
+    ledger: Ledger = field(default_factory=Ledger)
+    metrics: Metrics = field(default_factory=Metrics)
+    clock: Callable[[], datetime] = utc_now
+    # one worker: CP-SAT runs with one search worker, and decisions are made in order anyway
+    solver: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="solver")
+    )
+    checks: dict[str, CheckView] = field(default_factory=dict)
+    # (workload uid → attempt) whose answer is written but not yet seen through the watch:
+    # the store may still show the check Pending, and must not get a second answer
+    answered: dict[str, str] = field(default_factory=dict)
+    # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
+    ungating: dict[str, str] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    synced: bool = False  # every kind listed once: only then may the loop decide anything
+
+    def poke(self) -> None:
+        """Something changed: run a pass soon."""
+        self.wake.set()

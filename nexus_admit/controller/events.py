@@ -1,0 +1,75 @@
+"""Kubernetes Events (events.k8s.io/v1) on the objects users look at: the Workload for every
+decision, the pod when it is denied or pinned. `kubectl describe workload` shows them.
+
+Who calls it: `checks.py` (on a real transition of the check only), `lifecycle.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from nexus_admit.controller.api import ApiException, KubeApi
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import meta
+
+__all__ = ["event_body", "post_event"]
+
+log = logging.getLogger("nexus_admit.events")
+_NOTE_LIMIT = 1024  # the API's limit on an event's note
+_INSTANCE = socket.gethostname()[:128]
+
+
+def event_body(
+    regarding: Mapping[str, Any],
+    reason: str,
+    note: str,
+    event_type: str,
+    now: datetime,
+    action: str,
+) -> dict[str, Any]:
+    m = meta(regarding)
+    name = str(m.get("name") or "object")
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {
+            "generateName": f"{name[:200]}.",
+            "namespace": m.get("namespace") or "default",
+        },
+        "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": L.ADMISSION_CHECK_CONTROLLER,
+        "reportingInstance": _INSTANCE,
+        "action": action,
+        "reason": reason,
+        "type": event_type,
+        "note": note if len(note) <= _NOTE_LIMIT else note[: _NOTE_LIMIT - 1] + "…",
+        "regarding": {
+            "apiVersion": regarding.get("apiVersion"),
+            "kind": regarding.get("kind"),
+            "name": name,
+            "namespace": m.get("namespace"),
+            "uid": m.get("uid"),
+            "resourceVersion": m.get("resourceVersion"),
+        },
+    }
+
+
+def post_event(
+    api: KubeApi,
+    regarding: Mapping[str, Any],
+    reason: str,
+    note: str,
+    *,
+    event_type: str = "Normal",
+    now: datetime,
+    action: str = "Place",
+) -> None:
+    """Best effort: a lost Event must never fail the decision it describes."""
+    try:
+        api.create("Event", event_body(regarding, reason, note, event_type, now, action))
+    except (ApiException, OSError) as e:
+        log.warning("could not post event %s on %s: %s", reason, meta(regarding).get("name"), e)

@@ -1,0 +1,53 @@
+"""Capacity the controller has promised but the cluster does not show yet.
+
+Who calls it: `placing.py`, around every placement it writes. The order follows Kueue's
+scheduler (`assumeWorkload`): the placement is *assumed* before its ResourceReservation is
+created, so the next decision already sees the GPUs as taken, and it is *forgotten* if the
+write fails. Once the watch delivers the reservation the snapshot counts it and the
+assumption is dropped. Nothing here survives a restart, and nothing needs to: after a
+restart every promise is a ResourceReservation in the cluster.
+
+Pure: no kopf, no client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nexus_admit.model import ClusterSnapshot, Gang, Slot, apply_slots
+
+__all__ = ["Assumed", "Ledger"]
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    reservation: str  # the ResourceReservation's "namespace/name"
+    workload: str  # "namespace/name"
+    gang: Gang
+    slots: tuple[Slot, ...]
+
+
+@dataclass(slots=True)
+class Ledger:
+    assumed: dict[str, Assumed] = field(default_factory=dict)
+
+    def assume(self, reservation: str, workload: str, gang: Gang, slots: tuple[Slot, ...]) -> None:
+        self.assumed[reservation] = Assumed(reservation, workload, gang, slots)
+
+    def forget(self, reservation: str) -> None:
+        self.assumed.pop(reservation, None)
+
+    def settle(self, counted: Callable[[Assumed], bool]) -> None:
+        """Drop the assumptions the cluster's own objects now account for."""
+        for key in [k for k, a in self.assumed.items() if counted(a)]:
+            del self.assumed[key]
+
+    def apply_to(self, snapshot: ClusterSnapshot) -> None:
+        """Take every outstanding assumption's capacity from `snapshot` (in place); slots on
+        nodes the snapshot no longer has are skipped (nothing to hold there)."""
+        for a in self.assumed.values():
+            apply_slots(snapshot, a.gang, [s for s in a.slots if s.node in snapshot.nodes])
+
+    def gpus(self) -> int:
+        return sum(len(s.gpu_indices) for a in self.assumed.values() for s in a.slots)

@@ -1,0 +1,238 @@
+"""What happens to a ResourceReservation after its decision.
+
+Who calls it: `placing.py`, before it places anything, so capacity released here is free for
+the same pass. Passive steps read the world: a reservation whose Workload finished, was
+evicted, deactivated, deleted or reserved quota anew is released (deleted; the owner
+reference would garbage-collect it with the Workload anyway); its status records which pods
+hold which slots and becomes `Bound` when all are bound. Active steps act: a reservation none
+of whose pods bound before `spec.expiresAt` is released and its gang sent back through
+Retry; a pinned pod that stays unschedulable (a pod outside Kueue took the capacity) sends
+its gang back through Retry with that reason.
+
+`release_reason` and `reservation_status` are pure; the rest writes through `api.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from nexus_admit.controller.checks import current_entry, write_check
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.events import post_event
+from nexus_admit.controller.outcome import CheckState, Outcome
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster import parse_time
+from nexus_admit.kube.errors import meta, object_key
+from nexus_admit.kube.reservations import (
+    PHASE_BOUND,
+    PHASE_RESERVED,
+    attempt_key,
+    parse_slot_key,
+    reservation_attempt,
+    reservation_slots,
+    reservation_workload_key,
+    reservation_workload_uid,
+    slot_key,
+)
+
+__all__ = ["release_reason", "reservation_status", "sync_lifecycle", "unschedulable_pin"]
+
+log = logging.getLogger("nexus_admit.lifecycle")
+
+# how long a pinned pod may stay unschedulable before its gang is re-placed: longer than the
+# scheduler's first retries, short enough that the gang is not stuck behind a lost node
+UNSCHEDULABLE_GRACE = timedelta(seconds=20)
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
+
+
+def release_reason(
+    rr: Mapping[str, Any], workload: Mapping[str, Any] | None, checks: Sequence[str]
+) -> str | None:
+    """Why this reservation no longer holds capacity, or None while it should."""
+    if workload is None:
+        return "its Workload was deleted"
+    uid = reservation_workload_uid(rr)
+    if uid and uid != meta(workload).get("uid"):
+        return "its Workload was deleted and created again"
+    cond = _conditions(workload)
+    if cond.get("Finished", {}).get("status") == "True":
+        return "the Workload finished"
+    spec = workload.get("spec") if isinstance(workload.get("spec"), Mapping) else {}
+    if spec.get("active") is False:
+        return "the Workload was deactivated"
+    if cond.get("Evicted", {}).get("status") == "True":
+        why = cond["Evicted"].get("reason") or "evicted"
+        return f"the Workload was evicted ({why})"
+    if cond.get("QuotaReserved", {}).get("status") != "True":
+        return "Kueue released the Workload's quota"
+    attempt = reservation_attempt(rr)
+    if attempt and attempt != attempt_key(workload):
+        return "the Workload holds a newer quota reservation"
+    for check in checks:
+        state = current_entry(workload, check).get("state")
+        if state in (CheckState.RETRY.value, CheckState.REJECTED.value):
+            return f"its placement check is {state}"
+    return None
+
+
+def reservation_status(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Which pod holds which slot (Claimed: pinned, Bound: on its node), and the phase."""
+    wanted = {s.key for s in reservation_slots(rr)}
+    rows = []
+    for p in sorted(pods, key=lambda p: str(meta(p).get("name"))):
+        m = meta(p)
+        ref = parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT))
+        phase = (p.get("status") or {}).get("phase")
+        if ref is None or slot_key(*ref) not in wanted or phase in ("Succeeded", "Failed"):
+            continue
+        bound = bool((p.get("spec") or {}).get("nodeName"))
+        rows.append(
+            {
+                "slot": slot_key(*ref),
+                "pod": str(m.get("name")),
+                "uid": str(m.get("uid") or ""),
+                "state": "Bound" if bound else "Claimed",
+            }
+        )
+    bound_slots = {r["slot"] for r in rows if r["state"] == "Bound"}
+    phase = PHASE_BOUND if wanted and bound_slots >= wanted else PHASE_RESERVED
+    return {"phase": phase, "slots": rows}
+
+
+def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
+    """The scheduler's reason when a pinned pod has been unschedulable past the grace."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    cond = _conditions(pod).get("PodScheduled")
+    if not cond or cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
+        return None
+    since = parse_time(cond.get("lastTransitionTime"))
+    if since is None or now - since < UNSCHEDULABLE_GRACE:
+        return None
+    return str(cond.get("message") or "unschedulable")
+
+
+def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    status = rr.get("status") if isinstance(rr.get("status"), Mapping) else {}
+    if status.get("phase") == PHASE_BOUND:
+        return True
+    return any((p.get("spec") or {}).get("nodeName") for p in pods)
+
+
+async def sync_lifecycle(ctx: Context) -> None:
+    now = ctx.clock()
+    checks = sorted(ctx.checks)
+    phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
+    for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
+        m = meta(rr)
+        ns, name = str(m.get("namespace")), str(m.get("name"))
+        if m.get("deletionTimestamp"):
+            continue
+        workload = ctx.store.get("Workload", reservation_workload_key(rr))
+        pods = ctx.store.pods_of_reservation(ns, name, L.LABEL_RESERVATION)
+        reason = release_reason(rr, workload, checks)
+        if reason is None:
+            reason = await _act(ctx, rr, workload, pods, now, checks)
+        if reason is not None:
+            await _release(ctx, rr, workload, reason, now)
+            continue
+        status = reservation_status(rr, pods)
+        phases[status["phase"]] += 1
+        have = rr.get("status") if isinstance(rr.get("status"), Mapping) else {}
+        if have.get("phase") != status["phase"] or have.get("slots") != status["slots"]:
+            try:
+                await asyncio.to_thread(
+                    ctx.api.merge_status, L.KIND_RESOURCE_RESERVATION, name, ns, status
+                )
+            except Exception as e:  # informational; rewritten next pass
+                ctx.metrics.errors.labels("reservation-status").inc()
+                log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
+    for phase, n in phases.items():
+        ctx.metrics.reservations.labels(phase).set(n)
+
+
+async def _act(
+    ctx: Context,
+    rr: Mapping[str, Any],
+    workload: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime,
+    checks: Sequence[str],
+) -> str | None:
+    """Send the gang back through Retry when its reservation cannot serve it any more;
+    returns why (the reservation is then released) or None."""
+    if workload is None:
+        return None
+    message = None
+    expires = parse_time((rr.get("spec") or {}).get("expiresAt"))
+    if expires is not None and expires <= now and not _ever_bound(rr, pods):
+        message = (
+            f"reservation {meta(rr).get('name')} expired: no pod of the Workload was bound "
+            "before spec.expiresAt; the gang is placed again"
+        )
+    else:
+        for pod in pods:
+            why = unschedulable_pin(pod, now)
+            if why is not None:
+                node = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(L.HOSTNAME_LABEL)
+                message = (
+                    f"pod {meta(pod).get('name')} pinned to node {node} cannot be scheduled "
+                    f"({why}): the capacity reserved there was taken, most likely by a pod "
+                    "that bypassed Kueue; the gang is placed again"
+                )
+                break
+    if message is None:
+        return None
+    for check in checks:
+        if current_entry(workload, check):
+            outcome = Outcome(
+                CheckState.RETRY,
+                message,
+                "PlacementRetry",
+                "Warning",
+                requeue_after_seconds=ctx.options.retry_seconds,
+            )
+            try:
+                await write_check(ctx, workload, check, outcome)
+            except Exception as e:
+                ctx.metrics.errors.labels("check").inc()
+                log.warning("could not send %s back through Retry: %s", object_key(workload), e)
+                return None
+    return message
+
+
+async def _release(
+    ctx: Context,
+    rr: Mapping[str, Any],
+    workload: Mapping[str, Any] | None,
+    reason: str,
+    now: datetime,
+) -> None:
+    m = meta(rr)
+    ns, name = str(m.get("namespace")), str(m.get("name"))
+    try:
+        await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
+    except Exception as e:
+        ctx.metrics.errors.labels("release").inc()
+        log.warning("could not release reservation %s/%s: %s", ns, name, e)
+        return
+    ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)  # free for this very pass
+    log.info("released reservation %s/%s: %s", ns, name, reason)
+    if workload is not None:
+        await asyncio.to_thread(
+            post_event,
+            ctx.api,
+            workload,
+            "PlacementReleased",
+            f"reservation {name} released: {reason}",
+            now=now,
+            action="Release",
+        )

@@ -1,0 +1,72 @@
+"""Every metric the controller exports, defined once, on a registry of its own.
+
+Who calls it: `context.py` creates one `Metrics`; the loop, the ungater, the webhook and the
+lag probe record into it; `operator.py` serves it on /metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["Metrics"]
+
+_P = "nexus_admit_"
+_SOLVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.solve_seconds = Histogram(
+            _P + "solve_seconds",
+            "Engine time per placement, by outcome.",
+            ["outcome"],
+            buckets=_SOLVE_BUCKETS,
+            registry=r,
+        )
+        self.placements = Counter(
+            _P + "placements", "Placement decisions written, by outcome.", ["outcome"], registry=r
+        )
+        self.reservations = Gauge(
+            _P + "reservations", "ResourceReservations by phase.", ["phase"], registry=r
+        )
+        self.gpus = Gauge(
+            _P + "ledger_gpus",
+            "GPU devices by state: free, reserved (slots whose pods are "
+            "not bound), bound (pods running on them).",
+            ["state"],
+            registry=r,
+        )
+        self.pristine_islands = Gauge(
+            _P + "pristine_islands", "Fully free 8-GPU nodes (islands).", registry=r
+        )
+        self.ungate_seconds = Histogram(
+            _P + "ungate_seconds",
+            "Pod creation to the removal of the placement gate.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.webhook_requests = Counter(
+            _P + "webhook_requests", "Pod admission requests, by answer.", ["answer"], registry=r
+        )
+        self.loop_lag_seconds = Histogram(
+            _P + "event_loop_lag_seconds",
+            "How late a 0.25 s timer fires on the event loop.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.pass_seconds = Histogram(
+            _P + "reconcile_seconds",
+            "One reconcile pass (releases, placements, ungating).",
+            buckets=_SOLVE_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
+        )

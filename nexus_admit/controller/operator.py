@@ -1,0 +1,161 @@
+"""Wiring only: builds the context, registers the handlers, runs kopf and the loop.
+
+Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
+filled by a full list before kopf's watches and the loop start, so the first decision already
+sees every reservation; the webhook and the health endpoint come up with kopf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from nexus_admit.controller import watches
+from nexus_admit.controller.api import RESOURCES, KubeApi, load_api_client
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.placing import run_loop
+from nexus_admit.controller.webhook import review_pod
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import meta
+from nexus_admit.placement.base import make_policy
+
+__all__ = ["WEBHOOK_PATH", "build_context", "run"]
+
+log = logging.getLogger("nexus_admit.operator")
+
+# kopf serves each admission handler at /<handler id>
+WEBHOOK_ID = "pod-gate"
+WEBHOOK_PATH = f"/{WEBHOOK_ID}"
+
+
+def build_context(options: RunOptions) -> Context:
+    api = KubeApi(load_api_client(options.kubeconfig), dry_run=options.dry_run)
+    return Context(options=options, api=api, engine=make_policy(options.policy))
+
+
+def _registry(options: RunOptions) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    watches.register(registry)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    if options.webhook:
+        pods = RESOURCES["Pod"]
+
+        @kopf.on.mutate(
+            pods.group,
+            pods.version,
+            pods.plural,
+            id=WEBHOOK_ID,
+            operation="CREATE",
+            labels={L.LABEL_RESERVATION: kopf.PRESENT},
+            side_effects=False,
+            registry=registry,
+        )
+        async def gate(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+            pod = dict(body)
+            namespace = str(meta(pod).get("namespace") or "default")
+            answer = await review_pod(memo.ctx, pod, namespace)
+            if not answer.allowed:
+                raise kopf.AdmissionError(answer.message, code=403)
+            if answer.add_gate:
+                gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
+                patch.spec["schedulingGates"] = [*gates, {"name": L.GATE_PLACEMENT}]
+
+    return registry
+
+
+def _settings(options: RunOptions) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # our Events are written by events.py, on purpose only
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.error_backoffs = [1, 2, 5, 10]
+    if options.webhook:
+        settings.admission.server = kopf.WebhookServer(
+            addr=options.webhook_addr,
+            port=options.webhook_port,
+            certfile=options.webhook_cert,
+            pkeyfile=options.webhook_key,
+        )
+        settings.admission.managed = None  # the chart / e2e harness registers the webhook
+    return settings
+
+
+async def _lag_probe(ctx: Context, interval: float = 0.25) -> None:
+    """How late the event loop runs a timer: proof that solves do not block it."""
+    while True:
+        started = time.perf_counter()
+        await asyncio.sleep(interval)
+        ctx.metrics.loop_lag_seconds.observe(max(0.0, time.perf_counter() - started - interval))
+
+
+async def _health_server(ctx: Context) -> web.AppRunner:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        return web.Response(text="ok") if ctx.synced else web.Response(status=503, text="syncing")
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(ctx.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.add_routes(
+        [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
+    )
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, ctx.options.health_addr, ctx.options.health_port).start()
+    return runner
+
+
+async def run(options: RunOptions) -> None:
+    if options.kubeconfig:
+        # kopf's own login reads the same kubeconfig as our client
+        os.environ["KUBECONFIG"] = options.kubeconfig
+    ctx = build_context(options)
+    runner = await _health_server(ctx)
+    log.info(
+        "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s",
+        options.policy,
+        options.dry_run,
+        f"{options.webhook_addr}:{options.webhook_port}{WEBHOOK_PATH}"
+        if options.webhook
+        else "off",
+        options.health_port,
+    )
+    await watches.initial_list(ctx)
+    tasks = [
+        asyncio.create_task(run_loop(ctx), name="placing"),
+        asyncio.create_task(watches.resync_loop(ctx), name="resync"),
+        asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
+    ]
+    try:
+        await kopf.operator(
+            registry=_registry(options),
+            settings=_settings(options),
+            clusterwide=True,
+            standalone=True,
+            memo=kopf.Memo(ctx=ctx),
+        )
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        await runner.cleanup()
+        ctx.solver.shutdown(wait=False, cancel_futures=True)

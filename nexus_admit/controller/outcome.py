@@ -1,0 +1,146 @@
+"""A placement (or a reason not to place) → what this check tells Kueue and the user.
+
+Who calls it: `placing.py`. Pure: the decision is made here, the writing is done by
+`checks.py` and `events.py`. Ready carries the podSetUpdates that make Kueue put the
+reservation label (and, when every pod of a pod set shares one domain, that domain as a
+nodeSelector) on the pods; Retry carries when to ask again; Rejected says what to change.
+The message is the one line `kubectl describe workload` shows, so it names the decision.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.model import ClusterSnapshot, Gang, Placement
+
+__all__ = [
+    "CheckState",
+    "Outcome",
+    "common_domain",
+    "passthrough",
+    "placed",
+    "rejected_input",
+    "retry_backoff_seconds",
+    "unplaced",
+]
+
+MESSAGE_LIMIT = 1024  # Kueue allows 32 KiB; describe output stays readable below this
+DEFAULT_RETRY_SECONDS = 15
+MAX_RETRY_SECONDS = 300
+
+
+class CheckState(enum.StrEnum):
+    PENDING = "Pending"
+    READY = "Ready"
+    RETRY = "Retry"
+    REJECTED = "Rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    state: CheckState
+    message: str
+    event_reason: str
+    event_type: str = "Normal"  # Normal | Warning
+    requeue_after_seconds: int | None = None
+    pod_set_updates: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+def retry_backoff_seconds(retry_count: int, base: int = DEFAULT_RETRY_SECONDS) -> int:
+    """base × 2^retries, capped: a gang that keeps not fitting is asked about less often."""
+    return min(MAX_RETRY_SECONDS, base * 2 ** min(max(retry_count, 0), 5))
+
+
+def common_domain(
+    placement: Placement, pod_set: str, snapshot: ClusterSnapshot, levels: Sequence[str]
+) -> dict[str, str]:
+    """The finest topology domain (below a single host) every pod of `pod_set` sits in, as a
+    nodeSelector; {} when the pods span the highest level too."""
+    nodes = {s.node for s in placement.slots if s.pod_set == pod_set}
+    found: dict[str, str] = {}
+    for level in levels:
+        if level == L.HOSTNAME_LABEL:
+            break
+        values = {snapshot.nodes[n].labels.get(level) for n in nodes if n in snapshot.nodes}
+        if len(values) != 1 or None in values:
+            break
+        found = {level: str(values.pop())}
+    return found
+
+
+def placed(
+    placement: Placement,
+    gang: Gang,
+    reservation: str,
+    snapshot: ClusterSnapshot,
+    levels: Sequence[str],
+) -> Outcome:
+    updates = []
+    for ps in gang.pod_sets:
+        update: dict[str, Any] = {"name": ps.name, "labels": {L.LABEL_RESERVATION: reservation}}
+        selector = common_domain(placement, ps.name, snapshot, levels)
+        if selector:
+            update["nodeSelector"] = selector
+        updates.append(update)
+    nodes = len({s.node for s in placement.slots})
+    head = f"placed {len(placement.slots)} pods on {nodes} nodes (reservation {reservation})"
+    return Outcome(
+        CheckState.READY,
+        _clip("; ".join([head, *placement.explanation])),
+        "Placed",
+        pod_set_updates=tuple(updates),
+    )
+
+
+def unplaced(placement: Placement, retry_count: int, base_seconds: int) -> Outcome:
+    """Retry when it may fit later (capacity, fragmentation, a locality hold); Rejected
+    when it never can (e.g. no GPU has the VRAM it asks for)."""
+    if placement.retryable:
+        if placement.retry_after_seconds is not None:
+            after = max(1, round(placement.retry_after_seconds))
+        else:
+            after = retry_backoff_seconds(retry_count, base_seconds)
+        return Outcome(
+            CheckState.RETRY,
+            _clip(f"cannot place now, retry in {after}s: {placement.reason}"),
+            "PlacementRetry",
+            "Normal",
+            requeue_after_seconds=after,
+        )
+    return Outcome(
+        CheckState.REJECTED,
+        _clip(f"cannot ever be placed: {placement.reason}"),
+        "PlacementRejected",
+        "Warning",
+    )
+
+
+def rejected_input(error: Exception) -> Outcome:
+    """Malformed input (an annotation, a request, a broken config): tell the user what."""
+    return Outcome(
+        CheckState.REJECTED,
+        _clip(f"invalid workload: {error}"),
+        "PlacementRejected",
+        "Warning",
+    )
+
+
+def passthrough(pod_sets: Sequence[str]) -> Outcome:
+    """Pod sets on a Kueue TAS flavor: Kueue already chose their hosts; nexus does not pin."""
+    return Outcome(
+        CheckState.READY,
+        _clip(
+            f"not pinned: pod sets {', '.join(pod_sets)} use a topology-aware flavor, whose "
+            "hosts Kueue's own TAS chose at quota reservation"
+        ),
+        "Placed",
+    )

@@ -1,0 +1,249 @@
+"""The controller's loop: one pass decides everything that changed, in a fixed order.
+
+Who calls it: `operator.py` runs `run_loop` as a background task next to kopf's watches.
+Each pass is a short recipe of named steps:
+
+1. `sync_checks`   our AdmissionChecks' Active condition and PlacementConfigs;
+2. `sync_lifecycle` release reservations whose attempt is over, mark Bound, expire, Retry
+                    gangs a bypassing pod displaced (released capacity is free for step 3);
+3. `place_pending` Workloads waiting on our check, in Kueue's order (priority, creation),
+                    each solved against one snapshot that already holds the earlier ones;
+4. `sync_ungating` give gated pods their slots.
+
+Level-triggered: a pass reads only the store (the cluster as watched) and the ledger, so a
+repeated or lost event changes nothing, and a restart resumes from the objects. The CP-SAT
+solve runs in a worker thread so watches, the webhook and health checks stay responsive.
+
+Per Workload (`place_one`), the order of writes follows ARCHITECTURE §2.7: assume in the
+ledger, create the ResourceReservation, then apply the check entry. A failed create forgets
+the assumption; a failed check write keeps it (the reservation exists: the next pass finds it
+by its deterministic name and writes the check again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from nexus_admit.controller.admissioncheck import sync_checks
+from nexus_admit.controller.api import ApiException
+from nexus_admit.controller.checks import current_entry, write_check
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.lifecycle import sync_lifecycle
+from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejected_input, unplaced
+from nexus_admit.controller.ungater import sync_ungating
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.reservations import (
+    attempt_key,
+    neighbour_order,
+    reservation_for,
+    reservation_name,
+    reservation_slots,
+)
+from nexus_admit.kube.workload import KueueIndex, tas_pod_sets
+from nexus_admit.model import (
+    ClusterSnapshot,
+    Gang,
+    Placement,
+    PlacementConfig,
+    Slot,
+    SolveStatus,
+    apply_slots,
+    release_slots,
+)
+
+__all__ = ["place_pending", "reconcile", "run_loop"]
+
+log = logging.getLogger("nexus_admit.placing")
+
+
+async def run_loop(ctx: Context) -> None:
+    """Run a pass whenever something changed, and at least every tick (TTLs, holds)."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.wake.wait(), timeout=ctx.options.tick_seconds)
+        ctx.wake.clear()
+        if not ctx.synced:
+            continue
+        started = time.perf_counter()
+        try:
+            await reconcile(ctx)
+        except Exception:  # one bad pass must not stop the controller; the next retries
+            ctx.metrics.errors.labels("reconcile").inc()
+            log.exception("reconcile pass failed; retrying on the next event or tick")
+        ctx.metrics.pass_seconds.observe(time.perf_counter() - started)
+
+
+async def reconcile(ctx: Context) -> None:
+    await sync_checks(ctx)
+    await sync_lifecycle(ctx)
+    await place_pending(ctx)
+    await sync_ungating(ctx)
+
+
+def _our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
+    """The name of our check this Workload waits on (Pending), if any."""
+    status = workload.get("status") if isinstance(workload.get("status"), Mapping) else {}
+    for entry in status.get("admissionChecks") or []:
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("name") in ctx.checks
+            and entry.get("state") == "Pending"
+        ):
+            return str(entry["name"])
+    return None
+
+
+async def place_pending(ctx: Context) -> None:
+    active = {n for n, v in ctx.checks.items() if v.config is not None}
+    if not active:
+        return
+    dump = ctx.store.dump()
+    pending = dump.pending_workloads(active)
+    # answers the watch has shown (the check left Pending, or a new attempt) need no guard
+    waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
+    ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
+    if not pending:
+        return
+    now = ctx.clock()
+    keys = {object_key(w) for w in pending}
+    try:
+        snapshot = dump.snapshot(exclude_workloads=keys, now=now)
+    except TranslationError as e:
+        # a malformed Node or reservation: nothing can be placed safely until it is fixed
+        ctx.metrics.errors.labels("snapshot").inc()
+        log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
+        return
+    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    ctx.ledger.settle(lambda a: a.reservation in stored and a.workload not in keys)
+    ctx.ledger.apply_to(snapshot)
+    kueue = dump.kueue_index()
+    for wl in pending:
+        check = _our_pending_check(wl, ctx)
+        if check is None:
+            continue
+        await place_one(ctx, dump, kueue, snapshot, wl, check, now)
+
+
+def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
+    uid = str(meta(workload).get("uid") or "")
+    return bool(uid) and ctx.answered.get(uid) == attempt_key(workload)
+
+
+def _levels(config: PlacementConfig, snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    return config.resolve_levels(snapshot.kueue_topologies)
+
+
+async def place_one(
+    ctx: Context,
+    dump: ClusterDump,
+    kueue: KueueIndex,
+    snapshot: ClusterSnapshot,
+    workload: dict[str, Any],
+    check: str,
+    now: datetime,
+) -> None:
+    """Decide and write the answer for one Workload (steps 1-5 of the recipe below)."""
+    if _already_answered(ctx, workload):
+        return  # our answer for this quota reservation is written; the watch lags
+    key = object_key(workload)
+    ns = str(meta(workload).get("namespace") or "default")
+    name = reservation_name(workload)
+    rr_key = f"{ns}/{name}"
+    if rr_key in ctx.ledger.assumed:
+        return  # written earlier in this run; the check write will be retried from the store
+    config = ctx.checks[check].config
+    assert config is not None  # only active checks reach here
+
+    # 1. translate; malformed input is the user's to fix
+    try:
+        gang = dump.gang(workload, config, snapshot, kueue, now=now)
+    except TranslationError as e:
+        await _answer(ctx, workload, check, rejected_input(e))
+        return
+    # 2. Kueue TAS flavors: Kueue chose the hosts already
+    tas = tas_pod_sets(workload, kueue)
+    if tas:
+        await _answer(ctx, workload, check, passthrough(tas))
+        return
+    levels = _levels(config, snapshot)
+    # 3. a reservation of this attempt exists (we crashed, or the check write failed):
+    #    hold its capacity and answer from it, never solve twice
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
+    if existing is not None:
+        placement = _placement_of(existing, gang)
+        apply_slots(snapshot, gang, [s for s in placement.slots if s.node in snapshot.nodes])
+        await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
+        return
+    # 4. solve off the event loop
+    placement = await _solve(ctx, snapshot, gang, config)
+    if not placement.feasible:
+        retries = int(current_entry(workload, check).get("retryCount") or 0)
+        await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
+        return
+    # 5. assume, reserve, answer
+    placement.slots = neighbour_order(placement.slots, snapshot, levels)
+    slots = tuple(placement.slots)
+    ctx.ledger.assume(rr_key, key, gang, slots)
+    apply_slots(snapshot, gang, slots)
+    expires = now + timedelta(seconds=config.reservation_ttl_seconds)
+    body = reservation_for(
+        name=name, workload=workload, gang=gang, placement=placement, expires_at=expires
+    )
+    try:
+        created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
+    except (ApiException, OSError) as e:
+        ctx.ledger.forget(rr_key)
+        release_slots(snapshot, gang, slots)
+        ctx.metrics.errors.labels("reserve").inc()
+        log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
+        return
+    if not created:
+        log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+    await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
+
+
+async def _solve(
+    ctx: Context, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig
+) -> Placement:
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    placement = await loop.run_in_executor(ctx.solver, ctx.engine.place, snapshot, gang, config)
+    outcome = "feasible" if placement.feasible else placement.status.value
+    ctx.metrics.solve_seconds.labels(outcome).observe(time.perf_counter() - started)
+    return placement
+
+
+async def _answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
+    try:
+        await write_check(ctx, workload, check, outcome)
+    except (ApiException, OSError) as e:
+        ctx.metrics.errors.labels("check").inc()
+        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
+        return
+    uid = str(meta(workload).get("uid") or "")
+    if uid:
+        ctx.answered[uid] = attempt_key(workload)
+
+
+def _placement_of(rr: Mapping[str, Any], gang: Gang) -> Placement:
+    """The decision a reservation records, as a Placement (for re-writing its check)."""
+    spec = rr.get("spec") if isinstance(rr.get("spec"), Mapping) else {}
+    decision = spec.get("decision") if isinstance(spec.get("decision"), Mapping) else {}
+    explanation = decision.get("explanation")
+    slots = [Slot(s.pod_set, s.index, s.node, s.gpus, s.numa_zone) for s in reservation_slots(rr)]
+    return Placement(
+        gang=gang.name,
+        policy=str(decision.get("policy") or "nexus"),
+        feasible=True,
+        status=SolveStatus.FEASIBLE,
+        slots=slots,
+        explanation=[str(x) for x in explanation] if isinstance(explanation, list) else [],
+    )

@@ -1,0 +1,144 @@
+"""The controller's view of the cluster: the objects of every watched kind, by key.
+
+Who calls it: `watches.py` feeds it from kopf's event-watching handlers and from the
+periodic re-lists; `placing.py`, `ungater.py`, `lifecycle.py` and `webhook.py` read it. It is
+pure (no kopf, no client) and answers with a `ClusterDump`, so the controller and `nexus-admit
+plan` translate the cluster through the same code.
+
+Why re-lists: kopf's watch streams resume after an apiserver restart, but an object deleted
+while nobody watched never produces a DELETED event. `replace()` drops what a fresh list no
+longer holds (unless an event newer than the list already updated it), the way an informer's
+re-list does. Events carry a resourceVersion; one older than what the store holds is stale
+(a duplicate or out-of-order delivery) and is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import meta
+
+__all__ = ["WATCHED_KINDS", "Store", "resource_version"]
+
+# every kind the controller reads; the names are the `kind` of the objects (as in a dump)
+WATCHED_KINDS = (
+    "Node",
+    "Pod",
+    "Job",
+    "Workload",
+    "LocalQueue",
+    "ClusterQueue",
+    "ResourceFlavor",
+    "Topology",
+    "AdmissionCheck",
+    "NodeResourceTopology",
+    "ResourceSlice",
+    "ResourceReservation",
+    "PlacementConfig",
+)
+
+
+def resource_version(obj: Mapping[str, Any]) -> int | None:
+    """The object's resourceVersion as a number (etcd's revision), None if absent/opaque."""
+    rv = meta(obj).get("resourceVersion")
+    try:
+        return int(str(rv))
+    except (TypeError, ValueError):
+        return None
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    m = meta(obj)
+    ns = m.get("namespace")
+    return f"{ns}/{m.get('name')}" if ns else str(m.get("name"))
+
+
+def _newer_or_same(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    if old is None:
+        return True
+    a, b = resource_version(new), resource_version(old)
+    return a is None or b is None or a >= b
+
+
+@dataclass(slots=True)
+class Store:
+    """Objects by kind, then by 'namespace/name'. Single-threaded: only the event loop
+    touches it."""
+
+    objects: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: {k: {} for k in WATCHED_KINDS}
+    )
+    # deleted keys with the resourceVersion of their deletion, so a late ADDED/MODIFIED of
+    # the same object (a stale event) cannot bring it back
+    tombstones: dict[tuple[str, str], int] = field(default_factory=dict)
+    generation: int = 0  # bumps on every change; lets readers skip work when nothing moved
+
+    def upsert(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        """Add or update; False (and nothing changes) when the event is stale."""
+        key = _key(obj)
+        bucket = self.objects.setdefault(kind, {})
+        gone = self.tombstones.get((kind, key))
+        rv = resource_version(obj)
+        if gone is not None and rv is not None and rv <= gone:
+            return False
+        if not _newer_or_same(obj, bucket.get(key)):
+            return False
+        bucket[key] = dict(obj)
+        self.tombstones.pop((kind, key), None)
+        self.generation += 1
+        return True
+
+    def delete(self, kind: str, obj: Mapping[str, Any]) -> bool:
+        key = _key(obj)
+        bucket = self.objects.setdefault(kind, {})
+        old = bucket.get(key)
+        if old is not None and not _newer_or_same(obj, old):
+            return False
+        bucket.pop(key, None)
+        rv = resource_version(obj)
+        if rv is not None:
+            self.tombstones[(kind, key)] = rv
+        self.generation += 1
+        return old is not None
+
+    def replace(
+        self, kind: str, items: Iterable[Mapping[str, Any]], list_version: int | None
+    ) -> None:
+        """A fresh list of `kind` at resourceVersion `list_version`: objects it lacks are
+        dropped unless an event newer than the list updated them."""
+        listed = {}
+        for obj in items:
+            listed[_key(obj)] = obj
+            self.upsert(kind, obj)
+        bucket = self.objects.setdefault(kind, {})
+        for key in [k for k in bucket if k not in listed]:
+            rv = resource_version(bucket[key])
+            if list_version is None or rv is None or rv <= list_version:
+                del bucket[key]
+                self.generation += 1
+        if list_version is not None:
+            self.tombstones = {
+                k: v for k, v in self.tombstones.items() if k[0] != kind or v > list_version
+            }
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self.objects.get(kind, {}).get(key)
+
+    def items(self, kind: str) -> list[dict[str, Any]]:
+        return list(self.objects.get(kind, {}).values())
+
+    def dump(self) -> ClusterDump:
+        """Every object as a `ClusterDump` (the objects are shared, not copied: readers
+        must not mutate them)."""
+        return ClusterDump(by_kind={k: list(v.values()) for k, v in self.objects.items()})
+
+    def pods_of_reservation(self, namespace: str, name: str, label: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.objects.get("Pod", {}).values()
+            if meta(p).get("namespace") == namespace
+            and (meta(p).get("labels") or {}).get(label) == name
+        ]

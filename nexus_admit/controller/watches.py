@@ -1,0 +1,73 @@
+"""Feeds the store: kopf event-watching handlers for every kind the controller reads, and
+the full re-lists that make the store exact again after a watch gap.
+
+Who calls it: `operator.py` (`register` at start-up, `initial_list` before kopf starts,
+`resync_loop` as a background task). Event-watching handlers put nothing on the objects
+(no finalizers, no progress annotations): the controller does not own Workloads, pods or
+nodes, and must leave no trace on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from nexus_admit.controller.api import RESOURCES
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.store import WATCHED_KINDS
+
+__all__ = ["initial_list", "register", "relist", "resync_loop"]
+
+log = logging.getLogger("nexus_admit.watches")
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    for kind in WATCHED_KINDS:
+        res = RESOURCES[kind]
+
+        async def on_event(event: dict[str, Any], memo: Any, _kind: str = kind, **_: Any) -> None:
+            ctx: Context = memo.ctx
+            obj = event.get("object")
+            if not isinstance(obj, dict):
+                return
+            obj.setdefault("kind", _kind)
+            if event.get("type") == "DELETED":
+                changed = ctx.store.delete(_kind, obj)
+            else:
+                changed = ctx.store.upsert(_kind, obj)
+            if changed:
+                ctx.poke()
+
+        kopf.on.event(res.group, res.version, res.plural, id=f"watch-{kind}", registry=registry)(
+            on_event
+        )
+
+
+async def relist(ctx: Context) -> None:
+    """List every kind and replace the store's view of it."""
+    for kind in WATCHED_KINDS:
+        items, version = await asyncio.to_thread(ctx.api.list, kind)
+        ctx.store.replace(kind, items, version)
+    ctx.poke()
+
+
+async def initial_list(ctx: Context) -> None:
+    """The whole cluster once, before any decision: a pass on a half-filled store could
+    miss a reservation and double-book its GPUs."""
+    await relist(ctx)
+    ctx.synced = True
+    counts = {k: len(ctx.store.objects[k]) for k in WATCHED_KINDS if ctx.store.objects[k]}
+    log.info("store synced: %s", counts)
+
+
+async def resync_loop(ctx: Context) -> None:
+    while True:
+        await asyncio.sleep(ctx.options.resync_seconds)
+        try:
+            await relist(ctx)
+        except Exception as e:  # an apiserver outage: watches reconnect; try again later
+            ctx.metrics.errors.labels("relist").inc()
+            log.warning("re-list failed, retrying in %ss: %s", ctx.options.resync_seconds, e)

@@ -1,0 +1,120 @@
+"""The pod webhook: a pod that carries a reservation label may only be created if that
+reservation exists in its namespace and belongs to its Workload; such a pod gets our
+scheduling gate, so it waits until the ungater gives it a slot. It writes nothing.
+
+Who calls it: `operator.py` registers `review_pod` behind kopf's admission server for pod
+CREATE requests; the MutatingWebhookConfiguration selects only pods with the reservation
+label (objectSelector), so no other pod ever reaches it. A tenant who copies another
+Workload's label onto a pod is denied with a message that says why.
+
+`decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
+created a moment ago (Kueue unsuspends a Job within milliseconds of our Ready) is fetched
+from the API before a pod is denied for lack of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import meta
+from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
+
+__all__ = ["GateAnswer", "decide", "review_pod"]
+
+POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+
+
+@dataclass(frozen=True, slots=True)
+class GateAnswer:
+    allowed: bool
+    message: str = ""
+    add_gate: bool = False
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
+    return {
+        str(r.get("uid"))
+        for r in meta(obj).get("ownerReferences") or []
+        if isinstance(r, Mapping) and r.get("uid")
+    }
+
+
+def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
+    """The pod is one of the Workload's: it shares the Workload's owner (a Job, JobSet...),
+    or it is in the Workload's plain-pod group, or Kueue's workload annotation names it."""
+    wm = meta(workload)
+    pm = meta(pod)
+    if _owner_uids(pod) & _owner_uids(workload):
+        return True
+    labels = pm.get("labels") or {}
+    annotations = pm.get("annotations") or {}
+    if labels.get(POD_GROUP_LABEL) and labels.get(POD_GROUP_LABEL) == wm.get("name"):
+        return True
+    return annotations.get(L.KUEUE_WORKLOAD_ANNOTATION) == wm.get("name")
+
+
+def decide(
+    pod: Mapping[str, Any],
+    namespace: str,
+    reservation: Mapping[str, Any] | None,
+    workload: Mapping[str, Any] | None,
+) -> GateAnswer:
+    m = meta(pod)
+    rr_name = str((m.get("labels") or {}).get(L.LABEL_RESERVATION) or "")
+    gates = [
+        g.get("name")
+        for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        if isinstance(g, Mapping)
+    ]
+    if not rr_name:
+        return GateAnswer(True)
+    if reservation is None:
+        return GateAnswer(
+            False,
+            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
+            f"{L.LABEL_RESERVATION} does not exist; nexus-admit sets that label through Kueue, "
+            "remove it from the pod",
+        )
+    if workload is None or (
+        reservation_workload_uid(reservation)
+        and reservation_workload_uid(reservation) != meta(workload).get("uid")
+    ):
+        return GateAnswer(
+            False,
+            f"ResourceReservation {namespace}/{rr_name} belongs to Workload "
+            f"{reservation_workload_key(reservation)}, which no longer exists",
+        )
+    if not _belongs(pod, workload):
+        return GateAnswer(
+            False,
+            f"the pod is not part of Workload {reservation_workload_key(reservation)}, which "
+            f"ResourceReservation {namespace}/{rr_name} belongs to: a pod cannot use another "
+            "Workload's reservation",
+        )
+    if (pod.get("spec") or {}).get("nodeName"):
+        return GateAnswer(False, "a pod with a reservation label must not set spec.nodeName")
+    return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
+
+
+async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
+    rr_name = str((meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION) or "")
+    if not rr_name:
+        return GateAnswer(True)
+    rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
+    if rr is None:
+        rr = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, rr_name, namespace)
+    workload = None
+    if rr is not None:
+        key = reservation_workload_key(rr)
+        workload = ctx.store.get("Workload", key)
+        if workload is None:
+            ns, _, name = key.partition("/")
+            workload = await asyncio.to_thread(ctx.api.get, "Workload", name, ns)
+    answer = decide(pod, namespace, rr, workload)
+    ctx.metrics.webhook_requests.labels("gated" if answer.allowed else "denied").inc()
+    return answer

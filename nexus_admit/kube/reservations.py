@@ -1,0 +1,189 @@
+"""ResourceReservation shapes, names, liveness and slot keys: the one home for them.
+
+Who calls it: the controller (to write reservations and to read them back after a restart),
+`plan` and the snapshot builder (`kube/cluster.py`, which counts live reservations as taken
+capacity). A reservation is the durable record of one placement decision; everything the
+controller needs after a restart can be read back from it and from the pods that carry its
+label, so nothing here keeps state.
+
+Names are deterministic: one name per (Workload uid, quota reservation). Kueue gives a
+Workload a new quota reservation after every eviction or Retry, so a new attempt gets a new
+reservation, and a repeated event or a restarted controller finds the one it already wrote
+(`AlreadyExists` means done).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster import reservation_is_live, reservation_workload_key
+from nexus_admit.kube.errors import Obj, meta
+from nexus_admit.kube.translate import reservation_object
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, Slot
+
+__all__ = [
+    "PHASE_BOUND",
+    "PHASE_RESERVED",
+    "ReservedSlot",
+    "attempt_key",
+    "neighbour_order",
+    "parse_slot_key",
+    "reservation_attempt",
+    "reservation_for",
+    "reservation_is_live",
+    "reservation_name",
+    "reservation_slots",
+    "reservation_workload_key",
+    "reservation_workload_uid",
+    "slot_key",
+]
+
+PHASE_RESERVED = "Reserved"
+PHASE_BOUND = "Bound"
+
+_LABEL_VALUE_MAX = 63
+_HASH_LEN = 10
+_SLOT_KEY = re.compile(r"^(?P<pod_set>[^/]+)/(?P<index>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedSlot:
+    """One slot of a reservation as written: `<podSet>/<index>` on `node`."""
+
+    pod_set: str
+    index: int
+    node: str
+    gpus: tuple[int, ...]
+    numa_zone: int | None
+
+    @property
+    def key(self) -> str:
+        return slot_key(self.pod_set, self.index)
+
+
+def slot_key(pod_set: str, index: int) -> str:
+    """The value of a pod's `scheduling.kubenexus.io/slot` annotation."""
+    return f"{pod_set}/{index}"
+
+
+def parse_slot_key(value: Any) -> tuple[str, int] | None:
+    """`(podSet, index)` of a slot annotation, or None when it is not one."""
+    m = _SLOT_KEY.match(str(value or ""))
+    return (m["pod_set"], int(m["index"])) if m else None
+
+
+def attempt_key(workload: Obj) -> str:
+    """Identifies one quota reservation of a Workload: the time its QuotaReserved condition
+    last became True (a Retry or an eviction makes Kueue reserve anew, with a new time)."""
+    status = workload.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else []:
+        if isinstance(c, Mapping) and c.get("type") == "QuotaReserved":
+            return str(c.get("lastTransitionTime") or "")
+    return ""
+
+
+def reservation_name(workload: Obj) -> str:
+    """`<workload name>-<hash of uid and attempt>`, at most 63 characters, so it is also a
+    valid value of the pod label `scheduling.kubenexus.io/reservation`."""
+    m = meta(workload)
+    digest = hashlib.sha256(f"{m.get('uid', '')}/{attempt_key(workload)}".encode()).hexdigest()
+    prefix = str(m.get("name") or "workload")[: _LABEL_VALUE_MAX - _HASH_LEN - 1]
+    prefix = prefix.rstrip("-.") or "workload"
+    return f"{prefix}-{digest[:_HASH_LEN]}"
+
+
+def reservation_attempt(rr: Obj) -> str:
+    return str((meta(rr).get("annotations") or {}).get(L.ANN_ATTEMPT, ""))
+
+
+def reservation_workload_uid(rr: Obj) -> str:
+    spec = rr.get("spec")
+    ref = spec.get("workloadRef") if isinstance(spec, Mapping) else None
+    return str(ref.get("uid") or "") if isinstance(ref, Mapping) else ""
+
+
+def neighbour_order(
+    slots: Iterable[Slot], snapshot: ClusterSnapshot, levels: Iterable[str]
+) -> list[Slot]:
+    """Slots renumbered per pod set so that consecutive indices sit on the same node and
+    neighbouring nodes (sorted by their domain at every topology level, highest first):
+    the ungater gives pod rank i slot i, so ranks that talk most share racks."""
+    level_keys = tuple(levels)
+
+    def position(s: Slot) -> tuple[Any, ...]:
+        node = snapshot.nodes.get(s.node)
+        labels = node.labels if node is not None else {}
+        return (tuple(labels.get(k, "") for k in level_keys), s.node, s.index)
+
+    out: list[Slot] = []
+    by_set: dict[str, list[Slot]] = {}
+    for s in slots:
+        by_set.setdefault(s.pod_set, []).append(s)
+    for pod_set, group in by_set.items():
+        for i, s in enumerate(sorted(group, key=position)):
+            out.append(Slot(pod_set, i, s.node, s.gpu_indices, s.numa_zone))
+    return out
+
+
+def reservation_for(
+    *,
+    name: str,
+    workload: Obj,
+    gang: Gang,
+    placement: Placement,
+    expires_at: datetime,
+) -> dict[str, Any]:
+    """The ResourceReservation to create for a feasible placement: slots, requests, the
+    objective terms and the explanation, the attempt it belongs to, owner: the Workload."""
+    rr = reservation_object(
+        name=name, workload=workload, gang=gang, placement=placement, expires_at=expires_at
+    )
+    m = meta(workload)
+    rr["metadata"]["annotations"] = {L.ANN_ATTEMPT: attempt_key(workload)}
+    rr["spec"]["workloadRef"]["uid"] = str(m.get("uid") or "")
+    rr["spec"]["decision"] = {
+        "policy": placement.policy,
+        "status": placement.status.value,
+        "objective": round(float(placement.objective), 6),
+        "nodes": len({s.node for s in placement.slots}),
+        "gpus": sum(a.gpus for a in placement.assignments()),
+        "terms": {k: round(float(v), 6) for k, v in placement.terms.items()},
+        "explanation": list(placement.explanation),
+    }
+    return rr
+
+
+def reservation_slots(rr: Obj) -> list[ReservedSlot]:
+    """Every slot a reservation holds, malformed entries skipped (the snapshot builder
+    reports them with the field when it counts capacity)."""
+    out: list[ReservedSlot] = []
+    spec = rr.get("spec")
+    pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
+    for ps in pod_sets if isinstance(pod_sets, list) else []:
+        if not isinstance(ps, Mapping):
+            continue
+        name = str(ps.get("name") or "main")
+        for j, s in enumerate(ps.get("slots") if isinstance(ps.get("slots"), list) else []):
+            if not isinstance(s, Mapping) or not s.get("node"):
+                continue
+            gpus = s.get("gpus")
+            devices = tuple(g for g in gpus if isinstance(g, int)) if isinstance(gpus, list) else ()
+            zone = s.get("numaZone")
+            index = s.get("index", j)
+            out.append(
+                ReservedSlot(
+                    name,
+                    int(index) if isinstance(index, int) else j,
+                    str(s["node"]),
+                    devices,
+                    zone if isinstance(zone, int) else None,
+                )
+            )
+    return out
