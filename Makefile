@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: install simulate plan-sample bench test lint unit e2e cluster-up cluster-down cluster-status controlplane clean
+.PHONY: install simulate plan-sample bench run test lint unit e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ test: install lint controlplane
 
 lint: install
 	$(BIN)/ruff check nexus_admit tests e2e
-	$(BIN)/mypy nexus_admit/model nexus_admit/placement
+	$(BIN)/mypy nexus_admit/model nexus_admit/placement nexus_admit/controller
 	$(BIN)/lint-imports
 
 unit: install
@@ -44,6 +44,11 @@ e2e: install controlplane
 
 controlplane:
 	bash e2e/build/build.sh >/dev/null
+
+## The admission controller against the local control plane (brings it up; Ctrl-C stops
+## the controller, `make cluster-down` the control plane).
+run: install controlplane
+	$(BIN)/python e2e/nexus_controller.py run
 
 cluster-up: install controlplane
 	$(BIN)/python e2e/cluster.py up

@@ -917,6 +917,10 @@ class Cluster:
                         },
                     }
                 out.append(doc)
+        # nexus-admit's own CRDs, before the controller-manager starts, so that its garbage
+        # collector knows ResourceReservations (owned by Workloads) from its first discovery
+        for f in sorted((REPO / "crds").glob("*.yaml")):
+            out += [d for d in yaml.safe_load_all(f.read_text()) if d]
         nrt = b / "manifests" / "nrt" / "crd.yaml"
         if nrt.exists():
             out += [d for d in yaml.safe_load_all(nrt.read_text()) if d]
@@ -1029,6 +1033,8 @@ class Cluster:
         if not items:
             return False
         for cq in items:
+            if (cq.get("spec") or {}).get("admissionChecksStrategy"):
+                continue  # active only while its check's controller runs (nexus-admit's)
             conds = {c["type"]: c["status"] for c in cq.get("status", {}).get("conditions", [])}
             if conds.get("Active") != "True":
                 return False

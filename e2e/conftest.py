@@ -169,6 +169,44 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
         core_v1.delete_namespace(name, propagation_policy="Background")
 
 
+@pytest.fixture(scope="session")
+def nexus_controller(e2e_cluster: Any) -> Iterator[Any]:
+    """nexus-admit installed (CRDs, PlacementConfig, AdmissionCheck, nexus ClusterQueues,
+    pod webhook) and running against the control plane; stopped at the end."""
+    from nexus_controller import NexusController
+
+    nc = NexusController(e2e_cluster)
+    nc.install()
+    try:
+        nc.start()
+    except cluster_mod.ClusterError as e:
+        pytest.fail(f"could not start nexus-admit: {e}", pytrace=False)
+    _active["controller"] = nc
+    yield nc
+    _active.pop("controller", None)
+    nc.stop()
+
+
+@pytest.fixture
+def nexus_namespace(e2e_namespace: str, nexus_controller: Any, custom_objects) -> str:
+    """A test namespace whose LocalQueues nexus-gold/-silver/-bronze feed the nexus-checked
+    ClusterQueues of the same names."""
+    for tier in TIERS:
+        custom_objects.create_namespaced_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            e2e_namespace,
+            "localqueues",
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": f"nexus-{tier}", "namespace": e2e_namespace},
+                "spec": {"clusterQueue": f"nexus-{tier}"},
+            },
+        )
+    return e2e_namespace
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -183,6 +221,9 @@ def pytest_runtest_makereport(item, call):
         tail = c.log_tail(name, 30)
         if tail:
             sections.append(f"----- {name} (last 30 lines)\n{tail}")
+    nc = _active.get("controller")
+    if nc is not None:
+        sections.append(f"----- nexus-admit (last 60 lines)\n{nc.log_tail(60)}")
     ns = _active.get("namespace")
     if ns:
         for args in (

@@ -17,7 +17,7 @@ from typing import Any
 
 from nexus_admit.controller.context import CheckView, Context
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import TranslationError, meta
+from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.model import PlacementConfig
 
@@ -33,7 +33,7 @@ def resolve_check(
 ) -> CheckView:
     """The config an AdmissionCheck of ours refers to, or the problem that stops it."""
     name = str(meta(check).get("name"))
-    spec = check.get("spec") if isinstance(check.get("spec"), Mapping) else {}
+    spec = child(check, "spec")
     params = spec.get("parameters")
     if not params:
         return CheckView(name, PlacementConfig())
@@ -79,7 +79,7 @@ def active_condition(view: CheckView) -> dict[str, str]:
 
 
 def _current(check: Mapping[str, Any]) -> dict[str, Any]:
-    status = check.get("status") if isinstance(check.get("status"), Mapping) else {}
+    status = child(check, "status")
     for c in status.get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == "Active":
             return dict(c)
@@ -92,7 +92,7 @@ async def sync_checks(ctx: Context) -> None:
     topologies = ctx.store.dump().kueue_topologies()
     views: dict[str, CheckView] = {}
     for check in ctx.store.items("AdmissionCheck"):
-        spec = check.get("spec") if isinstance(check.get("spec"), Mapping) else {}
+        spec = child(check, "spec")
         if spec.get("controllerName") != L.ADMISSION_CHECK_CONTROLLER:
             continue
         view = resolve_check(check, configs, topologies)

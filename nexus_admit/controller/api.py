@@ -73,13 +73,16 @@ RESOURCES: dict[str, Resource] = {
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
     """A client for `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    api: client.ApiClient
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return api
     try:
-        return config.new_client_from_config()
+        api = config.new_client_from_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_incluster_config()
-        return client.ApiClient()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        api = client.ApiClient()
+    return api
 
 
 class KubeApi:
@@ -113,7 +116,7 @@ class KubeApi:
             auth_settings=["BearerToken"],
         )
         response = self.client.call_api(*params, _request_timeout=self.timeout)
-        response.read()
+        response.read()  # type: ignore[no-untyped-call]
         data = self.client.response_deserialize(response, {"2XX": "object"}).data
         return data if isinstance(data, dict) else {}
 
@@ -138,8 +141,8 @@ class KubeApi:
         for it in items:  # list items carry no kind
             it.setdefault("kind", kind)
             it.setdefault("apiVersion", res.api_version)
-        rv = (doc.get("metadata") or {}).get("resourceVersion")
-        return items, int(rv) if str(rv or "").isdigit() else None
+        rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+        return items, int(rv) if rv.isdigit() else None
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:

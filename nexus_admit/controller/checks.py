@@ -17,7 +17,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import Outcome
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta
+from nexus_admit.kube.errors import child, meta
 
 __all__ = ["check_entry", "current_entry", "write_check"]
 
@@ -25,7 +25,7 @@ log = logging.getLogger("nexus_admit.checks")
 
 
 def current_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:
-    status = workload.get("status") if isinstance(workload.get("status"), Mapping) else {}
+    status = child(workload, "status")
     for entry in status.get("admissionChecks") or []:
         if isinstance(entry, Mapping) and entry.get("name") == check:
             return dict(entry)

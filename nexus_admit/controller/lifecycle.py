@@ -26,7 +26,7 @@ from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, Outcome
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import parse_time
-from nexus_admit.kube.errors import meta, object_key
+from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
     PHASE_RESERVED,
@@ -49,7 +49,7 @@ UNSCHEDULABLE_GRACE = timedelta(seconds=20)
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    status = obj.get("status") if isinstance(obj.get("status"), Mapping) else {}
+    status = child(obj, "status")
     return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
 
 
@@ -65,7 +65,7 @@ def release_reason(
     cond = _conditions(workload)
     if cond.get("Finished", {}).get("status") == "True":
         return "the Workload finished"
-    spec = workload.get("spec") if isinstance(workload.get("spec"), Mapping) else {}
+    spec = child(workload, "spec")
     if spec.get("active") is False:
         return "the Workload was deactivated"
     if cond.get("Evicted", {}).get("status") == "True":
@@ -121,7 +121,7 @@ def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
 
 
 def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
-    status = rr.get("status") if isinstance(rr.get("status"), Mapping) else {}
+    status = child(rr, "status")
     if status.get("phase") == PHASE_BOUND:
         return True
     return any((p.get("spec") or {}).get("nodeName") for p in pods)
@@ -146,7 +146,7 @@ async def sync_lifecycle(ctx: Context) -> None:
             continue
         status = reservation_status(rr, pods)
         phases[status["phase"]] += 1
-        have = rr.get("status") if isinstance(rr.get("status"), Mapping) else {}
+        have = child(rr, "status")
         if have.get("phase") != status["phase"] or have.get("slots") != status["slots"]:
             try:
                 await asyncio.to_thread(

@@ -59,7 +59,6 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
             pods.plural,
             id=WEBHOOK_ID,
             operation="CREATE",
-            labels={L.LABEL_RESERVATION: kopf.PRESENT},
             side_effects=False,
             registry=registry,
         )

@@ -57,7 +57,8 @@ def _clip(text: str) -> str:
 
 def retry_backoff_seconds(retry_count: int, base: int = DEFAULT_RETRY_SECONDS) -> int:
     """base × 2^retries, capped: a gang that keeps not fitting is asked about less often."""
-    return min(MAX_RETRY_SECONDS, base * 2 ** min(max(retry_count, 0), 5))
+    doublings: int = min(max(retry_count, 0), 5)
+    return min(MAX_RETRY_SECONDS, base * (1 << doublings))
 
 
 def common_domain(

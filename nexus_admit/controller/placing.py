@@ -39,7 +39,7 @@ from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejecte
 from nexus_admit.controller.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
@@ -90,7 +90,7 @@ async def reconcile(ctx: Context) -> None:
 
 def _our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
     """The name of our check this Workload waits on (Pending), if any."""
-    status = workload.get("status") if isinstance(workload.get("status"), Mapping) else {}
+    status = child(workload, "status")
     for entry in status.get("admissionChecks") or []:
         if (
             isinstance(entry, Mapping)
@@ -235,8 +235,8 @@ async def _answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome
 
 def _placement_of(rr: Mapping[str, Any], gang: Gang) -> Placement:
     """The decision a reservation records, as a Placement (for re-writing its check)."""
-    spec = rr.get("spec") if isinstance(rr.get("spec"), Mapping) else {}
-    decision = spec.get("decision") if isinstance(spec.get("decision"), Mapping) else {}
+    spec = child(rr, "spec")
+    decision = child(spec, "decision")
     explanation = decision.get("explanation")
     slots = [Slot(s.pod_set, s.index, s.node, s.gpus, s.numa_zone) for s in reservation_slots(rr)]
     return Placement(

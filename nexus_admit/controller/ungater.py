@@ -24,7 +24,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import parse_time
-from nexus_admit.kube.errors import meta
+from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.reservations import ReservedSlot, reservation_slots, reservation_workload_key
 
 __all__ = ["pin_patch", "sync_ungating"]
@@ -47,7 +47,7 @@ def pin_patch(slot: ReservedSlot, hostname: str) -> dict[str, Any]:
 
 def _index_label(workload: Mapping[str, Any] | None) -> str | None:
     """Kueue's podIndexLabel of the Workload's first pod set that declares one."""
-    spec = workload.get("spec") if workload and isinstance(workload.get("spec"), Mapping) else {}
+    spec = child(workload, "spec") if workload else {}
     for ps in spec.get("podSets") or []:
         tr = ps.get("topologyRequest") if isinstance(ps, Mapping) else None
         if isinstance(tr, Mapping) and tr.get("podIndexLabel"):
@@ -56,7 +56,7 @@ def _index_label(workload: Mapping[str, Any] | None) -> str | None:
 
 
 def _pod_sets(rr: Mapping[str, Any]) -> list[str]:
-    spec = rr.get("spec") if isinstance(rr.get("spec"), Mapping) else {}
+    spec = child(rr, "spec")
     return [str(ps.get("name")) for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
 
 
@@ -74,9 +74,28 @@ def _views(ctx: Context, pods: Sequence[Mapping[str, Any]], rr: Mapping[str, Any
     return out
 
 
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+
+
+def unpinned_release(pod: Mapping[str, Any]) -> bool:
+    """A plain pod gated by the webhook (its queue uses our check) that Kueue admitted
+    without a reservation label (a TAS flavor: Kueue chose its host): lift our gate only."""
+    labels = meta(pod).get("labels") or {}
+    gates = _gates(pod)
+    return (
+        L.GATE_PLACEMENT in gates
+        and KUEUE_ADMISSION_GATE not in gates
+        and not labels.get(L.LABEL_RESERVATION)
+    )
+
+
 async def sync_ungating(ctx: Context) -> None:
-    live = {str(meta(p).get("uid")) for p in ctx.store.items("Pod")}
+    pods = ctx.store.items("Pod")
+    live = {str(meta(p).get("uid")) for p in pods}
     ctx.ungating = {u: s for u, s in ctx.ungating.items() if u in live}
+    for pod in pods:
+        if unpinned_release(pod) and str(meta(pod).get("uid")) not in ctx.ungating:
+            await _lift(ctx, pod)
     for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
         m = meta(rr)
         if m.get("deletionTimestamp"):
@@ -96,8 +115,22 @@ async def sync_ungating(ctx: Context) -> None:
         await asyncio.gather(*(_pin(ctx, by_name[pod], slot) for pod, slot in chosen.items()))
 
 
+async def _lift(ctx: Context, pod: Mapping[str, Any]) -> None:
+    m = meta(pod)
+    patch = {"spec": {"schedulingGates": [{"$patch": "delete", "name": L.GATE_PLACEMENT}]}}
+    ctx.ungating[str(m.get("uid"))] = ""
+    try:
+        await asyncio.to_thread(
+            ctx.api.patch_pod, str(m.get("name")), str(m.get("namespace")), patch
+        )
+    except Exception as e:
+        ctx.ungating.pop(str(m.get("uid")), None)
+        ctx.metrics.errors.labels("ungate").inc()
+        log.warning("could not lift the gate of %s/%s: %s", m.get("namespace"), m.get("name"), e)
+
+
 def _gates(pod: Mapping[str, Any]) -> list[str]:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    spec = child(pod, "spec")
     return [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
 
 

@@ -28,9 +28,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
     for kind in WATCHED_KINDS:
         res = RESOURCES[kind]
 
-        async def on_event(event: dict[str, Any], memo: Any, _kind: str = kind, **_: Any) -> None:
+        async def on_event(*, event: kopf.RawEvent, memo: Any, _kind: str = kind, **_: Any) -> None:
             ctx: Context = memo.ctx
-            obj = event.get("object")
+            obj: Any = event.get("object")
             if not isinstance(obj, dict):
                 return
             obj.setdefault("kind", _kind)

@@ -4,7 +4,8 @@ scheduling gate, so it waits until the ungater gives it a slot. It writes nothin
 
 Who calls it: `operator.py` registers `review_pod` behind kopf's admission server for pod
 CREATE requests; the MutatingWebhookConfiguration selects only pods with the reservation
-label (objectSelector), so no other pod ever reaches it. A tenant who copies another
+label, or with Kueue's queue label (plain pods, see `queued_under_check`), so no other pod
+ever reaches it. A tenant who copies another
 Workload's label onto a pod is denied with a message that says why.
 
 `decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
@@ -15,16 +16,17 @@ from the API before a pod is denied for lack of it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
 
-__all__ = ["GateAnswer", "decide", "review_pod"]
+__all__ = ["GateAnswer", "decide", "queued_under_check", "review_pod"]
 
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 
@@ -101,9 +103,34 @@ def decide(
     return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
 
 
+def queued_under_check(
+    pod: Mapping[str, Any], namespace: str, store: Store, checks: Collection[str]
+) -> bool:
+    """A plain pod (no owner) queued in a LocalQueue whose ClusterQueue lists one of our
+    checks. Kueue adds the reservation label to such pods only when it lifts its own
+    admission gate, by an update, and a gate cannot be added after creation: so they get
+    ours at creation, and the ungater lifts it."""
+    m = meta(pod)
+    queue = (m.get("labels") or {}).get(L.KUEUE_QUEUE_NAME_LABEL)
+    if not queue or m.get("ownerReferences"):
+        return False
+    lq = store.get("LocalQueue", f"{namespace}/{queue}")
+    cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+    cq = store.get("ClusterQueue", str(cq_name)) if cq_name else None
+    strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
+    names = {
+        str(c.get("name")) for c in strategy.get("admissionChecks") or [] if isinstance(c, Mapping)
+    }
+    return bool(names & set(checks))
+
+
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
     rr_name = str((meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION) or "")
     if not rr_name:
+        if queued_under_check(pod, namespace, ctx.store, ctx.checks):
+            gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+            ctx.metrics.webhook_requests.labels("gated").inc()
+            return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
         return GateAnswer(True)
     rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
     if rr is None:

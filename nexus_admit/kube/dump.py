@@ -35,6 +35,7 @@ from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 
 __all__ = ["ClusterDump", "DumpError", "flatten", "load_dump", "load_objects"]
 
+
 class DumpError(ValueError):
     """The file is not YAML of Kubernetes objects."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Obj", "TranslationError", "mapping", "meta", "object_key", "object_ref", "sequence"]
+__all__ = ["Obj", "TranslationError", "child", "mapping", "meta", "object_key", "object_ref", "sequence"]
 
 Obj = Mapping[str, Any]
 
@@ -75,3 +75,10 @@ def sequence(obj: Obj, value: Any, field: str) -> Sequence[Any]:
             object_ref(obj), field, f"expected a list, got {type(value).__name__} {value!r}"
         )
     return value
+
+
+def child(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """`obj[key]` when it is a mapping, else {}: for lenient reads of status the controller
+    only observes (a malformed value there is someone else's to report)."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}

@@ -170,7 +170,8 @@ def reservation_slots(rr: Obj) -> list[ReservedSlot]:
         if not isinstance(ps, Mapping):
             continue
         name = str(ps.get("name") or "main")
-        for j, s in enumerate(ps.get("slots") if isinstance(ps.get("slots"), list) else []):
+        slots = ps.get("slots")
+        for j, s in enumerate(slots if isinstance(slots, list) else []):
             if not isinstance(s, Mapping) or not s.get("node"):
                 continue
             gpus = s.get("gpus")

@@ -1,0 +1,274 @@
+"""nexus-admit's controller on the local control plane: its CRDs, its Kueue objects, its
+webhook registration, and the `nexus-admit run` process itself.
+
+    python3 e2e/nexus_controller.py run     # cluster up, install, run in the foreground
+                                            # (what `make run` does)
+
+The e2e fixture `nexus_controller` uses the same `NexusController`. On the local control
+plane the webhook listens on 127.0.0.1 with a certificate signed by the cluster's CA, and
+the MutatingWebhookConfiguration points at it by URL, the way `cluster.py` registers Kueue's
+own webhooks. The chart does the same with a Service instead of a URL.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+E2E_DIR = Path(__file__).resolve().parent
+if str(E2E_DIR) not in sys.path:
+    sys.path.insert(0, str(E2E_DIR))
+
+import cluster as cluster_mod  # noqa: E402
+
+REPO = E2E_DIR.parent
+MANIFEST = E2E_DIR / "manifests" / "nexus.yaml"
+CHECK_NAME = "nexus-placement"
+TIER_QUEUES = ("nexus-gold", "nexus-silver", "nexus-bronze")
+WEBHOOK_CONFIG = "nexus-admit"
+RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+SYSTEM_NAMESPACES_EXCLUDED = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", cluster_mod.KUEUE_NAMESPACE],
+        }
+    ]
+}
+
+
+def _nexus_admit_exe() -> str:
+    exe = Path(sys.executable).parent / "nexus-admit"
+    return str(exe) if exe.exists() else "nexus-admit"
+
+
+class NexusController:
+    def __init__(self, cluster: Any):
+        self.cluster = cluster
+        self.proc: subprocess.Popen | None = None
+        self.webhook_port = cluster_mod.free_port()
+        self.health_port = cluster_mod.free_port()
+        self.log_file = cluster.state / "logs" / "nexus-admit.log"
+
+    # -- certificate ------------------------------------------------------------------
+    def ensure_cert(self) -> tuple[Path, Path]:
+        """A serving certificate for 127.0.0.1 signed by the cluster's CA (made once)."""
+        pki = self.cluster.pki
+        crt, key = pki / "nexus-webhook.crt", pki / "nexus-webhook.key"
+        if crt.exists() and key.exists():
+            return crt, key
+        x509, hashes, serialization, ec, eku, name_oid = cluster_mod._pki()
+        ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+        ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
+        leaf_key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(name_oid.COMMON_NAME, "nexus-admit")]))
+            .issuer_name(ca_cert.subject)
+            .public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([eku.SERVER_AUTH]), critical=False)
+            .add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+                ),
+                critical=False,
+            )
+            .sign(ca_key, hashes.SHA256())
+        )
+        key.write_bytes(cluster_mod._key_pem(leaf_key))
+        key.chmod(0o600)
+        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return crt, key
+
+    # -- objects ------------------------------------------------------------------------
+    def webhook_configuration(self) -> dict[str, Any]:
+        ca = base64.b64encode((self.cluster.pki / "ca.crt").read_bytes()).decode()
+        hook = {
+            "clientConfig": {
+                "url": f"https://127.0.0.1:{self.webhook_port}/pod-gate",
+                "caBundle": ca,
+            },
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE"],
+                    "resources": ["pods"],
+                    "scope": "Namespaced",
+                }
+            ],
+            "namespaceSelector": SYSTEM_NAMESPACES_EXCLUDED,
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "reinvocationPolicy": "IfNeeded",
+        }
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": WEBHOOK_CONFIG},
+            "webhooks": [
+                {
+                    # pods that carry a reservation label (Kueue put it on a Job's template)
+                    **hook,
+                    "name": "pod-gate.scheduling.kubenexus.io",
+                    "objectSelector": {
+                        "matchExpressions": [{"key": RESERVATION_LABEL, "operator": "Exists"}]
+                    },
+                },
+                {
+                    # plain pods queued in Kueue: gated at creation (see controller/webhook.py)
+                    **hook,
+                    "name": "queued-pod-gate.scheduling.kubenexus.io",
+                    "objectSelector": {
+                        "matchExpressions": [
+                            {"key": QUEUE_LABEL, "operator": "Exists"},
+                            {"key": RESERVATION_LABEL, "operator": "DoesNotExist"},
+                        ]
+                    },
+                },
+            ],
+        }
+
+    def install(self) -> None:
+        """CRDs, the PlacementConfig, AdmissionCheck, flavor and ClusterQueues, the webhook."""
+        crds = [
+            d
+            for f in sorted((REPO / "crds").glob("*.yaml"))
+            for d in yaml.safe_load_all(f.read_text())
+            if d
+        ]
+        self.cluster.apply(crds)
+        self.cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/resourcereservations.scheduling.kubenexus.io",
+            "crd/placementconfigs.scheduling.kubenexus.io",
+        )
+        self.cluster.apply(MANIFEST.read_text(), retries=10)
+        self.cluster.apply([self.webhook_configuration()])
+
+    # -- process ------------------------------------------------------------------------
+    def argv(self) -> list[str]:
+        crt, key = self.ensure_cert()
+        return [
+            _nexus_admit_exe(),
+            "run",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            "--webhook-addr=127.0.0.1",
+            f"--webhook-port={self.webhook_port}",
+            f"--webhook-cert={crt}",
+            f"--webhook-key={key}",
+            "--health-addr=127.0.0.1",
+            f"--health-port={self.health_port}",
+            "--retry-seconds=5",
+        ]
+
+    def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            out.write(f"\n==== {time.strftime('%F %T')} nexus-admit run\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                self.argv(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+        self.wait_ready()
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.health_port}/readyz", timeout=2
+            ) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise cluster_mod.ClusterError(
+                    f"nexus-admit exited ({self.proc.returncode}):\n{self.log_tail(40)}"
+                )
+            if self.ready() and self.check_active():
+                return
+            time.sleep(0.3)
+        raise cluster_mod.ClusterError(
+            f"nexus-admit not ready after {timeout}s:\n{self.log_tail(40)}"
+        )
+
+    def check_active(self) -> bool:
+        r = self.cluster.kubectl(
+            "get", "admissionchecks.kueue.x-k8s.io", CHECK_NAME, "-o", "json", check=False
+        )
+        if r.returncode != 0:
+            return False
+        conds = json.loads(r.stdout).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Active" and c["status"] == "True" for c in conds)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_file.exists():
+            return ""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] != ["run"]:
+        print("usage: e2e/nexus_controller.py run", file=sys.stderr)
+        return 2
+    c = cluster_mod.Cluster()
+    c.up()
+    nc = NexusController(c)
+    nc.install()
+    cmd = nc.argv()
+    print(f"KUBECONFIG={c.kubeconfig}\n$ {' '.join(cmd)}", flush=True)
+    os.execv(
+        cmd[0] if os.path.isabs(cmd[0]) else "/usr/bin/env",
+        cmd if os.path.isabs(cmd[0]) else ["env", *cmd],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

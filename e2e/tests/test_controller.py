@@ -1,0 +1,286 @@
+"""nexus-admit end to end on the real control plane: Kueue reserves quota, nexus-admit places
+the gang, writes the ResourceReservation and its check, the webhook gates the pods, the
+ungater pins them, kube-scheduler binds them to the reserved KWOK nodes.
+
+Everything is checked against the cluster's own objects (bound pods, node labels, the
+Workload's check entry), never against the controller's view. Latencies are printed, not
+asserted (run with -s to see them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from kubernetes import client
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
+
+CHECK = "nexus-placement"
+RR_GROUP, RR_VERSION, RR_PLURAL = "scheduling.kubenexus.io", "v1alpha1", "resourcereservations"
+RESERVATION = "scheduling.kubenexus.io/reservation"
+SLOT = "scheduling.kubenexus.io/slot"
+NUMA_ZONE = "scheduling.kubenexus.io/numa-zone"
+GATE = "scheduling.kubenexus.io/placement"
+RACK = "cloud.google.com/gce-topology-subblock"
+PRODUCT = "nvidia.com/gpu.product"
+INDEX = "batch.kubernetes.io/job-completion-index"
+H100, L40S = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"
+
+
+def job(
+    name: str,
+    queue: str,
+    pods: int,
+    gpus: int,
+    *,
+    cpu: str = "8",
+    memory: str = "32Gi",
+    annotations: dict[str, str] | None = None,
+    indexed: bool = True,
+) -> client.V1Job:
+    container = client.V1Container(
+        name="worker",
+        image="registry.invalid/nexus/worker:e2e",
+        resources=client.V1ResourceRequirements(
+            requests={"cpu": cpu, "memory": memory, GPU: str(gpus)}, limits={GPU: str(gpus)}
+        ),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
+        spec=client.V1JobSpec(
+            parallelism=pods,
+            completions=pods,
+            completion_mode="Indexed" if indexed else "NonIndexed",
+            backoff_limit=0,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(annotations=annotations or {}),
+                spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
+            ),
+        ),
+    )
+
+
+def workload_of(custom: client.CustomObjectsApi, ns: str, job_name: str) -> dict[str, Any] | None:
+    for wl in custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")[
+        "items"
+    ]:
+        if any(r.get("name") == job_name for r in wl["metadata"].get("ownerReferences") or []):
+            return wl
+    return None
+
+
+def check_entry(wl: dict[str, Any]) -> dict[str, Any]:
+    for c in (wl.get("status") or {}).get("admissionChecks") or []:
+        if c.get("name") == CHECK:
+            return c
+    return {}
+
+
+def wait_check(custom, ns: str, job_name: str, states: tuple[str, ...], timeout: float = 90):
+    def ready():
+        wl = workload_of(custom, ns, job_name)
+        return wl if wl and check_entry(wl).get("state") in states else None
+
+    return wait_for(f"{job_name}: check {CHECK} in {states}", ready, timeout=timeout)
+
+
+def reservations(custom, ns: str) -> list[dict[str, Any]]:
+    return custom.list_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]
+
+
+def job_pods(core, ns: str, job_name: str) -> list[client.V1Pod]:
+    return core.list_namespaced_pod(ns, label_selector=f"job-name={job_name}").items
+
+
+def running(core, ns: str, job_name: str, count: int) -> list[client.V1Pod] | None:
+    pods = [p for p in job_pods(core, ns, job_name) if p.status.phase == "Running"]
+    return pods if len(pods) == count and all(p.spec.node_name for p in pods) else None
+
+
+def nodes_by_name(core) -> dict[str, client.V1Node]:
+    return {n.metadata.name: n for n in core.list_node().items}
+
+
+def qr_time(wl: dict[str, Any]) -> float:
+    for c in wl["status"]["conditions"]:
+        if c["type"] == "QuotaReserved":
+            return time.mktime(time.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ"))
+    raise AssertionError("no QuotaReserved condition")
+
+
+def slots_of(rr: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f"{ps['name']}/{s['index']}": s for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+
+
+def test_gold_training_gang_lands_on_one_h100_rack_pinned_by_rank(
+    nexus_namespace, core_v1, batch_v1, custom_objects, e2e_cluster
+):
+    ns = nexus_namespace
+    t0 = time.time()
+    batch_v1.create_namespaced_job(
+        ns,
+        job(
+            "train",
+            "nexus-gold",
+            pods=8,
+            gpus=8,
+            cpu="32",
+            memory="256Gi",
+            annotations={"scheduling.kubenexus.io/gpu-memory": "70Gi"},
+        ),
+    )
+    wl = wait_check(custom_objects, ns, "train", ("Ready",))
+    entry = check_entry(wl)
+    t_ready = time.time()
+    assert "placed 8 pods on 8 nodes" in entry["message"], entry
+    rr_name = entry["podSetUpdates"][0]["labels"][RESERVATION]
+    rr = custom_objects.get_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL, rr_name)
+    assert rr["metadata"]["ownerReferences"][0]["uid"] == wl["metadata"]["uid"]
+    slots = slots_of(rr)
+    assert len(slots) == 8
+
+    pods = wait_for("8 pods Running", lambda: running(core_v1, ns, "train", 8), timeout=120)
+    t_running = time.time()
+    nodes = nodes_by_name(core_v1)
+    racks = {nodes[p.spec.node_name].metadata.labels[RACK] for p in pods}
+    products = {nodes[p.spec.node_name].metadata.labels[PRODUCT] for p in pods}
+    assert products == {H100}, products
+    assert len(racks) == 1, f"one rack expected, got {racks}"
+    for p in pods:
+        slot = p.metadata.annotations[SLOT]
+        index = p.metadata.labels.get(INDEX) or p.metadata.annotations[INDEX]
+        assert slot == f"main/{index}", (p.metadata.name, slot, index)
+        assert p.spec.node_name == slots[slot]["node"], "bound to the reserved node"
+        assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+        assert not [g for g in p.spec.scheduling_gates or [] if g.name == GATE]
+        assert p.metadata.annotations.get(NUMA_ZONE) is not None
+    by_rank = [
+        p.spec.node_name for p in sorted(pods, key=lambda p: int(p.metadata.annotations[SLOT][5:]))
+    ]
+    assert by_rank == sorted(by_rank), f"ranks in node order: {by_rank}"
+
+    wl = workload_of(custom_objects, ns, "train")
+    assert condition(wl, "Admitted") == "True"
+    describe = e2e_cluster.kubectl("describe", "workload", "-n", ns, wl["metadata"]["name"]).stdout
+    assert "placed 8 pods on 8 nodes" in describe
+    assert "Placed" in describe  # the Event
+    print(
+        f"\n[latency] gold 8x8: submit→Ready {t_ready - t0:.1f}s, QuotaReserved→Ready "
+        f"≤{t_ready - qr_time(wl):.1f}s, Ready→8 Running {t_running - t_ready:.1f}s"
+    )
+
+
+def test_bronze_lands_on_l40s_and_vram_and_numa_are_respected(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(ns, job("bronze", "nexus-bronze", pods=1, gpus=1))
+    batch_v1.create_namespaced_job(
+        ns,
+        job(
+            "bigvram",
+            "nexus-silver",
+            pods=2,
+            gpus=1,
+            annotations={"scheduling.kubenexus.io/gpu-memory": "60Gi"},
+        ),
+    )
+    batch_v1.create_namespaced_job(
+        ns,
+        job(
+            "numa",
+            "nexus-silver",
+            pods=1,
+            gpus=2,
+            cpu="16",
+            annotations={"scheduling.kubenexus.io/numa-policy": "single-numa-node"},
+        ),
+    )
+    nodes = nodes_by_name(core_v1)
+    bronze = wait_for("bronze Running", lambda: running(core_v1, ns, "bronze", 1), timeout=120)
+    assert nodes[bronze[0].spec.node_name].metadata.labels[PRODUCT] == L40S
+    big = wait_for("bigvram Running", lambda: running(core_v1, ns, "bigvram", 2), timeout=120)
+    for p in big:
+        memory = int(nodes[p.spec.node_name].metadata.labels["nvidia.com/gpu.memory"])
+        assert memory >= 60 * 1024, f"{p.metadata.name} on a {memory} MiB GPU"
+    numa = wait_for("numa Running", lambda: running(core_v1, ns, "numa", 1), timeout=120)
+    assert numa[0].metadata.annotations.get(NUMA_ZONE) in ("0", "1")
+    wl = workload_of(custom_objects, ns, "numa")
+    rr = custom_objects.get_namespaced_custom_object(
+        RR_GROUP,
+        RR_VERSION,
+        ns,
+        RR_PLURAL,
+        check_entry(wl)["podSetUpdates"][0]["labels"][RESERVATION],
+    )
+    (slot,) = slots_of(rr).values()
+    assert len(slot["gpus"]) == 2 and "numaZone" in slot
+
+
+def test_malformed_annotation_is_rejected_and_foreign_reservation_denied(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(
+        ns,
+        job(
+            "bad",
+            "nexus-silver",
+            pods=1,
+            gpus=1,
+            annotations={"scheduling.kubenexus.io/gpu-memory": "lots"},
+        ),
+    )
+    batch_v1.create_namespaced_job(ns, job("good", "nexus-silver", pods=1, gpus=1))
+    wl = wait_check(custom_objects, ns, "bad", ("Rejected",))
+    assert "scheduling.kubenexus.io/gpu-memory" in check_entry(wl)["message"]
+    good = wait_check(custom_objects, ns, "good", ("Ready",))
+    wait_for("good Running", lambda: running(core_v1, ns, "good", 1), timeout=120)
+
+    # a pod that names the good job's reservation but is not part of its Workload
+    rr_name = check_entry(good)["podSetUpdates"][0]["labels"][RESERVATION]
+    intruder = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="intruder", labels={RESERVATION: rr_name}),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
+    )
+    with pytest.raises(client.ApiException) as denied:
+        core_v1.create_namespaced_pod(ns, intruder)
+    assert denied.value.status == 403 or "not part of Workload" in str(denied.value.body)
+    assert "not part of Workload" in str(denied.value.body)
+
+
+def test_deleting_a_job_releases_its_reservation_for_the_next_gang(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    ns = nexus_namespace
+    # 32 H100 nodes: a gold gang of 32 x 8 GPUs takes every one of them
+    batch_v1.create_namespaced_job(ns, job("first", "nexus-gold", pods=32, gpus=8, cpu="16"))
+    wait_for("first Running", lambda: running(core_v1, ns, "first", 32), timeout=180)
+    # 24 x 8 more fits Kueue's quota (448 GPUs) but no free GPUs: H100s are full, and the
+    # 16 A100 nodes hold only 16 of its pods
+    batch_v1.create_namespaced_job(ns, job("second", "nexus-gold", pods=24, gpus=8, cpu="16"))
+    wl = wait_check(custom_objects, ns, "second", ("Retry", "Ready"), timeout=60)
+    entry = check_entry(wl)
+    assert entry["state"] == "Retry", f"placed while the GPUs are full: {entry['message']}"
+    print(f"\n[retry message] {entry['message']}")
+    first_wl = workload_of_name(custom_objects, ns, "first")
+    batch_v1.delete_namespaced_job("first", ns, propagation_policy="Foreground")
+    wait_for(
+        "first's reservation released",
+        lambda: all(
+            r["spec"]["workloadRef"]["name"] != first_wl for r in reservations(custom_objects, ns)
+        ),
+        timeout=60,
+    )
+    pods = wait_for("second Running", lambda: running(core_v1, ns, "second", 24), timeout=180)
+    nodes = nodes_by_name(core_v1)
+    assert Counter(nodes[p.spec.node_name].metadata.labels[PRODUCT] for p in pods) == {H100: 24}
+
+
+def workload_of_name(custom, ns: str, job_name: str) -> str:
+    wl = workload_of(custom, ns, job_name)
+    return wl["metadata"]["name"] if wl else ""

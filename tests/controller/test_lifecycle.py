@@ -1,0 +1,107 @@
+"""When a reservation stops holding capacity, and what its status says (table-driven)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from nexus_admit.controller.lifecycle import release_reason, reservation_status, unschedulable_pin
+from nexus_admit.kube import labels as L
+
+QR_TIME = "2026-11-25T10:00:00Z"
+
+
+def wl(**conds: str) -> dict[str, Any]:
+    conditions = [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": QR_TIME}]
+    conditions += [{"type": k, "status": v, "reason": "Because"} for k, v in conds.items()]
+    return {
+        "metadata": {"name": "w", "namespace": "t", "uid": "u1"},
+        "spec": {},
+        "status": {
+            "conditions": conditions,
+            "admissionChecks": [{"name": "nexus", "state": "Ready"}],
+        },
+    }
+
+
+RR = {
+    "metadata": {"name": "w-1", "namespace": "t", "annotations": {L.ANN_ATTEMPT: QR_TIME}},
+    "spec": {
+        "workloadRef": {"name": "w", "namespace": "t", "uid": "u1"},
+        "podSets": [
+            {"name": "main", "slots": [{"index": 0, "node": "n0"}, {"index": 1, "node": "n1"}]}
+        ],
+    },
+}
+
+
+def requeued() -> dict[str, Any]:
+    w = wl()
+    w["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-25T11:00:00Z"
+    return w
+
+
+def retried() -> dict[str, Any]:
+    w = wl()
+    w["status"]["admissionChecks"][0]["state"] = "Retry"
+    return w
+
+
+@pytest.mark.parametrize(
+    ("workload", "reason"),
+    [
+        pytest.param(wl(), None, id="live"),
+        pytest.param(None, "deleted", id="deleted"),
+        pytest.param(wl(Finished="True"), "finished", id="finished"),
+        pytest.param(wl(Evicted="True"), "evicted", id="evicted"),
+        pytest.param({**wl(), "spec": {"active": False}}, "deactivated", id="deactivated"),
+        pytest.param(requeued(), "newer quota reservation", id="new-attempt"),
+        pytest.param(retried(), "Retry", id="check-retry"),
+    ],
+)
+def test_release_reason(workload, reason) -> None:
+    got = release_reason(RR, workload, ["nexus"])
+    assert (got is None) if reason is None else (reason in got)
+
+
+def pod(name: str, slot: str, node: str | None, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": name, "annotations": {L.ANN_SLOT: slot}},
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase},
+    }
+
+
+def test_status_is_bound_only_when_every_slot_is_bound() -> None:
+    half = reservation_status(RR, [pod("a", "main/0", "n0"), pod("b", "main/1", None)])
+    assert half["phase"] == "Reserved"
+    assert [r["state"] for r in half["slots"]] == ["Bound", "Claimed"]
+    full = reservation_status(RR, [pod("a", "main/0", "n0"), pod("b", "main/1", "n1")])
+    assert full["phase"] == "Bound"
+    done = reservation_status(RR, [pod("a", "main/0", "n0", "Succeeded"), pod("b", "main/1", "n1")])
+    assert done["phase"] == "Reserved" and len(done["slots"]) == 1
+
+
+def test_unschedulable_pin_waits_for_the_grace() -> None:
+    now = datetime(2026, 11, 25, 10, 0, 30, tzinfo=UTC)
+
+    def p(since: datetime) -> dict[str, Any]:
+        return {
+            "spec": {},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/64 nodes are available",
+                        "lastTransitionTime": since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    }
+                ]
+            },
+        }
+
+    assert unschedulable_pin(p(now - timedelta(seconds=5)), now) is None
+    assert "0/64" in unschedulable_pin(p(now - timedelta(seconds=60)), now)

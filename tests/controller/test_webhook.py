@@ -1,0 +1,96 @@
+"""The pod webhook's decision: a reservation label is honoured only for the pods of the
+reservation's own Workload (table-driven)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nexus_admit.controller.store import Store
+from nexus_admit.controller.webhook import decide, queued_under_check
+from nexus_admit.kube import labels as L
+
+WL = {
+    "metadata": {
+        "name": "job-train-1",
+        "namespace": "t",
+        "uid": "wl-uid",
+        "ownerReferences": [{"kind": "Job", "name": "train", "uid": "job-uid"}],
+    }
+}
+RR = {
+    "metadata": {"name": "rr1", "namespace": "t"},
+    "spec": {"workloadRef": {"name": "job-train-1", "namespace": "t", "uid": "wl-uid"}},
+}
+
+
+def pod(owner_uid: str | None = "job-uid", **labels: str) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "name": "p",
+        "namespace": "t",
+        "labels": {L.LABEL_RESERVATION: "rr1", **labels},
+    }
+    if owner_uid:
+        m["ownerReferences"] = [{"kind": "Job", "name": "x", "uid": owner_uid}]
+    return {"metadata": m, "spec": {}}
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "rr", "wl", "allowed", "says"),
+    [
+        pytest.param(pod(), RR, WL, True, "", id="own-job-pod-gated"),
+        pytest.param(
+            pod(owner_uid="other-job"),
+            RR,
+            WL,
+            False,
+            "not part of Workload",
+            id="another-jobs-pod-denied",
+        ),
+        pytest.param(
+            pod(owner_uid=None), RR, WL, False, "not part of Workload", id="bare-pod-denied"
+        ),
+        pytest.param(
+            pod(owner_uid=None, **{"kueue.x-k8s.io/pod-group-name": "job-train-1"}),
+            RR,
+            WL,
+            True,
+            "",
+            id="pod-group-member",
+        ),
+        pytest.param(pod(), None, None, False, "does not exist", id="missing-reservation"),
+        pytest.param(
+            pod(),
+            RR,
+            {**WL, "metadata": {**WL["metadata"], "uid": "new"}},
+            False,
+            "no longer exists",
+            id="workload-recreated",
+        ),
+    ],
+)
+def test_decide(the_pod, rr, wl, allowed, says) -> None:
+    answer = decide(the_pod, "t", rr, wl)
+    assert answer.allowed is allowed
+    assert says in answer.message
+    assert answer.add_gate is allowed
+
+
+def test_plain_pod_in_a_nexus_queue_is_gated_others_are_not() -> None:
+    s = Store()
+    s.upsert(
+        "LocalQueue", {"metadata": {"name": "q", "namespace": "t"}, "spec": {"clusterQueue": "cq"}}
+    )
+    s.upsert(
+        "ClusterQueue",
+        {
+            "metadata": {"name": "cq"},
+            "spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": "nexus"}]}},
+        },
+    )
+    plain = {"metadata": {"name": "p", "labels": {L.KUEUE_QUEUE_NAME_LABEL: "q"}}}
+    assert queued_under_check(plain, "t", s, {"nexus"})
+    assert not queued_under_check(plain, "t", s, {"other-check"})
+    owned = {"metadata": {**plain["metadata"], "ownerReferences": [{"uid": "x"}]}}
+    assert not queued_under_check(owned, "t", s, {"nexus"})

@@ -1,0 +1,56 @@
+"""Reservation names are deterministic per quota reservation; slots are numbered in
+topology order so neighbouring ranks are neighbours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nexus_admit.kube.reservations import neighbour_order, parse_slot_key, reservation_name
+from nexus_admit.model import ClusterSnapshot, Slot
+from tests.factories import LEVELS, gpu_node
+
+
+def wl(
+    uid: str = "u1", qr: str = "2026-11-25T10:00:00Z", name: str = "job-train-abc"
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": uid},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": qr}]
+        },
+    }
+
+
+def test_same_attempt_same_name_new_attempt_new_name() -> None:
+    assert reservation_name(wl()) == reservation_name(wl())
+    assert reservation_name(wl()) != reservation_name(wl(qr="2026-11-25T10:05:00Z"))
+    assert reservation_name(wl()) != reservation_name(wl(uid="u2"))
+
+
+def test_name_is_a_valid_label_value_for_long_workload_names() -> None:
+    name = reservation_name(wl(name="a" * 70 + "-" + "b" * 200))
+    assert len(name) <= 63 and name[0].isalnum() and name[-1].isalnum()
+
+
+def test_slot_keys_round_trip() -> None:
+    assert parse_slot_key("main/12") == ("main", 12)
+    assert parse_slot_key("garbage") is None and parse_slot_key(None) is None
+
+
+def test_neighbour_order_groups_racks_and_nodes() -> None:
+    snap = ClusterSnapshot(
+        {
+            "x": gpu_node("x", rack="r1"),
+            "y": gpu_node("y", rack="r0"),
+            "z": gpu_node("z", rack="r1"),
+        }
+    )
+    slots = [
+        Slot("main", 0, "z", (0,)),
+        Slot("main", 1, "y", (0,)),
+        Slot("main", 2, "x", (0,)),
+        Slot("main", 3, "y", (1,)),
+    ]
+    out = neighbour_order(slots, snap, LEVELS)
+    assert [s.node for s in out] == ["y", "y", "x", "z"]
+    assert [s.index for s in out] == [0, 1, 2, 3]
