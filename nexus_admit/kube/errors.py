@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["Obj", "TranslationError", "child", "mapping", "meta", "object_key", "object_ref", "sequence"]
+__all__ = [
+    "Obj",
+    "TranslationError",
+    "child",
+    "mapping",
+    "meta",
+    "object_key",
+    "object_ref",
+    "sequence",
+]
 
 Obj = Mapping[str, Any]
 
