@@ -1,0 +1,39 @@
+"""`nexus-admit run` refuses options that cannot work, naming the flag to fix (exit 2),
+before it touches any cluster. The running controller is tested on the real control plane
+(e2e/tests/test_controller.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nexus_admit.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param([], "--webhook-cert and --webhook-key", id="webhook-without-cert"),
+        pytest.param(["--kubeconfig", "/nonexistent"], "--kubeconfig /nonexistent", id="kubeconfig"),
+        pytest.param(["--no-webhook", "--health-port", "70000"], "--health-port 70000", id="port"),
+        pytest.param(["--no-webhook", "--resync-seconds", "1"], "--resync-seconds", id="resync"),
+        pytest.param(["--no-webhook", "--policy", "nope"], "--policy nope: unknown", id="policy"),
+        pytest.param(
+            ["--webhook-cert", "/nonexistent.crt", "--webhook-key", "/nonexistent.key"],
+            "cannot read",
+            id="unreadable-cert",
+        ),
+    ],
+)
+def test_bad_options_exit_2_with_the_flag(args: list[str], says: str, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    if "--kubeconfig" not in args:
+        args = ["--kubeconfig", str(kubeconfig), *args]
+    result = runner.invoke(app, ["run", *args])
+    assert result.exit_code == 2, result.output
+    assert says in result.output
