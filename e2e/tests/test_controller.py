@@ -41,6 +41,7 @@ def job(
     memory: str = "32Gi",
     annotations: dict[str, str] | None = None,
     indexed: bool = True,
+    backoff_limit: int = 0,
 ) -> client.V1Job:
     container = client.V1Container(
         name="worker",
@@ -55,7 +56,7 @@ def job(
             parallelism=pods,
             completions=pods,
             completion_mode="Indexed" if indexed else "NonIndexed",
-            backoff_limit=0,
+            backoff_limit=backoff_limit,
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(annotations=annotations or {}),
                 spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
@@ -284,3 +285,174 @@ def test_deleting_a_job_releases_its_reservation_for_the_next_gang(
 def workload_of_name(custom, ns: str, job_name: str) -> str:
     wl = workload_of(custom, ns, job_name)
     return wl["metadata"]["name"] if wl else ""
+
+
+def test_plain_pod_group_is_gated_placed_pinned_and_running(
+    nexus_namespace, core_v1, custom_objects
+):
+    ns = nexus_namespace
+    group = "grp"
+    for i in range(3):
+        container = client.V1Container(
+            name="c",
+            image="registry.invalid/nexus/worker:e2e",
+            resources=client.V1ResourceRequirements(
+                requests={"cpu": "4", "memory": "16Gi", GPU: "4"}, limits={GPU: "4"}
+            ),
+        )
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(
+                name=f"{group}-{i}",
+                labels={QUEUE_LABEL: "nexus-silver", "kueue.x-k8s.io/pod-group-name": group},
+                annotations={"kueue.x-k8s.io/pod-group-total-count": "3"},
+            ),
+            spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
+        )
+        created = core_v1.create_namespaced_pod(ns, pod)
+        assert GATE in [g.name for g in created.spec.scheduling_gates or []]
+
+    def group_running():
+        pods = core_v1.list_namespaced_pod(
+            ns, label_selector=f"kueue.x-k8s.io/pod-group-name={group}"
+        ).items
+        ok = len(pods) == 3 and all(p.status.phase == "Running" and p.spec.node_name for p in pods)
+        return pods if ok else None
+
+    pods = wait_for("3 group pods Running", group_running, timeout=120)
+    wl = custom_objects.get_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, ns, "workloads", group
+    )
+    entry = check_entry(wl)
+    assert entry["state"] == "Ready", entry
+    rr = custom_objects.get_namespaced_custom_object(
+        RR_GROUP, RR_VERSION, ns, RR_PLURAL, entry["podSetUpdates"][0]["labels"][RESERVATION]
+    )
+    slots = slots_of(rr)
+    for p in pods:
+        assert p.metadata.labels[RESERVATION] == rr["metadata"]["name"]
+        assert p.spec.node_name == slots[p.metadata.annotations[SLOT]]["node"]
+    assert len({p.metadata.annotations[SLOT] for p in pods}) == 3
+
+
+def _gpus_by_node(core, ns: str) -> Counter:
+    used: Counter = Counter()
+    for p in core.list_pod_for_all_namespaces().items:
+        if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
+            for c in p.spec.containers:
+                used[p.spec.node_name] += int((c.resources.requests or {}).get(GPU, 0))
+    return used
+
+
+def test_thirty_workloads_of_three_tiers_never_double_book(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """30 gangs at once, more than the fleet holds: every placed gang is complete on
+    reserved nodes, no node holds more GPUs than it has, the rest wait in Retry."""
+    ns = nexus_namespace
+    # per tier: pods x GPUs; 520 GPUs in all against 448 in the fleet, each tier within
+    # its ClusterQueue's quota, so Kueue reserves quota for all and nexus must say no to some
+    shapes = [("nexus-gold", 4, 8), ("nexus-silver", 4, 4), ("nexus-bronze", 2, 2)]
+    names = []
+    t0 = time.time()
+    for i in range(30):
+        queue, pods, gpus = shapes[i % 3]
+        name = f"burst-{i}"
+        batch_v1.create_namespaced_job(ns, job(name, queue, pods=pods, gpus=gpus, cpu="4"))
+        names.append((name, pods))
+
+    def all_answered():
+        retried = {
+            e.involved_object.name
+            for e in core_v1.list_namespaced_event(ns).items
+            if e.reason == "PlacementRetry"
+        }
+        answered = 0
+        for name, _ in names:
+            wl = workload_of(custom_objects, ns, name)
+            if wl and (condition(wl, "Admitted") == "True" or wl["metadata"]["name"] in retried):
+                answered += 1
+        return answered == len(names)
+
+    wait_for("every burst Workload answered", all_answered, timeout=180)
+    t_answered = time.time()
+    time.sleep(5)
+    ready = []
+    for name, count in names:
+        wl = workload_of(custom_objects, ns, name)
+        if condition(wl, "Admitted") == "True":
+            ready.append((name, count))
+    assert ready, "nothing placed"
+    for name, count in ready:
+        wait_for(f"{name} Running", lambda n=name, c=count: running(core_v1, ns, n, c), timeout=120)
+    nodes = nodes_by_name(core_v1)
+    used = _gpus_by_node(core_v1, ns)
+    for node, n in used.items():
+        have = int(nodes[node].status.allocatable[GPU])
+        assert n <= have, f"{node}: {n} GPUs bound, {have} allocatable"
+    for name, _ in ready:
+        wl = workload_of(custom_objects, ns, name)
+        rr = custom_objects.get_namespaced_custom_object(
+            RR_GROUP,
+            RR_VERSION,
+            ns,
+            RR_PLURAL,
+            check_entry(wl)["podSetUpdates"][0]["labels"][RESERVATION],
+        )
+        slots = slots_of(rr)
+        for p in job_pods(core_v1, ns, name):
+            assert p.spec.node_name == slots[p.metadata.annotations[SLOT]]["node"]
+    print(
+        f"\n[burst] 30 Workloads: all answered in {t_answered - t0:.1f}s, "
+        f"{len(ready)} admitted and running, {30 - len(ready)} waiting (Retry)"
+    )
+
+
+def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """A pod outside Kueue bound straight to a node (spec.nodeName skips the scheduler) takes
+    the GPUs a gang's slot holds; the gang's replacement pod, pinned there, cannot be
+    scheduled: nexus-admit sends the gang back through Retry with that reason, and Kueue's
+    requeue places it again elsewhere."""
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(
+        ns, job("victim", "nexus-silver", pods=4, gpus=8, cpu="8", backoff_limit=20)
+    )
+    pods = wait_for("victim Running", lambda: running(core_v1, ns, "victim", 4), timeout=120)
+    target = sorted(pods, key=lambda p: p.metadata.name)[0]
+    taken = target.spec.node_name
+    bypass = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="bypass"),
+        spec=client.V1PodSpec(
+            node_name=taken,
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="registry.invalid/other:1",
+                    resources=client.V1ResourceRequirements(requests={GPU: "8"}, limits={GPU: "8"}),
+                )
+            ],
+        ),
+    )
+    core_v1.create_namespaced_pod(ns, bypass)
+    core_v1.delete_namespaced_pod(target.metadata.name, ns, grace_period_seconds=0)
+
+    def retry_event():
+        for e in core_v1.list_namespaced_event(ns).items:
+            if e.reason == "PlacementRetry" and "cannot be scheduled" in (e.message or ""):
+                return e
+        return None
+
+    event = wait_for("PlacementRetry naming the unschedulable pod", retry_event, timeout=90)
+    assert taken in event.message
+    again = wait_for(
+        "victim placed again and Running",
+        lambda: (
+            p
+            if (p := running(core_v1, ns, "victim", 4))
+            and all(x.spec.node_name != taken for x in p)
+            else None
+        ),
+        timeout=180,
+    )
+    assert len(again) == 4
