@@ -26,14 +26,17 @@ class Assumed:
     workload: str  # "namespace/name"
     gang: Gang
     slots: tuple[Slot, ...]
+    since: float  # monotonic seconds when assumed
 
 
 @dataclass(slots=True)
 class Ledger:
     assumed: dict[str, Assumed] = field(default_factory=dict)
 
-    def assume(self, reservation: str, workload: str, gang: Gang, slots: tuple[Slot, ...]) -> None:
-        self.assumed[reservation] = Assumed(reservation, workload, gang, slots)
+    def assume(
+        self, reservation: str, workload: str, gang: Gang, slots: tuple[Slot, ...], now: float
+    ) -> None:
+        self.assumed[reservation] = Assumed(reservation, workload, gang, slots, now)
 
     def forget(self, reservation: str) -> None:
         self.assumed.pop(reservation, None)

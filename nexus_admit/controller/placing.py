@@ -122,7 +122,15 @@ async def place_pending(ctx: Context) -> None:
         log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
         return
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
-    ctx.ledger.settle(lambda a: a.reservation in stored and a.workload not in keys)
+    tick = time.monotonic()
+    # an assumption ends once its Workload left the queue and the reservation is in the
+    # store (or, after a full re-list, never came back: released or never written)
+    ctx.ledger.settle(
+        lambda a: (
+            a.workload not in keys
+            and (a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds)
+        )
+    )
     ctx.ledger.apply_to(snapshot)
     kueue = dump.kueue_index()
     for wl in pending:
@@ -191,7 +199,7 @@ async def place_one(
     # 5. assume, reserve, answer
     placement.slots = neighbour_order(placement.slots, snapshot, levels)
     slots = tuple(placement.slots)
-    ctx.ledger.assume(rr_key, key, gang, slots)
+    ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
     apply_slots(snapshot, gang, slots)
     expires = now + timedelta(seconds=config.reservation_ttl_seconds)
     body = reservation_for(

@@ -10,7 +10,7 @@ from tests.factories import gpu_node
 def test_assumed_slots_are_taken_until_settled() -> None:
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
     ledger = Ledger()
-    ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "n1", tuple(range(8)), 0),))
+    ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "n1", tuple(range(8)), 0),), 0.0)
     snap = ClusterSnapshot({"n1": gpu_node("n1")})
     ledger.apply_to(snap)
     assert snap.nodes["n1"].free_whole_gpus == 0
@@ -23,7 +23,7 @@ def test_assumed_slots_are_taken_until_settled() -> None:
 def test_forget_gives_capacity_back_and_a_gone_node_is_skipped() -> None:
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=1),))
     ledger = Ledger()
-    ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "gone", (0,), None),))
+    ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "gone", (0,), None),), 0.0)
     snap = ClusterSnapshot({"n1": gpu_node("n1")})
     ledger.apply_to(snap)  # no KeyError for a node that left
     ledger.forget("ns/rr")
