@@ -55,6 +55,7 @@ class Context:
     # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
     ungating: dict[str, str] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     synced: bool = False  # every kind listed once: only then may the loop decide anything
 
     def poke(self) -> None:

@@ -86,6 +86,34 @@ async def reconcile(ctx: Context) -> None:
     await sync_lifecycle(ctx)
     await place_pending(ctx)
     await sync_ungating(ctx)
+    record_capacity(ctx)
+
+
+CAPACITY_EVERY_SECONDS = 15.0
+
+
+def record_capacity(ctx: Context) -> None:
+    """GPUs free / held by reservations / taken by bound pods, and pristine 8-GPU nodes, at
+    most every 15 s (a snapshot of a large fleet is not free)."""
+    tick = time.monotonic()
+    if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
+        return
+    ctx.capacity_recorded = tick
+    dump = ctx.store.dump()
+    try:
+        with_rr = dump.snapshot(now=ctx.clock())
+        pods_only = ClusterDump(
+            by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
+        ).snapshot(now=ctx.clock())
+    except TranslationError:
+        return  # reported by place_pending when it matters
+    free = sum(sum(n.gpu_free) for n in with_rr) / 1000
+    after_pods = sum(sum(n.gpu_free) for n in pods_only) / 1000
+    total = sum(n.gpu_count for n in with_rr)
+    ctx.metrics.gpus.labels("free").set(free)
+    ctx.metrics.gpus.labels("reserved").set(after_pods - free)
+    ctx.metrics.gpus.labels("bound").set(total - after_pods)
+    ctx.metrics.pristine_islands.set(sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine()))
 
 
 def _our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
