@@ -169,10 +169,11 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
         core_v1.delete_namespace(name, propagation_policy="Background")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def nexus_controller(e2e_cluster: Any) -> Iterator[Any]:
     """nexus-admit installed (CRDs, PlacementConfig, AdmissionCheck, nexus ClusterQueues,
-    pod webhook) and running against the control plane; stopped at the end."""
+    pod webhook) and running against the control plane; stopped after the module, so the
+    tests that stand in for the controller (test_plan_live) run without it."""
     from nexus_controller import NexusController
 
     nc = NexusController(e2e_cluster)
