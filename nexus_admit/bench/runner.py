@@ -18,8 +18,8 @@ from typing import Any
 
 from nexus_admit.bench.fleet import BENCH_LEVELS, bench_config, bench_gang, generate_fleet
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
-from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.engine import CpSatEngine
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.validate import violations
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from nexus_admit.bench.fleet import GANG_SIZES
 from nexus_admit.bench.runner import run_bench, summarise
-from nexus_admit.placement.base import policy_names
+from nexus_admit.placement.policies import policy_names
 
 __all__ = ["register"]
 

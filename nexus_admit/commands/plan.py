@@ -37,7 +37,7 @@ from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import admission_order_key
 from nexus_admit.model import Placement, PlacementConfig, apply_slots
-from nexus_admit.placement.base import make_policy
+from nexus_admit.placement.policies import make_policy
 
 __all__ = ["OutputFormat", "PlanInputError", "PlanResult", "placement_json", "register", "run_plan"]
 

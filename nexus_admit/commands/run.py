@@ -82,7 +82,7 @@ def run(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_OPTIONS) from None
     from nexus_admit.controller.operator import run as run_operator
-    from nexus_admit.placement.base import policy_names
+    from nexus_admit.placement.policies import policy_names
 
     if policy not in policy_names():
         typer.echo(

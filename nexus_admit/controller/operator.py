@@ -26,7 +26,7 @@ from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.webhook import review_pod
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
-from nexus_admit.placement.base import make_policy
+from nexus_admit.placement.policies import make_policy
 
 __all__ = ["WEBHOOK_PATH", "build_context", "run"]
 

@@ -113,7 +113,9 @@ def record_capacity(ctx: Context) -> None:
     ctx.metrics.gpus.labels("free").set(free)
     ctx.metrics.gpus.labels("reserved").set(after_pods - free)
     ctx.metrics.gpus.labels("bound").set(total - after_pods)
-    ctx.metrics.pristine_islands.set(sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine()))
+    ctx.metrics.pristine_islands.set(
+        sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
+    )
 
 
 def _our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:

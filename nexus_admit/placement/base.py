@@ -1,4 +1,8 @@
-"""The one interface every placement policy implements, and the registry of policies."""
+"""The one interface every placement policy implements.
+
+The table of policies by name is `nexus_admit.placement.policies`; this module depends on the
+model only, so every policy can import it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
 
-__all__ = ["PlacementPolicy", "make_policy", "policy_names", "register"]
+__all__ = ["PlacementPolicy", "PolicyFactory"]
 
 
 @runtime_checkable
@@ -22,32 +26,3 @@ class PlacementPolicy(Protocol):
 
 
 PolicyFactory = Callable[[int], PlacementPolicy]  # seed -> policy
-_REGISTRY: dict[str, PolicyFactory] = {}
-
-
-def register(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    def wrap(factory: PolicyFactory) -> PolicyFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
-
-
-def policy_names() -> list[str]:
-    _load_builtin()
-    return sorted(_REGISTRY)
-
-
-def make_policy(name: str, seed: int = 0) -> PlacementPolicy:
-    """Build a policy by name ("nexus", "default", "binpack", "fgd", ...)."""
-    _load_builtin()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r}; known: {sorted(_REGISTRY)}") from None
-    return factory(seed)
-
-
-def _load_builtin() -> None:
-    # Importing the modules registers their policies.
-    from nexus_admit.placement import baselines, engine  # noqa: F401

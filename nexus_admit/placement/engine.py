@@ -43,7 +43,6 @@ from nexus_admit.model import (
     fit_pod,
     pod_capacity,
 )
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.baselines.tas import tas_counts
 from nexus_admit.placement.fragmentation import WorkloadDistribution, fill_rank, gradient_table
@@ -1164,6 +1163,5 @@ class CpSatEngine:
         return best[1] if best else None
 
 
-@register("nexus")
-def _nexus(seed: int) -> CpSatEngine:
+def nexus_policy(seed: int) -> CpSatEngine:
     return CpSatEngine(seed)

@@ -37,13 +37,14 @@ from nexus_admit.model import (
     PodSet,
     SolverSettings,
 )
-from nexus_admit.placement.base import PlacementPolicy, make_policy
+from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import (
     PodShape,
     WorkloadAware,
     WorkloadDistribution,
     node_fragmentation,
 )
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 
 __all__ = [

@@ -76,8 +76,9 @@ from nexus_admit.model import (
     TopologySpec,
     WorkloadType,
 )
-from nexus_admit.placement.base import PlacementPolicy, make_policy
+from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim.openb import DEFAULT_DATA

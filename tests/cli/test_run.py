@@ -18,7 +18,9 @@ runner = CliRunner()
     ("args", "says"),
     [
         pytest.param([], "--webhook-cert and --webhook-key", id="webhook-without-cert"),
-        pytest.param(["--kubeconfig", "/nonexistent"], "--kubeconfig /nonexistent", id="kubeconfig"),
+        pytest.param(
+            ["--kubeconfig", "/nonexistent"], "--kubeconfig /nonexistent", id="kubeconfig"
+        ),
         pytest.param(["--no-webhook", "--health-port", "70000"], "--health-port 70000", id="port"),
         pytest.param(["--no-webhook", "--resync-seconds", "1"], "--resync-seconds", id="resync"),
         pytest.param(["--no-webhook", "--policy", "nope"], "--policy nope: unknown", id="policy"),

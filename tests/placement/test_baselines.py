@@ -14,7 +14,8 @@ from nexus_admit.model import (
     SolveStatus,
     WorkloadType,
 )
-from nexus_admit.placement.base import PlacementPolicy, make_policy, policy_names
+from nexus_admit.placement.base import PlacementPolicy
+from nexus_admit.placement.policies import make_policy, policy_names
 from nexus_admit.placement.validate import violations
 from tests.factories import A100, HOST, RACK, T4, config, gpu_node, node_state, snapshot
 

@@ -14,7 +14,6 @@ from nexus_admit.model import (
     PlacementConfig,
     PodSet,
 )
-from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fragmentation import (
     PodShape,
@@ -23,6 +22,7 @@ from nexus_admit.placement.fragmentation import (
     fill_rank,
     gradient_table,
 )
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 
 OFF = {k: 0 for k in ObjectiveWeights.model_fields}

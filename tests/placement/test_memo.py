@@ -19,8 +19,8 @@ from nexus_admit.model import (
     Slot,
     apply_slots,
 )
-from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.memo import NodeMemo
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from tests.strategies import CONFIG, gangs, snapshots
 

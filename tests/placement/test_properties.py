@@ -19,8 +19,8 @@ from nexus_admit.model import (
     apply_slots,
     fit_pod,
 )
-from nexus_admit.placement.base import make_policy, policy_names
 from nexus_admit.placement.objective import evaluate_terms, weighted_objective
+from nexus_admit.placement.policies import make_policy, policy_names
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.validate import violations
 from tests.strategies import CONFIG, RACK, gangs, snapshots

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from nexus_admit.model import GPU_WHOLE, Gang, Node, PlacementConfig, PodSet, Slot
-from nexus_admit.placement.base import make_policy
 from nexus_admit.placement.baselines.fgd import FgdPolicy
 from nexus_admit.placement.fragmentation import (
     PodShape,
@@ -19,6 +18,7 @@ from nexus_admit.placement.fragmentation import (
     gradient_table,
     node_fragmentation,
 )
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import openb
 from nexus_admit.sim.openb import OpenbPod, gpu_request, inflate

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nexus_admit.model import GPU_WHOLE, Placement, SolveStatus
-from nexus_admit.placement.base import make_policy
+from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.openb import DEFAULT_DATA

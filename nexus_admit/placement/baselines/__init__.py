@@ -1,5 +1,5 @@
-"""Baseline policies, each written from its published definition. Importing this package
-registers them with `nexus_admit.placement.base`."""
+"""Baseline policies, each written from its published definition; `placement/policies.py`
+lists them by name."""
 
 from nexus_admit.placement.baselines import fgd, kube, paper, simple, tas
 

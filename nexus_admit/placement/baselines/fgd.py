@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from nexus_admit.model import GPU_WHOLE, PodSet
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.vector import (
     FloatArray,
     IntArray,
@@ -82,6 +81,5 @@ class FgdPolicy(VectorPolicy):
         return score, choice
 
 
-@register("fgd")
-def _fgd(seed: int) -> FgdPolicy:
+def fgd_policy(seed: int) -> FgdPolicy:
     return FgdPolicy(seed)

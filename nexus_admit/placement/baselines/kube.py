@@ -10,7 +10,6 @@ from __future__ import annotations
 import statistics
 
 from nexus_admit.model import GPU_WHOLE, Fit, Node, PodSet
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import PodByPodPolicy, single_fit_options
 from nexus_admit.placement.problem import Problem
 
@@ -40,11 +39,9 @@ def binpack_score(node: Node, pod_set: PodSet, fit: Fit, problem: Problem) -> fl
     return -sum(f * 100 for f in fractions) / len(fractions)
 
 
-@register("default")
-def _default(seed: int) -> PodByPodPolicy:
+def default_policy(seed: int) -> PodByPodPolicy:
     return PodByPodPolicy("default", single_fit_options(default_score))
 
 
-@register("binpack")
-def _binpack(seed: int) -> PodByPodPolicy:
+def binpack_policy(seed: int) -> PodByPodPolicy:
     return PodByPodPolicy("binpack", single_fit_options(binpack_score))

@@ -23,7 +23,6 @@ from collections import Counter
 import numpy as np
 
 from nexus_admit.model import GPU_WHOLE, PodSet
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.vector import (
     FloatArray,
     IntArray,
@@ -153,26 +152,21 @@ class GpuClusteringPolicy(VectorPolicy):
         return band + bonus, _no_choice(idx)
 
 
-@register("paper-random")
-def _random(seed: int) -> RandomPaperPolicy:
+def paper_random_policy(seed: int) -> RandomPaperPolicy:
     return RandomPaperPolicy(seed)
 
 
-@register("dotprod")
-def _dotprod(seed: int) -> DotProductPolicy:
+def dotprod_policy(seed: int) -> DotProductPolicy:
     return DotProductPolicy(seed)
 
 
-@register("paper-bestfit")
-def _bestfit(seed: int) -> BestFitPaperPolicy:
+def paper_bestfit_policy(seed: int) -> BestFitPaperPolicy:
     return BestFitPaperPolicy(seed)
 
 
-@register("gpu-packing")
-def _packing(seed: int) -> GpuPackingPolicy:
+def gpu_packing_policy(seed: int) -> GpuPackingPolicy:
     return GpuPackingPolicy(seed)
 
 
-@register("gpu-clustering")
-def _clustering(seed: int) -> GpuClusteringPolicy:
+def gpu_clustering_policy(seed: int) -> GpuClusteringPolicy:
     return GpuClusteringPolicy(seed)

@@ -7,7 +7,6 @@ cpu, memory and GPU (weights 1), i.e. the tightest node that still fits.
 from __future__ import annotations
 
 from nexus_admit.model import GPU_WHOLE, Fit, Node, PodSet
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import (
     PodByPodPolicy,
     RandomPolicy,
@@ -26,11 +25,9 @@ def bestfit_score(node: Node, pod_set: PodSet, fit: Fit, problem: Problem) -> fl
     return leftover
 
 
-@register("bestfit")
-def _bestfit(seed: int) -> PodByPodPolicy:
+def bestfit_policy(seed: int) -> PodByPodPolicy:
     return PodByPodPolicy("bestfit", single_fit_options(bestfit_score))
 
 
-@register("random")
-def _random(seed: int) -> RandomPolicy:
+def random_policy(seed: int) -> RandomPolicy:
     return RandomPolicy(seed)

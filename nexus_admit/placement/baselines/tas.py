@@ -26,7 +26,6 @@ from nexus_admit.model import (
     fit_pod,
     pod_capacity,
 )
-from nexus_admit.placement.base import register
 from nexus_admit.placement.baselines.podbypod import domain_choices, finish, infeasible
 from nexus_admit.placement.problem import Problem, prepare
 
@@ -178,6 +177,5 @@ def _room(snapshot: ClusterSnapshot) -> Callable[[Problem, Sequence[str]], float
     return rank
 
 
-@register("tas-bestfit")
-def _tas(seed: int) -> TasBestFitPolicy:
+def tas_bestfit_policy(seed: int) -> TasBestFitPolicy:
     return TasBestFitPolicy()
