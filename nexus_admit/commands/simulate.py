@@ -4,8 +4,8 @@ With no options it runs the bundled default scenario (under a minute on two core
 replay (64 Lingjun hosts, 220 jobs, seeds 1-10; six policies), then the openb `default`
 trace under the FGD paper's protocol on a fixed half of the openb nodes, seed 42, the
 paper's six baselines and the nexus CP-SAT engine, and prints both tables. `--report DIR`
-also writes Markdown, PNG plots and JSON there. The full study of the paper is
-`--trace all --seeds 42-51 --nodes 1`. The traces come from the copy shipped in the
+also writes Markdown, PNG plots and JSON there and says where. The full study of the paper
+is `--trace all --seeds 42-51 --nodes 1`. The traces come from the copy shipped in the
 package unless `--data` / `$NEXUS_ADMIT_DATA` names another directory.
 """
 
@@ -125,6 +125,18 @@ def _require(data: Path, relative: str, what: str) -> None:
         )
 
 
+def _print_report(console: Console, report: Path) -> None:
+    """Where the report went, on one unwrapped line a user can copy."""
+    where = report.resolve()
+    pages = [p.name for p in (where / "README.md", where / "REPLAY.md") if p.is_file()]
+    plots = len(list(where.glob("*.png")))
+    console.print(
+        f"report written to {where}: {', '.join(pages)}, {plots} PNG plots, JSON",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def simulate(
     trace: Annotated[str, typer.Option(help="openb trace(s): default, multigpu50, gpuspec33, "
                                              "comma-separated, or 'all'")] = "default",
@@ -227,8 +239,9 @@ def simulate(
             path = write_replay_report(results, comparison, report, meta,
                                        rp.MODEL_NOTES)
             notes.append(f"Gang replay: [{path.name}]({path.name})")
-            console.print(f"replay report: {path}")
     if not openb:
+        if report is not None:
+            _print_report(console, report)
         return
     traces = list(TRACES) if trace == "all" else _split(trace)
     for t in traces:
@@ -295,9 +308,8 @@ def simulate(
         meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
                 "runs": total, "seconds": result.seconds, "workers": workers,
                 "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        path = write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES],
-                                  paired)
-        console.print(f"report: {path}")
+        write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
+        _print_report(console, report)
 
 
 def register(app: typer.Typer) -> None:

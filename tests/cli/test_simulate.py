@@ -30,6 +30,7 @@ def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
     assert "mean over 2 seeds: nexus best on" in result.output
     assert "paired per seed, 95 % interval: nexus" in result.output
     assert "(seed 3), " in result.output  # the per-seed counts, on one line
+    assert f"report written to {tmp_path.resolve()}: REPLAY.md, " in result.output
     data = json.loads((tmp_path / "replay.json").read_text())
     assert [s["mix"] for s in data["meta"]["scenarios"]] == [[0.5, 0.25, 0.25]] * 2
     assert {s["name"] for s in data["meta"]["scenarios"]} == {"h16-j30-mix0.5-0.25-0.25"}
