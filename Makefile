@@ -16,9 +16,12 @@ $(BIN)/nexus-admit: pyproject.toml
 
 install: $(BIN)/nexus-admit
 
-## The main job on its embedded default scenario (no cluster needed).
+## The main job on its embedded default scenario (no cluster needed). The report
+## (Markdown, PNG plots, JSON) goes to $(SIMULATE_REPORT); more options through
+## SIMULATE_ARGS, e.g. make simulate SIMULATE_ARGS='--replay-seeds 1-3'.
+SIMULATE_REPORT ?= reports/simulate
 simulate: install
-	$(BIN)/nexus-admit simulate
+	$(BIN)/nexus-admit simulate --report $(SIMULATE_REPORT) $(SIMULATE_ARGS)
 
 plan-sample: install
 	$(BIN)/nexus-admit plan --snapshot config/samples/cluster-dump.yaml

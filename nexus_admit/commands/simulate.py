@@ -4,8 +4,9 @@ With no options it runs the bundled default scenario (under a minute on two core
 replay (64 Lingjun hosts, 220 jobs, seeds 1-10; six policies), then the openb `default`
 trace under the FGD paper's protocol on a fixed half of the openb nodes, seed 42, the
 paper's six baselines and the nexus CP-SAT engine, and prints both tables. `--report DIR`
-also writes Markdown, PNG plots and JSON there. The full study of the paper is
-`--trace all --seeds 42-51 --nodes 1`.
+also writes Markdown, PNG plots and JSON there and says where. The full study of the paper
+is `--trace all --seeds 42-51 --nodes 1`. The traces come from the copy shipped in the
+package unless `--data` / `$NEXUS_ADMIT_DATA` names another directory.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from rich.table import Table
 
 from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
-from nexus_admit.sim.openb import DEFAULT_DATA, TRACES, OpenbRun
+from nexus_admit.sim.data import DATA_ENV, csv_path, packaged_data
+from nexus_admit.sim.openb import NODE_LIST, TRACES, OpenbRun, pod_list
 from nexus_admit.sim.report import (
     paired_summary,
     replay_table,
@@ -100,6 +102,41 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+_DATA_HINT = (
+    f"point --data or {DATA_ENV} at a directory holding openb/ and lingjun/ "
+    "(.csv or .csv.gz), or leave both unset for the data shipped with nexus-admit"
+)
+
+
+def _data_dir(data: Path | None) -> Path:
+    """The directory to read traces from: the option (or its environment variable) when
+    given, else the packaged data."""
+    if data is None:
+        return packaged_data()
+    if not data.is_dir():
+        raise typer.BadParameter(f"{data} is not a directory; {_DATA_HINT}", param_hint="--data")
+    return data
+
+
+def _require(data: Path, relative: str, what: str) -> None:
+    if csv_path(data, relative) is None:
+        raise typer.BadParameter(
+            f"{data}/{relative} not found ({what}); {_DATA_HINT}", param_hint="--data"
+        )
+
+
+def _print_report(console: Console, report: Path) -> None:
+    """Where the report went, on one unwrapped line a user can copy."""
+    where = report.resolve()
+    pages = [p.name for p in (where / "README.md", where / "REPLAY.md") if p.is_file()]
+    plots = len(list(where.glob("*.png")))
+    console.print(
+        f"report written to {where}: {', '.join(pages)}, {plots} PNG plots, JSON",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def simulate(
     trace: Annotated[str, typer.Option(help="openb trace(s): default, multigpu50, gpuspec33, "
                                              "comma-separated, or 'all'")] = "default",
@@ -111,8 +148,10 @@ def simulate(
     workers: Annotated[int, typer.Option(help="worker processes")] = 2,
     nodes: Annotated[float, typer.Option(
         help="fraction of the openb nodes to simulate (a fixed sample); 1 = all 1213")] = 0.5,
-    data: Annotated[Path, typer.Option(help="directory holding openb/ and lingjun/")] =
-        DEFAULT_DATA,
+    data: Annotated[Path | None, typer.Option(
+        envvar=DATA_ENV, show_default=False,
+        help="directory holding other traces as openb/ and lingjun/ (.csv or .csv.gz); "
+             "default: the data shipped with nexus-admit")] = None,
     report: Annotated[Path | None, typer.Option(
         help="write README.md, PNG plots and JSON into this directory")] = None,
     openb: Annotated[bool, typer.Option(help="run the openb study")] = True,
@@ -137,13 +176,11 @@ def simulate(
     multi-tenant gang replay; print tables, optionally write a report."""
     console = Console(width=None if Console().is_terminal else 150)
     notes: list[str] = []
+    data_dir = _data_dir(data)
     if replay:
         mix = _mix(replay_mix)
         weights = _weights(replay_weights)
-        if not (Path(data) / "lingjun" / "topo.csv").is_file():
-            raise typer.BadParameter(
-                f"{data}/lingjun/topo.csv not found (the replay's fabric); point --data or "
-                "NEXUS_ADMIT_DATA at the shared data directory (../shared/data)")
+        _require(data_dir, rp.FABRIC, "the replay's fabric")
         name = f"h{replay_hosts}-j{replay_jobs}"
         if mix != rp.ReplayScenario().mix:
             name += "-mix" + "-".join(f"{m:g}" for m in mix)
@@ -167,7 +204,7 @@ def simulate(
             def rtick(done: int, _total: int, r: rp.ReplayResult) -> None:
                 progress.update(bar, completed=done, last=f"{r.policy}/{r.seed}")
 
-            results = rp.run_replays(rpolicies, scenarios, data, workers, rtick)
+            results = rp.run_replays(rpolicies, scenarios, data_dir, workers, rtick)
         comparison = rp.compare(results)
         header, body = replay_table(results)
         rtable = Table(title=replay_table_title(results))
@@ -202,19 +239,22 @@ def simulate(
             path = write_replay_report(results, comparison, report, meta,
                                        rp.MODEL_NOTES)
             notes.append(f"Gang replay: [{path.name}]({path.name})")
-            console.print(f"replay report: {path}")
     if not openb:
+        if report is not None:
+            _print_report(console, report)
         return
     traces = list(TRACES) if trace == "all" else _split(trace)
     for t in traces:
         if t not in TRACES:
             raise typer.BadParameter(f"unknown trace {t!r}; known: {', '.join(TRACES)}")
-    if not (Path(data) / "openb").is_dir():
-        raise typer.BadParameter(f"{data}/openb not found; point --data at ../shared/data")
+    if not (data_dir / "openb").is_dir():
+        raise typer.BadParameter(f"{data_dir}/openb not found; {_DATA_HINT}", param_hint="--data")
+    for relative in (NODE_LIST, *(pod_list(t) for t in traces)):
+        _require(data_dir, relative, "openb")
     seed_list = parse_seeds(seeds)
     policy_list = _split(policies)
     seeds_for = {"nexus": parse_seeds(nexus_seeds)} if nexus_seeds else {}
-    spec = StudySpec(traces, policy_list, seed_list, Path(data), workers, nodes, seeds_for)
+    spec = StudySpec(traces, policy_list, seed_list, data_dir, workers, nodes, seeds_for)
     total = len(spec.tasks())
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
@@ -268,9 +308,8 @@ def simulate(
         meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
                 "runs": total, "seconds": result.seconds, "workers": workers,
                 "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        path = write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES],
-                                  paired)
-        console.print(f"report: {path}")
+        write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
+        _print_report(console, report)
 
 
 def register(app: typer.Typer) -> None:

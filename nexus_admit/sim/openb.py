@@ -1,5 +1,5 @@
 """The Alibaba openb trace (cluster-trace-gpu-v2023) and the FGD paper's protocol
-(../shared/data/README.md):
+(Weng et al., USENIX ATC 2023; the data and its sources: nexus_admit/data/README.md):
 
 1. take the pod list, append pods sampled with replacement (or drop random pods) until the
    total GPU request reaches 1.3 × the cluster's GPU capacity;
@@ -16,7 +16,6 @@ refresh only the nodes that changed.
 from __future__ import annotations
 
 import csv
-import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -46,10 +45,12 @@ from nexus_admit.placement.fragmentation import (
 )
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.sim.data import default_data, open_csv
 
 __all__ = [
     "DEFAULT_DATA",
     "GPU_PRODUCT_LABEL",
+    "NODE_LIST",
     "OPENB_NEXUS_CONFIG",
     "PUBLISHED",
     "TRACES",
@@ -61,30 +62,18 @@ __all__ = [
     "inflate",
     "load_nodes",
     "load_pods",
+    "pod_list",
     "pod_set",
     "run_openb",
     "workload_distribution",
 ]
 
-def _default_data() -> Path:
-    """`$NEXUS_ADMIT_DATA`, else ../shared/data from the project root (source checkout),
-    else ../shared/data from the working directory."""
-    env = os.environ.get("NEXUS_ADMIT_DATA")
-    if env:
-        return Path(env)
-    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
-        candidate = root.parent / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    return Path("../shared/data")
-
-
-DEFAULT_DATA = _default_data()
+DEFAULT_DATA = default_data()
 TRACES = ("default", "multigpu50", "gpuspec33")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 SEEDS = tuple(range(42, 52))
 
-# Published GPU allocation ratios (mean of 10 seeds), ../shared/data/README.md:
+# Published GPU allocation ratios (mean of 10 seeds), from the paper (Weng et al., ATC 2023):
 # (trace, policy) -> (arrived 100 %, arrived 130 %)
 PUBLISHED: dict[tuple[str, str], tuple[float, float]] = {
     ("default", "paper-random"): (86.30, 87.47),
@@ -139,13 +128,17 @@ def gpu_request(pod: OpenbPod) -> int:
     return pod.num_gpu * pod.gpu_milli
 
 
-def _openb(data: Path) -> Path:
-    return Path(data) / "openb"
+NODE_LIST = "openb/openb_node_list_gpu_node.csv"
+
+
+def pod_list(trace: str) -> str:
+    """The trace's pod list, relative to the data directory."""
+    return f"openb/openb_pod_list_{trace}.csv"
 
 
 @lru_cache(maxsize=4)
-def _node_rows(path: str) -> tuple[tuple[str, int, int, int, str], ...]:
-    with open(path, newline="") as f:
+def _node_rows(data: str) -> tuple[tuple[str, int, int, int, str], ...]:
+    with open_csv(Path(data), NODE_LIST) as f:
         return tuple(
             (r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), r["model"])
             for r in csv.DictReader(f)
@@ -154,7 +147,7 @@ def _node_rows(path: str) -> tuple[tuple[str, int, int, int, str], ...]:
 
 def load_nodes(data: Path = DEFAULT_DATA) -> list[Node]:
     """The 1213 GPU nodes of openb as fresh `Node`s (GPU model as the GFD product label)."""
-    rows = _node_rows(str(_openb(data) / "openb_node_list_gpu_node.csv"))
+    rows = _node_rows(str(data))
     return [
         Node(
             name=name,
@@ -174,7 +167,7 @@ def load_pods(trace: str, data: Path = DEFAULT_DATA) -> tuple[OpenbPod, ...]:
     if trace not in TRACES:
         raise ValueError(f"unknown openb trace {trace!r}; known: {list(TRACES)}")
     out = []
-    with open(_openb(data) / f"openb_pod_list_{trace}.csv", newline="") as f:
+    with open_csv(data, pod_list(trace)) as f:
         for r in csv.DictReader(f):
             spec = tuple(s for s in (r.get("gpu_spec") or "").split("|") if s)
             out.append(OpenbPod(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]),

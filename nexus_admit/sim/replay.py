@@ -1,6 +1,6 @@
 """Multi-tenant heterogeneous gang replay: a seeded synthetic mix of Gold/Silver/Bronze
 tenants (multi-node training gangs, single-GPU inference, fractional-GPU pods) on a cluster
-of H100/A100/L40 pools wired with the Lingjun datacenter fabric (../shared/data/lingjun),
+of H100/A100/L40 pools wired with the Lingjun datacenter fabric (lingjun/topo.csv),
 queued the way Kueue queues (per-ClusterQueue nominal quota in one cohort, priority then
 FIFO, BestEffortFIFO, gang all-or-nothing), placed by one registered policy per run, with
 departures and a slowdown model for spread gangs.
@@ -27,7 +27,7 @@ Reading the metrics:
 * GPU allocation counts slowed-down time too: a spread gang holds its GPUs 1/factor as
   long, so a policy that spreads gangs allocates more while finishing less. Effective
   throughput is the measure of work done; the two pull apart whenever gangs are spread.
-* Premium hardware runs no faster here (../shared/data has no per-model throughput
+* Premium hardware runs no faster here (the traces used have no per-model throughput
   figures), so keeping Gold on premium shows only as cost: it raises cost per effective
   GPU-hour and strands more VRAM (80 GiB GPUs) than the same pod on a cheaper class. Tier
   matching pays off here only as Bronze kept off premium while Gold waits.
@@ -81,11 +81,13 @@ from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, Workloa
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.sim.data import open_csv
 from nexus_admit.sim.openb import DEFAULT_DATA
 from nexus_admit.sim.stats import paired_difference, verdict
 
 __all__ = [
     "AGG_LABEL",
+    "FABRIC",
     "MODEL_NOTES",
     "POOLS",
     "TOR_LABEL",
@@ -95,6 +97,7 @@ __all__ = [
     "build_cluster",
     "compare",
     "generate_jobs",
+    "load_fabric",
     "replay_config",
     "run_replay",
     "run_replays",
@@ -192,9 +195,12 @@ class Job:
 # ---------------------------------------------------------------- cluster
 
 
+FABRIC = "lingjun/topo.csv"  # relative to the data directory
+
+
 def load_fabric(data: Path = DEFAULT_DATA) -> list[tuple[str, str, str]]:
     """(PSW, ASW, host ip) of the Lingjun hosts."""
-    with open(Path(data) / "lingjun" / "topo.csv", newline="") as f:
+    with open_csv(data, FABRIC) as f:
         return [(r["PSW"], r["ASW"], r["ip"]) for r in csv.DictReader(f)]
 
 

@@ -146,7 +146,7 @@ def write_openb_report(
         "Protocol: inflate the pod list to 1.3 × GPU capacity (sampling with replacement), "
         "shuffle with the seed, create pods one by one, never delete; failed pods are skipped. "
         "Allocation is read at arrived = 100 % and 130 % (mean over pods whose arrived % "
-        "rounds there), mean of seeds. Paper figures from ../shared/data/README.md.",
+        "rounds there), mean of seeds. Paper figures from Weng et al., USENIX ATC 2023.",
         "",
         markdown_table(rows, OPENB_COLUMNS),
         "",

@@ -10,11 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from nexus_admit.cli import app
-from nexus_admit.sim.openb import DEFAULT_DATA
 
 runner = CliRunner()
-needs_data = pytest.mark.skipif(not (DEFAULT_DATA / "lingjun").is_dir(),
-                                reason="../shared/data missing")
 SMALL = ["simulate", "--no-openb", "--replay-hosts", "16", "--replay-jobs", "30",
          "--replay-policies", "default,binpack,nexus", "--workers", "1"]
 
@@ -26,7 +23,6 @@ def test_a_malformed_mix_is_refused_with_the_expected_form(mix: str) -> None:
     assert "three shares" in result.output
 
 
-@needs_data
 def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--replay-seeds", "3,4", "--replay-mix", "2,1,1",
                                  "--report", str(tmp_path)])
@@ -34,6 +30,7 @@ def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
     assert "mean over 2 seeds: nexus best on" in result.output
     assert "paired per seed, 95 % interval: nexus" in result.output
     assert "(seed 3), " in result.output  # the per-seed counts, on one line
+    assert f"report written to {tmp_path.resolve()}: REPLAY.md, " in result.output
     data = json.loads((tmp_path / "replay.json").read_text())
     assert [s["mix"] for s in data["meta"]["scenarios"]] == [[0.5, 0.25, 0.25]] * 2
     assert {s["name"] for s in data["meta"]["scenarios"]} == {"h16-j30-mix0.5-0.25-0.25"}
@@ -59,7 +56,6 @@ def test_malformed_replay_weights_are_refused_naming_the_problem(weights: str,
     assert message in " ".join(result.output.split()).replace("│ ", "")
 
 
-@needs_data
 def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-weights",
                                  "tierMismatch=0,gangSplit=800", "--report", str(tmp_path)])
@@ -70,7 +66,6 @@ def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -
     assert scenario["weights"] == [["tierMismatch", 0], ["gangSplit", 800]]
 
 
-@needs_data
 def test_replay_locality_wait_and_load_reach_the_scenario(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-locality-wait", "0",
                                  "--replay-load", "2", "--report", str(tmp_path)])
@@ -83,10 +78,11 @@ def test_replay_locality_wait_and_load_reach_the_scenario(tmp_path: Path) -> Non
     assert refused.exit_code == 2
 
 
-def test_missing_data_is_refused_with_where_to_point(tmp_path: Path) -> None:
-    def compact(text: str) -> str:  # the error box wraps lines anywhere
-        return re.sub(r"[\s│╭╮╰╯─]", "", text)
+def compact(text: str) -> str:  # the error box wraps lines anywhere
+    return re.sub(r"[\s│╭╮╰╯─]", "", text)
 
+
+def test_missing_data_is_refused_with_where_to_point(tmp_path: Path) -> None:
     result = runner.invoke(app, [*SMALL, "--data", str(tmp_path)])
     assert result.exit_code == 2
     assert "lingjun/topo.csvnotfound" in compact(result.output)
@@ -94,3 +90,16 @@ def test_missing_data_is_refused_with_where_to_point(tmp_path: Path) -> None:
     openb_only = runner.invoke(app, ["simulate", "--no-replay", "--data", str(tmp_path)])
     assert openb_only.exit_code == 2
     assert "openbnotfound" in compact(openb_only.output)
+    (tmp_path / "openb").mkdir()
+    no_pods = runner.invoke(app, ["simulate", "--no-replay", "--data", str(tmp_path)])
+    assert no_pods.exit_code == 2
+    assert "openb/openb_node_list_gpu_node.csvnotfound" in compact(no_pods.output)
+
+
+def test_a_data_directory_that_does_not_exist_is_refused_by_its_option(tmp_path: Path) -> None:
+    for args, env in (([*SMALL, "--data", str(tmp_path / "nope")], {}),
+                      (SMALL, {"NEXUS_ADMIT_DATA": str(tmp_path / "nope")})):
+        result = runner.invoke(app, args, env=env)
+        assert result.exit_code == 2
+        assert "Invalidvaluefor--data" in compact(result.output)
+        assert "nopeisnotadirectory" in compact(result.output)

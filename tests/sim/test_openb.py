@@ -21,10 +21,10 @@ from nexus_admit.placement.fragmentation import (
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import openb
+from nexus_admit.sim.data import packaged_data
 from nexus_admit.sim.openb import OpenbPod, gpu_request, inflate
 
-DATA = openb.DEFAULT_DATA
-needs_data = pytest.mark.skipif(not (DATA / "openb").is_dir(), reason="../shared/data missing")
+DATA = packaged_data()
 
 
 def node(name: str, free: list[int], cpu: int = 64_000, model: str = "G2") -> Node:
@@ -45,7 +45,6 @@ def dist(*items: tuple[PodShape, float]) -> WorkloadDistribution:
 # ---------------------------------------------------------------- loaders
 
 
-@needs_data
 def test_loaders_match_the_data_readme() -> None:
     nodes = openb.load_nodes(DATA)
     assert len(nodes) == 1213
@@ -240,7 +239,6 @@ def test_policies_never_overbook_and_respect_gpu_models(policy: str) -> None:
 # ---------------------------------------------------------------- runs and report
 
 
-@needs_data
 def test_small_run_conserves_gpus_and_writes_a_report(tmp_path: Path) -> None:
     from nexus_admit.sim.report import write_openb_report
     from nexus_admit.sim.study import summarise

@@ -13,16 +13,11 @@ from nexus_admit.model import GPU_WHOLE, Placement, SolveStatus
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
-from nexus_admit.sim.openb import DEFAULT_DATA
 from nexus_admit.sim.stats import verdict
-
-needs_data = pytest.mark.skipif(not (DEFAULT_DATA / "lingjun").is_dir(),
-                                reason="../shared/data missing")
 
 SMALL = rp.ReplayScenario(name="tiny", seed=3, hosts=16, jobs=40, time_limit=0.5)
 
 
-@needs_data
 def test_cluster_keeps_lingjun_tors_and_pools() -> None:
     nodes = rp.build_cluster(SMALL)
     assert len(nodes) == 16
@@ -59,7 +54,6 @@ def test_slowdown_model() -> None:
     assert rp.spread_factor(2, 2, 2, 2, False) == pytest.approx(0.50)
 
 
-@needs_data
 @pytest.mark.parametrize("policy", ["default", "tas-bestfit", "fgd", "nexus"])
 def test_replay_conserves_gpus(policy: str) -> None:
     """Every admitted gang's slots are applied once and released once: after draining, the
@@ -80,7 +74,6 @@ def test_replay_conserves_gpus(policy: str) -> None:
         assert all(n.free_cpu_milli == n.cpu_milli for n in snap)
 
 
-@needs_data
 def test_replay_report(tmp_path: Path) -> None:
     from nexus_admit.sim.report import write_replay_report
 
@@ -93,7 +86,6 @@ def test_replay_report(tmp_path: Path) -> None:
     assert list(tmp_path.glob("replay_*.png"))
 
 
-@needs_data
 def test_compare_across_seeds_ranks_the_mean_of_each_metric() -> None:
     seeds = (SMALL, replace(SMALL, seed=SMALL.seed + 1))
     results = [rp.run_replay(p, scn) for scn in seeds for p in ("default", "binpack")]
@@ -153,7 +145,6 @@ def test_the_replay_config_holds_gangs_for_locality_unless_turned_off() -> None:
     assert job.gang(waited_hours=0.5).waited_seconds == 1800.0
 
 
-@needs_data
 def test_a_held_gang_is_tried_again_when_its_hold_ends_even_if_nothing_else_happens() -> None:
     """The last arrival is held once for half an hour; no arrival or departure comes in
     that time, so only the hold's own wake-up can start it."""
@@ -180,7 +171,6 @@ def test_a_held_gang_is_tried_again_when_its_hold_ends_even_if_nothing_else_happ
     assert result.admitted == 3
 
 
-@needs_data
 @pytest.mark.parametrize("policy", ["fgd", "nexus"])
 def test_only_slowed_down_gangs_hold_gpus_beyond_their_work(policy: str) -> None:
     """The split's parts (allocation = offered − work not done + GPU time held beyond the
