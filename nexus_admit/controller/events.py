@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -36,8 +37,9 @@ def event_body(
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
+        # client-go's naming: the object's name, a dot, a unique suffix
         "metadata": {
-            "generateName": f"{name[:200]}.",
+            "name": f"{name[:200]}.{uuid.uuid4().hex[:16]}",
             "namespace": m.get("namespace") or "default",
         },
         "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),

@@ -48,6 +48,10 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # kopf reads $KUBECONFIG at call time (run() set it from --kubeconfig); the official
+        # client's own default was fixed at import, so it cannot be used for this
+        if os.environ.get("KUBECONFIG"):
+            return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_via_client(**kwargs)
 
     if options.webhook:
