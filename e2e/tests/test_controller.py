@@ -89,6 +89,13 @@ def wait_check(custom, ns: str, job_name: str, states: tuple[str, ...], timeout:
     return wait_for(f"{job_name}: check {CHECK} in {states}", ready, timeout=timeout)
 
 
+def event(core, ns: str, reason: str, contains: str = ""):
+    for e in core.list_namespaced_event(ns).items:
+        if e.reason == reason and contains in (e.message or ""):
+            return e
+    return None
+
+
 def reservations(custom, ns: str) -> list[dict[str, Any]]:
     return custom.list_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]
 
@@ -236,8 +243,16 @@ def test_malformed_annotation_is_rejected_and_foreign_reservation_denied(
         ),
     )
     batch_v1.create_namespaced_job(ns, job("good", "nexus-silver", pods=1, gpus=1))
-    wl = wait_check(custom_objects, ns, "bad", ("Rejected",))
-    assert "scheduling.kubenexus.io/gpu-memory" in check_entry(wl)["message"]
+    # Kueue deactivates a rejected Workload at once (and resets its checks), so the answer
+    # is read from the Event the controller posts, which is what `describe` shows
+    rejected = wait_for("PlacementRejected Event", lambda: event(core_v1, ns, "PlacementRejected"))
+    assert "scheduling.kubenexus.io/gpu-memory" in rejected.message
+    assert "'lots' is not a memory quantity" in rejected.message
+    bad = wait_for(
+        "bad deactivated by Kueue",
+        lambda: (w := workload_of(custom_objects, ns, "bad")) and w["spec"].get("active") is False,
+    )
+    assert bad
     good = wait_check(custom_objects, ns, "good", ("Ready",))
     wait_for("good Running", lambda: running(core_v1, ns, "good", 1), timeout=120)
 
@@ -436,14 +451,12 @@ def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
     core_v1.create_namespaced_pod(ns, bypass)
     core_v1.delete_namespaced_pod(target.metadata.name, ns, grace_period_seconds=0)
 
-    def retry_event():
-        for e in core_v1.list_namespaced_event(ns).items:
-            if e.reason == "PlacementRetry" and "cannot be scheduled" in (e.message or ""):
-                return e
-        return None
-
-    event = wait_for("PlacementRetry naming the unschedulable pod", retry_event, timeout=90)
-    assert taken in event.message
+    retry = wait_for(
+        "PlacementRetry naming the unschedulable pod",
+        lambda: event(core_v1, ns, "PlacementRetry", "cannot be scheduled"),
+        timeout=90,
+    )
+    assert taken in retry.message
     again = wait_for(
         "victim placed again and Running",
         lambda: (

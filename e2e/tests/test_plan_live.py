@@ -63,39 +63,75 @@ def nexus_queue(custom_objects, batch_v1, e2e_namespace):
     """A silver ClusterQueue on the a100 flavor guarded by a nexus AdmissionCheck."""
     suffix = uuid.uuid4().hex[:6]
     check, cq = f"nexus-e2e-{suffix}", f"nexus-silver-{suffix}"
-    _cluster_object(custom_objects, "admissionchecks", {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "AdmissionCheck",
-        "metadata": {"name": check}, "spec": {"controllerName": CHECK_CONTROLLER},
-    })
+    _cluster_object(
+        custom_objects,
+        "admissionchecks",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": check},
+            "spec": {"controllerName": CHECK_CONTROLLER},
+        },
+    )
     # What the controller does while healthy; without it Kueue deactivates the queue.
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     custom_objects.patch_cluster_custom_object_status(
-        KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", check,
-        {"status": {"conditions": [{
-            "type": "Active", "status": "True", "reason": "Ready",
-            "message": "e2e stands in for the controller", "lastTransitionTime": now,
-        }]}},
-    )
-    _cluster_object(custom_objects, "clusterqueues", {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "ClusterQueue",
-        "metadata": {"name": cq, "labels": {"scheduling.kubenexus.io/tier": "silver"}},
-        "spec": {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", GPU],
-                "flavors": [{"name": "a100", "resources": [
-                    {"name": "cpu", "nominalQuota": "1000"},
-                    {"name": "memory", "nominalQuota": "10000Gi"},
-                    {"name": GPU, "nominalQuota": "128"},
-                ]}],
-            }],
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "admissionchecks",
+        check,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Active",
+                        "status": "True",
+                        "reason": "Ready",
+                        "message": "e2e stands in for the controller",
+                        "lastTransitionTime": now,
+                    }
+                ]
+            }
         },
-    })
+    )
+    _cluster_object(
+        custom_objects,
+        "clusterqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq, "labels": {"scheduling.kubenexus.io/tier": "silver"}},
+            "spec": {
+                "namespaceSelector": {},
+                "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", GPU],
+                        "flavors": [
+                            {
+                                "name": "a100",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "1000"},
+                                    {"name": "memory", "nominalQuota": "10000Gi"},
+                                    {"name": GPU, "nominalQuota": "128"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
     custom_objects.create_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, e2e_namespace, "localqueues", {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
-            "metadata": {"name": "nexus"}, "spec": {"clusterQueue": cq},
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        e2e_namespace,
+        "localqueues",
+        {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "LocalQueue",
+            "metadata": {"name": "nexus"},
+            "spec": {"clusterQueue": cq},
         },
     )
     yield "nexus"
@@ -112,8 +148,11 @@ def nexus_queue(custom_objects, batch_v1, e2e_namespace):
         except client.ApiException as err:
             if err.status != 404:
                 raise
-        wait_for(f"{plural}/{name} deleted",
-                 lambda p=plural, n=name: _gone(custom_objects, p, n), timeout=60)
+        wait_for(
+            f"{plural}/{name} deleted",
+            lambda p=plural, n=name: _gone(custom_objects, p, n),
+            timeout=60,
+        )
 
 
 def _gone(custom: client.CustomObjectsApi, plural: str, name: str) -> bool:
@@ -128,14 +167,17 @@ def _gone(custom: client.CustomObjectsApi, plural: str, name: str) -> bool:
 
 def _pending_on_check(custom, namespace: str, job: str) -> dict | None:
     items = custom.list_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads")["items"]
+        KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads"
+    )["items"]
     for wl in items:
         owners = wl["metadata"].get("ownerReferences", [])
         if not any(o.get("name") == job for o in owners):
             continue
         checks = wl.get("status", {}).get("admissionChecks", [])
-        if condition(wl, "QuotaReserved") == "True" and checks and all(
-            c.get("state") == "Pending" for c in checks
+        if (
+            condition(wl, "QuotaReserved") == "True"
+            and checks
+            and all(c.get("state") == "Pending" for c in checks)
         ):
             return wl
     return None
@@ -147,17 +189,33 @@ def test_plan_places_live_workloads_and_rejects_impossible_vram(
     ns = e2e_namespace
     batch_v1.create_namespaced_job(ns, _job("fits", nexus_queue, pods=4, gpus=2, vram="30Gi"))
     batch_v1.create_namespaced_job(ns, _job("too-big", nexus_queue, pods=1, gpus=1, vram="141Gi"))
-    fits = wait_for("workload 'fits' pending on the nexus check with quota reserved",
-                    lambda: _pending_on_check(custom_objects, ns, "fits"), 90)
-    big = wait_for("workload 'too-big' pending on the nexus check with quota reserved",
-                   lambda: _pending_on_check(custom_objects, ns, "too-big"), 90)
+    fits = wait_for(
+        "workload 'fits' pending on the nexus check with quota reserved",
+        lambda: _pending_on_check(custom_objects, ns, "fits"),
+        90,
+    )
+    big = wait_for(
+        "workload 'too-big' pending on the nexus check with quota reserved",
+        lambda: _pending_on_check(custom_objects, ns, "too-big"),
+        90,
+    )
 
     dump = tmp_path / "cluster.yaml"
     dump.write_text(e2e_cluster.kubectl("get", DUMP_KINDS, "-A", "-o", "yaml").stdout)
     result = subprocess.run(
-        [sys.executable, "-m", "nexus_admit.cli", "plan", "--snapshot", str(dump),
-         "--output", "json"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "nexus_admit.cli",
+            "plan",
+            "--snapshot",
+            str(dump),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     placements = {p["workload"]: p for p in json.loads(result.stdout)["placements"]}
@@ -167,8 +225,10 @@ def test_plan_places_live_workloads_and_rejects_impossible_vram(
     assert sum(a["pods"] for a in placed["assignments"]) == 4
     nodes = {a["node"] for a in placed["assignments"]}
     node_objs = json.loads(e2e_cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    products = {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product")
-                for n in node_objs}
+    products = {
+        n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product")
+        for n in node_objs
+    }
     assert {products[n] for n in nodes} == {A100}, "must stay on the flavor Kueue assigned"
     assert placed["terms"]["tierMismatch"] == 0  # silver on A100 is the ideal class
 
