@@ -186,6 +186,7 @@ def nexus_controller(e2e_cluster: Any) -> Iterator[Any]:
     yield nc
     _active.pop("controller", None)
     nc.stop()
+    nc.uninstall_webhook()
 
 
 @pytest.fixture

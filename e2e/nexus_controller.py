@@ -169,6 +169,17 @@ class NexusController:
         self.cluster.apply(MANIFEST.read_text(), retries=10)
         self.cluster.apply([self.webhook_configuration()])
 
+    def uninstall_webhook(self) -> None:
+        """Without the controller its webhook would refuse every pod it selects (it fails
+        closed), so it goes when the controller goes."""
+        self.cluster.kubectl(
+            "delete",
+            "mutatingwebhookconfiguration",
+            WEBHOOK_CONFIG,
+            "--ignore-not-found",
+            check=False,
+        )
+
     # -- process ------------------------------------------------------------------------
     def argv(self) -> list[str]:
         crt, key = self.ensure_cert()

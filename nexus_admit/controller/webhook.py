@@ -23,7 +23,7 @@ from typing import Any
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta
+from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
 
 __all__ = ["GateAnswer", "decide", "queued_under_check", "review_pod"]
@@ -124,9 +124,29 @@ def queued_under_check(
     return bool(names & set(checks))
 
 
+async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> None:
+    """Fetch the pod's LocalQueue and ClusterQueue when the watch has not brought them yet
+    (a queue created a moment before its first pod)."""
+    queue = (meta(pod).get("labels") or {}).get(L.KUEUE_QUEUE_NAME_LABEL)
+    if not queue or meta(pod).get("ownerReferences"):
+        return
+    lq = ctx.store.get("LocalQueue", f"{namespace}/{queue}")
+    if lq is None:
+        lq = await asyncio.to_thread(ctx.api.get, "LocalQueue", str(queue), namespace)
+        if lq is None:
+            return
+        ctx.store.upsert("LocalQueue", {"kind": "LocalQueue", **lq})
+    cq_name = str(child(lq, "spec").get("clusterQueue") or "")
+    if cq_name and ctx.store.get("ClusterQueue", cq_name) is None:
+        cq = await asyncio.to_thread(ctx.api.get, "ClusterQueue", cq_name)
+        if cq is not None:
+            ctx.store.upsert("ClusterQueue", {"kind": "ClusterQueue", **cq})
+
+
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
     rr_name = str((meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION) or "")
     if not rr_name:
+        await _fill_queue(ctx, pod, namespace)
         if queued_under_check(pod, namespace, ctx.store, ctx.checks):
             gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
             ctx.metrics.webhook_requests.labels("gated").inc()
