@@ -36,8 +36,9 @@ from nexus_admit.kube.dump import ClusterDump, DumpError, load_dump, load_object
 from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import admission_order_key
-from nexus_admit.model import Placement, PlacementConfig, apply_slots
+from nexus_admit.model import Placement, PlacementConfig
 from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["OutputFormat", "PlanInputError", "PlanResult", "placement_json", "register", "run_plan"]
 
@@ -120,18 +121,15 @@ def run_plan(
                 "check is treated as waiting on nexus-admit (add admissionchecks to the dump)"
             )
     keys = [object_key(w) for w in selected]
-    snapshot = dump.snapshot(exclude_workloads=keys)
+    placer = OrderedPlacer(engine, dump.snapshot(exclude_workloads=keys))
     kueue = dump.kueue_index()
     for wl in selected:
         try:
-            gang = dump.gang(wl, cfg, snapshot, kueue)
+            gang = dump.gang(wl, cfg, placer.snapshot, kueue)
         except TranslationError as e:
             result.errors.append(str(e))
             continue
-        placement = engine.place(snapshot, gang, cfg)
-        if placement.feasible:
-            apply_slots(snapshot, gang, placement.slots)
-        result.placements.append(placement)
+        result.placements.append(placer.place(gang, cfg))
     return result
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nexus_admit.model import ClusterSnapshot, Gang, Slot, apply_slots
+from nexus_admit.model import Gang, Slot
+from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["Assumed", "Ledger"]
 
@@ -46,11 +47,10 @@ class Ledger:
         for key in [k for k, a in self.assumed.items() if counted(a)]:
             del self.assumed[key]
 
-    def apply_to(self, snapshot: ClusterSnapshot) -> None:
-        """Take every outstanding assumption's capacity from `snapshot` (in place); slots on
-        nodes the snapshot no longer has are skipped (nothing to hold there)."""
+    def hold_in(self, placer: OrderedPlacer) -> None:
+        """Take every outstanding assumption's capacity from the placer's snapshot."""
         for a in self.assumed.values():
-            apply_slots(snapshot, a.gang, [s for s in a.slots if s.node in snapshot.nodes])
+            placer.hold(a.gang, a.slots)
 
     def gpus(self) -> int:
         return sum(len(s.gpu_indices) for a in self.assumed.values() for s in a.slots)

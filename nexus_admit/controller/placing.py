@@ -55,9 +55,8 @@ from nexus_admit.model import (
     PlacementConfig,
     Slot,
     SolveStatus,
-    apply_slots,
-    release_slots,
 )
+from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["place_pending", "reconcile", "run_loop"]
 
@@ -161,13 +160,14 @@ async def place_pending(ctx: Context) -> None:
             and (a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds)
         )
     )
-    ctx.ledger.apply_to(snapshot)
+    placer = OrderedPlacer(ctx.engine, snapshot)
+    ctx.ledger.hold_in(placer)
     kueue = dump.kueue_index()
     for wl in pending:
         check = _our_pending_check(wl, ctx)
         if check is None:
             continue
-        await place_one(ctx, dump, kueue, snapshot, wl, check, now)
+        await place_one(ctx, dump, kueue, placer, wl, check, now)
 
 
 def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -183,12 +183,13 @@ async def place_one(
     ctx: Context,
     dump: ClusterDump,
     kueue: KueueIndex,
-    snapshot: ClusterSnapshot,
+    placer: OrderedPlacer,
     workload: dict[str, Any],
     check: str,
     now: datetime,
 ) -> None:
-    """Decide and write the answer for one Workload (steps 1-5 of the recipe below)."""
+    """Decide and write the answer for one Workload (steps 1-5 below)."""
+    snapshot = placer.snapshot
     if _already_answered(ctx, workload):
         return  # our answer for this quota reservation is written; the watch lags
     key = object_key(workload)
@@ -217,11 +218,11 @@ async def place_one(
     existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
     if existing is not None:
         placement = _placement_of(existing, gang)
-        apply_slots(snapshot, gang, [s for s in placement.slots if s.node in snapshot.nodes])
+        placer.hold(gang, placement.slots)
         await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
         return
-    # 4. solve off the event loop
-    placement = await _solve(ctx, snapshot, gang, config)
+    # 4. solve off the event loop; a feasible answer takes its capacity in the snapshot
+    placement = await _solve(ctx, placer, gang, config)
     if not placement.feasible:
         retries = int(current_entry(workload, check).get("retryCount") or 0)
         await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
@@ -230,7 +231,6 @@ async def place_one(
     placement.slots = neighbour_order(placement.slots, snapshot, levels)
     slots = tuple(placement.slots)
     ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
-    apply_slots(snapshot, gang, slots)
     expires = now + timedelta(seconds=config.reservation_ttl_seconds)
     body = reservation_for(
         name=name, workload=workload, gang=gang, placement=placement, expires_at=expires
@@ -239,7 +239,7 @@ async def place_one(
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except (ApiException, OSError) as e:
         ctx.ledger.forget(rr_key)
-        release_slots(snapshot, gang, slots)
+        placer.undo(gang, slots)
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
         return
@@ -249,11 +249,11 @@ async def place_one(
 
 
 async def _solve(
-    ctx: Context, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig
+    ctx: Context, placer: OrderedPlacer, gang: Gang, config: PlacementConfig
 ) -> Placement:
     loop = asyncio.get_running_loop()
     started = time.perf_counter()
-    placement = await loop.run_in_executor(ctx.solver, ctx.engine.place, snapshot, gang, config)
+    placement = await loop.run_in_executor(ctx.solver, placer.place, gang, config)
     outcome = "feasible" if placement.feasible else placement.status.value
     ctx.metrics.solve_seconds.labels(outcome).observe(time.perf_counter() - started)
     return placement

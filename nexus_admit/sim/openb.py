@@ -44,6 +44,7 @@ from nexus_admit.placement.fragmentation import (
     node_fragmentation,
 )
 from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim.data import default_data, open_csv
 
@@ -318,6 +319,7 @@ def run_openb(
     if config is None:
         config = OPENB_NEXUS_CONFIG if policy_name == "nexus" else PlacementConfig()
     dist = workload_distribution(original)
+    placer = OrderedPlacer(policy, snapshot)
     nodes8 = sum(1 for n in snapshot if n.gpu_count == 8)
     arrived_pct = np.zeros(len(pods))
     alloc_pct = np.zeros(len(pods))
@@ -331,10 +333,9 @@ def run_openb(
         gang = Gang(pod.name, (pod_set(pod),))
         arrived += gpu_request(pod)
         t0 = time.perf_counter()
-        placement = policy.place(snapshot, gang, config)
+        placement = placer.place(gang, config)
         place_seconds += time.perf_counter() - t0
         if placement.feasible:
-            snapshot.apply(gang, placement.slots)
             allocated += gpu_request(pod)
         else:
             failed += 1

@@ -2,7 +2,7 @@
 tenants (multi-node training gangs, single-GPU inference, fractional-GPU pods) on a cluster
 of H100/A100/L40 pools wired with the Lingjun datacenter fabric (lingjun/topo.csv),
 queued the way Kueue queues (per-ClusterQueue nominal quota in one cohort, priority then
-FIFO, BestEffortFIFO, gang all-or-nothing), placed by one registered policy per run, with
+FIFO, BestEffortFIFO, gang all-or-nothing), placed by one policy per run, with
 departures and a slowdown model for spread gangs.
 
 Modelling assumptions:
@@ -80,6 +80,7 @@ from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim.data import open_csv
 from nexus_admit.sim.openb import DEFAULT_DATA
@@ -432,6 +433,7 @@ def run_replay(
     jobs = generate_jobs(scn, capacity)
     config = config or replay_config(scn)
     policy = (policy_factory or make_replay_policy)(policy_name, scn.seed, jobs)
+    placer = OrderedPlacer(policy, snap)
     quota = {t: q * capacity * GPU_WHOLE for t, q in zip(TIERS, scn.quota, strict=True)}
     cohort = sum(quota.values())
     usage: dict[str, float] = dict.fromkeys(TIERS, 0.0)
@@ -511,7 +513,7 @@ def run_replay(
             attempts += 1
             gang = job.gang(waited_hours=now - job.arrival)
             t0 = time.perf_counter()
-            placement = policy.place(snap, gang, config)
+            placement = placer.place(gang, config)
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
@@ -526,7 +528,6 @@ def run_replay(
                         wake_at[i] = wake
                         heapq.heappush(events, (wake, 2, "retry", i))
                 continue
-            snap.apply(gang, placement.slots)
             pending.remove(i)
             used_nodes = {s.node for s in placement.slots}
             tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
@@ -558,7 +559,7 @@ def run_replay(
             pass  # only a scheduling cycle
         else:
             gang, slots, factor = running.pop(i)
-            snap.release(gang, slots)
+            placer.undo(gang, slots)
             usage[jobs[i].tier] -= jobs[i].gpu_milli_total
             account(jobs[i], gang, slots, factor, -1)
         # coalesce simultaneous events before a scheduling cycle

@@ -4,27 +4,39 @@ from __future__ import annotations
 
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.model import ClusterSnapshot, Gang, PodSet, Slot
+from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.sequence import OrderedPlacer
 from tests.factories import gpu_node
+
+
+def placer_for(*names: str) -> OrderedPlacer:
+    return OrderedPlacer(make_policy("nexus"), ClusterSnapshot({n: gpu_node(n) for n in names}))
 
 
 def test_assumed_slots_are_taken_until_settled() -> None:
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
     ledger = Ledger()
     ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "n1", tuple(range(8)), 0),), 0.0)
-    snap = ClusterSnapshot({"n1": gpu_node("n1")})
-    ledger.apply_to(snap)
-    assert snap.nodes["n1"].free_whole_gpus == 0
+    placer = placer_for("n1")
+    ledger.hold_in(placer)
+    assert placer.snapshot.nodes["n1"].free_whole_gpus == 0
+    assert not placer.place(gang, _config()).feasible  # the next gang cannot get them
     ledger.settle(lambda a: a.reservation == "ns/rr")
-    fresh = ClusterSnapshot({"n1": gpu_node("n1")})
-    ledger.apply_to(fresh)
-    assert fresh.nodes["n1"].free_whole_gpus == 8
+    fresh = placer_for("n1")
+    ledger.hold_in(fresh)
+    assert fresh.snapshot.nodes["n1"].free_whole_gpus == 8
 
 
 def test_forget_gives_capacity_back_and_a_gone_node_is_skipped() -> None:
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=1),))
     ledger = Ledger()
     ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "gone", (0,), None),), 0.0)
-    snap = ClusterSnapshot({"n1": gpu_node("n1")})
-    ledger.apply_to(snap)  # no KeyError for a node that left
+    ledger.hold_in(placer_for("n1"))  # no KeyError for a node that left
     ledger.forget("ns/rr")
     assert not ledger.assumed
+
+
+def _config():  # type: ignore[no-untyped-def]
+    from nexus_admit.model import PlacementConfig
+
+    return PlacementConfig()
