@@ -46,6 +46,13 @@ class Metrics:
         self.pristine_islands = Gauge(
             _P + "pristine_islands", "Fully free 8-GPU nodes (islands).", registry=r
         )
+        self.pending_gpus = Gauge(
+            _P + "pending_gpus",
+            "GPUs of Workloads queued on our checks, not yet admitted, "
+            "by the tier of their ClusterQueue.",
+            ["tier"],
+            registry=r,
+        )
         self.ungate_seconds = Histogram(
             _P + "ungate_seconds",
             "Pod creation to the removal of the placement gate.",

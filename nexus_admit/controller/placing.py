@@ -34,6 +34,7 @@ from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.demand import pending_gpus_by_tier
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejected_input, unplaced
 from nexus_admit.controller.ungater import sync_ungating
@@ -112,6 +113,8 @@ def record_capacity(ctx: Context) -> None:
     ctx.metrics.gpus.labels("free").set(free)
     ctx.metrics.gpus.labels("reserved").set(after_pods - free)
     ctx.metrics.gpus.labels("bound").set(total - after_pods)
+    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks).items():
+        ctx.metrics.pending_gpus.labels(tier).set(gpus)
     ctx.metrics.pristine_islands.set(
         sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
     )

@@ -1,0 +1,71 @@
+"""Pending GPUs per tier come from admin-owned ClusterQueue labels, for queues that use our
+check, and stop counting once a Workload is admitted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nexus_admit.controller.demand import pending_gpus_by_tier
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.dump import ClusterDump
+
+
+def cq(name: str, tier: str, checks: list[str]) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    return {
+        "kind": "ClusterQueue",
+        "metadata": {"name": name, "labels": {L.LABEL_TIER: tier}},
+        "spec": spec,
+    }
+
+
+def wl(name: str, queue: str, pods: int, gpus: int, admitted: bool = False) -> dict[str, Any]:
+    container = {"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": "t",
+            # a tenant's claim of a tier is ignored: the ClusterQueue's label decides
+            "annotations": {L.LABEL_TIER: "gold"},
+        },
+        "spec": {
+            "queueName": queue,
+            "podSets": [
+                {"name": "main", "count": pods, "template": {"spec": {"containers": [container]}}}
+            ],
+        },
+        "status": {"conditions": [{"type": "Admitted", "status": "True"}] if admitted else []},
+    }
+
+
+def test_pending_gpus_by_tier() -> None:
+    dump = ClusterDump.of(
+        [
+            cq("g", "gold", ["nexus"]),
+            cq("b", "bronze", ["nexus"]),
+            cq("other", "gold", []),
+            {
+                "kind": "LocalQueue",
+                "metadata": {"name": "gq", "namespace": "t"},
+                "spec": {"clusterQueue": "g"},
+            },
+            {
+                "kind": "LocalQueue",
+                "metadata": {"name": "bq", "namespace": "t"},
+                "spec": {"clusterQueue": "b"},
+            },
+            {
+                "kind": "LocalQueue",
+                "metadata": {"name": "oq", "namespace": "t"},
+                "spec": {"clusterQueue": "other"},
+            },
+            wl("w1", "gq", 4, 8),
+            wl("w2", "gq", 1, 8, admitted=True),
+            wl("w3", "bq", 2, 1),
+            wl("w4", "oq", 8, 8),
+        ]
+    )
+    assert pending_gpus_by_tier(dump, {"nexus"}) == {"gold": 32, "bronze": 2}
