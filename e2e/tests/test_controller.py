@@ -357,8 +357,30 @@ def _gpus_by_node(core, ns: str) -> Counter:
     return used
 
 
+def histogram(metrics: str, name: str) -> tuple[float, float, dict[float, float]]:
+    """(count, sum, cumulative buckets) of a Prometheus histogram in exposition text."""
+    count = total = 0.0
+    buckets: dict[float, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith(f"{name}_count"):
+            count += float(line.split()[-1])
+        elif line.startswith(f"{name}_sum"):
+            total += float(line.split()[-1])
+        elif line.startswith(f"{name}_bucket") and 'le="+Inf"' not in line:
+            le = float(line.split('le="')[1].split('"')[0])
+            buckets[le] = buckets.get(le, 0.0) + float(line.split()[-1])
+    return count, total, buckets
+
+
+def quantile(count: float, buckets: dict[float, float], q: float) -> float | None:
+    for le in sorted(buckets):
+        if buckets[le] >= q * count:
+            return le
+    return None
+
+
 def test_thirty_workloads_of_three_tiers_never_double_book(
-    nexus_namespace, core_v1, batch_v1, custom_objects
+    nexus_namespace, core_v1, batch_v1, custom_objects, nexus_controller
 ):
     """30 gangs at once, more than the fleet holds: every placed gang is complete on
     reserved nodes, no node holds more GPUs than it has, the rest wait in Retry."""
@@ -418,6 +440,14 @@ def test_thirty_workloads_of_three_tiers_never_double_book(
     print(
         f"\n[burst] 30 Workloads: all answered in {t_answered - t0:.1f}s, "
         f"{len(ready)} admitted and running, {30 - len(ready)} waiting (Retry)"
+    )
+    metrics = nexus_controller.metrics()
+    n, total, buckets = histogram(metrics, "nexus_admit_solve_seconds")
+    lag_n, _, lag = histogram(metrics, "nexus_admit_event_loop_lag_seconds")
+    print(
+        f"[burst] solves {n:.0f}, mean {total / max(n, 1) * 1000:.0f} ms, p99 ≤ "
+        f"{quantile(n, buckets, 0.99)} s; event-loop lag p99 ≤ {quantile(lag_n, lag, 0.99)} s "
+        f"over {lag_n:.0f} probes"
     )
 
 
