@@ -272,13 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     c.up()
     nc = NexusController(c)
     nc.install()
-    cmd = nc.argv()
-    print(f"KUBECONFIG={c.kubeconfig}\n$ {' '.join(cmd)}", flush=True)
-    os.execv(
-        cmd[0] if os.path.isabs(cmd[0]) else "/usr/bin/env",
-        cmd if os.path.isabs(cmd[0]) else ["env", *cmd],
-    )
-    return 0
+    print(f"export KUBECONFIG={c.kubeconfig}\n$ {' '.join(nc.argv())}", flush=True)
+    proc = subprocess.Popen(nc.argv(), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C reached the controller too (same process group)
+        return proc.wait(30)
+    finally:
+        # the webhook fails closed: it must not outlive the controller it points at
+        nc.uninstall_webhook()
 
 
 if __name__ == "__main__":
