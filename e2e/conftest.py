@@ -41,7 +41,6 @@ import cluster as cluster_mod  # noqa: E402
 from e2e_util import KUEUE_GROUP, KUEUE_VERSION, wait_for  # noqa: E402
 
 TIERS = ("gold", "silver", "bronze")
-KUEUE_POD_FINALIZER = "kueue.x-k8s.io/managed"
 _active: dict[str, Any] = {}
 
 
@@ -168,22 +167,6 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
     _active.pop("namespace", None)
     with contextlib.suppress(client.ApiException):
         core_v1.delete_namespace(name, propagation_policy="Background")
-        # Kueue keeps its finalizer on a plain pod until the pod terminates, and KWOK pods
-        # never do unless asked: without this the namespace (and the Workload's quota and
-        # reservation) would outlive the test
-        for pod in core_v1.list_namespaced_pod(name).items:
-            if KUEUE_POD_FINALIZER in (pod.metadata.finalizers or []):
-                core_v1.patch_namespaced_pod(
-                    pod.metadata.name,
-                    name,
-                    {
-                        "metadata": {
-                            "finalizers": [
-                                f for f in pod.metadata.finalizers if f != KUEUE_POD_FINALIZER
-                            ]
-                        }
-                    },
-                )
 
 
 @pytest.fixture(scope="module")

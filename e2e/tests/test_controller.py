@@ -318,7 +318,12 @@ def test_plain_pod_group_is_gated_placed_pinned_and_running(
             metadata=client.V1ObjectMeta(
                 name=f"{group}-{i}",
                 labels={QUEUE_LABEL: "nexus-silver", "kueue.x-k8s.io/pod-group-name": group},
-                annotations={"kueue.x-k8s.io/pod-group-total-count": "3"},
+                annotations={
+                    "kueue.x-k8s.io/pod-group-total-count": "3",
+                    # KWOK completes them after a while: the group finishes, which must
+                    # release its reservation (and lets Kueue drop its pod finalizers)
+                    "pod-complete.stage.kwok.x-k8s.io/delay": "40s",
+                },
             ),
             spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
         )
@@ -346,6 +351,11 @@ def test_plain_pod_group_is_gated_placed_pinned_and_running(
         assert p.metadata.labels[RESERVATION] == rr["metadata"]["name"]
         assert p.spec.node_name == slots[p.metadata.annotations[SLOT]]["node"]
     assert len({p.metadata.annotations[SLOT] for p in pods}) == 3
+    wait_for(
+        "the finished group's reservation released",
+        lambda: not reservations(custom_objects, ns),
+        timeout=120,
+    )
 
 
 def _gpus_by_node(core, ns: str) -> Counter:

@@ -185,7 +185,12 @@ def test_plain_pod_group_is_gated_admitted_and_running(e2e_namespace, core_v1, c
             metadata=client.V1ObjectMeta(
                 name=f"{group}-{i}",
                 labels={QUEUE_LABEL: "silver", POD_GROUP_LABEL: group},
-                annotations={POD_GROUP_TOTAL_ANNOTATION: "3"},
+                # KWOK completes them later: Kueue keeps a finalizer on plain pods until
+                # they end, so a group that never ends would keep its namespace forever
+                annotations={
+                    POD_GROUP_TOTAL_ANNOTATION: "3",
+                    "pod-complete.stage.kwok.x-k8s.io/delay": "40s",
+                },
             ),
             spec=client.V1PodSpec(restart_policy="Never", containers=[_container(8)]),
         )
