@@ -1138,7 +1138,7 @@ class CpSatEngine:
         go to neighbouring nodes (nodes ordered by their topology path). Returns the name
         of a node that cannot hold its counts when the aggregated model over-promised."""
         gang = problem.gang
-        nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
+        nodes = sorted({n for _, n in counts}, key=problem.path_key)
         fits: dict[str, list[tuple[PodSet, Slot]]] = {}
         for n in nodes:
             on_node = CpSatEngine._fit_node(problem, n, counts)

@@ -871,3 +871,14 @@ def test_pod_sets_sharing_numa_zones_are_costed_as_realised() -> None:
     # without the CPU node the unaligned pod is unavoidable: charged once, still optimal
     alone = placed(snapshot(busy.copy()), g)
     assert alone.terms["numaUnaligned"] == 1
+
+
+def test_a_node_without_a_level_label_is_placed_beside_labelled_ones() -> None:
+    """Slots are ordered by topology path; a node lacking the block label has no path
+    (a malformed-dump fuzz found the sort failing on it with a TypeError)."""
+    bare = gpu_node("bare")
+    del bare.labels[BLOCK]
+    snap = snapshot(gpu_node("labelled"), bare)
+    g = gang(PodSet("w", 2, cpu_milli=1000, gpus=8))
+    p = placed(snap, g)
+    assert nodes_of(p) == {"labelled", "bare"}
