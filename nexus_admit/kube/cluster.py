@@ -535,8 +535,11 @@ def _reservation_claims(
             if (ns, rr_name, f"{ps_name}/{index}") in claimed:
                 continue  # its pod is bound and already counted
             node = slot.get("node")
-            if node not in nodes:
-                continue  # node gone: nothing to hold
+            if not isinstance(node, str) or node not in nodes:
+                # node gone: nothing to hold; say so, a typo here would free capacity
+                _log.info("%s, %s.node: node %r is not in the snapshot; slot skipped",
+                          ref, sfld, node)
+                continue
             gpus = slot.get("gpus", [])
             devices: tuple[int, ...] | None
             if isinstance(gpus, int) and not isinstance(gpus, bool):
