@@ -141,8 +141,9 @@ _MIX = WorkloadDistribution(tuple(
     TypicalPod(PodShape(m.cpu, m.share, m.gpus), m.popularity) for m in oracle.MIX))
 
 
-# ≈ 89 % of the examples are feasible and compared (268 of 300 with --hypothesis-seed=5;
-# `event` counts them: pytest --hypothesis-show-statistics); the test takes ≈ 5 s
+# 83-89 % of the examples are feasible and compared (1,666 of 2,000 with
+# --hypothesis-seed=11, 268 of 300 with seed 5; `event` counts them, see
+# pytest --hypothesis-show-statistics); the test takes ≈ 5-7 s
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=oracle_cases(), seed=st.integers(0, 3))
 def test_engine_reaches_the_oracle_optimum_and_its_model_objective_is_the_oracles(
