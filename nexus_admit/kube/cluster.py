@@ -39,6 +39,7 @@ else of its first GPU; otherwise its CPU is taken from the node only.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,9 +61,14 @@ from nexus_admit.kube.quantity import (
     parse_cpu_milli,
     parse_memory_mib,
     parse_milli,
+    parse_quantity,
 )
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
+
+_log = logging.getLogger(__name__)
+_MAX_NODE_GPUS = 1024  # more GPU devices on one node is a typo, not hardware
+_MAX_NUMA_ZONES = 64
 
 __all__ = [
     "build_snapshot",
@@ -149,7 +155,9 @@ class _Dra:
 
 
 def _dra_attr(device: Mapping[str, Any], driver: str, name: str) -> Any:
-    attrs = device.get("attributes") or {}
+    attrs = device.get("attributes")
+    if not isinstance(attrs, Mapping):
+        return None  # read as no attribute: a device without it is skipped or defaulted
     raw = attrs.get(name, attrs.get(f"{driver}/{name}"))
     if isinstance(raw, Mapping):
         for kind in ("string", "int", "bool", "version"):
@@ -187,7 +195,8 @@ def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
         product = _dra_attr(body, L.DRA_GPU_DRIVER, L.DRA_ATTR_PRODUCT)
         if product and not out.product:
             out.product = str(product).replace(" ", "-")
-        cap = (body.get("capacity") or {}).get(L.DRA_CAP_MEMORY)
+        capacity = body.get("capacity")
+        cap = capacity.get(L.DRA_CAP_MEMORY) if isinstance(capacity, Mapping) else None
         if isinstance(cap, Mapping):
             cap = cap.get("value")
         if cap is not None:
@@ -303,11 +312,14 @@ def node_from_object(
         if key not in alloc:
             return default
         try:
+            negative = parse_quantity(alloc[key]) < 0  # -3 bytes would round up to 0 MiB
             v = int(conv(alloc[key]))
         except ValueError as e:
             raise TranslationError(ref, f"status.allocatable[{key}]", str(e)) from None
-        if v < 0:
-            raise TranslationError(ref, f"status.allocatable[{key}]", f"negative {alloc[key]!r}")
+        if negative or v < 0:
+            raise TranslationError(
+                ref, f"status.allocatable[{key}]", f"negative quantity {alloc[key]!r}"
+            )
         return v
 
     cpu = res("cpu", parse_cpu_milli, 0)
@@ -321,6 +333,11 @@ def node_from_object(
     else:
         gpu_count = dra.count
         replicas = 1
+    if gpu_count > _MAX_NODE_GPUS:
+        raise TranslationError(
+            ref, f"status.allocatable[{L.GPU_RESOURCE}]",
+            f"{gpu_count} GPUs on one node is not plausible (at most {_MAX_NODE_GPUS})",
+        )
     product = labels.get(L.GFD_GPU_PRODUCT) or dra.product
     gpu_mem = _label_int(node, labels, L.GFD_GPU_MEMORY)
     if gpu_mem is None:
@@ -344,6 +361,11 @@ def node_from_object(
         zones = _zones_from_dra(dra.numa, cpu)
     else:
         n = _label_int(node, labels, L.LABEL_NUMA_ZONES)
+        if n and n > _MAX_NUMA_ZONES:
+            raise TranslationError(
+                ref, f"metadata.labels[{L.LABEL_NUMA_ZONES}]",
+                f"{n} NUMA zones is not plausible (at most {_MAX_NUMA_ZONES})",
+            )
         if n:
             zones = _even_zones(n, gpu_count, cpu)
 
@@ -385,16 +407,16 @@ class _Claim:
 
 def pod_is_active(pod: Obj) -> bool:
     """Bound to a node and not terminated (phase not Succeeded/Failed)."""
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    return bool(spec.get("nodeName")) and status.get("phase") not in _TERMINAL_PHASES
+    spec = mapping(pod, pod.get("spec"), "spec")
+    status = mapping(pod, pod.get("status"), "status")
+    return bool(spec.get("nodeName")) and str(status.get("phase")) not in _TERMINAL_PHASES
 
 
 def _slot_ref(pod: Obj) -> tuple[str, str, str] | None:
     """(namespace, reservation, "<podSet>/<index>") a pod claims, if any."""
     m = meta(pod)
-    rr = (m.get("labels") or {}).get(L.LABEL_RESERVATION)
-    slot = (m.get("annotations") or {}).get(L.ANN_SLOT)
+    rr = mapping(pod, m.get("labels"), "metadata.labels").get(L.LABEL_RESERVATION)
+    slot = mapping(pod, m.get("annotations"), "metadata.annotations").get(L.ANN_SLOT)
     if rr and slot:
         return (str(m.get("namespace") or "default"), str(rr), str(slot))
     return None
@@ -449,18 +471,18 @@ def _pod_claim(
 
 def reservation_workload_key(rr: Obj) -> str:
     """'namespace/name' of the Workload a ResourceReservation belongs to."""
-    spec = rr.get("spec") or {}
-    ref = spec.get("workloadRef") or {}
+    spec = mapping(rr, rr.get("spec"), "spec")
+    ref = mapping(rr, spec.get("workloadRef"), "spec.workloadRef")
     ns = ref.get("namespace") or meta(rr).get("namespace") or "default"
     return f"{ns}/{ref.get('name', '')}"
 
 
 def reservation_is_live(rr: Obj, now: datetime) -> bool:
     """Not Released and not past `spec.expiresAt`."""
-    if (rr.get("status") or {}).get("phase") == "Released":
+    if mapping(rr, rr.get("status"), "status").get("phase") == "Released":
         return False
     try:
-        expires = parse_time((rr.get("spec") or {}).get("expiresAt"))
+        expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
     except ValueError:
         raise TranslationError(
             object_ref(rr), "spec.expiresAt", "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)"
@@ -490,8 +512,17 @@ def _reservation_claims(
             if reqs:
                 cpu = parse_cpu_milli(reqs.get("cpu", 0))
                 mem = parse_memory_mib(reqs.get("memory", 0))
+            elif (wl_key, ps_name) in template_requests:
+                cpu, mem, _ = template_requests[(wl_key, ps_name)]
             else:
-                cpu, mem, _ = template_requests.get((wl_key, ps_name), (0, 0, 0))
+                # Counted, not refused: one stale reservation must not stop every plan.
+                # Its slots still hold their GPUs; their CPU and memory are unknown.
+                _log.warning(
+                    "%s, %s: no requests and Workload %s (pod set %r) is missing or "
+                    "malformed; its slots hold their GPUs but no CPU or memory",
+                    ref, fld, wl_key, ps_name,
+                )
+                cpu, mem = 0, 0
             share = parse_milli(ps.get("gpuShare", 1))
         except ValueError as e:
             raise TranslationError(ref, f"{fld}.requests", str(e)) from None
@@ -504,8 +535,11 @@ def _reservation_claims(
             if (ns, rr_name, f"{ps_name}/{index}") in claimed:
                 continue  # its pod is bound and already counted
             node = slot.get("node")
-            if node not in nodes:
-                continue  # node gone: nothing to hold
+            if not isinstance(node, str) or node not in nodes:
+                # node gone: nothing to hold; say so, a typo here would free capacity
+                _log.info("%s, %s.node: node %r is not in the snapshot; slot skipped",
+                          ref, sfld, node)
+                continue
             gpus = slot.get("gpus", [])
             devices: tuple[int, ...] | None
             if isinstance(gpus, int) and not isinstance(gpus, bool):
@@ -619,7 +653,7 @@ def build_snapshot(
     nrt_by_node = {str(meta(o).get("name")): o for o in node_resource_topologies}
     slices_by_node: dict[str, list[Obj]] = {}
     for sl in resource_slices:
-        node_name = (sl.get("spec") or {}).get("nodeName")
+        node_name = mapping(sl, sl.get("spec"), "spec").get("nodeName")
         if node_name:
             slices_by_node.setdefault(str(node_name), []).append(sl)
     model_nodes: dict[str, Node] = {}
@@ -642,10 +676,12 @@ def build_snapshot(
     for rr in reservations:
         m = meta(rr)
         ns = str(m.get("namespace") or "default")
-        for ps in (rr.get("spec") or {}).get("podSets") or []:
+        spec = mapping(rr, rr.get("spec"), "spec")
+        for i, ps in enumerate(sequence(rr, spec.get("podSets"), "spec.podSets")):
             if not isinstance(ps, Mapping):
                 continue
-            for j, slot in enumerate(ps.get("slots") or []):
+            slots = sequence(rr, ps.get("slots"), f"spec.podSets[{i}].slots")
+            for j, slot in enumerate(slots):
                 if isinstance(slot, Mapping):
                     key = (
                         ns,
@@ -659,7 +695,7 @@ def build_snapshot(
     for pod in pods:
         if not pod_is_active(pod):
             continue
-        target = model_nodes.get(str(pod["spec"]["nodeName"]))
+        target = model_nodes.get(str(mapping(pod, pod.get("spec"), "spec").get("nodeName")))
         if target is None:
             continue
         claims.append(_pod_claim(pod, target, replicas[target.name], rr_slots))

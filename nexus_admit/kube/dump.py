@@ -20,7 +20,14 @@ import yaml
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
-from nexus_admit.kube.errors import Obj, TranslationError, meta, object_key, object_ref
+from nexus_admit.kube.errors import (
+    Obj,
+    TranslationError,
+    mapping,
+    meta,
+    object_key,
+    object_ref,
+)
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import (
     OWNER_KINDS,
@@ -130,8 +137,8 @@ class ClusterDump:
         configs = {str(meta(o).get("name")): o for o in self.kind(L.KIND_PLACEMENT_CONFIG)}
         if name is None:
             for ac in self.kind("AdmissionCheck"):
-                spec = ac.get("spec") or {}
-                params = spec.get("parameters") or {}
+                spec = mapping(ac, ac.get("spec"), "spec")
+                params = mapping(ac, spec.get("parameters"), "spec.parameters")
                 if (
                     spec.get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
                     and params.get("kind") == L.KIND_PLACEMENT_CONFIG

@@ -131,10 +131,11 @@ _SERVICE_LABELS = ("pod-template-hash", "controller-revision-hash")
 
 _NUMA_RANK = {NumaPolicy.NONE: 0, NumaPolicy.PREFERRED: 1, NumaPolicy.SINGLE_NUMA_NODE: 2}
 _SELECTOR_OPS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def _owner_kinds(workload: Obj) -> list[str]:
-    refs = meta(workload).get("ownerReferences") or []
+    refs = sequence(workload, meta(workload).get("ownerReferences"), "metadata.ownerReferences")
     kinds = [str(r.get("kind", "")) for r in refs if isinstance(r, Mapping)]
     # the controller owner first
     ctrl = [str(r.get("kind", "")) for r in refs if isinstance(r, Mapping) and r.get("controller")]
@@ -143,18 +144,27 @@ def _owner_kinds(workload: Obj) -> list[str]:
 
 def _templates(workload: Obj) -> list[Mapping[str, Any]]:
     out = []
-    for ps in (workload.get("spec") or {}).get("podSets") or []:
+    for ps in _pod_sets(workload):
         if isinstance(ps, Mapping) and isinstance(ps.get("template"), Mapping):
             out.append(ps["template"])
     return out
 
 
+def _pod_sets(workload: Obj) -> Sequence[Any]:
+    spec = mapping(workload, workload.get("spec"), "spec")
+    return sequence(workload, spec.get("podSets"), "spec.podSets")
+
+
 def _uses_gpus(workload: Obj) -> bool:
-    for tpl in _templates(workload):
-        for c in (tpl.get("spec") or {}).get("containers") or []:
-            res = (c or {}).get("resources") or {}
+    for i, tpl in enumerate(_templates(workload)):
+        fld = f"spec.podSets[{i}].template.spec"
+        spec = mapping(workload, tpl.get("spec"), fld)
+        for j, c in enumerate(sequence(workload, spec.get("containers"), f"{fld}.containers")):
+            c = mapping(workload, c, f"{fld}.containers[{j}]")
+            res = mapping(workload, c.get("resources"), f"{fld}.containers[{j}].resources")
             for part in ("requests", "limits"):
-                if L.GPU_RESOURCE in (res.get(part) or {}):
+                if L.GPU_RESOURCE in mapping(workload, res.get(part), f"{fld}.containers[{j}]"
+                                             f".resources.{part}"):
                     return True
     return False
 
@@ -175,8 +185,11 @@ def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
         if kind == "Job" and gpus and _job_indexed(owner) and _pod_total(workload) > 1:
             return WorkloadType.TRAINING
         return t
-    label_sets: list[Mapping[str, Any]] = [meta(workload).get("labels") or {}]
-    label_sets += [(tpl.get("metadata") or {}).get("labels") or {} for tpl in _templates(workload)]
+    label_sets = [mapping(workload, meta(workload).get("labels"), "metadata.labels")]
+    for i, tpl in enumerate(_templates(workload)):
+        fld = f"spec.podSets[{i}].template.metadata"
+        tmeta = mapping(workload, tpl.get("metadata"), fld)
+        label_sets.append(mapping(workload, tmeta.get("labels"), f"{fld}.labels"))
     for labels in label_sets:
         if any(k in labels for k in _INFERENCE_LABELS):
             return WorkloadType.INFERENCE
@@ -193,13 +206,15 @@ def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
 
 
 def _job_indexed(owner: Obj | None) -> bool:
-    return bool(owner) and (owner or {}).get("spec", {}).get("completionMode") == "Indexed"
+    if not owner:
+        return False
+    return mapping(owner, owner.get("spec"), "spec").get("completionMode") == "Indexed"
 
 
 def _pod_total(workload: Obj) -> int:
     total = 0
-    for ps in (workload.get("spec") or {}).get("podSets") or []:
-        c = (ps or {}).get("count", 1)
+    for ps in _pod_sets(workload):
+        c = ps.get("count", 1) if isinstance(ps, Mapping) else 0
         total += c if isinstance(c, int) else 0
     return total
 
@@ -209,7 +224,8 @@ def _pod_total(workload: Obj) -> int:
 
 def _conditions(workload: Obj) -> dict[str, str]:
     out: dict[str, str] = {}
-    for c in (workload.get("status") or {}).get("conditions") or []:
+    status = mapping(workload, workload.get("status"), "status")
+    for c in sequence(workload, status.get("conditions"), "status.conditions"):
         if isinstance(c, Mapping) and c.get("type"):
             out[str(c["type"])] = str(c.get("status", ""))
     return out
@@ -220,7 +236,8 @@ def our_check_names(admission_checks: Iterable[Obj]) -> set[str]:
     return {
         str(meta(ac).get("name"))
         for ac in admission_checks
-        if (ac.get("spec") or {}).get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
+        if mapping(ac, ac.get("spec"), "spec").get("controllerName")
+        == L.ADMISSION_CHECK_CONTROLLER
     }
 
 
@@ -231,17 +248,19 @@ def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> b
     `check_names` are our AdmissionChecks' names; None (no AdmissionCheck objects known, as
     in a dump without them) accepts any Pending check.
     """
-    if (workload.get("spec") or {}).get("active") is False:
+    if mapping(workload, workload.get("spec"), "spec").get("active") is False:
         return False
     cond = _conditions(workload)
     if cond.get("QuotaReserved") != "True":
         return False
     if any(cond.get(t) == "True" for t in ("Evicted", "Finished", "Admitted")):
         return False
-    for st in (workload.get("status") or {}).get("admissionChecks") or []:
+    status = mapping(workload, workload.get("status"), "status")
+    for st in sequence(workload, status.get("admissionChecks"), "status.admissionChecks"):
         if not isinstance(st, Mapping) or st.get("state") != "Pending":
             continue
-        if check_names is None or st.get("name") in check_names:
+        name = st.get("name")
+        if check_names is None or (isinstance(name, str) and name in check_names):
             return True
     return False
 
@@ -308,22 +327,24 @@ class KueueIndex:
         return our_check_names(self.admission_checks.values())
 
     def cluster_queue_name(self, workload: Obj) -> str | None:
-        adm = (workload.get("status") or {}).get("admission") or {}
+        status = mapping(workload, workload.get("status"), "status")
+        adm = mapping(workload, status.get("admission"), "status.admission")
         if adm.get("clusterQueue"):
             return str(adm["clusterQueue"])
-        queue = (workload.get("spec") or {}).get("queueName")
+        queue = mapping(workload, workload.get("spec"), "spec").get("queueName")
         if not queue:
             return None
         ns = str(meta(workload).get("namespace") or "default")
         lq = self.local_queues.get((ns, str(queue)))
         if lq is None:
             return None
-        cq = (lq.get("spec") or {}).get("clusterQueue")
+        cq = mapping(lq, lq.get("spec"), "spec").get("clusterQueue")
         return str(cq) if cq else None
 
     def owner_of(self, workload: Obj) -> Obj | None:
         ns = str(meta(workload).get("namespace") or "")
-        for r in meta(workload).get("ownerReferences") or []:
+        refs = meta(workload).get("ownerReferences")
+        for r in sequence(workload, refs, "metadata.ownerReferences"):
             if isinstance(r, Mapping):
                 o = self.owners.get((str(r.get("kind", "")), ns, str(r.get("name", ""))))
                 if o is not None:
@@ -335,13 +356,14 @@ def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
     """Pod sets Kueue placed on a TAS flavor (ResourceFlavor with `spec.topologyName`):
     Kueue already fixed their hostnames, so the controller does not pin them."""
     out = []
-    admission = (workload.get("status") or {}).get("admission") or {}
-    for psa in admission.get("podSetAssignments") or []:
-        if not isinstance(psa, Mapping):
-            continue
-        for flavor in (psa.get("flavors") or {}).values():
+    status = mapping(workload, workload.get("status"), "status")
+    admission = mapping(workload, status.get("admission"), "status.admission")
+    fld = "status.admission.podSetAssignments"
+    for i, psa in enumerate(sequence(workload, admission.get("podSetAssignments"), fld)):
+        psa = mapping(workload, psa, f"{fld}[{i}]")
+        for flavor in mapping(workload, psa.get("flavors"), f"{fld}[{i}].flavors").values():
             rf = kueue.resource_flavors.get(str(flavor))
-            if rf is not None and (rf.get("spec") or {}).get("topologyName"):
+            if rf is not None and mapping(rf, rf.get("spec"), "spec").get("topologyName"):
                 out.append(str(psa.get("name") or "main"))
                 break
     return out
@@ -355,7 +377,7 @@ def _tier(workload: Obj, kueue: KueueIndex, config: PlacementConfig) -> str:
     cq = kueue.cluster_queues.get(cq_name) if cq_name else None
     if cq is None:
         return config.default_tier
-    tier = (meta(cq).get("labels") or {}).get(L.LABEL_TIER)
+    tier = mapping(cq, meta(cq).get("labels"), "metadata.labels").get(L.LABEL_TIER)
     if not tier:
         return config.default_tier
     if tier not in config.tier_names():
@@ -381,6 +403,13 @@ def _tolerations(obj: Obj, value: Any, field: str) -> list[Toleration]:
         if key is None and op != "Exists":
             raise TranslationError(
                 object_ref(obj), f"{field}[{i}]", "a toleration without a key needs operator Exists"
+            )
+        effect = t.get("effect")
+        if effect and effect not in _TAINT_EFFECTS:
+            raise TranslationError(
+                object_ref(obj),
+                f"{field}[{i}].effect",
+                f"{effect!r}: use one of {list(_TAINT_EFFECTS)}, or leave it out for every effect",
             )
         out.append(
             Toleration(
@@ -494,7 +523,7 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
 def _waited_seconds(workload: Obj, now: datetime | None) -> float:
     """Seconds from metadata.creationTimestamp (set by the API server, RFC 3339) to `now`;
     0 without `now` or a readable timestamp."""
-    created = (workload.get("metadata") or {}).get("creationTimestamp")
+    created = meta(workload).get("creationTimestamp")
     if now is None or not isinstance(created, str):
         return 0.0
     try:

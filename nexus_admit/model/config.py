@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -59,7 +59,9 @@ class HardwareClass(_Spec):
 
 class Tier(_Spec):
     name: str
-    class_costs: dict[str, int] = Field(default_factory=dict)
+    # cost per GPU of this tier's work on each hardware class; a negative cost would reward
+    # a mismatch (and drive the objective below zero), so it is refused
+    class_costs: dict[str, NonNegativeInt] = Field(default_factory=dict)
 
 
 class VramThreshold(_Spec):

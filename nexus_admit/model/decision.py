@@ -67,6 +67,9 @@ class Placement:
     terms: dict[str, float] = field(default_factory=dict)
     objective: float = 0.0
     solve_seconds: float = 0.0
+    # the solver's own objective for `slots` (same units as `objective`); None for policies
+    # that do not solve a model
+    model_objective: float | None = None
     explanation: list[str] = field(default_factory=list)
     # an infeasible placement that is a deliberate hold (PlacementConfig.localityWait): ask
     # again after this long at the latest, when the hold ends

@@ -2,9 +2,13 @@
 
 Variables are aggregated: pods per (pod set, node) integers, a used / GPU-used boolean per
 node, one boolean per topology domain and level, and per-island "filled" booleans. The
-objective is the weighted sum of the terms in `objective.py`, each encoded exactly (scaled
-to integers), so the solver's objective equals `weighted_objective(evaluate_terms(...))` of
-the slots it returns.
+objective is the weighted sum of the terms in `objective.py` plus fragGradient and fillOrder,
+each scaled by SCALE to integer coefficients. domainSpread is encoded as domains used rather
+than extra domains; that constant is kept out of the model (see `_solve`) and taken off
+the objective the placement reports as `model_objective`, so that equals the weighted terms
+of the returned slots (up to the per-coefficient rounding of the real-valued terms:
+stranded VRAM, fragGradient, fillOrder) whenever the status is `optimal`. Nodes merged
+into one unit (twins) are charged fillOrder at the first twin's rank.
 
 Large clusters are reduced before the solve, in two steps:
 1. symmetry: nodes that are interchangeable for this gang (same domains above the host,
@@ -299,11 +303,18 @@ class CpSatEngine:
         rep: str,
         entries: list[tuple[PodSet, cp_model.IntVar]],
         u: cp_model.IntVar,
+        model: cp_model.CpModel,
+        members: list[str],
     ) -> list[cp_model.LinearExprT]:
         """Two optional terms (weights default 0), see placement/fragmentation.py:
         fragGradient: per GPU of fragmentation the pods add to the node; fillOrder: per
         node used, its rank in the snapshot's order, so successive packing gangs fill the
-        same nodes. `_order_values` reports the same two terms for the returned slots."""
+        same nodes. `_order_values` reports the same two terms for the returned slots.
+
+        A unit of several twins uses its first `u` members (`_node_counts`), each at its
+        own rank. A one-pod gang uses at most one node, the first member, so its unit is
+        charged that member's rank per node used, as before (the openb study's gangs are
+        all one pod: their models are unchanged)."""
         w = problem.config.weights
         out: list[cp_model.LinearExprT] = []
         if w.frag_gradient:
@@ -313,7 +324,20 @@ class CpSatEngine:
                 if coef:
                     out.append(coef * var)
         if w.fill_order and problem.gang.workload_type.packs:
-            coef = round(w.fill_order * SCALE * self._fill_rank(problem).get(rep, 1.0))
+            rank = self._fill_rank(problem)
+            if len(members) > 1 and problem.gang.pod_count > 1:
+                # found by the oracle property test: charging every twin the first one's
+                # rank made the model's objective differ from the reported fillOrder
+                first = [model.new_bool_var(f"uses[{rep},{i}]") for i in range(len(members))]
+                model.add(sum(first) == u)
+                for a, b in pairwise(first):
+                    model.add(a >= b)
+                for member, flag in zip(members, first, strict=True):
+                    coef = round(w.fill_order * SCALE * rank.get(member, 1.0))
+                    if coef:
+                        out.append(coef * flag)
+                return out
+            coef = round(w.fill_order * SCALE * rank.get(rep, 1.0))
             if coef:
                 out.append(coef * u)
         return out
@@ -721,7 +745,7 @@ class CpSatEngine:
                         model.add(un >= var - aligned * u)
                         objective.append(numa_w * SCALE * un)
                         unaligned[rep].append(un)
-            objective.extend(self._order_terms(problem, rep, entries, u))
+            objective.extend(self._order_terms(problem, rep, entries, u, model, groups[rep]))
             gpu_entries = [(ps, v) for ps, v in entries if ps.gpus]
             if not gpu_entries:
                 continue
@@ -779,6 +803,12 @@ class CpSatEngine:
         split_w = weights["gangSplit"]
         dom_w = weights["domainFragmentation"]
         req_idx = problem.levels.index(gang.required_level) if gang.required_level else None
+        # domainSpread is (domains used - 1) × level weight; the model counts domains used
+        # (every level has at least one). The constant stays out of the model: CP-SAT's
+        # relative gap is taken against the objective including any offset, so adding it
+        # would change when gap-limited solves stop, hence placements. It is subtracted
+        # from the objective reported instead.
+        offset = 0
         for li in range(host):
             best_fit = dom_w and li == host - 1
             if not (spread_w or split_w) and li != req_idx and not best_fit:
@@ -810,6 +840,7 @@ class CpSatEngine:
                 model.add(sum(dvars) == 1)
             if spread_w:
                 objective.append(spread_w * SCALE * level_weight(problem, li) * sum(dvars))
+                offset += spread_w * SCALE * level_weight(problem, li)
             if split_w and len(dvars) > 1:
                 split = model.new_bool_var(f"split[{li}]")
                 model.add(sum(dvars) <= 1 + (len(dvars) - 1) * split)
@@ -879,7 +910,8 @@ class CpSatEngine:
                 same.append(eq)
             return same
 
-        realised: tuple[list[Slot], bool] | None = None  # slots, costed exactly by the model
+        # slots, costed exactly by the model, the model's objective and bound for them
+        realised: tuple[list[Slot], bool, float, float] | None = None
         for _attempt in range(_MAX_REALISATION_CUTS + 1):
             status = solver.solve(model)
             if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -899,7 +931,7 @@ class CpSatEngine:
                 model.add_bool_or([~eq for eq in same_counts(slots)])
             else:
                 short = self._numa_shortfall(problem, groups, slots, solver, unaligned)
-                realised = (slots, not short)
+                realised = (slots, not short, solver.objective_value, solver.best_objective_bound)
                 if not short:
                     break
                 # Pod sets sharing a node's NUMA zones: the model counted each against the
@@ -918,7 +950,7 @@ class CpSatEngine:
             return infeasible(
                 gang, self.name, "solver counts could not be realised on GPUs; will retry", started
             )
-        slots, exact_cost = realised
+        slots, exact_cost, model_value, model_bound = realised
         bound = solver.best_objective_bound
         proven = (
             exact_cost
@@ -934,11 +966,12 @@ class CpSatEngine:
             SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE,
             self._order_values(problem, slots),
         )
+        placement.model_objective = (model_value - offset) / SCALE
         placement.explanation.extend(red.notes)
         placement.explanation.append(
             f"CP-SAT {solver.status_name(status).lower()} in {solver.wall_time:.3f}s over "
             f"{len(red.nodes)} nodes in {len(groups)} units; objective "
-            f"{solver.objective_value:.0f}, bound {bound:.0f}"
+            f"{placement.model_objective:g}, bound {(model_bound - offset) / SCALE:g}"
         )
         return placement
 
@@ -1104,7 +1137,7 @@ class CpSatEngine:
         go to neighbouring nodes (nodes ordered by their topology path). Returns the name
         of a node that cannot hold its counts when the aggregated model over-promised."""
         gang = problem.gang
-        nodes = sorted({n for _, n in counts}, key=lambda n: problem.paths[n])
+        nodes = sorted({n for _, n in counts}, key=problem.path_key)
         fits: dict[str, list[tuple[PodSet, Slot]]] = {}
         for n in nodes:
             on_node = CpSatEngine._fit_node(problem, n, counts)

@@ -47,6 +47,11 @@ class Problem:
     def node(self, name: str) -> Node:
         return self.snapshot.nodes[name]
 
+    def path_key(self, name: str) -> tuple[Domain, ...]:
+        """The node's path as a sort key: a missing level sorts first instead of failing to
+        compare with a domain (same order as the path itself wherever that compares)."""
+        return tuple(() if d is None else d for d in self.paths[name])
+
     def pod_set(self, name: str) -> PodSet:
         for p in self.gang.pod_sets:
             if p.name == name:

@@ -115,7 +115,9 @@ HOST_LABEL = "kubernetes.io/hostname"
 TIERS = ("gold", "silver", "bronze")
 PRIORITY = {"gold": 3, "silver": 2, "bronze": 1}
 PRICE = {"premium": 4.0, "standard": 2.0, "economy": 1.0}
-GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}  # median spread/consolidated, V100
+# median spread/consolidated throughput, V100: 2 and 8 GPUs measured by Gavel; 4 GPUs (0.40)
+# is our interpolation between them, not a measurement
+GAVEL = {1: 1.0, 2: 0.50, 4: 0.40, 8: 0.30}
 # nexus's gangSplit weight here: leaving a ToR costs 400 per GPU of the gang, leaving an
 # aggregation domain 800 more, as much as the dearest tier mismatch per GPU (Bronze on
 # premium, class cost 80 × tierMismatch 10)

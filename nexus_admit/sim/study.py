@@ -3,6 +3,7 @@ aggregates them into the table of the paper (mean allocation at 100 % / 130 % ar
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
@@ -15,6 +16,8 @@ from typing import Any
 
 from nexus_admit.sim.openb import DEFAULT_DATA, PUBLISHED, OpenbRun, run_openb
 from nexus_admit.sim.stats import paired_difference, verdict
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["OPENB_NOTES", "StudyResult", "StudySpec", "paired_against", "run_study", "summarise"]
 
@@ -213,8 +216,10 @@ def paired_against(runs: Sequence[OpenbRun], ours: str = "nexus", rival: str = "
             try:
                 diff = paired_difference([value(mine[s]) for s in seeds],
                                          [value(theirs[s]) for s in seeds], higher)
-            except (ValueError, IndexError):
-                continue  # a curve without that level (tiny smoke runs)
+            except (ValueError, IndexError) as err:
+                # a curve without that level (tiny smoke runs): say which row is missing
+                _log.warning("%s %s vs %s: no %r row (%s)", trace, ours, rival, name, err)
+                continue
             rows.append({"trace": trace, "metric": name, "seeds": len(seeds), **diff,
                          "verdict": verdict(diff)})
     return rows

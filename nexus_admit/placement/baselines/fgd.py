@@ -3,7 +3,8 @@ put the pod on the node, and for a shared pod on the GPU, where the node's fragm
 (`placement.fragmentation`) grows least for the target workload's typical pod shapes.
 
 Scored like the paper's simulator: score = ⌊100 · sigmoid((F_before − F_after)/1000)⌋, the
-highest-scoring feasible node wins, ties uniformly at random; on a node, the first GPU
+highest-scoring feasible node wins, ties to the node first in a fixed order drawn from
+the seed (not a fresh draw per pod); on a node, the first GPU
 (by index) with the best score. Whole-GPU pods take the first free GPUs.
 
 The workload distribution comes from `set_workload` (the simulator builds it from the

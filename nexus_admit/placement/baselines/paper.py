@@ -1,8 +1,10 @@
 """The baselines of the FGD paper's simulator (Weng et al., USENIX ATC 2023), written from
 their published definitions, scored the way that simulator scores them: every plugin gives
-an integer score in [0, 100] per feasible node, the highest wins, ties are broken uniformly
-at random; the GPU a shared pod goes to is chosen by best fit unless the policy says
-otherwise. Resources are normalised by the largest node spec (128 CPUs, 8 GPUs).
+an integer score in [0, 100] per feasible node, the highest wins, ties go to the node first
+in a fixed order of the nodes drawn from the run's seed (that simulator prefixes node names
+with a seeded permutation and keeps the first best node); the GPU a shared pod goes to is
+chosen by best fit unless the policy says otherwise. Resources are normalised by the
+largest node spec (128 CPUs, 8 GPUs).
 
 * paper-random: a uniformly random feasible node; a random GPU that fits for a shared pod.
 * dotprod: Tetris-style alignment of the request and free vectors (CPU, total GPU share)

@@ -1,6 +1,8 @@
 """Vectorised pod-by-pod baselines: the scheduling loop of kube-scheduler (filter every node,
-score every feasible node, take the highest score, break ties uniformly at random), with
-node scores computed by numpy over all nodes at once.
+score every feasible node, take the highest score), with ties between equally scored nodes
+broken by a fixed order of the nodes drawn from the seed (`tie_break = "rank"`, the
+paper simulator's rule; paper-random alone draws uniformly for every pod), and node scores
+computed by numpy over all nodes at once.
 
 Scores depend only on a node's own state and the pod's shape, so each policy keeps, per pod
 shape, the last score of every node and recomputes only nodes whose state changed since
