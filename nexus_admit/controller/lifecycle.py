@@ -25,8 +25,8 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, Outcome
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import parse_time
 from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
     PHASE_RESERVED,

@@ -23,8 +23,8 @@ from typing import Any
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import parse_time
 from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import ReservedSlot, reservation_slots, reservation_workload_key
 
 __all__ = ["pin_patch", "sync_ungating"]

@@ -62,8 +62,10 @@ from nexus_admit.kube.quantity import (
     parse_memory_mib,
     parse_milli,
     parse_quantity,
+    parse_time,
 )
 from nexus_admit.kube.requests import pod_requests
+from nexus_admit.kube.reservations import reservation_is_live, reservation_workload_key, slot_key
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
 
 _log = logging.getLogger(__name__)
@@ -76,8 +78,6 @@ __all__ = [
     "node_from_object",
     "parse_time",
     "pod_is_active",
-    "reservation_is_live",
-    "reservation_workload_key",
     "topologies_from_objects",
 ]
 
@@ -103,19 +103,6 @@ def _label_int(obj: Obj, labels: Mapping[str, Any], key: str) -> int | None:
     if n < 0:
         raise TranslationError(object_ref(obj), f"metadata.labels[{key}]", f"negative {n}")
     return n
-
-
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 timestamp ("2025-05-01T10:00:00Z") → aware datetime; None/"" → None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    text = str(value).strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    dt = datetime.fromisoformat(text)
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 def gpu_fraction_milli(obj: Obj, annotations: Mapping[str, Any], field: str) -> int | None:
@@ -335,7 +322,8 @@ def node_from_object(
         replicas = 1
     if gpu_count > _MAX_NODE_GPUS:
         raise TranslationError(
-            ref, f"status.allocatable[{L.GPU_RESOURCE}]",
+            ref,
+            f"status.allocatable[{L.GPU_RESOURCE}]",
             f"{gpu_count} GPUs on one node is not plausible (at most {_MAX_NODE_GPUS})",
         )
     product = labels.get(L.GFD_GPU_PRODUCT) or dra.product
@@ -363,7 +351,8 @@ def node_from_object(
         n = _label_int(node, labels, L.LABEL_NUMA_ZONES)
         if n and n > _MAX_NUMA_ZONES:
             raise TranslationError(
-                ref, f"metadata.labels[{L.LABEL_NUMA_ZONES}]",
+                ref,
+                f"metadata.labels[{L.LABEL_NUMA_ZONES}]",
                 f"{n} NUMA zones is not plausible (at most {_MAX_NUMA_ZONES})",
             )
         if n:
@@ -469,27 +458,6 @@ def _pod_claim(
     return _Claim(node.name, req.cpu_milli, req.memory_mib, whole, share, devices, zone)
 
 
-def reservation_workload_key(rr: Obj) -> str:
-    """'namespace/name' of the Workload a ResourceReservation belongs to."""
-    spec = mapping(rr, rr.get("spec"), "spec")
-    ref = mapping(rr, spec.get("workloadRef"), "spec.workloadRef")
-    ns = ref.get("namespace") or meta(rr).get("namespace") or "default"
-    return f"{ns}/{ref.get('name', '')}"
-
-
-def reservation_is_live(rr: Obj, now: datetime) -> bool:
-    """Not Released and not past `spec.expiresAt`."""
-    if mapping(rr, rr.get("status"), "status").get("phase") == "Released":
-        return False
-    try:
-        expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
-    except ValueError:
-        raise TranslationError(
-            object_ref(rr), "spec.expiresAt", "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)"
-        ) from None
-    return expires is None or expires > now
-
-
 def _reservation_claims(
     rr: Obj,
     nodes: Mapping[str, Node],
@@ -520,7 +488,10 @@ def _reservation_claims(
                 _log.warning(
                     "%s, %s: no requests and Workload %s (pod set %r) is missing or "
                     "malformed; its slots hold their GPUs but no CPU or memory",
-                    ref, fld, wl_key, ps_name,
+                    ref,
+                    fld,
+                    wl_key,
+                    ps_name,
                 )
                 cpu, mem = 0, 0
             share = parse_milli(ps.get("gpuShare", 1))
@@ -537,8 +508,9 @@ def _reservation_claims(
             node = slot.get("node")
             if not isinstance(node, str) or node not in nodes:
                 # node gone: nothing to hold; say so, a typo here would free capacity
-                _log.info("%s, %s.node: node %r is not in the snapshot; slot skipped",
-                          ref, sfld, node)
+                _log.info(
+                    "%s, %s.node: node %r is not in the snapshot; slot skipped", ref, sfld, node
+                )
                 continue
             gpus = slot.get("gpus", [])
             devices: tuple[int, ...] | None
@@ -686,7 +658,7 @@ def build_snapshot(
                     key = (
                         ns,
                         str(m.get("name")),
-                        f"{ps.get('name') or 'main'}/{slot.get('index', j)}",
+                        slot_key(str(ps.get("name") or "main"), slot.get("index", j)),
                     )
                     rr_slots[key] = slot
 

@@ -2,14 +2,16 @@
 
 `parse_quantity` returns an exact `Fraction`; the helpers convert to the model's units
 (CPU millicores, memory MiB, milli-units) rounding *up*, the way the scheduler never
-under-counts a request.
+under-counts a request. `parse_time` reads the API's RFC 3339 timestamps.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any
 
 __all__ = [
     "format_quantity",
@@ -18,6 +20,7 @@ __all__ = [
     "parse_memory_mib",
     "parse_milli",
     "parse_quantity",
+    "parse_time",
 ]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -107,3 +110,16 @@ def format_quantity(milli: int) -> str:
     if milli % 1000 == 0:
         return str(milli // 1000)
     return f"{milli}m"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """RFC 3339 timestamp ("2025-05-01T10:00:00Z") → aware datetime; None/"" → None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    text = str(value).strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    dt = datetime.fromisoformat(text)
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)

@@ -18,14 +18,13 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import reservation_is_live, reservation_workload_key
-from nexus_admit.kube.errors import Obj, meta
-from nexus_admit.kube.translate import reservation_object
-from nexus_admit.model import ClusterSnapshot, Gang, Placement, Slot
+from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object_ref
+from nexus_admit.kube.quantity import format_quantity, parse_time
+from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Gang, Placement, Slot
 
 __all__ = [
     "PHASE_BOUND",
@@ -38,6 +37,7 @@ __all__ = [
     "reservation_for",
     "reservation_is_live",
     "reservation_name",
+    "reservation_object",
     "reservation_slots",
     "reservation_workload_key",
     "reservation_workload_uid",
@@ -67,7 +67,7 @@ class ReservedSlot:
         return slot_key(self.pod_set, self.index)
 
 
-def slot_key(pod_set: str, index: int) -> str:
+def slot_key(pod_set: str, index: object) -> str:
     """The value of a pod's `scheduling.kubenexus.io/slot` annotation."""
     return f"{pod_set}/{index}"
 
@@ -188,3 +188,83 @@ def reservation_slots(rr: Obj) -> list[ReservedSlot]:
                 )
             )
     return out
+
+
+def reservation_workload_key(rr: Obj) -> str:
+    """'namespace/name' of the Workload a ResourceReservation belongs to."""
+    spec = mapping(rr, rr.get("spec"), "spec")
+    ref = mapping(rr, spec.get("workloadRef"), "spec.workloadRef")
+    ns = ref.get("namespace") or meta(rr).get("namespace") or "default"
+    return f"{ns}/{ref.get('name', '')}"
+
+
+def reservation_is_live(rr: Obj, now: datetime) -> bool:
+    """Not Released and not past `spec.expiresAt`."""
+    if mapping(rr, rr.get("status"), "status").get("phase") == "Released":
+        return False
+    try:
+        expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
+    except ValueError:
+        raise TranslationError(
+            object_ref(rr), "spec.expiresAt", "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)"
+        ) from None
+    return expires is None or expires > now
+
+
+def reservation_object(
+    *,
+    name: str,
+    workload: Obj,
+    gang: Gang,
+    placement: Placement,
+    expires_at: datetime,
+) -> dict[str, Any]:
+    """The ResourceReservation for a feasible placement of `workload` (owner: the Workload).
+
+    Per pod set it records the per-pod `requests` and `gpuShare`, so the reservation holds
+    capacity on its own, and one slot per pod {index, node, gpus (device indices), numaZone}.
+    """
+    if not placement.feasible:
+        raise ValueError("only a feasible placement can be reserved")
+    m = meta(workload)
+    by_set: dict[str, list[dict[str, Any]]] = {}
+    for s in placement.slots:
+        slot: dict[str, Any] = {"index": s.index, "node": s.node, "gpus": list(s.gpu_indices)}
+        if s.numa_zone is not None:
+            slot["numaZone"] = s.numa_zone
+        by_set.setdefault(s.pod_set, []).append(slot)
+    pod_sets = []
+    for ps in gang.pod_sets:
+        entry: dict[str, Any] = {
+            "name": ps.name,
+            "requests": {"cpu": format_quantity(ps.cpu_milli), "memory": f"{ps.memory_mib}Mi"},
+            "slots": sorted(by_set.get(ps.name, []), key=lambda s: int(s["index"])),
+        }
+        if ps.gpus:
+            entry["gpuShare"] = format_quantity(ps.gpu_milli if ps.fractional else GPU_WHOLE)
+        pod_sets.append(entry)
+    owner = {
+        "apiVersion": str(workload.get("apiVersion") or L.KUEUE_GROUP_VERSION),
+        "kind": "Workload",
+        "name": str(m.get("name")),
+        "uid": str(m.get("uid") or ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": L.GROUP_VERSION,
+        "kind": L.KIND_RESOURCE_RESERVATION,
+        "metadata": {
+            "name": name,
+            "namespace": str(m.get("namespace") or "default"),
+            "ownerReferences": [owner] if owner["uid"] else [],
+        },
+        "spec": {
+            "workloadRef": {
+                "name": str(m.get("name")),
+                "namespace": str(m.get("namespace") or "default"),
+            },
+            "podSets": pod_sets,
+            "expiresAt": expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+    }

@@ -163,8 +163,9 @@ def _uses_gpus(workload: Obj) -> bool:
             c = mapping(workload, c, f"{fld}.containers[{j}]")
             res = mapping(workload, c.get("resources"), f"{fld}.containers[{j}].resources")
             for part in ("requests", "limits"):
-                if L.GPU_RESOURCE in mapping(workload, res.get(part), f"{fld}.containers[{j}]"
-                                             f".resources.{part}"):
+                if L.GPU_RESOURCE in mapping(
+                    workload, res.get(part), f"{fld}.containers[{j}].resources.{part}"
+                ):
                     return True
     return False
 
@@ -236,8 +237,7 @@ def our_check_names(admission_checks: Iterable[Obj]) -> set[str]:
     return {
         str(meta(ac).get("name"))
         for ac in admission_checks
-        if mapping(ac, ac.get("spec"), "spec").get("controllerName")
-        == L.ADMISSION_CHECK_CONTROLLER
+        if mapping(ac, ac.get("spec"), "spec").get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
     }
 
 
