@@ -11,6 +11,7 @@ the pydantic model (the test `test_values_schema_placement_spec_is_current` chec
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ SCHEMA = CHART / "values.schema.json"
 KUBE_VERSION = "1.36.0"
 
 
+@functools.cache
 def bin_dir() -> Path:
     override = os.environ.get("NEXUS_E2E_BIN")
     if override:
