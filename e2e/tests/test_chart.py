@@ -530,9 +530,10 @@ def test_helm_upgrade_changes_the_placement_config_keeps_certificate_and_reserva
     assert mwc and mwc["webhooks"][0]["clientConfig"]["caBundle"] == _state["ca"]
     rr = custom_objects.get_namespaced_custom_object(*RR[:2], JOBS_NS, RR[2], _state["reservation"])
     assert rr["status"]["phase"] == "Bound"
-    # the running controller read the new config and keeps its check Active
+    # the running controller takes the new config from its watch: still up, ready, Active
     time.sleep(2)
-    assert sa_controller.check_active()
+    assert sa_controller.proc is not None and sa_controller.proc.poll() is None
+    assert sa_controller.ready() and sa_controller.check_active()
 
 
 def test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds(
