@@ -11,6 +11,7 @@ not run, so the import must come from the wheel (asserted).
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
@@ -24,7 +25,12 @@ from tests.test_wheel import wheel  # noqa: F401  (the fixture: the wheel, built
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
-PIP_INSTALL = (sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet")
+# --ignore-installed: without it pip "upgrades" the dev venv's own editable nexus-admit,
+# i.e. uninstalls it from the environment it runs in, whatever --prefix says
+PIP_INSTALL = (
+    *(sys.executable, "-m", "pip", "install", "--ignore-installed"),
+    *("--no-deps", "--no-index", "--quiet"),
+)
 CHART_ARGS = (
     "--webhook-cert=/etc/nexus-admit/webhook/tls.crt",
     "--webhook-key=/etc/nexus-admit/webhook/tls.key",
@@ -82,6 +88,7 @@ def test_nexus_admit_run_works_from_the_wheel_in_a_clean_venv(
         check=False,
     )
     assert installed.returncode == 0, installed.stderr
+    assert importlib.metadata.distribution("nexus-admit"), "the dev install is untouched"
     (site / "zz-runtime-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     # the console script comes with the wheel; its shebang names the python pip ran under
     # (here the dev venv's), so it is run with the clean venv's python
