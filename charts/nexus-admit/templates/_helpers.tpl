@@ -1,0 +1,51 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "nexus-admit.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "nexus-admit.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "nexus-admit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nexus-admit.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "nexus-admit.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "nexus-admit.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "nexus-admit.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "nexus-admit.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "nexus-admit.certSecretName" -}}
+{{- printf "%s-webhook-cert" (include "nexus-admit.fullname" .) }}
+{{- end }}
+
+{{- define "nexus-admit.serviceName" -}}
+{{- include "nexus-admit.fullname" . }}
+{{- end }}
+
+{{- define "nexus-admit.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}

@@ -1,0 +1,563 @@
+"""The helm chart on the real control plane: its renders accepted by the apiserver, `helm
+install`, the ServiceAccount's permissions both ways, the controller running as that
+ServiceAccount placing a gang, `helm upgrade` and `helm uninstall`.
+
+The chart's Deployment cannot really run here (the nodes are KWOK's; no kubelet runs an
+image), so its pod is kept Pending by a nodeSelector no node has, and the controller runs
+on the host as `nexus-admit run` with a kubeconfig holding a token of the chart's
+ServiceAccount (`kubectl create token`). Its webhook is registered by URL the way
+e2e/nexus_controller.py does; the chart's own MutatingWebhookConfiguration (pointing at the
+Service no pod serves) gets a namespaceSelector no namespace matches, and is checked through
+server-side dry runs and the objects helm creates. The release is uninstalled at the end
+(the last test checks what that leaves).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from kubernetes import client
+from nexus_controller import NexusController
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.charts.helm import CHART, bin_dir, render  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
+
+RELEASE, NS = "nexus-chart", "nexus-chart-e2e"
+FULLNAME = f"{RELEASE}-nexus-admit"
+SA = f"system:serviceaccount:{NS}:{FULLNAME}"
+CHECK, CONFIG = "nexus-chart-placement", "nexus-chart"
+CQ, FLAVOR, JOBS_NS = "nexus-chart-gold", "nexus-chart-any", "nexus-chart-jobs"
+RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
+RESERVATION = "scheduling.kubenexus.io/reservation"
+GATE = "scheduling.kubenexus.io/placement"
+# the in-cluster webhook cannot be served here: select no namespace at all
+NO_NAMESPACE = {"matchLabels": {"scheduling.kubenexus.io/chart-e2e-gated": "never"}}
+INSTALL_VALUES: dict[str, Any] = {
+    "admissionCheck": {"name": CHECK},
+    "placementConfig": {"name": CONFIG},
+    "webhook": {"namespaceSelector": NO_NAMESPACE},
+    "nodeSelector": {"scheduling.kubenexus.io/chart-e2e": "no-such-node"},
+}
+_state: dict[str, Any] = {}
+
+
+def helm(cluster: Any, *args: str, check: bool = True) -> str:
+    r = subprocess.run(
+        [str(bin_dir() / "helm"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if check:
+        assert r.returncode == 0, f"helm {' '.join(args)}:\n{r.stderr}"
+    return r.stdout + r.stderr
+
+
+def values_file(tmp: Path, values: dict[str, Any]) -> str:
+    f = tmp / f"values-{len(list(tmp.iterdir()))}.yaml"
+    f.write_text(yaml.safe_dump(values))
+    return str(f)
+
+
+def kubectl_json(cluster: Any, *args: str) -> dict[str, Any] | None:
+    r = cluster.kubectl(*args, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def release(e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The chart installed as RELEASE in NS (a namespace enforcing the restricted Pod
+    Security Standard); uninstalled afterwards."""
+    tmp = tmp_path_factory.mktemp("chart-values")
+    e2e_cluster.kubectl("create", "namespace", NS, check=False)
+    e2e_cluster.kubectl(
+        "label", "--overwrite", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    t0 = time.monotonic()
+    out = helm(
+        e2e_cluster,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NS,
+        "-f",
+        values_file(tmp, INSTALL_VALUES),
+    )
+    print(f"\n[chart] helm install: {time.monotonic() - t0:.1f}s")
+    _state["install_output"] = out
+    _state["tmp"] = tmp
+    yield RELEASE
+    helm(e2e_cluster, "uninstall", RELEASE, "-n", NS, "--ignore-not-found", check=False)
+    e2e_cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+
+
+# ---- renders and install ---------------------------------------------------------------------
+
+DRY_RUN_VARIANTS = {
+    "default": {},
+    "non-default": {
+        "fullnameOverride": "nexus-dry-custom",
+        "webhook": {"timeoutSeconds": 2, "excludedNamespaces": ["kube-system"]},
+        "admissionCheck": {"name": "nexus-dry-check"},
+        "placementConfig": {
+            "name": "nexus-dry-config",
+            "spec": {"topology": {"topologyName": "gpu-fabric"}, "solver": {"workers": 2}},
+        },
+        "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
+        "serviceMonitor": {"enabled": True},
+        "certManager": {"enabled": True},
+    },
+    "no-webhook": {"webhook": {"enabled": False}, "rbac": {"create": True}},
+}
+# kinds whose CRDs (cert-manager, prometheus-operator) this control plane does not have
+NOT_SERVED = {"Certificate", "Issuer", "ServiceMonitor"}
+
+
+@pytest.mark.parametrize("variant", list(DRY_RUN_VARIANTS))
+def test_rendered_manifests_are_accepted_by_the_apiserver(
+    variant: str, release: str, e2e_cluster: Any, tmp_path: Path
+) -> None:
+    objects = render(
+        DRY_RUN_VARIANTS[variant],
+        release="nexus-dry",
+        namespace=NS,
+        tmp=tmp_path,
+        include_crds=True,
+    )
+    sent = [o for o in objects if o["kind"] not in NOT_SERVED]
+    skipped = sorted({o["kind"] for o in objects} - {o["kind"] for o in sent})
+    r = e2e_cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=chart-dry-run",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(sent),
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    applied = [line for line in r.stdout.splitlines() if "(server dry run)" in line]
+    assert len(applied) == len(sent), r.stdout
+    print(f"\n[chart] {variant}: {len(sent)} objects accepted; not served here: {skipped}")
+
+    # the control: the same apiserver refuses a broken webhook object
+    (mwc,) = [o for o in sent if o["kind"] == "MutatingWebhookConfiguration"] or [None]
+    if mwc is not None:
+        mwc["webhooks"][0]["failurePolicy"] = "Sometimes"
+        bad = e2e_cluster.kubectl(
+            "apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump(mwc), check=False
+        )
+        assert bad.returncode != 0 and "failurePolicy" in bad.stderr
+
+
+def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
+    release: str, e2e_cluster: Any
+) -> None:
+    out = _state["install_output"]
+    assert "STATUS: deployed" in out
+    assert f"admissionChecksStrategy: {{admissionChecks: [{{name: {CHECK}}}]}}" in out
+    for crd in ("resourcereservations", "placementconfigs"):
+        e2e_cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            f"crd/{crd}.scheduling.kubenexus.io",
+        )
+    check = kubectl_json(e2e_cluster, "get", "admissionchecks.kueue.x-k8s.io", CHECK)
+    assert check and check["spec"]["controllerName"] == "kubenexus.io/placement"
+    assert check["spec"]["parameters"]["name"] == CONFIG
+    config = kubectl_json(e2e_cluster, "get", "placementconfigs.scheduling.kubenexus.io", CONFIG)
+    assert config and config["spec"]["defaultTier"] == "bronze"
+    mwc = kubectl_json(e2e_cluster, "get", "mutatingwebhookconfiguration", FULLNAME)
+    assert mwc is not None
+    assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME] * 2
+    secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
+    assert secret and mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    svc = kubectl_json(e2e_cluster, "get", "service", "-n", NS, FULLNAME)
+    assert svc and {p["name"] for p in svc["spec"]["ports"]} == {"webhook", "metrics"}
+    _state["ca"] = secret["data"]["ca.crt"]
+
+
+def test_controller_pod_is_admitted_under_the_restricted_pod_security_standard(
+    release: str, e2e_cluster: Any
+) -> None:
+    # the ReplicaSet could create the pod in a namespace that enforces `restricted`
+    pods = wait_for(
+        "the controller pod",
+        lambda: (
+            kubectl_json(
+                e2e_cluster, "get", "pods", "-n", NS, "-l", f"app.kubernetes.io/instance={RELEASE}"
+            )
+            or {}
+        ).get("items"),
+        timeout=60,
+    )
+    assert len(pods) == 1
+    # the control: the same pod with privilege escalation allowed is refused there
+    deploy = kubectl_json(e2e_cluster, "get", "deployment", "-n", NS, FULLNAME)
+    assert deploy is not None
+    spec = deploy["spec"]["template"]["spec"]
+    spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pss-probe"}, "spec": spec}
+    bad = e2e_cluster.kubectl(
+        "create", "-n", NS, "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+    )
+    assert bad.returncode != 0 and "allowPrivilegeEscalation" in bad.stderr, bad.stderr
+
+
+# ---- the ServiceAccount ----------------------------------------------------------------------
+
+MUST = [
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("watch", "pods", "--all-namespaces"),
+    ("patch", "pods", "-n", "default"),
+    ("watch", "jobs.batch", "--all-namespaces"),
+    ("watch", "workloads.kueue.x-k8s.io", "--all-namespaces"),
+    ("get", "workloads.kueue.x-k8s.io", "-n", "default"),
+    ("patch", "workloads.kueue.x-k8s.io", "--subresource=status", "-n", "default"),
+    ("watch", "localqueues.kueue.x-k8s.io", "--all-namespaces"),
+    ("watch", "clusterqueues.kueue.x-k8s.io"),
+    ("watch", "resourceflavors.kueue.x-k8s.io"),
+    ("watch", "topologies.kueue.x-k8s.io"),
+    ("watch", "admissionchecks.kueue.x-k8s.io"),
+    ("patch", "admissionchecks.kueue.x-k8s.io", "--subresource=status"),
+    ("watch", "noderesourcetopologies.topology.node.k8s.io"),
+    ("watch", "resourceslices.resource.k8s.io"),
+    ("watch", "placementconfigs.scheduling.kubenexus.io"),
+    ("create", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),
+    ("delete", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),
+    ("patch", "resourcereservations.scheduling.kubenexus.io", "--subresource=status", "-n", "x"),
+    ("create", "events.events.k8s.io", "-n", "default"),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+]
+MUST_NOT = [
+    ("get", "secrets", "-n", NS),
+    ("get", f"secrets/{FULLNAME}-webhook-cert", "-n", NS),
+    ("list", "secrets", "--all-namespaces"),
+    ("get", "secrets", "-n", "kube-system"),
+    ("patch", "nodes"),
+    ("update", "nodes"),
+    ("delete", "nodes"),
+    ("patch", "nodes", "--subresource=status"),
+    ("create", "pods", "-n", "default"),
+    ("delete", "pods", "-n", "default"),
+    ("create", "pods", "--subresource=binding", "-n", "default"),
+    ("patch", "workloads.kueue.x-k8s.io", "-n", "default"),
+    ("delete", "workloads.kueue.x-k8s.io", "-n", "default"),
+    ("patch", "clusterqueues.kueue.x-k8s.io"),
+    ("patch", "placementconfigs.scheduling.kubenexus.io"),
+    ("patch", "jobs.batch", "-n", "default"),
+    ("create", "events", "-n", "default"),  # core Events: kopf's posting is off
+    ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("list", "namespaces"),
+    ("create", "serviceaccounts/token", "-n", NS),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    ("*", "*"),
+]
+
+
+def can_i(cluster: Any, args: tuple[str, ...]) -> str:
+    r = cluster.kubectl("auth", "can-i", *args, f"--as={SA}", check=False)
+    return r.stdout.strip()
+
+
+def test_service_account_can_do_what_the_controller_does_and_nothing_more(
+    release: str, e2e_cluster: Any
+) -> None:
+    denied = [a for a in MUST if can_i(e2e_cluster, a) != "yes"]
+    allowed = [a for a in MUST_NOT if can_i(e2e_cluster, a) != "no"]
+    assert not denied, f"the chart's ServiceAccount cannot: {denied}"
+    assert not allowed, f"the chart's ServiceAccount can: {allowed}"
+
+
+# ---- the controller as the chart's ServiceAccount ----------------------------------------
+
+
+class ServiceAccountController(NexusController):
+    """`nexus-admit run` on the host, logged in with a token of the chart's ServiceAccount;
+    its webhook registered by URL under its own name."""
+
+    def __init__(self, cluster: Any, kubeconfig: Path):
+        super().__init__(cluster)
+        self.sa_kubeconfig = kubeconfig
+        self.log_file = cluster.state / "logs" / "nexus-admit-chart-sa.log"
+        self.log_file.unlink(missing_ok=True)  # this run's log only
+
+    def argv(self) -> list[str]:
+        return [
+            f"--kubeconfig={self.sa_kubeconfig}" if a.startswith("--kubeconfig=") else a
+            for a in super().argv()
+        ]
+
+    def check_active(self) -> bool:
+        check = kubectl_json(self.cluster, "get", "admissionchecks.kueue.x-k8s.io", CHECK)
+        return bool(check) and condition(check, "Active") == "True"
+
+    def webhook_configuration(self) -> dict[str, Any]:
+        config = super().webhook_configuration()
+        config["metadata"]["name"] = f"{RELEASE}-e2e-local"
+        return config
+
+
+def token_kubeconfig(cluster: Any, path: Path) -> Path:
+    token = cluster.kubectl("create", "token", FULLNAME, "-n", NS, "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = admin["clusters"][0]["cluster"]["server"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "e2e",
+                        "cluster": {
+                            "server": server,
+                            "certificate-authority": str(cluster.pki / "ca.crt"),
+                        },
+                    }
+                ],
+                "users": [{"name": FULLNAME, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "e2e", "user": FULLNAME}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
+
+
+def kueue_objects() -> list[dict[str, Any]]:
+    group = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+    return [
+        {"apiVersion": group, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}},
+        {
+            "apiVersion": group,
+            "kind": "ClusterQueue",
+            "metadata": {"name": CQ, "labels": {"scheduling.kubenexus.io/tier": "gold"}},
+            "spec": {
+                "namespaceSelector": {},
+                "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", GPU],
+                        "flavors": [
+                            {
+                                "name": FLAVOR,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "512"},
+                                    {"name": "memory", "nominalQuota": "4096Gi"},
+                                    {"name": GPU, "nominalQuota": "64"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOBS_NS}},
+    ]
+
+
+def delete_kueue_objects(cluster: Any) -> None:
+    cluster.kubectl("delete", "namespace", JOBS_NS, "--ignore-not-found", "--wait=false")
+    cluster.kubectl(
+        "delete", "clusterqueues.kueue.x-k8s.io", CQ, "--ignore-not-found", "--wait=false"
+    )
+    cluster.kubectl("delete", "resourceflavors.kueue.x-k8s.io", FLAVOR, "--ignore-not-found")
+
+
+@pytest.fixture(scope="module")
+def sa_controller(
+    release: str, e2e_cluster: Any, core_v1: client.CoreV1Api
+) -> Iterator[ServiceAccountController]:
+    kubeconfig = token_kubeconfig(e2e_cluster, e2e_cluster.state / "chart-sa.kubeconfig")
+    e2e_cluster.apply(kueue_objects())
+    wait_for(
+        f"default ServiceAccount in {JOBS_NS}",
+        lambda: core_v1.read_namespaced_service_account("default", JOBS_NS),
+        timeout=60,
+    )
+    e2e_cluster.apply(
+        [
+            {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                "kind": "LocalQueue",
+                "metadata": {"name": "chart", "namespace": JOBS_NS},
+                "spec": {"clusterQueue": CQ},
+            }
+        ]
+    )
+    nc = ServiceAccountController(e2e_cluster, kubeconfig)
+    e2e_cluster.apply([nc.webhook_configuration()])
+    t0 = time.monotonic()
+    try:
+        nc.start()
+        print(f"\n[chart] controller as {SA} ready in {time.monotonic() - t0:.1f}s")
+        yield nc
+    finally:
+        nc.stop()
+        e2e_cluster.kubectl(
+            "delete", "mutatingwebhookconfiguration", f"{RELEASE}-e2e-local", "--ignore-not-found"
+        )
+        delete_kueue_objects(e2e_cluster)
+
+
+def gang_job(name: str) -> client.V1Job:
+    worker = client.V1Container(
+        name="worker",
+        image="registry.invalid/nexus/worker:e2e",
+        resources=client.V1ResourceRequirements(
+            requests={"cpu": "4", "memory": "16Gi", GPU: "4"}, limits={GPU: "4"}
+        ),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: "chart"}),
+        spec=client.V1JobSpec(
+            parallelism=2,
+            completions=2,
+            completion_mode="Indexed",
+            backoff_limit=0,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(restart_policy="Never", containers=[worker])
+            ),
+        ),
+    )
+
+
+def our_check(wl: dict[str, Any]) -> dict[str, Any]:
+    entries = (wl.get("status") or {}).get("admissionChecks") or []
+    return next((c for c in entries if c.get("name") == CHECK), {})
+
+
+def test_the_controller_as_the_chart_service_account_places_a_gang(
+    sa_controller: ServiceAccountController,
+    core_v1: client.CoreV1Api,
+    batch_v1: client.BatchV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    t0 = time.monotonic()
+    batch_v1.create_namespaced_job(JOBS_NS, gang_job("gang"))
+
+    def ready() -> dict[str, Any] | None:
+        items = custom_objects.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, JOBS_NS, "workloads"
+        )["items"]
+        return next((w for w in items if our_check(w).get("state") == "Ready"), None)
+
+    wl = wait_for("check Ready", ready, timeout=90)
+    t_ready = time.monotonic()
+    entry = our_check(wl)
+    assert "placed 2 pods" in entry["message"], entry
+    rr_name = entry["podSetUpdates"][0]["labels"][RESERVATION]
+    rr = custom_objects.get_namespaced_custom_object(*RR[:2], JOBS_NS, RR[2], rr_name)
+    assert rr["metadata"]["ownerReferences"][0]["uid"] == wl["metadata"]["uid"]
+    slots = {s["index"]: s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+
+    def running() -> list[client.V1Pod] | None:
+        pods = core_v1.list_namespaced_pod(JOBS_NS, label_selector="job-name=gang").items
+        up = [p for p in pods if p.status.phase == "Running" and p.spec.node_name]
+        return up if len(up) == 2 else None
+
+    pods = wait_for("2 pods Running", running, timeout=120)
+    for p in pods:
+        index = int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"])
+        assert p.spec.node_name == slots[index], "bound to the reserved node"
+        assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+        assert not [g for g in p.spec.scheduling_gates or [] if g.name == GATE]
+
+    def bound() -> bool:
+        got = custom_objects.get_namespaced_custom_object(*RR[:2], JOBS_NS, RR[2], rr_name)
+        return (got.get("status") or {}).get("phase") == "Bound"
+
+    wait_for("reservation Bound (status written as the ServiceAccount)", bound, timeout=60)
+    placed = core_v1.list_namespaced_event(JOBS_NS, field_selector="reason=Placed").items
+    assert placed, "the Placed Event (events.k8s.io) was written"
+    # RBAC refusals of the ServiceAccount (the apiserver's words), and kopf's own
+    log = sa_controller.log_tail(5000)
+    for refusal in (f'forbidden: User \\"{SA}\\"', f'forbidden: User "{SA}"', "Not enough perm"):
+        assert refusal not in log, f"the controller met {refusal!r}:\n{log}"
+    _state["reservation"] = rr_name
+    print(
+        f"\n[chart] as the ServiceAccount: submit→Ready {t_ready - t0:.1f}s, "
+        f"→2 Running {time.monotonic() - t0:.1f}s"
+    )
+
+
+def test_helm_upgrade_changes_the_placement_config_keeps_certificate_and_reservations(
+    sa_controller: ServiceAccountController,
+    e2e_cluster: Any,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    assert "reservation" in _state, "needs the gang of the previous test"
+    values = {
+        **INSTALL_VALUES,
+        "placementConfig": {"name": CONFIG, "spec": {"defaultTier": "silver"}},
+    }
+    out = helm(
+        e2e_cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NS,
+        "-f",
+        values_file(_state["tmp"], values),
+    )
+    assert "STATUS: deployed" in out and "REVISION: 2" in out
+    config = kubectl_json(e2e_cluster, "get", "placementconfigs.scheduling.kubenexus.io", CONFIG)
+    assert config and config["spec"]["defaultTier"] == "silver"
+    secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
+    assert secret and secret["data"]["ca.crt"] == _state["ca"], "the certificate was reused"
+    mwc = kubectl_json(e2e_cluster, "get", "mutatingwebhookconfiguration", FULLNAME)
+    assert mwc and mwc["webhooks"][0]["clientConfig"]["caBundle"] == _state["ca"]
+    rr = custom_objects.get_namespaced_custom_object(*RR[:2], JOBS_NS, RR[2], _state["reservation"])
+    assert rr["status"]["phase"] == "Bound"
+    # the running controller takes the new config from its watch: still up, ready, Active
+    time.sleep(2)
+    assert sa_controller.proc is not None and sa_controller.proc.poll() is None
+    assert sa_controller.ready() and sa_controller.check_active()
+
+
+def test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds(
+    sa_controller: ServiceAccountController, e2e_cluster: Any
+) -> None:
+    # Kueue keeps an AdmissionCheck a ClusterQueue still lists (finalizer): the queue goes first
+    delete_kueue_objects(e2e_cluster)
+    helm(e2e_cluster, "uninstall", RELEASE, "-n", NS)
+    gone = [
+        ("clusterrole", FULLNAME),
+        ("clusterrolebinding", FULLNAME),
+        ("mutatingwebhookconfiguration", FULLNAME),
+        ("admissionchecks.kueue.x-k8s.io", CHECK),
+        ("placementconfigs.scheduling.kubenexus.io", CONFIG),
+        ("serviceaccount", f"{FULLNAME}", "-n", NS),
+        ("secret", f"{FULLNAME}-webhook-cert", "-n", NS),
+    ]
+    for obj in gone:
+        wait_for(
+            f"{obj} deleted",
+            lambda o=obj: kubectl_json(e2e_cluster, "get", *o) is None,
+            timeout=120,
+        )
+    for crd in ("resourcereservations", "placementconfigs"):
+        assert kubectl_json(e2e_cluster, "get", "crd", f"{crd}.scheduling.kubenexus.io")

@@ -1,0 +1,441 @@
+"""The helm chart, rendered by the real helm binary (no cluster): lint, the objects each set
+of values produces, the values schema, and the chart's copies of the CRDs.
+
+What the apiserver makes of these renders is e2e/tests/test_chart.py's job.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from nexus_admit.model import PlacementConfig
+from tests.charts.helm import (
+    CHART,
+    ROOT,
+    SCHEMA,
+    by_kind,
+    helm,
+    placement_spec_schema,
+    render,
+    template,
+)
+
+NS = "nexus-system"
+FULLNAME = "nexus-admit"  # release "nexus-admit": the release name is the full name
+
+NON_DEFAULT: dict[str, Any] = {
+    "fullnameOverride": "gpu-placer",
+    "image": {"repository": "registry.example/nexus-admit", "tag": "9.9.9"},
+    "controller": {"policy": "nexus", "logLevel": "DEBUG", "retrySeconds": 7, "dryRun": True},
+    "serviceAccount": {"name": "placer"},
+    "webhook": {"timeoutSeconds": 3, "excludedNamespaces": ["kube-system", "infra"]},
+    "certManager": {"enabled": True},
+    "admissionCheck": {"name": "gpu-placement"},
+    "placementConfig": {
+        "name": "fleet",
+        "spec": {
+            "topology": {"topologyName": "gpu-fabric"},
+            "hardwareClasses": [
+                {"name": "fast", "gpuProducts": ["NVIDIA-H100*"]},
+                {"name": "rest", "gpuProducts": ["*"]},
+            ],
+            "tiers": [
+                {"name": "prod", "classCosts": {"fast": 0, "rest": 50}},
+                {"name": "dev", "classCosts": {"fast": 60, "rest": 0}},
+            ],
+            "defaultTier": "dev",
+            "solver": {"timeLimitSeconds": 2.5},
+        },
+    },
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+    "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
+    "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+}
+
+
+@pytest.fixture(scope="module")
+def default_objects() -> list[dict[str, Any]]:
+    return render()
+
+
+@pytest.fixture(scope="module")
+def custom_objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return render(NON_DEFAULT, tmp=tmp_path_factory.mktemp("values"))
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(objects, kind)
+    assert len(found) == 1, f"{len(found)} {kind} objects rendered"
+    return dict(found[0])
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (c,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return dict(c)
+
+
+# ---- lint and the CRDs -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, NON_DEFAULT], ids=["default", "non-default"])
+def test_helm_lint_strict_passes(values: dict[str, Any] | None, tmp_path: Path) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", "1.36.0"]
+    if values:
+        f = tmp_path / "values.yaml"
+        f.write_text(yaml.safe_dump(values))
+        args += ["--values", str(f)]
+    r = helm(*args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 chart(s) failed" in r.stdout
+
+
+def test_the_chart_crds_are_the_repository_crds_byte_for_byte() -> None:
+    repo = {p.name: p.read_bytes() for p in sorted((ROOT / "crds").glob("*.yaml"))}
+    chart = {p.name: p.read_bytes() for p in sorted((CHART / "crds").glob("*.yaml"))}
+    assert set(chart) == set(repo), "cp crds/*.yaml charts/nexus-admit/crds/"
+    for name in repo:
+        assert chart[name] == repo[name], f"charts/nexus-admit/crds/{name} differs from crds/"
+
+
+def test_values_schema_placement_spec_is_current() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    embedded = schema["properties"]["placementConfig"]["properties"]["spec"]
+    assert embedded == placement_spec_schema(), "run: python -m tests.charts.helm"
+
+
+def test_default_values_placement_config_is_valid_for_the_model() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    PlacementConfig.model_validate(values["placementConfig"]["spec"])
+    PlacementConfig.model_validate(NON_DEFAULT["placementConfig"]["spec"])
+
+
+# ---- the values schema ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("set_flag", "message"),
+    [
+        ("webhok.enabled=false", "additional properties 'webhok' not allowed"),
+        ("webhook.timeoutSecond=3", "at '/webhook': additional properties 'timeoutSecond'"),
+        (
+            "placementConfig.spec.weights.tierMismach=3",
+            "at '/placementConfig/spec/weights': additional properties 'tierMismach'",
+        ),
+        ("placementConfig.spec.tiers[0].nam=x", "at '/placementConfig/spec/tiers/0'"),
+        ("replicaCount=2", "at '/replicaCount': maximum"),
+        ("webhook.failurePolicy=Maybe", "at '/webhook/failurePolicy'"),
+        ("controller.logLevel=LOUD", "at '/controller/logLevel'"),
+    ],
+    ids=["top-level", "nested", "placement-weights", "placement-tier", "replicas", "enum", "level"],
+)
+def test_schema_rejects_a_typo_with_the_path(set_flag: str, message: str) -> None:
+    r = helm("template", "x", str(CHART), "--kube-version", "1.36.0", "--set", set_flag)
+    assert r.returncode != 0
+    assert "don't meet the specifications of the schema" in r.stderr
+    assert message in r.stderr, r.stderr
+
+
+def test_schema_forbids_unknown_keys_at_every_object_level() -> None:
+    """Every object in the schema either lists its properties with additionalProperties false,
+    or is a map of one value type, or is a free-form Kubernetes field named as such."""
+    free_form = {"affinity", "namespaceSelector", "tolerations", "extraEnv"}
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("type") == "object" or "properties" in node:
+            if "properties" in node:
+                assert node.get("additionalProperties") is False, path
+            elif path.rsplit(".", 1)[-1].removesuffix("[]") not in free_form:
+                assert isinstance(node.get("additionalProperties"), dict), path
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                walk(node[key], f"{path}[]")
+
+    walk(json.loads(SCHEMA.read_text()), "values")
+
+
+# ---- the default render ----------------------------------------------------------------------
+
+
+def test_default_render_has_exactly_the_expected_objects(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    kinds = sorted(o["kind"] for o in default_objects)
+    assert kinds == sorted(
+        [
+            "AdmissionCheck",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "PlacementConfig",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    for o in default_objects:
+        if o["kind"] not in {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck"} | {
+            "MutatingWebhookConfiguration",
+            "PlacementConfig",
+        }:
+            assert o["metadata"]["namespace"] == NS, o["kind"]
+
+
+def test_deployment_runs_the_controller_with_restricted_pod_security(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    deploy = one(default_objects, "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    c = container(default_objects)
+    assert deploy["spec"]["replicas"] == 1
+    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert c["image"] == "nexus-admit:0.1.0"
+    assert c["args"][0] == "run"
+    assert "--webhook-cert=/etc/nexus-admit/webhook/tls.crt" in c["args"]
+    assert "--webhook-key=/etc/nexus-admit/webhook/tls.key" in c["args"]
+    assert "--health-port=8080" in c["args"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "webhook": 9443}
+    assert c["resources"]["requests"] == {"cpu": "500m", "memory": "512Mi"}
+    assert c["securityContext"] == {
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] == FULLNAME
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts == {"tmp": "/tmp", "webhook-cert": "/etc/nexus-admit/webhook"}
+    (secret,) = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    assert secret == one(default_objects, "Secret")["metadata"]["name"]
+
+
+def test_every_rendered_flag_is_a_flag_of_nexus_admit_run(
+    default_objects: list[dict[str, Any]], custom_objects: list[dict[str, Any]]
+) -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "nexus_admit.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "TERM": "dumb"},
+        check=True,
+    ).stdout
+    for objects in (default_objects, custom_objects):
+        for arg in container(objects)["args"][1:]:
+            flag = arg.split("=", 1)[0]
+            assert flag in help_text, f"{flag} is not an option of `nexus-admit run`"
+
+
+def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[str, Any]]) -> None:
+    rules = one(default_objects, "ClusterRole")["rules"]
+    granted = {
+        (group, resource, verb)
+        for r in rules
+        for group in r["apiGroups"]
+        for resource in r["resources"]
+        for verb in r["verbs"]
+    }
+    read = {"get", "list", "watch"}
+    expected = {("", "nodes", v) for v in read} | {("", "pods", v) for v in read | {"patch"}}
+    expected |= {("batch", "jobs", v) for v in read}
+    for kind in ("workloads", "localqueues", "clusterqueues", "resourceflavors", "topologies"):
+        expected |= {("kueue.x-k8s.io", kind, v) for v in read}
+    expected |= {("kueue.x-k8s.io", "admissionchecks", v) for v in read}
+    expected |= {("kueue.x-k8s.io", "workloads/status", "patch")}
+    expected |= {("kueue.x-k8s.io", "admissionchecks/status", "patch")}
+    expected |= {("topology.node.k8s.io", "noderesourcetopologies", v) for v in read}
+    expected |= {("resource.k8s.io", "resourceslices", v) for v in read}
+    expected |= {("scheduling.kubenexus.io", "placementconfigs", v) for v in read}
+    expected |= {
+        ("scheduling.kubenexus.io", "resourcereservations", v) for v in read | {"create", "delete"}
+    }
+    expected |= {("scheduling.kubenexus.io", "resourcereservations/status", "patch")}
+    expected |= {("events.k8s.io", "events", "create")}
+    crds = "customresourcedefinitions"
+    expected |= {("apiextensions.k8s.io", crds, v) for v in ("list", "watch")}
+    assert granted == expected
+    assert not [g for g in granted if "*" in g or g[1] == "secrets"]
+    binding = one(default_objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NS}]
+
+
+def harness_webhooks(tmp_path: Path) -> list[dict[str, Any]]:
+    """The webhooks e2e/nexus_controller.py registers by URL on the local control plane."""
+    sys.path.insert(0, str(ROOT / "e2e"))
+    try:
+        from nexus_controller import NexusController  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "e2e"))
+    (tmp_path / "ca.crt").write_text("x")
+    stub = SimpleNamespace(cluster=SimpleNamespace(pki=tmp_path), webhook_port=1)
+    hooks: list[dict[str, Any]] = NexusController.webhook_configuration(stub)["webhooks"]
+    return hooks
+
+
+def test_webhooks_are_the_harness_webhooks_behind_a_service(
+    default_objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    mwc = one(default_objects, "MutatingWebhookConfiguration")
+    secret = one(default_objects, "Secret")
+    service = one(default_objects, "Service")
+    expected = harness_webhooks(tmp_path)
+    assert [h["name"] for h in mwc["webhooks"]] == [h["name"] for h in expected]
+    for hook, want in zip(mwc["webhooks"], expected, strict=True):
+        skip = {"clientConfig", "namespaceSelector"}
+        assert {k: v for k, v in hook.items() if k not in skip} == {
+            k: v for k, v in want.items() if k not in skip
+        }
+        assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
+        assert hook["clientConfig"]["service"] == {
+            "name": service["metadata"]["name"],
+            "namespace": NS,
+            "path": "/pod-gate",
+            "port": 443,
+        }
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+        (expr,) = hook["namespaceSelector"]["matchExpressions"]
+        assert expr["operator"] == "NotIn"
+        assert expr["values"] == ["kube-system", "kueue-system", NS]
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"webhook": (443, "webhook"), "metrics": (8080, "health")}
+
+
+def test_generated_certificate_serves_the_service_name_and_chains_to_the_ca_bundle(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    data = one(default_objects, "Secret")["data"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(data["ca.crt"]))
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
+    leaf.verify_directly_issued_by(ca)
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"{FULLNAME}.{NS}.svc" in sans.get_values_for_type(x509.DNSName)
+    usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in usages
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    assert 3649 <= lifetime.days <= 3651
+    assert b"PRIVATE KEY" in base64.b64decode(data["tls.key"])
+
+
+def test_admission_check_references_the_default_placement_config(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    check = one(default_objects, "AdmissionCheck")
+    config = one(default_objects, "PlacementConfig")
+    assert check["metadata"]["name"] == "nexus-placement"
+    assert check["spec"] == {
+        "controllerName": "kubenexus.io/placement",
+        "parameters": {
+            "apiGroup": "scheduling.kubenexus.io",
+            "kind": "PlacementConfig",
+            "name": config["metadata"]["name"],
+        },
+    }
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert config["spec"] == values["placementConfig"]["spec"]
+    assert [t["name"] for t in config["spec"]["tiers"]] == ["gold", "silver", "bronze"]
+
+
+# ---- non-default values -------------------------------------------------------------------------
+
+
+def test_non_default_values_reach_the_objects(custom_objects: list[dict[str, Any]]) -> None:
+    kinds = sorted(o["kind"] for o in custom_objects)
+    assert kinds.count("Certificate") == 2 and kinds.count("Issuer") == 2
+    assert "Secret" not in kinds, "cert-manager writes the Secret"
+    assert {"ServiceMonitor", "PodDisruptionBudget"} <= set(kinds)
+    c = container(custom_objects)
+    assert c["image"] == "registry.example/nexus-admit:9.9.9"
+    assert {"--log-level=DEBUG", "--retry-seconds=7", "--dry-run"} <= set(c["args"])
+    deploy = one(custom_objects, "Deployment")
+    assert deploy["metadata"]["name"] == "gpu-placer"
+    assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == "placer"
+    assert deploy["spec"]["template"]["spec"]["nodeSelector"] == {
+        "node-role.kubernetes.io/control-plane": ""
+    }
+    check = one(custom_objects, "AdmissionCheck")
+    assert check["metadata"]["name"] == "gpu-placement"
+    assert check["spec"]["parameters"]["name"] == "fleet"
+    config = one(custom_objects, "PlacementConfig")
+    # helm merges maps with the defaults: the template drops the default levels
+    assert config["spec"] == NON_DEFAULT["placementConfig"]["spec"]
+    PlacementConfig.model_validate(config["spec"])
+    assert one(custom_objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
+    monitor = one(custom_objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    mwc = one(custom_objects, "MutatingWebhookConfiguration")
+    for hook in mwc["webhooks"]:
+        assert hook["timeoutSeconds"] == 3
+        assert "caBundle" not in hook["clientConfig"], "cainjector fills it"
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+            "kube-system",
+            "infra",
+            NS,
+        ]
+
+
+def test_cert_manager_chain_feeds_the_mounted_secret_and_the_ca_injection(
+    custom_objects: list[dict[str, Any]],
+) -> None:
+    certs = {c["metadata"]["name"]: c for c in by_kind(custom_objects, "Certificate")}
+    issuers = {i["metadata"]["name"]: i for i in by_kind(custom_objects, "Issuer")}
+    serving = certs["gpu-placer-webhook"]
+    ca = certs["gpu-placer-ca"]
+    assert ca["spec"]["isCA"] is True
+    assert issuers[ca["spec"]["issuerRef"]["name"]]["spec"] == {"selfSigned": {}}
+    ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca["spec"]["secretName"]
+    assert serving["spec"]["dnsNames"][0] == f"gpu-placer.{NS}.svc"
+    mwc = one(custom_objects, "MutatingWebhookConfiguration")
+    assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{NS}/gpu-placer-webhook"
+    )
+    pod = one(custom_objects, "Deployment")["spec"]["template"]["spec"]
+    (mounted,) = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    assert mounted == serving["spec"]["secretName"]
+
+
+def test_webhook_disabled_renders_no_webhook_and_runs_without_it(tmp_path: Path) -> None:
+    objects = render({"webhook": {"enabled": False}}, tmp=tmp_path)
+    kinds = {o["kind"] for o in objects}
+    assert not kinds & {"MutatingWebhookConfiguration", "Secret", "Certificate", "Issuer"}
+    c = container(objects)
+    assert "--no-webhook" in c["args"]
+    assert not [a for a in c["args"] if a.startswith("--webhook")]
+    assert [p["name"] for p in one(objects, "Service")["spec"]["ports"]] == ["metrics"]
+
+
+def test_crds_are_rendered_only_from_the_crds_directory() -> None:
+    objects = render(include_crds=True)
+    crds = sorted(o["metadata"]["name"] for o in by_kind(objects, "CustomResourceDefinition"))
+    assert crds == [
+        "placementconfigs.scheduling.kubenexus.io",
+        "resourcereservations.scheduling.kubenexus.io",
+    ]
+    assert not by_kind(render(), "CustomResourceDefinition")
+
+
+def test_an_existing_service_account_must_be_named(
+    tmp_path: Path,
+) -> None:
+    r = template({"serviceAccount": {"create": False}}, tmp=tmp_path)
+    assert r.returncode != 0
+    assert "serviceAccount.name is required" in r.stderr
