@@ -181,6 +181,8 @@ def nexus_controller(e2e_cluster: Any) -> Iterator[Any]:
     try:
         nc.start()
     except cluster_mod.ClusterError as e:
+        nc.stop()
+        nc.uninstall_webhook()  # it fails closed: never leave it pointing at nothing
         pytest.fail(f"could not start nexus-admit: {e}", pytrace=False)
     _active["controller"] = nc
     yield nc
