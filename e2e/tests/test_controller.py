@@ -508,3 +508,50 @@ def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
         timeout=180,
     )
     assert len(again) == 4
+
+
+def test_a_missing_placement_config_deactivates_the_check_and_its_queues(
+    nexus_controller, custom_objects
+):
+    """Kueue must not admit Workloads through a check whose config is broken: the check
+    goes Active=False with what is wrong, Kueue deactivates the ClusterQueues that use it,
+    and both come back when the config is named correctly again."""
+
+    def set_config(name: str) -> None:
+        custom_objects.patch_cluster_custom_object(
+            KUEUE_GROUP,
+            KUEUE_VERSION,
+            "admissionchecks",
+            CHECK,
+            {"spec": {"parameters": {"name": name}}},
+        )
+
+    def active(plural: str, name: str) -> dict[str, Any] | None:
+        obj = custom_objects.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Active":
+                return c
+        return None
+
+    set_config("no-such-config")
+    try:
+        cond = wait_for(
+            "check Active=False",
+            lambda: (c := active("admissionchecks", CHECK)) and c["status"] == "False" and c,
+        )
+        assert "PlacementConfig 'no-such-config'" in cond["message"], cond
+        wait_for(
+            "nexus-gold deactivated by Kueue",
+            lambda: (c := active("clusterqueues", "nexus-gold")) and c["status"] == "False",
+        )
+    finally:
+        set_config("e2e")
+    wait_for(
+        "check and queue active again",
+        lambda: (
+            (a := active("admissionchecks", CHECK))
+            and a["status"] == "True"
+            and (q := active("clusterqueues", "nexus-gold"))
+            and q["status"] == "True"
+        ),
+    )
