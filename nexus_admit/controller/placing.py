@@ -226,6 +226,7 @@ async def place_one(
         retries = int(current_entry(workload, check).get("retryCount") or 0)
         await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
         return
+    ctx.faults.hit("kill-after-solve")
     # 5. assume, reserve, answer
     placement.slots = neighbour_order(placement.slots, snapshot, levels)
     slots = tuple(placement.slots)
@@ -245,6 +246,7 @@ async def place_one(
         return
     if not created:
         log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+    ctx.faults.hit("kill-after-reservation")
     await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
 
 
