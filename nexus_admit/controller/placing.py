@@ -15,9 +15,14 @@ repeated or lost event changes nothing, and a restart resumes from the objects. 
 solve runs in a worker thread so watches, the webhook and health checks stay responsive.
 
 Per Workload (`place_one`), the order of writes follows ARCHITECTURE §2.7: assume in the
-ledger, create the ResourceReservation, then apply the check entry. A failed create forgets
-the assumption; a failed check write keeps it (the reservation exists: the next pass finds it
-by its deterministic name and writes the check again).
+ledger, create the ResourceReservation, then apply the check entry. A refused create (4xx)
+forgets the assumption and frees its GPUs; a create whose answer was lost (timeout, 5xx)
+keeps its GPUs taken for the rest of the pass, since it may have been made. A failed check
+write keeps the assumption: the reservation exists, and the next pass finds it by its
+deterministic name and answers from it. A pending Workload's reservation of its current
+attempt counts in the snapshot like any other, so no Workload earlier in Kueue's order is
+placed on its GPUs; AlreadyExists on create means the reservation in the cluster is the
+answer, with its slots, not the ones just solved.
 """
 
 from __future__ import annotations
@@ -144,21 +149,29 @@ async def place_pending(ctx: Context) -> None:
         return
     now = ctx.clock()
     keys = {object_key(w) for w in pending}
+    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    # a pending Workload's reservation of this very attempt (we died or failed before its
+    # Ready) holds capacity for every Workload of the pass, also those earlier in order;
+    # older attempts' reservations are released by lifecycle before this step
+    unreserved = {
+        object_key(w)
+        for w in pending
+        if f"{meta(w).get('namespace') or 'default'}/{reservation_name(w)}" not in stored
+    }
     try:
-        snapshot = dump.snapshot(exclude_workloads=keys, now=now)
+        snapshot = dump.snapshot(exclude_workloads=unreserved, now=now)
     except TranslationError as e:
         # a malformed Node or reservation: nothing can be placed safely until it is fixed
         ctx.metrics.errors.labels("snapshot").inc()
         log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
         return
-    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
-    # an assumption ends once its Workload left the queue and the reservation is in the
-    # store (or, after a full re-list, never came back: released or never written)
+    # an assumption ends once the snapshot counts its reservation (or, once its Workload
+    # left the queue and a full re-list passed, it never came back: released or never made)
     ctx.ledger.settle(
         lambda a: (
-            a.workload not in keys
-            and (a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds)
+            a.reservation in stored
+            or (a.workload not in keys and tick - a.since > 2 * ctx.options.resync_seconds)
         )
     )
     ctx.ledger.apply_to(snapshot)
@@ -195,8 +208,9 @@ async def place_one(
     ns = str(meta(workload).get("namespace") or "default")
     name = reservation_name(workload)
     rr_key = f"{ns}/{name}"
-    if rr_key in ctx.ledger.assumed:
-        return  # written earlier in this run; the check write will be retried from the store
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
+    if rr_key in ctx.ledger.assumed and existing is None:
+        return  # written earlier in this run; its check is written again once the watch shows it
     config = ctx.checks[check].config
     assert config is not None  # only active checks reach here
 
@@ -214,10 +228,8 @@ async def place_one(
     levels = _levels(config, snapshot)
     # 3. a reservation of this attempt exists (we crashed, or the check write failed):
     #    hold its capacity and answer from it, never solve twice
-    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
-    if existing is not None:
+    if existing is not None:  # the snapshot counts it already (see place_pending)
         placement = _placement_of(existing, gang)
-        apply_slots(snapshot, gang, [s for s in placement.slots if s.node in snapshot.nodes])
         await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
         return
     # 4. solve off the event loop
@@ -240,14 +252,35 @@ async def place_one(
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except (ApiException, OSError) as e:
         ctx.ledger.forget(rr_key)
-        release_slots(snapshot, gang, slots)
+        if _refused(e):  # nothing was written: the capacity is free again
+            release_slots(snapshot, gang, slots)
+        # else the answer was lost (timeout, 5xx, dropped connection) and the reservation
+        # may exist: its slots stay taken for the rest of this pass, and the next pass
+        # finds it (or AlreadyExists) and answers from it
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
         return
     if not created:
+        # a decision of this attempt was written before (a create that timed out, a store
+        # that lags): that reservation is the answer, and its slots are what it holds
         log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+        release_slots(snapshot, gang, slots)
+        ctx.ledger.forget(rr_key)
+        found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+        if found is None:
+            return  # deleted meanwhile: the next pass decides afresh
+        placement = _placement_of(found, gang)
+        slots = tuple(s for s in placement.slots if s.node in snapshot.nodes)
+        ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
+        apply_slots(snapshot, gang, slots)
     ctx.faults.hit("kill-after-reservation")
     await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
+
+
+def _refused(e: BaseException) -> bool:
+    """The apiserver answered 4xx: the write certainly did not happen."""
+    status = getattr(e, "status", None)
+    return isinstance(e, ApiException) and isinstance(status, int) and 400 <= status < 500
 
 
 async def _solve(
