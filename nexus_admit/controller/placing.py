@@ -145,11 +145,20 @@ async def place_pending(ctx: Context) -> None:
     # answers the watch has shown (the check left Pending, or a new attempt) need no guard
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
+    keys = {object_key(w) for w in pending}
+    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    tick = time.monotonic()
+    # an assumption ends once the snapshot counts its reservation (or, once its Workload
+    # left the queue and a full re-list passed, it never came back: released or never made)
+    ctx.ledger.settle(
+        lambda a: (
+            a.reservation in stored
+            or (a.workload not in keys and tick - a.since > 2 * ctx.options.resync_seconds)
+        )
+    )
     if not pending:
         return
     now = ctx.clock()
-    keys = {object_key(w) for w in pending}
-    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     # a pending Workload's reservation of this very attempt (we died or failed before its
     # Ready) holds capacity for every Workload of the pass, also those earlier in order;
     # older attempts' reservations are released by lifecycle before this step
@@ -165,15 +174,6 @@ async def place_pending(ctx: Context) -> None:
         ctx.metrics.errors.labels("snapshot").inc()
         log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
         return
-    tick = time.monotonic()
-    # an assumption ends once the snapshot counts its reservation (or, once its Workload
-    # left the queue and a full re-list passed, it never came back: released or never made)
-    ctx.ledger.settle(
-        lambda a: (
-            a.reservation in stored
-            or (a.workload not in keys and tick - a.since > 2 * ctx.options.resync_seconds)
-        )
-    )
     ctx.ledger.apply_to(snapshot)
     kueue = dump.kueue_index()
     for wl in pending:

@@ -6,6 +6,7 @@ logic over `FakeApi`; e2e/tests/test_faults.py proves the same on the real contr
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nexus_admit.controller.api import ApiException
@@ -14,7 +15,6 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import reconcile
 from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.reservations import reservation_name
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import admission_check, cluster_queue, node, pod_set, workload
@@ -179,3 +179,48 @@ def test_a_pending_workloads_own_reservation_holds_against_higher_priority_work(
     assert check_of(api, "u")["state"] == "Retry", "u needs all three nodes; one is w's"
     assert check_of(api, "w")["state"] == "Ready"
     assert [r["metadata"]["name"] for r in api.of_kind(RR)] == [rr["metadata"]["name"]]
+
+
+def test_a_reservation_deleted_by_hand_sends_its_ready_workload_back_through_retry() -> None:
+    api = cluster(pending("w"))
+    ctx, _ = controller(api)
+    t0 = datetime(2026, 11, 25, 10, 0, 0, tzinfo=UTC)
+    ctx.clock = lambda: t0
+    run(ctx)
+    (rr,) = api.of_kind(RR)
+    watch(ctx, api)
+    run(ctx)  # every watch event runs a pass
+    api.delete(RR, rr["metadata"]["name"], "default")
+    watch(ctx, api)
+    ctx.clock = lambda: t0 + timedelta(seconds=5)  # the watch of reservations may lag
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    ctx.clock = lambda: t0 + timedelta(seconds=30)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry"
+    assert f"reservation {rr['metadata']['name']} was deleted" in entry["message"]
+    (event,) = [e for e in api.of_kind("Event") if e["reason"] == "PlacementRetry"]
+    assert event["regarding"]["name"] == "w"
+    assert api.count("create", RR) == 1
+
+
+def test_a_cordoned_node_under_an_unanswered_reservation_is_retried_not_answered() -> None:
+    """Killed after the reservation, before its Ready; a node of it is cordoned meanwhile:
+    the restart sends the gang through Retry with the reason instead of answering Ready."""
+    api = cluster(pending("w", pods=1, gpus=8))
+    api.fail[("apply", "Workload")] = 1
+    first, _ = controller(api)
+    run(first)
+    (rr,) = api.of_kind(RR)
+    node_name = rr["spec"]["podSets"][0]["slots"][0]["node"]
+    cordoned = api.get("Node", node_name)
+    assert cordoned is not None
+    cordoned["spec"]["unschedulable"] = True
+    api.put(cordoned)
+    restarted, _ = controller(api)
+    run(restarted)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry", entry
+    assert f"node {node_name} of slot main/0 was cordoned" in entry["message"]
+    assert api.of_kind(RR) == [] and api.count("create", RR) == 1
