@@ -50,6 +50,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
+    child,
     mapping,
     meta,
     object_ref,
@@ -75,7 +76,7 @@ __all__ = [
     "topologies_from_objects",
 ]
 
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_TERMINAL_PHASES = ("Succeeded", "Failed")  # a tuple: `in` must not hash a malformed phase
 _ZONE_NUM = re.compile(r"(\d+)$")
 
 
@@ -149,7 +150,7 @@ class _Dra:
 
 
 def _dra_attr(device: Mapping[str, Any], driver: str, name: str) -> Any:
-    attrs = device.get("attributes") or {}
+    attrs = child(device, "attributes")
     raw = attrs.get(name, attrs.get(f"{driver}/{name}"))
     if isinstance(raw, Mapping):
         for kind in ("string", "int", "bool", "version"):
@@ -187,7 +188,7 @@ def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
         product = _dra_attr(body, L.DRA_GPU_DRIVER, L.DRA_ATTR_PRODUCT)
         if product and not out.product:
             out.product = str(product).replace(" ", "-")
-        cap = (body.get("capacity") or {}).get(L.DRA_CAP_MEMORY)
+        cap = child(body, "capacity").get(L.DRA_CAP_MEMORY)
         if isinstance(cap, Mapping):
             cap = cap.get("value")
         if cap is not None:
@@ -383,18 +384,23 @@ class _Claim:
     zone: int | None
 
 
+def _listed(value: Any) -> list[Any]:
+    """`value` when it is a list, else [] (a lenient read; the strict one reports it)."""
+    return value if isinstance(value, list) else []
+
+
 def pod_is_active(pod: Obj) -> bool:
     """Bound to a node and not terminated (phase not Succeeded/Failed)."""
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
+    spec = child(pod, "spec")
+    status = child(pod, "status")
     return bool(spec.get("nodeName")) and status.get("phase") not in _TERMINAL_PHASES
 
 
 def _slot_ref(pod: Obj) -> tuple[str, str, str] | None:
     """(namespace, reservation, "<podSet>/<index>") a pod claims, if any."""
     m = meta(pod)
-    rr = (m.get("labels") or {}).get(L.LABEL_RESERVATION)
-    slot = (m.get("annotations") or {}).get(L.ANN_SLOT)
+    rr = child(m, "labels").get(L.LABEL_RESERVATION)
+    slot = child(m, "annotations").get(L.ANN_SLOT)
     if rr and slot:
         return (str(m.get("namespace") or "default"), str(rr), str(slot))
     return None
@@ -449,18 +455,18 @@ def _pod_claim(
 
 def reservation_workload_key(rr: Obj) -> str:
     """'namespace/name' of the Workload a ResourceReservation belongs to."""
-    spec = rr.get("spec") or {}
-    ref = spec.get("workloadRef") or {}
+    spec = child(rr, "spec")
+    ref = child(spec, "workloadRef")
     ns = ref.get("namespace") or meta(rr).get("namespace") or "default"
     return f"{ns}/{ref.get('name', '')}"
 
 
 def reservation_is_live(rr: Obj, now: datetime) -> bool:
     """Not Released and not past `spec.expiresAt`."""
-    if (rr.get("status") or {}).get("phase") == "Released":
+    if child(rr, "status").get("phase") == "Released":
         return False
     try:
-        expires = parse_time((rr.get("spec") or {}).get("expiresAt"))
+        expires = parse_time(child(rr, "spec").get("expiresAt"))
     except ValueError:
         raise TranslationError(
             object_ref(rr), "spec.expiresAt", "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)"
@@ -619,7 +625,7 @@ def build_snapshot(
     nrt_by_node = {str(meta(o).get("name")): o for o in node_resource_topologies}
     slices_by_node: dict[str, list[Obj]] = {}
     for sl in resource_slices:
-        node_name = (sl.get("spec") or {}).get("nodeName")
+        node_name = child(sl, "spec").get("nodeName")
         if node_name:
             slices_by_node.setdefault(str(node_name), []).append(sl)
     model_nodes: dict[str, Node] = {}
@@ -642,10 +648,10 @@ def build_snapshot(
     for rr in reservations:
         m = meta(rr)
         ns = str(m.get("namespace") or "default")
-        for ps in (rr.get("spec") or {}).get("podSets") or []:
+        for ps in _listed(child(rr, "spec").get("podSets")):
             if not isinstance(ps, Mapping):
                 continue
-            for j, slot in enumerate(ps.get("slots") or []):
+            for j, slot in enumerate(_listed(ps.get("slots"))):
                 if isinstance(slot, Mapping):
                     key = (
                         ns,

@@ -29,6 +29,7 @@ from nexus_admit.kube.cluster import gpu_fraction_milli
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
+    child,
     mapping,
     meta,
     object_key,
@@ -143,7 +144,7 @@ def _owner_kinds(workload: Obj) -> list[str]:
 
 def _templates(workload: Obj) -> list[Mapping[str, Any]]:
     out = []
-    for ps in (workload.get("spec") or {}).get("podSets") or []:
+    for ps in child(workload, "spec").get("podSets") or []:
         if isinstance(ps, Mapping) and isinstance(ps.get("template"), Mapping):
             out.append(ps["template"])
     return out
@@ -151,7 +152,7 @@ def _templates(workload: Obj) -> list[Mapping[str, Any]]:
 
 def _uses_gpus(workload: Obj) -> bool:
     for tpl in _templates(workload):
-        for c in (tpl.get("spec") or {}).get("containers") or []:
+        for c in child(tpl, "spec").get("containers") or []:
             res = (c or {}).get("resources") or {}
             for part in ("requests", "limits"):
                 if L.GPU_RESOURCE in (res.get(part) or {}):
@@ -176,7 +177,7 @@ def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
             return WorkloadType.TRAINING
         return t
     label_sets: list[Mapping[str, Any]] = [meta(workload).get("labels") or {}]
-    label_sets += [(tpl.get("metadata") or {}).get("labels") or {} for tpl in _templates(workload)]
+    label_sets += [child(tpl, "metadata").get("labels") or {} for tpl in _templates(workload)]
     for labels in label_sets:
         if any(k in labels for k in _INFERENCE_LABELS):
             return WorkloadType.INFERENCE
@@ -198,7 +199,7 @@ def _job_indexed(owner: Obj | None) -> bool:
 
 def _pod_total(workload: Obj) -> int:
     total = 0
-    for ps in (workload.get("spec") or {}).get("podSets") or []:
+    for ps in child(workload, "spec").get("podSets") or []:
         c = (ps or {}).get("count", 1)
         total += c if isinstance(c, int) else 0
     return total
@@ -209,7 +210,7 @@ def _pod_total(workload: Obj) -> int:
 
 def _conditions(workload: Obj) -> dict[str, str]:
     out: dict[str, str] = {}
-    for c in (workload.get("status") or {}).get("conditions") or []:
+    for c in child(workload, "status").get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type"):
             out[str(c["type"])] = str(c.get("status", ""))
     return out
@@ -220,7 +221,7 @@ def our_check_names(admission_checks: Iterable[Obj]) -> set[str]:
     return {
         str(meta(ac).get("name"))
         for ac in admission_checks
-        if (ac.get("spec") or {}).get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
+        if child(ac, "spec").get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
     }
 
 
@@ -231,14 +232,14 @@ def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> b
     `check_names` are our AdmissionChecks' names; None (no AdmissionCheck objects known, as
     in a dump without them) accepts any Pending check.
     """
-    if (workload.get("spec") or {}).get("active") is False:
+    if child(workload, "spec").get("active") is False:
         return False
     cond = _conditions(workload)
     if cond.get("QuotaReserved") != "True":
         return False
     if any(cond.get(t) == "True" for t in ("Evicted", "Finished", "Admitted")):
         return False
-    for st in (workload.get("status") or {}).get("admissionChecks") or []:
+    for st in child(workload, "status").get("admissionChecks") or []:
         if not isinstance(st, Mapping) or st.get("state") != "Pending":
             continue
         if check_names is None or st.get("name") in check_names:
@@ -308,17 +309,17 @@ class KueueIndex:
         return our_check_names(self.admission_checks.values())
 
     def cluster_queue_name(self, workload: Obj) -> str | None:
-        adm = (workload.get("status") or {}).get("admission") or {}
+        adm = child(workload, "status").get("admission") or {}
         if adm.get("clusterQueue"):
             return str(adm["clusterQueue"])
-        queue = (workload.get("spec") or {}).get("queueName")
+        queue = child(workload, "spec").get("queueName")
         if not queue:
             return None
         ns = str(meta(workload).get("namespace") or "default")
         lq = self.local_queues.get((ns, str(queue)))
         if lq is None:
             return None
-        cq = (lq.get("spec") or {}).get("clusterQueue")
+        cq = child(lq, "spec").get("clusterQueue")
         return str(cq) if cq else None
 
     def owner_of(self, workload: Obj) -> Obj | None:
@@ -335,13 +336,13 @@ def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
     """Pod sets Kueue placed on a TAS flavor (ResourceFlavor with `spec.topologyName`):
     Kueue already fixed their hostnames, so the controller does not pin them."""
     out = []
-    admission = (workload.get("status") or {}).get("admission") or {}
+    admission = child(workload, "status").get("admission") or {}
     for psa in admission.get("podSetAssignments") or []:
         if not isinstance(psa, Mapping):
             continue
-        for flavor in (psa.get("flavors") or {}).values():
+        for flavor in child(psa, "flavors").values():
             rf = kueue.resource_flavors.get(str(flavor))
-            if rf is not None and (rf.get("spec") or {}).get("topologyName"):
+            if rf is not None and child(rf, "spec").get("topologyName"):
                 out.append(str(psa.get("name") or "main"))
                 break
     return out
@@ -355,7 +356,7 @@ def _tier(workload: Obj, kueue: KueueIndex, config: PlacementConfig) -> str:
     cq = kueue.cluster_queues.get(cq_name) if cq_name else None
     if cq is None:
         return config.default_tier
-    tier = (meta(cq).get("labels") or {}).get(L.LABEL_TIER)
+    tier = child(meta(cq), "labels").get(L.LABEL_TIER)
     if not tier:
         return config.default_tier
     if tier not in config.tier_names():
@@ -482,7 +483,7 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
     key = object_key(workload)
     out: dict[tuple[str, str], tuple[int, int, int]] = {}
     for i, ps in enumerate(
-        sequence(workload, (workload.get("spec") or {}).get("podSets"), "spec.podSets")
+        sequence(workload, child(workload, "spec").get("podSets"), "spec.podSets")
     ):
         ps = mapping(workload, ps, f"spec.podSets[{i}]")
         tpl = mapping(workload, ps.get("template"), f"spec.podSets[{i}].template")
@@ -494,7 +495,7 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
 def _waited_seconds(workload: Obj, now: datetime | None) -> float:
     """Seconds from metadata.creationTimestamp (set by the API server, RFC 3339) to `now`;
     0 without `now` or a readable timestamp."""
-    created = (workload.get("metadata") or {}).get("creationTimestamp")
+    created = child(workload, "metadata").get("creationTimestamp")
     if now is None or not isinstance(created, str):
         return 0.0
     try:
