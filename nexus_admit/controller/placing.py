@@ -39,6 +39,7 @@ from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejected_input, unplaced
 from nexus_admit.controller.ungater import sync_ungating
@@ -52,7 +53,7 @@ from nexus_admit.kube.reservations import (
     reservation_name,
     reservation_slots,
 )
-from nexus_admit.kube.workload import KueueIndex, tas_pod_sets
+from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
@@ -220,6 +221,18 @@ async def place_one(
     except TranslationError as e:
         await _answer(ctx, workload, check, rejected_input(e))
         return
+    claims = tier_claims(workload)
+    if claims:  # tenants cannot pick their tier: say so once per quota reservation
+        await asyncio.to_thread(
+            post_event,
+            ctx.api,
+            workload,
+            "TierClaimIgnored",
+            f"ignored {', '.join(claims)}: the tier comes only from the ClusterQueue label "
+            f"{L.LABEL_TIER}; this Workload is placed as tier {gang.tier}",
+            event_type="Warning",
+            now=now,
+        )
     # 2. Kueue TAS flavors: Kueue chose the hosts already
     tas = tas_pod_sets(workload, kueue)
     if tas:

@@ -224,3 +224,18 @@ def test_a_cordoned_node_under_an_unanswered_reservation_is_retried_not_answered
     assert entry["state"] == "Retry", entry
     assert f"node {node_name} of slot main/0 was cordoned" in entry["message"]
     assert api.of_kind(RR) == [] and api.count("create", RR) == 1
+
+
+def test_a_tier_claimed_by_the_tenant_is_ignored_with_an_event() -> None:
+    w = pending("w")
+    w["metadata"]["annotations"] = {L.LABEL_TIER: "platinum"}
+    w["spec"]["podSets"][0]["template"]["metadata"]["labels"] = {L.LABEL_TIER: "gold"}
+    api = cluster(w)
+    api.put(cluster_queue("cq", "bronze"))  # the admin's word
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    (event,) = [e for e in api.of_kind("Event") if e["reason"] == "TierClaimIgnored"]
+    assert "metadata.annotations[scheduling.kubenexus.io/tier]=platinum" in event["note"]
+    assert "spec.podSets[0].template.metadata.labels" in event["note"]
+    assert "placed as tier bronze" in event["note"]
