@@ -146,16 +146,13 @@ async def place_pending(ctx: Context) -> None:
     # answers the watch has shown (the check left Pending, or a new attempt) need no guard
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
-    keys = {object_key(w) for w in pending}
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
-    # an assumption ends once the snapshot counts its reservation (or, once its Workload
-    # left the queue and a full re-list passed, it never came back: released or never made)
+    # an assumption ends once the snapshot counts its reservation, or when two full
+    # re-lists have not brought it (released, or never made: a failed pass must not leave
+    # its Workload waiting on it for ever)
     ctx.ledger.settle(
-        lambda a: (
-            a.reservation in stored
-            or (a.workload not in keys and tick - a.since > 2 * ctx.options.resync_seconds)
-        )
+        lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )
     if not pending:
         return
@@ -263,7 +260,7 @@ async def place_one(
     )
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
-    except (ApiException, OSError) as e:
+    except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
         ctx.ledger.forget(rr_key)
         if _refused(e):  # nothing was written: the capacity is free again
             release_slots(snapshot, gang, slots)
@@ -277,9 +274,13 @@ async def place_one(
         # a decision of this attempt was written before (a create that timed out, a store
         # that lags): that reservation is the answer, and its slots are what it holds
         log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
-        release_slots(snapshot, gang, slots)
         ctx.ledger.forget(rr_key)
-        found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+        try:
+            found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+        except Exception as e:  # what it holds is unknown: the solved slots stay taken
+            log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
+            return
+        release_slots(snapshot, gang, slots)
         if found is None:
             return  # deleted meanwhile: the next pass decides afresh
         placement = _placement_of(found, gang)
@@ -310,7 +311,7 @@ async def _solve(
 async def _answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
     try:
         await write_check(ctx, workload, check, outcome)
-    except (ApiException, OSError) as e:
+    except Exception as e:  # ApiException, OSError, urllib3's own: written again next pass
         ctx.metrics.errors.labels("check").inc()
         log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
         return
