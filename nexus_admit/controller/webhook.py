@@ -39,11 +39,21 @@ class GateAnswer:
 
 
 def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
+    refs = meta(obj).get("ownerReferences")
     return {
         str(r.get("uid"))
-        for r in meta(obj).get("ownerReferences") or []
+        for r in (refs if isinstance(refs, list) else [])
         if isinstance(r, Mapping) and r.get("uid")
     }
+
+
+def _gate_names(pod: Mapping[str, Any]) -> list[str]:
+    gates = child(pod, "spec").get("schedulingGates")
+    return (
+        [str(g.get("name")) for g in gates if isinstance(g, Mapping)]
+        if isinstance(gates, list)
+        else []
+    )
 
 
 def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
@@ -68,11 +78,7 @@ def decide(
 ) -> GateAnswer:
     m = meta(pod)
     rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
-    gates = [
-        g.get("name")
-        for g in child(pod, "spec").get("schedulingGates") or []
-        if isinstance(g, Mapping)
-    ]
+    gates = _gate_names(pod)
     if not rr_name:
         return GateAnswer(True)
     if reservation is None:
@@ -148,7 +154,7 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
     if not rr_name:
         await _fill_queue(ctx, pod, namespace)
         if queued_under_check(pod, namespace, ctx.store, ctx.checks):
-            gates = [g.get("name") for g in child(pod, "spec").get("schedulingGates") or []]
+            gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
         return GateAnswer(True)

@@ -136,7 +136,7 @@ _SELECTOR_OPS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 
 
 def _owner_kinds(workload: Obj) -> list[str]:
-    refs = meta(workload).get("ownerReferences") or []
+    refs = _listed(meta(workload).get("ownerReferences"))
     kinds = [str(r.get("kind", "")) for r in refs if isinstance(r, Mapping)]
     # the controller owner first
     ctrl = [str(r.get("kind", "")) for r in refs if isinstance(r, Mapping) and r.get("controller")]
@@ -177,8 +177,8 @@ def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
         if kind == "Job" and gpus and _job_indexed(owner) and _pod_total(workload) > 1:
             return WorkloadType.TRAINING
         return t
-    label_sets: list[Mapping[str, Any]] = [meta(workload).get("labels") or {}]
-    label_sets += [child(tpl, "metadata").get("labels") or {} for tpl in _templates(workload)]
+    label_sets: list[Mapping[str, Any]] = [child(meta(workload), "labels")]
+    label_sets += [child(child(tpl, "metadata"), "labels") for tpl in _templates(workload)]
     for labels in label_sets:
         if any(k in labels for k in _INFERENCE_LABELS):
             return WorkloadType.INFERENCE
