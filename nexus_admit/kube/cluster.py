@@ -76,6 +76,9 @@ __all__ = [
     "topologies_from_objects",
 ]
 
+# bounds on what one Node may claim: the snapshot holds one entry per GPU and per zone
+MAX_GPUS_PER_NODE = 1024
+MAX_NUMA_ZONES = 64
 _TERMINAL_PHASES = ("Succeeded", "Failed")  # a tuple: `in` must not hash a malformed phase
 _ZONE_NUM = re.compile(r"(\d+)$")
 
@@ -322,6 +325,12 @@ def node_from_object(
     else:
         gpu_count = dra.count
         replicas = 1
+    if gpu_count > MAX_GPUS_PER_NODE:  # one list entry per GPU follows: refuse, not exhaust
+        raise TranslationError(
+            ref,
+            f"status.allocatable[{L.GPU_RESOURCE}]",
+            f"{gpu_count} GPUs on one node is not plausible (at most {MAX_GPUS_PER_NODE})",
+        )
     product = labels.get(L.GFD_GPU_PRODUCT) or dra.product
     gpu_mem = _label_int(node, labels, L.GFD_GPU_MEMORY)
     if gpu_mem is None:
@@ -345,6 +354,12 @@ def node_from_object(
         zones = _zones_from_dra(dra.numa, cpu)
     else:
         n = _label_int(node, labels, L.LABEL_NUMA_ZONES)
+        if n and n > MAX_NUMA_ZONES:
+            raise TranslationError(
+                ref,
+                f"metadata.labels[{L.LABEL_NUMA_ZONES}]",
+                f"{n} NUMA zones is not plausible (at most {MAX_NUMA_ZONES})",
+            )
         if n:
             zones = _even_zones(n, gpu_count, cpu)
 

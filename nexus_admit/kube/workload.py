@@ -145,7 +145,7 @@ def _owner_kinds(workload: Obj) -> list[str]:
 
 def _templates(workload: Obj) -> list[Mapping[str, Any]]:
     out = []
-    for ps in child(workload, "spec").get("podSets") or []:
+    for ps in _listed(child(workload, "spec").get("podSets")):
         if isinstance(ps, Mapping) and isinstance(ps.get("template"), Mapping):
             out.append(ps["template"])
     return out
@@ -153,7 +153,7 @@ def _templates(workload: Obj) -> list[Mapping[str, Any]]:
 
 def _uses_gpus(workload: Obj) -> bool:
     for tpl in _templates(workload):
-        for c in child(tpl, "spec").get("containers") or []:
+        for c in _listed(child(tpl, "spec").get("containers")):
             res = (c or {}).get("resources") or {}
             for part in ("requests", "limits"):
                 if L.GPU_RESOURCE in (res.get(part) or {}):
@@ -200,7 +200,7 @@ def _job_indexed(owner: Obj | None) -> bool:
 
 def _pod_total(workload: Obj) -> int:
     total = 0
-    for ps in child(workload, "spec").get("podSets") or []:
+    for ps in _listed(child(workload, "spec").get("podSets")):
         c = (ps or {}).get("count", 1)
         total += c if isinstance(c, int) else 0
     return total
@@ -211,7 +211,7 @@ def _pod_total(workload: Obj) -> int:
 
 def _conditions(workload: Obj) -> dict[str, str]:
     out: dict[str, str] = {}
-    for c in child(workload, "status").get("conditions") or []:
+    for c in _listed(child(workload, "status").get("conditions")):
         if isinstance(c, Mapping) and c.get("type"):
             out[str(c["type"])] = str(c.get("status", ""))
     return out
@@ -240,7 +240,7 @@ def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> b
         return False
     if any(cond.get(t) == "True" for t in ("Evicted", "Finished", "Admitted")):
         return False
-    for st in child(workload, "status").get("admissionChecks") or []:
+    for st in _listed(child(workload, "status").get("admissionChecks")):
         if not isinstance(st, Mapping) or st.get("state") != "Pending":
             continue
         if check_names is None or st.get("name") in check_names:
@@ -325,7 +325,7 @@ class KueueIndex:
 
     def owner_of(self, workload: Obj) -> Obj | None:
         ns = str(meta(workload).get("namespace") or "")
-        for r in meta(workload).get("ownerReferences") or []:
+        for r in _listed(meta(workload).get("ownerReferences")):
             if isinstance(r, Mapping):
                 o = self.owners.get((str(r.get("kind", "")), ns, str(r.get("name", ""))))
                 if o is not None:
@@ -338,7 +338,7 @@ def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
     Kueue already fixed their hostnames, so the controller does not pin them."""
     out = []
     admission = child(workload, "status").get("admission") or {}
-    for psa in admission.get("podSetAssignments") or []:
+    for psa in _listed(admission.get("podSetAssignments")):
         if not isinstance(psa, Mapping):
             continue
         for flavor in child(psa, "flavors").values():
