@@ -225,14 +225,21 @@ def submit_burst(batch, ns: str, count: int = BURST, prefix: str = "burst") -> l
     return names
 
 
-def settle_other_namespaces(custom, ns: str, timeout: float = 120) -> None:
-    """Earlier tests' namespaces are deleted in the background: wait until none of their
-    reservations holds capacity, so each burst starts on the same fleet."""
-    wait_for(
-        "earlier tests' reservations gone",
-        lambda: not [r for r in all_reservations(custom) if r["metadata"]["namespace"] != ns],
-        timeout=timeout,
-    )
+def settle_other_namespaces(custom, ns: str, timeout: float = 60) -> None:
+    """Earlier tests' namespaces are deleted in the background: wait (best effort) until
+    none of their reservations holds capacity, so each burst starts on about the same
+    fleet. Some never go (a plain pod group's pods keep Kueue's finalizer while their
+    namespace terminates); the invariants are cluster-wide, so leftovers only mean fewer
+    gangs admitted."""
+    try:
+        wait_for(
+            "earlier tests' reservations gone",
+            lambda: not [r for r in all_reservations(custom) if r["metadata"]["namespace"] != ns],
+            timeout=timeout,
+        )
+    except AssertionError:
+        left = [r["metadata"]["namespace"] for r in all_reservations(custom)]
+        print(f"[settle] reservations still held in {sorted(set(left) - {ns})}; going on")
 
 
 def wait_killed(nc, timeout: float = 120) -> float:
