@@ -231,15 +231,19 @@ def settle_other_namespaces(custom, ns: str, timeout: float = 60) -> None:
     fleet. Some never go (a plain pod group's pods keep Kueue's finalizer while their
     namespace terminates); the invariants are cluster-wide, so leftovers only mean fewer
     gangs admitted."""
+
+    def others() -> set[str]:
+        return {r["metadata"]["namespace"] for r in all_reservations(custom)} - {ns} - _STUCK
+
     try:
-        wait_for(
-            "earlier tests' reservations gone",
-            lambda: not [r for r in all_reservations(custom) if r["metadata"]["namespace"] != ns],
-            timeout=timeout,
-        )
+        wait_for("earlier tests' reservations gone", lambda: not others(), timeout=timeout)
     except AssertionError:
-        left = [r["metadata"]["namespace"] for r in all_reservations(custom)]
-        print(f"[settle] reservations still held in {sorted(set(left) - {ns})}; going on")
+        left = others()
+        _STUCK.update(left)  # not waited for again
+        print(f"[settle] reservations still held in {sorted(left)}; going on")
+
+
+_STUCK: set[str] = set()
 
 
 def wait_killed(nc, timeout: float = 120) -> float:
