@@ -47,7 +47,7 @@ REPLAY_POLICIES = ("default", "binpack", "tas-bestfit", "gpu-packing", "fgd", "n
 
 
 def parse_seeds(text: str) -> list[int]:
-    """ "42-51", "42,43" or "42"."""
+    """"42-51", "42,43" or "42"."""
     seeds: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -70,14 +70,13 @@ def _mix(text: str) -> tuple[float, float, float]:
         parts = ()
     if len(parts) != 3 or min(parts) < 0 or sum(parts) <= 0:
         raise typer.BadParameter(
-            f"--replay-mix wants three shares (training, inference, fractional), got {text!r}"
-        )
+            f"--replay-mix wants three shares (training, inference, fractional), got {text!r}")
     total = sum(parts) if abs(sum(parts) - 1.0) > 1e-9 else 1.0
     return (parts[0] / total, parts[1] / total, parts[2] / total)
 
 
 def _weights(text: str) -> tuple[tuple[str, int], ...]:
-    """ "tierMismatch=0,domainFragmentation=20" -> validated (name, value) pairs."""
+    """"tierMismatch=0,domainFragmentation=20" -> validated (name, value) pairs."""
     pairs: list[tuple[str, int]] = []
     for part in _split(text):
         name, _, value = part.partition("=")
@@ -85,8 +84,7 @@ def _weights(text: str) -> tuple[tuple[str, int], ...]:
             pairs.append((name.strip(), int(value)))
         except ValueError:
             raise typer.BadParameter(
-                f"--replay-weights wants name=integer pairs, got {part!r}"
-            ) from None
+                f"--replay-weights wants name=integer pairs, got {part!r}") from None
     try:
         rp.replay_config(rp.ReplayScenario(weights=tuple(pairs)))
     except ValidationError as e:
@@ -94,9 +92,9 @@ def _weights(text: str) -> tuple[tuple[str, int], ...]:
         problems = "; ".join(
             f"{'.'.join(map(str, err['loc']))}: "
             + ("unknown weight" if err["type"] == "extra_forbidden" else err["msg"])
-            for err in e.errors()
-        )
-        raise typer.BadParameter(f"--replay-weights: {problems} (weights: {known})") from None
+            for err in e.errors())
+        raise typer.BadParameter(
+            f"--replay-weights: {problems} (weights: {known})") from None
     return tuple(pairs)
 
 
@@ -140,65 +138,38 @@ def _print_report(console: Console, report: Path) -> None:
 
 
 def simulate(
-    trace: Annotated[
-        str,
-        typer.Option(
-            help="openb trace(s): default, multigpu50, gpuspec33, comma-separated, or 'all'"
-        ),
-    ] = "default",
+    trace: Annotated[str, typer.Option(help="openb trace(s): default, multigpu50, gpuspec33, "
+                                             "comma-separated, or 'all'")] = "default",
     seeds: Annotated[str, typer.Option(help="seeds, e.g. 42-51 or 42,43")] = "42",
-    policies: Annotated[str, typer.Option(help="comma-separated registered policies")] = ",".join(
-        DEFAULT_POLICIES
-    ),
-    nexus_seeds: Annotated[
-        str | None,
-        typer.Option(
-            help="run the CP-SAT engine ('nexus') only on these seeds (it is the slow one)"
-        ),
-    ] = None,
+    policies: Annotated[str, typer.Option(help="comma-separated registered policies")] =
+        ",".join(DEFAULT_POLICIES),
+    nexus_seeds: Annotated[str | None, typer.Option(
+        help="run the CP-SAT engine ('nexus') only on these seeds (it is the slow one)")] = None,
     workers: Annotated[int, typer.Option(help="worker processes")] = 2,
-    nodes: Annotated[
-        float,
-        typer.Option(help="fraction of the openb nodes to simulate (a fixed sample); 1 = all 1213"),
-    ] = 0.5,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            envvar=DATA_ENV,
-            show_default=False,
-            help="directory holding other traces as openb/ and lingjun/ (.csv or .csv.gz); "
-            "default: the data shipped with nexus-admit",
-        ),
-    ] = None,
-    report: Annotated[
-        Path | None, typer.Option(help="write README.md, PNG plots and JSON into this directory")
-    ] = None,
+    nodes: Annotated[float, typer.Option(
+        help="fraction of the openb nodes to simulate (a fixed sample); 1 = all 1213")] = 0.5,
+    data: Annotated[Path | None, typer.Option(
+        envvar=DATA_ENV, show_default=False,
+        help="directory holding other traces as openb/ and lingjun/ (.csv or .csv.gz); "
+             "default: the data shipped with nexus-admit")] = None,
+    report: Annotated[Path | None, typer.Option(
+        help="write README.md, PNG plots and JSON into this directory")] = None,
     openb: Annotated[bool, typer.Option(help="run the openb study")] = True,
     replay: Annotated[bool, typer.Option(help="run the multi-tenant gang replay")] = True,
     replay_seeds: Annotated[str, typer.Option(help="replay scenario seeds")] = "1-10",
-    replay_policies: Annotated[str, typer.Option(help="policies in the replay")] = ",".join(
-        REPLAY_POLICIES
-    ),
+    replay_policies: Annotated[str, typer.Option(help="policies in the replay")] =
+        ",".join(REPLAY_POLICIES),
     replay_hosts: Annotated[int, typer.Option(help="replay cluster size (hosts, ×8)")] = 64,
     replay_jobs: Annotated[int, typer.Option(help="jobs per replay")] = 220,
     replay_load: Annotated[float, typer.Option(help="offered load / capacity")] = 1.15,
-    replay_mix: Annotated[
-        str, typer.Option(help="job mix: shares of training, inference, fractional")
-    ] = "0.25,0.35,0.40",
-    replay_weights: Annotated[
-        str,
-        typer.Option(
-            help="nexus objective weights for the replay, as PlacementConfig names, e.g. "
-            "tierMismatch=0,gangSplit=800 (what-if runs)"
-        ),
-    ] = "",
-    replay_locality_wait: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            help="nexus's localityWait in the replay: seconds a gang one aggregation "
-            "domain could hold may wait for room there before it is split (0: off)",
-        ),
+    replay_mix: Annotated[str, typer.Option(
+        help="job mix: shares of training, inference, fractional")] = "0.25,0.35,0.40",
+    replay_weights: Annotated[str, typer.Option(
+        help="nexus objective weights for the replay, as PlacementConfig names, e.g. "
+             "tierMismatch=0,gangSplit=800 (what-if runs)")] = "",
+    replay_locality_wait: Annotated[float, typer.Option(
+        min=0.0, help="nexus's localityWait in the replay: seconds a gang one aggregation "
+                      "domain could hold may wait for room there before it is split (0: off)")
     ] = rp.REPLAY_LOCALITY_WAIT_SECONDS,
 ) -> None:
     """Replay the openb trace under the FGD paper's protocol through each policy, then a
@@ -219,29 +190,15 @@ def simulate(
             name += "-" + "-".join(f"{k}{v}" for k, v in weights)
         if replay_locality_wait != rp.REPLAY_LOCALITY_WAIT_SECONDS:
             name += f"-wait{replay_locality_wait:g}s"
-        scenarios = [
-            rp.ReplayScenario(
-                name=name,
-                seed=s,
-                hosts=replay_hosts,
-                jobs=replay_jobs,
-                load=replay_load,
-                mix=mix,
-                weights=weights,
-                locality_wait_seconds=replay_locality_wait,
-            )
-            for s in parse_seeds(replay_seeds)
-        ]
+        scenarios = [rp.ReplayScenario(name=name, seed=s, hosts=replay_hosts, jobs=replay_jobs,
+                                       load=replay_load, mix=mix, weights=weights,
+                                       locality_wait_seconds=replay_locality_wait)
+                     for s in parse_seeds(replay_seeds)]
         rpolicies = _split(replay_policies)
         n_tasks = len(scenarios) * len(rpolicies)
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"),
-            console=console,
-        ) as progress:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                      console=console) as progress:
             bar = progress.add_task("gang replays", total=n_tasks, last="")
 
             def rtick(done: int, _total: int, r: rp.ReplayResult) -> None:
@@ -264,34 +221,23 @@ def simulate(
         console.print(f"nexus best on, of {n_metrics} replay metrics: " + ", ".join(per_seed))
         if len(scenarios) > 1:
             means = rp.compare(results, across_seeds=True)
-            lost = [
-                escape(f"{c['metric']} ({', '.join(c['best'])})")
-                for c in means
-                if not c["ours_best"]
-            ]
-            console.print(
-                f"mean over {len(scenarios)} seeds: nexus best on "
-                f"{len(means) - len(lost)} of {len(means)}; not best on: "
-                + ("; ".join(lost) or "none")
-            )
+            lost = [escape(f"{c['metric']} ({', '.join(c['best'])})") for c in means
+                    if not c["ours_best"]]
+            console.print(f"mean over {len(scenarios)} seeds: nexus best on "
+                          f"{len(means) - len(lost)} of {len(means)}; not best on: "
+                          + ("; ".join(lost) or "none"))
             summary = paired_summary(means)
             console.print(
                 "paired per seed, 95 % interval: nexus "
-                + "; ".join(
-                    f"{key} on {len(summary[key])}"
-                    for key in ("ahead of all", "within noise", "behind", "tie")
-                    if key in summary
-                )
-                + (
-                    ": behind on " + escape("; ".join(summary["behind"]))
-                    if "behind" in summary
-                    else ""
-                )
-            )
+                + "; ".join(f"{key} on {len(summary[key])}" for key in
+                            ("ahead of all", "within noise", "behind", "tie") if key in summary)
+                + (": behind on " + escape("; ".join(summary["behind"]))
+                   if "behind" in summary else ""))
             comparison += means
         if report is not None:
             meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
-            path = write_replay_report(results, comparison, report, meta, rp.MODEL_NOTES)
+            path = write_replay_report(results, comparison, report, meta,
+                                       rp.MODEL_NOTES)
             notes.append(f"Gang replay: [{path.name}]({path.name})")
     if not openb:
         if report is not None:
@@ -310,48 +256,25 @@ def simulate(
     seeds_for = {"nexus": parse_seeds(nexus_seeds)} if nexus_seeds else {}
     spec = StudySpec(traces, policy_list, seed_list, data_dir, workers, nodes, seeds_for)
     total = len(spec.tasks())
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=console,
-    ) as progress:
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
+                  console=console) as progress:
         bar = progress.add_task("openb runs", total=total, last="")
 
         def tick(done: int, _total: int, run: OpenbRun) -> None:
-            progress.update(
-                bar,
-                completed=done,
-                last=f"{run.trace}/{run.policy}/{run.seed}: {run.alloc_130:.2f} %",
-            )
+            progress.update(bar, completed=done,
+                            last=f"{run.trace}/{run.policy}/{run.seed}: {run.alloc_130:.2f} %")
 
         result = run_study(spec, on_progress=tick)
     rows = result.table()
-    table = Table(
-        title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, {nodes:.0%} of nodes)"
-    )
-    for col in (
-        "trace",
-        "policy",
-        "seeds",
-        "@100 %",
-        "paper",
-        "@130 %",
-        "paper",
-        "failed",
-        "8-GPU nodes used",
-        "of them partly idle",
-        "s/run",
-    ):
+    table = Table(title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, "
+                        f"{nodes:.0%} of nodes)")
+    for col in ("trace", "policy", "seeds", "@100 %", "paper", "@130 %", "paper", "failed",
+                "8-GPU nodes used", "of them partly idle", "s/run"):
         table.add_column(col, justify="left" if col in ("trace", "policy") else "right")
     for r in rows:
         table.add_row(
-            r["trace"],
-            r["label"],
-            str(len(r["seeds"])),
-            f"{r['alloc_100']:.2f}",
+            r["trace"], r["label"], str(len(r["seeds"])), f"{r['alloc_100']:.2f}",
             "–" if r["published_100"] is None else f"{r['published_100']:.2f}",
             f"{r['alloc_130']:.2f}",
             "–" if r["published_130"] is None else f"{r['published_130']:.2f}",
@@ -361,46 +284,30 @@ def simulate(
             f"{r['seconds_per_run']:.1f}",
         )
     console.print(table)
-    console.print(
-        f"[dim]8-GPU nodes (of {rows[0]['nodes8']}) no longer fully free, and those of "
-        f"them left partly idle (islands broken), at 10/30/50/70/90/100 % of capacity "
-        f"requested[/dim]"
-    )
+    console.print(f"[dim]8-GPU nodes (of {rows[0]['nodes8']}) no longer fully free, and those of "
+                  f"them left partly idle (islands broken), at 10/30/50/70/90/100 % of capacity "
+                  f"requested[/dim]")
     if nodes < 1:
-        console.print(
-            "[dim]paper figures are for the full cluster (--nodes 1); "
-            "a node sample is not comparable to them[/dim]"
-        )
+        console.print("[dim]paper figures are for the full cluster (--nodes 1); "
+                      "a node sample is not comparable to them[/dim]")
     paired = paired_against(result.runs)
     for t in dict.fromkeys(row["trace"] for row in paired):
         rows_t = [row for row in paired if row["trace"] == t]
         n = rows_t[0]["seeds"]
         if n < 2:
-            console.print(
-                f"{t}, nexus − FGD on one seed (+ = nexus better; run more seeds for "
-                "an interval): " + "; ".join(f"{row['metric']} {row['mean']:+g}" for row in rows_t),
-                markup=False,
-            )
+            console.print(f"{t}, nexus − FGD on one seed (+ = nexus better; run more seeds for "
+                          "an interval): " + "; ".join(f"{row['metric']} {row['mean']:+g}"
+                                                      for row in rows_t), markup=False)
             continue
         console.print(
             f"{t}, nexus − FGD per seed ({n} seeds, 95 % interval, + = nexus better): "
-            + "; ".join(
-                f"{row['metric']} {row['mean']:+g} ± {row['ci95']:g} ({row['verdict']})"
-                for row in rows_t
-            ),
-            markup=False,
-        )
+            + "; ".join(f"{row['metric']} {row['mean']:+g} ± {row['ci95']:g} "
+                        f"({row['verdict']})" for row in rows_t),
+            markup=False)
     if report is not None:
-        meta = {
-            "traces": traces,
-            "seeds": seed_list,
-            "policies": policy_list,
-            "runs": total,
-            "seconds": result.seconds,
-            "workers": workers,
-            "node_fraction": nodes,
-            "nexus_seeds": seeds_for.get("nexus"),
-        }
+        meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
+                "runs": total, "seconds": result.seconds, "workers": workers,
+                "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
         write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
         _print_report(console, report)
 

@@ -95,9 +95,8 @@ class Node:
         node.free_cpu_milli = self.cpu_milli
         node.free_memory_mib = self.memory_mib
         node.free_pods = self.max_pods
-        node.numa_zones = [
-            NumaZone(z.id, z.gpu_indices, z.cpu_milli, z.cpu_milli) for z in self.numa_zones
-        ]
+        node.numa_zones = [NumaZone(z.id, z.gpu_indices, z.cpu_milli, z.cpu_milli)
+                           for z in self.numa_zones]
         return node
 
     def copy(self) -> Node:

@@ -227,7 +227,8 @@ class CpSatEngine:
         # a lone pod set's key reads only the node, the config and these (its caps are
         # min(pod_capacity, count)), so it is remembered per node state between solves
         signature = (
-            (*pod_shape(gang.pod_sets[0]), gang.pod_sets[0].count, gang.numa_policy, problem.levels)
+            (*pod_shape(gang.pod_sets[0]), gang.pod_sets[0].count, gang.numa_policy,
+             problem.levels)
             if len(gang.pod_sets) == 1
             else None
         )
@@ -241,7 +242,9 @@ class CpSatEngine:
                 return (*self._symmetry_key(problem, red, name), *self._frag_key(problem, name))
 
             key = (
-                self._memo.derived(node, signature, compute) if signature is not None else compute()
+                self._memo.derived(node, signature, compute)
+                if signature is not None
+                else compute()
             )
             if seen[key] < need:
                 seen[key] += 1
@@ -861,7 +864,6 @@ class CpSatEngine:
             solver.parameters.symmetry_level = 0
         if len(red.nodes) > config.solver.exact_below_nodes:
             solver.parameters.relative_gap_limit = config.solver.relative_gap
-
         def same_counts(rep: str) -> list[cp_model.IntVar]:
             """Booleans, one per variable of unit `rep` (its pods per pod set and nodes used),
             true when it takes the value it has in the last solution."""

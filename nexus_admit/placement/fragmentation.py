@@ -132,10 +132,8 @@ class WorkloadDistribution:
                 np.array([p.shape.gpus for p in self.pods], dtype=np.int64),
                 np.array([p.shape.cpu_milli for p in self.pods], dtype=np.int64),
                 np.array([p.popularity for p in self.pods], dtype=np.float64),
-                np.array(
-                    [1 if p.shape.gpu_milli > 0 and p.shape.gpus > 0 else 0 for p in self.pods],
-                    dtype=np.int64,
-                ),
+                np.array([1 if p.shape.gpu_milli > 0 and p.shape.gpus > 0 else 0
+                          for p in self.pods], dtype=np.int64),
             )
             self._arrays["a"] = cached
         return cached  # type: ignore[return-value]
@@ -145,11 +143,8 @@ class WorkloadDistribution:
         key = ("access", tuple(models))
         cached = self._arrays.get(key)
         if cached is None:
-            cached = (
-                np.stack([accessible(models, p.shape.gpu_models) for p in self.pods])
-                if self.pods
-                else np.zeros((0, len(models)), dtype=bool)
-            )
+            cached = np.stack([accessible(models, p.shape.gpu_models) for p in self.pods]) \
+                if self.pods else np.zeros((0, len(models)), dtype=bool)
             self._arrays[key] = cached
         return cached  # type: ignore[return-value]
 
@@ -220,7 +215,8 @@ def gradient_table(
     distribution on the node's sorted GPU state (F does not depend on GPU order)."""
     memo = dist._arrays.setdefault("gradient-memo", {})
     assert isinstance(memo, dict)
-    key = (tuple(sorted(gpu_free)), free_cpu_milli, gpu_product, cpu_milli, gpus, gpu_milli, count)
+    key = (tuple(sorted(gpu_free)), free_cpu_milli, gpu_product, cpu_milli, gpus, gpu_milli,
+           count)
     hit = memo.get(key)
     if hit is not None:
         return list(hit)
@@ -235,12 +231,8 @@ def gradient_table(
         arr = np.zeros((len(rows), max(width, 1)), dtype=np.int64)
         for i, r in enumerate(rows):
             arr[i, : len(r)] = r
-        return node_fragmentation(
-            arr,
-            np.full(len(rows), cpu_left, dtype=np.int64),
-            np.repeat(access, len(rows), axis=1),
-            dist,
-        )
+        return node_fragmentation(arr, np.full(len(rows), cpu_left, dtype=np.int64),
+                                  np.repeat(access, len(rows), axis=1), dist)
 
     base = float(frag([gpu], cpu)[0]) if gpu else 0.0
     table = [0.0]
@@ -282,5 +274,6 @@ def fill_rank(nodes: Sequence[Node], island_min_gpus: int) -> dict[str, float]:
     nodes first and reach whole islands last (first fit with islands kept for the gangs
     that need them; on openb it beats FGD on allocation and on 8-GPU nodes kept whole)."""
     n = max(len(nodes), 1)
-    order = sorted(range(len(nodes)), key=lambda i: (nodes[i].gpu_count >= island_min_gpus, i))
+    order = sorted(range(len(nodes)),
+                   key=lambda i: (nodes[i].gpu_count >= island_min_gpus, i))
     return {nodes[i].name: k / n for k, i in enumerate(order)}

@@ -70,7 +70,7 @@ class NodeMemo:
         self._active = isinstance(snapshot, TrackedSnapshot)
         if isinstance(snapshot, TrackedSnapshot) and snapshot is self._snapshot:
             log = snapshot.change_log
-            for name in log[self._seen :]:
+            for name in log[self._seen:]:
                 self._views.pop(name, None)
                 self._caps.pop(name, None)
                 self._derived.pop(name, None)

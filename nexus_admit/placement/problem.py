@@ -81,13 +81,8 @@ class Problem:
         level = self.levels[level_index]
         room: dict[Domain, int] | None = None
         for ps in self.gang.pod_sets:
-            key = (
-                "idle-room",
-                self.levels,
-                level,
-                _static_key(ps, required),
-                self.gang.numa_policy,
-            )
+            key = ("idle-room", self.levels, level, _static_key(ps, required),
+                   self.gang.numa_policy)
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
                 pods: dict[Domain, int] = defaultdict(int)

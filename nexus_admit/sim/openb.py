@@ -95,7 +95,8 @@ PUBLISHED: dict[tuple[str, str], tuple[float, float]] = {
 # fragmentation gradient for the trace's typical pods and the fill order; islands and the
 # plain idle-share term are off, and every node stays a candidate (no domain pruning).
 OPENB_NEXUS_CONFIG = PlacementConfig(
-    weights=ObjectiveWeights(island_broken=0, fragmentation=0, frag_gradient=1000, fill_order=1500),
+    weights=ObjectiveWeights(island_broken=0, fragmentation=0, frag_gradient=1000,
+                             fill_order=1500),
     solver=SolverSettings(max_candidate_nodes=5000),
 )
 
@@ -150,20 +151,11 @@ def load_nodes(data: Path = DEFAULT_DATA) -> list[Node]:
     return [
         Node(
             name=name,
-            labels={
-                GPU_PRODUCT_LABEL: model,
-                "nvidia.com/gpu.count": str(gpus),
-                "kubernetes.io/hostname": name,
-            },
-            cpu_milli=cpu,
-            memory_mib=mem,
-            max_pods=110,
-            gpu_product=model,
-            gpu_memory_mib=_VRAM.get(model, 0),
-            gpu_free=[GPU_WHOLE] * gpus,
-            free_cpu_milli=cpu,
-            free_memory_mib=mem,
-            free_pods=110,
+            labels={GPU_PRODUCT_LABEL: model, "nvidia.com/gpu.count": str(gpus),
+                    "kubernetes.io/hostname": name},
+            cpu_milli=cpu, memory_mib=mem, max_pods=110, gpu_product=model,
+            gpu_memory_mib=_VRAM.get(model, 0), gpu_free=[GPU_WHOLE] * gpus,
+            free_cpu_milli=cpu, free_memory_mib=mem, free_pods=110,
         )
         for name, cpu, mem, gpus, model in rows
     ]
@@ -178,16 +170,8 @@ def load_pods(trace: str, data: Path = DEFAULT_DATA) -> tuple[OpenbPod, ...]:
     with open_csv(data, pod_list(trace)) as f:
         for r in csv.DictReader(f):
             spec = tuple(s for s in (r.get("gpu_spec") or "").split("|") if s)
-            out.append(
-                OpenbPod(
-                    r["name"],
-                    int(r["cpu_milli"]),
-                    int(r["memory_mib"]),
-                    int(r["num_gpu"]),
-                    int(r["gpu_milli"]),
-                    spec,
-                )
-            )
+            out.append(OpenbPod(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]),
+                                int(r["num_gpu"]), int(r["gpu_milli"]), spec))
     return tuple(out)
 
 
@@ -229,19 +213,11 @@ def pod_set(pod: OpenbPod) -> PodSet:
     key = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
     ps = _POD_SETS.get(key)
     if ps is None:
-        terms = (
-            ((NodeSelectorRequirement(GPU_PRODUCT_LABEL, "In", pod.gpu_spec),),)
-            if pod.gpu_spec
-            else ()
-        )
+        terms = ((NodeSelectorRequirement(GPU_PRODUCT_LABEL, "In", pod.gpu_spec),),) \
+            if pod.gpu_spec else ()
         ps = PodSet(
-            "main",
-            1,
-            cpu_milli=pod.cpu_milli,
-            memory_mib=pod.memory_mib,
-            gpus=pod.num_gpu,
-            gpu_milli=pod.gpu_milli if pod.num_gpu else GPU_WHOLE,
-            affinity_terms=terms,
+            "main", 1, cpu_milli=pod.cpu_milli, memory_mib=pod.memory_mib, gpus=pod.num_gpu,
+            gpu_milli=pod.gpu_milli if pod.num_gpu else GPU_WHOLE, affinity_terms=terms,
         )
         _POD_SETS[key] = ps
     return ps
@@ -348,11 +324,7 @@ def run_openb(
     arrived = allocated = failed = 0
     place_seconds = 0.0
     curve: dict[str, list[Any]] = {
-        "arrived": [],
-        "alloc": [],
-        "frag": [],
-        "broken": [],
-        "partial": [],
+        "arrived": [], "alloc": [], "frag": [], "broken": [], "partial": []
     }
     next_mark = 0
     for k, pod in enumerate(pods):
@@ -377,20 +349,11 @@ def run_openb(
             curve["partial"].append(partial)
             next_mark += 1
     return OpenbRun(
-        trace=trace,
-        policy=policy_name,
-        seed=seed,
-        pods=len(pods),
-        failed=failed,
-        capacity_milli=capacity,
-        seconds=round(time.perf_counter() - started, 3),
+        trace=trace, policy=policy_name, seed=seed, pods=len(pods), failed=failed,
+        capacity_milli=capacity, seconds=round(time.perf_counter() - started, 3),
         place_seconds=round(place_seconds, 3),
         alloc_100=round(allocation_at(arrived_pct, alloc_pct, 100), 3),
         alloc_130=round(allocation_at(arrived_pct, alloc_pct, 130), 3),
-        curve_arrived=curve["arrived"],
-        curve_alloc=curve["alloc"],
-        curve_frag=curve["frag"],
-        curve_broken8=curve["broken"],
-        curve_partial8=curve["partial"],
-        nodes8=nodes8,
+        curve_arrived=curve["arrived"], curve_alloc=curve["alloc"], curve_frag=curve["frag"],
+        curve_broken8=curve["broken"], curve_partial8=curve["partial"], nodes8=nodes8,
     )

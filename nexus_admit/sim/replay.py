@@ -183,26 +183,13 @@ class Job:
         return self.pods * self.gpus * self.gpu_milli
 
     def gang(self, waited_hours: float = 0.0) -> Gang:
-        ps = PodSet(
-            "workers",
-            self.pods,
-            cpu_milli=self.cpu_milli,
-            memory_mib=self.memory_mib,
-            gpus=self.gpus,
-            gpu_milli=self.gpu_milli,
-            vram_mib=self.vram_mib,
-            indexed=self.pods > 1,
-        )
+        ps = PodSet("workers", self.pods, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
+                    gpus=self.gpus, gpu_milli=self.gpu_milli, vram_mib=self.vram_mib,
+                    indexed=self.pods > 1)
         wtype = WorkloadType.TRAINING if self.kind == "training" else WorkloadType.INFERENCE
         pref = TOR_LABEL if self.kind == "training" and self.pods > 1 else None
-        return Gang(
-            self.name,
-            (ps,),
-            tier=self.tier,
-            workload_type=wtype,
-            preferred_level=pref,
-            waited_seconds=3600.0 * waited_hours,
-        )
+        return Gang(self.name, (ps,), tier=self.tier, workload_type=wtype, preferred_level=pref,
+                    waited_seconds=3600.0 * waited_hours)
 
 
 # ---------------------------------------------------------------- cluster
@@ -248,36 +235,21 @@ def build_cluster(scn: ReplayScenario, data: Path = DEFAULT_DATA) -> list[Node]:
         for h in range(8):
             name = f"{asw.lower()}-{psw.lower()}-h{h}"
             half = pool.gpus // 2
-            zones = [
-                NumaZone(0, tuple(range(half)), pool.cpu_milli // 2, pool.cpu_milli // 2),
-                NumaZone(
-                    1, tuple(range(half, pool.gpus)), pool.cpu_milli // 2, pool.cpu_milli // 2
-                ),
-            ]
+            zones = [NumaZone(0, tuple(range(half)), pool.cpu_milli // 2, pool.cpu_milli // 2),
+                     NumaZone(1, tuple(range(half, pool.gpus)), pool.cpu_milli // 2,
+                              pool.cpu_milli // 2)]
             clique = f"{asw}-{psw}-nvl{h * pool.cliques // 8}" if pool.cliques else None
-            nodes.append(
-                Node(
-                    name=name,
-                    labels={
-                        AGG_LABEL: psw,
-                        TOR_LABEL: asw,
-                        HOST_LABEL: name,
+            nodes.append(Node(
+                name=name,
+                labels={AGG_LABEL: psw, TOR_LABEL: asw, HOST_LABEL: name,
                         "nvidia.com/gpu.product": pool.product,
-                        "nvidia.com/gpu.count": str(pool.gpus),
-                    },
-                    cpu_milli=pool.cpu_milli,
-                    memory_mib=pool.memory_mib,
-                    max_pods=110,
-                    gpu_product=pool.product,
-                    gpu_memory_mib=pool.vram_mib,
-                    gpu_free=[GPU_WHOLE] * pool.gpus,
-                    free_cpu_milli=pool.cpu_milli,
-                    free_memory_mib=pool.memory_mib,
-                    free_pods=110,
-                    numa_zones=zones,
-                    clique=clique,
-                )
-            )
+                        "nvidia.com/gpu.count": str(pool.gpus)},
+                cpu_milli=pool.cpu_milli, memory_mib=pool.memory_mib, max_pods=110,
+                gpu_product=pool.product, gpu_memory_mib=pool.vram_mib,
+                gpu_free=[GPU_WHOLE] * pool.gpus, free_cpu_milli=pool.cpu_milli,
+                free_memory_mib=pool.memory_mib, free_pods=110, numa_zones=zones,
+                clique=clique,
+            ))
     return sorted(nodes, key=lambda n: (n.labels[AGG_LABEL], n.labels[TOR_LABEL], n.name))
 
 
@@ -287,11 +259,8 @@ def replay_config(scn: ReplayScenario) -> PlacementConfig:
     weighs a split per GPU and lets a gang wait a while for room in one aggregation domain
     rather than run split. The scenario's `weights` override any weight. Raises pydantic's
     ValidationError on an unknown weight name or a negative value."""
-    weights = {
-        "gangSplit": REPLAY_GANG_SPLIT,
-        "vramStranded": REPLAY_VRAM_STRANDED,
-        **dict(scn.weights),
-    }
+    weights = {"gangSplit": REPLAY_GANG_SPLIT, "vramStranded": REPLAY_VRAM_STRANDED,
+               **dict(scn.weights)}
     wait = scn.locality_wait_seconds
     return PlacementConfig(
         topology=TopologySpec(levels=(AGG_LABEL, TOR_LABEL, HOST_LABEL)),
@@ -311,23 +280,16 @@ def _lomax(rng: np.random.Generator, mean: float, shape: float = 1.6) -> float:
 
 def generate_jobs(scn: ReplayScenario, capacity_gpus: int) -> list[Job]:
     rng = np.random.default_rng(scn.seed + 1000)
-    gang_sizes = [
-        s for s in (8, 16, 32, 64, 128, 256) if s <= min(scn.max_gang_gpus, capacity_gpus // 2)
-    ]
+    gang_sizes = [s for s in (8, 16, 32, 64, 128, 256)
+                  if s <= min(scn.max_gang_gpus, capacity_gpus // 2)]
     gang_p = np.array([0.32, 0.26, 0.18, 0.12, 0.08, 0.04][: len(gang_sizes)])
     gang_p /= gang_p.sum()
     kinds = ("training", "inference", "fractional")
-    tier_p = {
-        "training": (0.45, 0.35, 0.20),
-        "inference": (0.30, 0.40, 0.30),
-        "fractional": (0.10, 0.30, 0.60),
-    }
+    tier_p = {"training": (0.45, 0.35, 0.20), "inference": (0.30, 0.40, 0.30),
+              "fractional": (0.10, 0.30, 0.60)}
     dur = {"training": (3.0, 1.0), "inference": (6.0, 1.0), "fractional": (1.5, 1.0)}
-    mean_gpus = {
-        "training": float(np.dot(gang_p, gang_sizes)),
-        "inference": 1.0,
-        "fractional": 0.375,
-    }
+    mean_gpus = {"training": float(np.dot(gang_p, gang_sizes)), "inference": 1.0,
+                 "fractional": 0.375}
     mean_hours = {k: dur[k][0] * math.exp(dur[k][1] ** 2 / 2) for k in kinds}
     per_job = sum(p * mean_gpus[k] * mean_hours[k] for p, k in zip(scn.mix, kinds, strict=True))
     rate = scn.load * capacity_gpus / per_job  # jobs per hour
@@ -342,30 +304,17 @@ def generate_jobs(scn: ReplayScenario, capacity_gpus: int) -> list[Job]:
         if kind == "training":
             total = int(rng.choice(gang_sizes, p=gang_p))
             vram = int(rng.choice([40, 60, 75])) * 1024  # sharded 13B-70B models
-            jobs.append(
-                Job(
-                    f"train-{i:04d}",
-                    tier,
-                    kind,
-                    total // 8,
-                    8,
-                    GPU_WHOLE,
-                    vram,
-                    8 * 12_000,
-                    8 * 98_304,
-                    t,
-                    hours,
-                )
-            )
+            jobs.append(Job(f"train-{i:04d}", tier, kind, total // 8, 8, GPU_WHOLE, vram,
+                            8 * 12_000, 8 * 98_304, t, hours))
         elif kind == "inference":
             vram = int(rng.choice([16, 28, 40, 70])) * 1024  # 7B fp16 .. 70B int4
-            jobs.append(
-                Job(f"infer-{i:04d}", tier, kind, 1, 1, GPU_WHOLE, vram, 8000, 65_536, t, hours)
-            )
+            jobs.append(Job(f"infer-{i:04d}", tier, kind, 1, 1, GPU_WHOLE, vram, 8000,
+                            65_536, t, hours))
         else:
             milli = int(rng.choice([250, 500]))
             vram = int(rng.choice([4, 8, 10])) * 1024
-            jobs.append(Job(f"frac-{i:04d}", tier, kind, 1, 1, milli, vram, 4000, 16_384, t, hours))
+            jobs.append(Job(f"frac-{i:04d}", tier, kind, 1, 1, milli, vram, 4000, 16_384,
+                            t, hours))
     return jobs
 
 
@@ -451,11 +400,8 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
     if not values:
         return {"n": 0, "mean": 0.0, "p95": 0.0}
     arr = np.array(values)
-    return {
-        "n": len(values),
-        "mean": round(float(arr.mean()), 3),
-        "p95": round(float(np.percentile(arr, 95)), 3),
-    }
+    return {"n": len(values), "mean": round(float(arr.mean()), 3),
+            "p95": round(float(np.percentile(arr, 95)), 3)}
 
 
 def make_replay_policy(name: str, seed: int, jobs: Sequence[Job]) -> PlacementPolicy:
@@ -542,13 +488,8 @@ def run_replay(
             # the engine's definition (objective.stranded_vram_gib): per GPU, VRAM left
             # below the tier's utilisation line
             floor = config.min_vram_utilization(job.tier)
-            gib = (
-                sum(
-                    max(0.0, floor * problem_nodes[s.node].gpu_memory_mib - ps.vram_mib)
-                    for s in slots
-                )
-                / 1024.0
-            )
+            gib = sum(max(0.0, floor * problem_nodes[s.node].gpu_memory_mib - ps.vram_mib)
+                      for s in slots) / 1024.0
             run_state["stranded"] += sign * gib * ps.gpus
 
     def try_schedule() -> None:
@@ -588,16 +529,13 @@ def run_replay(
             snap.apply(gang, placement.slots)
             pending.remove(i)
             used_nodes = {s.node for s in placement.slots}
-            tors = {
-                snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
-                for n in used_nodes
-            }
+            tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
+                    for n in used_nodes}
             aggs = {snap.nodes[n].labels[AGG_LABEL] for n in used_nodes}
             cl = {snap.nodes[n].clique for n in used_nodes}
             one_clique = len(cl) == 1 and None not in cl
-            factor = spread_factor(
-                job.pods * job.gpus, len(used_nodes), len(tors), len(aggs), one_clique
-            )
+            factor = spread_factor(job.pods * job.gpus, len(used_nodes), len(tors), len(aggs),
+                                   one_clique)
             if len(used_nodes) > 1 or job.pods > 1:
                 locality.append((len(tors), len(aggs), factor))
             usage[job.tier] += need
@@ -650,21 +588,13 @@ def run_replay(
         delays["all"].append(d)
     multi = locality
     eff_hours = acc["eff"]
-    offered = sum(
-        j.gpu_milli_total / GPU_WHOLE * max(0.0, min(j.duration, window - j.arrival)) for j in jobs
-    )
+    offered = sum(j.gpu_milli_total / GPU_WHOLE * max(0.0, min(j.duration, window - j.arrival))
+                  for j in jobs)
     return ReplayResult(
-        scenario=scn.name,
-        seed=scn.seed,
-        policy=policy_name,
-        jobs=len(jobs),
-        admitted=len(started_at),
-        rejected=rejected,
-        pending_at_end=len(pending),
-        hours=round(window, 2),
-        seconds=round(time.perf_counter() - started, 2),
-        place_seconds=round(place_seconds, 2),
-        placements=placements,
+        scenario=scn.name, seed=scn.seed, policy=policy_name, jobs=len(jobs),
+        admitted=len(started_at), rejected=rejected, pending_at_end=len(pending),
+        hours=round(window, 2), seconds=round(time.perf_counter() - started, 2),
+        place_seconds=round(place_seconds, 2), placements=placements,
         gpu_allocation=round(100.0 * acc["alloc"] / (capacity * window), 2),
         effective_throughput=round(100.0 * eff_hours / (capacity * window), 2),
         gpu_cost=round(acc["cost"], 1),
@@ -675,20 +605,18 @@ def run_replay(
         pristine_cliques_mean=round(acc["cliques"] / window, 2),
         multinode_gangs=len(multi),
         one_tor_share=round(sum(1 for t_, _, _ in multi if t_ == 1) / len(multi), 3)
-        if multi
-        else 0.0,
+        if multi else 0.0,
         one_agg_share=round(sum(1 for _, a, _ in multi if a == 1) / len(multi), 3)
-        if multi
-        else 0.0,
-        mean_factor_multinode=round(float(np.mean([f for _, _, f in multi])), 3) if multi else 1.0,
+        if multi else 0.0,
+        mean_factor_multinode=round(float(np.mean([f for _, _, f in multi])), 3)
+        if multi else 1.0,
         offered_load=round(100.0 * offered / (capacity * window), 2),
         work_not_done=round(100.0 * (offered - eff_hours) / (capacity * window), 2),
         slowdown_overhead=round(100.0 * (acc["alloc"] - eff_hours) / (capacity * window), 2),
         delay={k: _stats(v) for k, v in sorted(delays.items())},
-        series_t=series_t,
-        series_alloc=series_alloc,
-        series_islands=series_islands,
+        series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )
+
 
 
 # ---------------------------------------------------------------- many runs, summary
@@ -723,13 +651,8 @@ def _metric_values(r: ReplayResult) -> dict[str, float]:
     return v
 
 
-def compare(
-    results: Sequence[ReplayResult],
-    ours: str = "nexus",
-    reference: str = "default",
-    *,
-    across_seeds: bool = False,
-) -> list[dict[str, Any]]:
+def compare(results: Sequence[ReplayResult], ours: str = "nexus",
+            reference: str = "default", *, across_seeds: bool = False) -> list[dict[str, Any]]:
     """Per scenario/seed: for every metric, each policy's value, the best policy, whether
     `ours` is best (ties count), and ratios to the kube `reference` policy. With
     `across_seeds`, per scenario on the mean over its seeds (rows carry seed -1): one
@@ -737,10 +660,10 @@ def compare(
     Those rows also carry, for every other policy, the paired per-seed difference of
     `ours` against it with its 95 % interval and a verdict (see `verdict`)."""
     runs: dict[tuple[str, int], dict[str, dict[int, dict[str, float]]]] = defaultdict(
-        lambda: defaultdict(dict)
-    )
+        lambda: defaultdict(dict))
     for r in results:
-        runs[(r.scenario, -1 if across_seeds else r.seed)][r.policy][r.seed] = _metric_values(r)
+        runs[(r.scenario, -1 if across_seeds else r.seed)][r.policy][r.seed] = \
+            _metric_values(r)
     rows = []
     for (scenario, seed), by_policy in sorted(runs.items()):
         values: dict[str, dict[str, float]] = {}
@@ -755,18 +678,12 @@ def compare(
             best = max(vals.values()) if higher else min(vals.values())
             winners = sorted(p for p, x in vals.items() if x == best)
             row: dict[str, Any] = {
-                "scenario": scenario,
-                "seed": seed,
-                "metric": m,
-                "higher_is_better": higher,
-                "values": vals,
-                "best": winners,
+                "scenario": scenario, "seed": seed, "metric": m,
+                "higher_is_better": higher, "values": vals, "best": winners,
                 "ours_best": ours in winners,
-                "vs_reference": (
-                    round(vals[ours] / vals[reference], 3)
-                    if ours in vals and reference in vals and vals[reference]
-                    else None
-                ),
+                "vs_reference": (round(vals[ours] / vals[reference], 3)
+                                 if ours in vals and reference in vals and vals[reference]
+                                 else None),
             }
             if across_seeds and ours in vals:
                 row["paired"] = {}
@@ -775,9 +692,8 @@ def compare(
                     if p == ours:
                         continue
                     seeds = sorted(set(mine) & set(by_policy[p]))
-                    diff = paired_difference(
-                        [mine[s][m] for s in seeds], [by_policy[p][s][m] for s in seeds], higher
-                    )
+                    diff = paired_difference([mine[s][m] for s in seeds],
+                                             [by_policy[p][s][m] for s in seeds], higher)
                     row["paired"][p] = {**diff, "seeds": len(seeds), "verdict": verdict(diff)}
             rows.append(row)
     return rows

@@ -88,31 +88,18 @@ def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
             x, y = _mean_curve(rs, "curve_frag")
             axes[1].plot(x, y, label=label)
             x, y = _mean_curve(rs, "curve_broken8")
-            (line,) = axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
+            line, = axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
             x, y = _mean_curve(rs, "curve_partial8")
-            axes[2].plot(
-                x, 100.0 * y / max(rs[0].nodes8, 1), color=line.get_color(), ls="--", lw=0.9
-            )
+            axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), color=line.get_color(), ls="--",
+                         lw=0.9)
         axes[0].plot([0, 130], [0, 130], color="grey", lw=0.6, ls=":")
-        axes[0].set(
-            title=f"openb {trace}: GPU allocated",
-            xlabel="GPU requested (% of capacity)",
-            ylabel="GPU allocated (% of capacity)",
-            xlim=(0, 131),
-            ylim=(0, 101),
-        )
-        axes[1].set(
-            title="fragmentation (paper's measure)",
-            xlabel="GPU requested (%)",
-            ylabel="fragmented idle GPU (% of capacity)",
-            xlim=(0, 131),
-        )
-        axes[2].set(
-            title="8-GPU nodes no longer fully free (dashed: left partly idle)",
-            xlabel="GPU requested (%)",
-            ylabel="% of 8-GPU nodes",
-            xlim=(0, 131),
-        )
+        axes[0].set(title=f"openb {trace}: GPU allocated", xlabel="GPU requested (% of capacity)",
+                    ylabel="GPU allocated (% of capacity)", xlim=(0, 131), ylim=(0, 101))
+        axes[1].set(title="fragmentation (paper's measure)", xlabel="GPU requested (%)",
+                    ylabel="fragmented idle GPU (% of capacity)", xlim=(0, 131))
+        axes[2].set(title="8-GPU nodes no longer fully free (dashed: left partly idle)",
+                    xlabel="GPU requested (%)",
+                    ylabel="% of 8-GPU nodes", xlim=(0, 131))
         inset = axes[0].inset_axes((0.5, 0.08, 0.46, 0.42))
         for rs in policies.values():
             x, y = _mean_curve(rs, "curve_alloc")
@@ -145,27 +132,17 @@ def write_openb_report(
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_openb(runs, out)
-    write_json(
-        out / "openb.json",
-        {
-            "meta": meta,
-            "table": list(rows),
-            "runs": [r.to_json() for r in runs],
-            "nexus_vs_fgd": list(paired),
-        },
-    )
+    write_json(out / "openb.json", {"meta": meta, "table": list(rows),
+                                     "runs": [r.to_json() for r in runs],
+                                     "nexus_vs_fgd": list(paired)})
     lines = [
         "# openb: GPU allocation under the FGD paper's protocol",
         "",
         f"Ran {meta.get('runs')} runs ({', '.join(meta.get('traces', []))}; seeds "
         f"{meta.get('seeds')}) in {meta.get('seconds', 0):.0f} s with "
         f"{meta.get('workers')} worker processes"
-        + (
-            f", on a {meta['node_fraction']:.0%} node sample"
-            if meta.get("node_fraction", 1) < 1
-            else ""
-        )
-        + ".",
+        + (f", on a {meta['node_fraction']:.0%} node sample" if meta.get("node_fraction", 1) < 1
+           else "") + ".",
         "Protocol: inflate the pod list to 1.3 × GPU capacity (sampling with replacement), "
         "shuffle with the seed, create pods one by one, never delete; failed pods are skipped. "
         "Allocation is read at arrived = 100 % and 130 % (mean over pods whose arrived % "
@@ -175,25 +152,14 @@ def write_openb_report(
         "",
     ]
     if paired:
-        lines += [
-            "## nexus against FGD, seed by seed",
-            "",
-            "Both run the same shuffled pod list on a seed; each row is the mean of the "
-            "per-seed differences with its 95 % interval (Student's t), signed so that "
-            "positive means nexus is better (more allocated, fewer nodes partly idle).",
-            "",
-            markdown_table(
-                [{**r, "difference": f"{r['mean']:+g} ± {r['ci95']:g}"} for r in paired],
-                (
-                    ("trace", "trace"),
-                    ("metric", "metric"),
-                    ("seeds", "seeds"),
-                    ("difference", "nexus − FGD"),
-                    ("verdict", "verdict"),
-                ),
-            ),
-            "",
-        ]
+        lines += ["## nexus against FGD, seed by seed", "",
+                  "Both run the same shuffled pod list on a seed; each row is the mean of the "
+                  "per-seed differences with its 95 % interval (Student's t), signed so that "
+                  "positive means nexus is better (more allocated, fewer nodes partly idle).",
+                  "", markdown_table(
+                      [{**r, "difference": f"{r['mean']:+g} ± {r['ci95']:g}"} for r in paired],
+                      (("trace", "trace"), ("metric", "metric"), ("seeds", "seeds"),
+                       ("difference", "nexus − FGD"), ("verdict", "verdict"))), ""]
     lines += [*[f"![{p.stem}]({p.name})" for p in plots], ""]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
@@ -242,9 +208,8 @@ def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
 
     def cell(values: Sequence[float]) -> str:
         m = mean(values)
-        return (
-            str(int(m)) if m.is_integer() and all(isinstance(v, int) for v in values) else _fmt(m)
-        )
+        return str(int(m)) if m.is_integer() and all(isinstance(v, int) for v in values) \
+            else _fmt(m)
 
     header = ["metric", *policies]
     body = []
@@ -255,10 +220,8 @@ def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
         cells = []
         for p in policies:
             stats = [r.delay.get(g, {}) for r in by_policy[p]]
-            cells.append(
-                f"{mean([s.get('mean', 0.0) for s in stats]):.2f}/"
-                f"{mean([s.get('p95', 0.0) for s in stats]):.2f}"
-            )
+            cells.append(f"{mean([s.get('mean', 0.0) for s in stats]):.2f}/"
+                         f"{mean([s.get('p95', 0.0) for s in stats]):.2f}")
         body.append([f"delay h mean/p95 {g.split(':', 1)[-1]}", *cells])
     return header, body
 
@@ -269,9 +232,8 @@ def replay_table_title(results: Sequence[Any]) -> str:
         return "gang replay"
     scenario = results[0].scenario
     seeds = sorted({r.seed for r in results if r.scenario == scenario})
-    which = (
-        f"mean over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else f"seed {seeds[0]}"
-    )
+    which = (f"mean over seeds {', '.join(map(str, seeds))}" if len(seeds) > 1
+             else f"seed {seeds[0]}")
     runs = f"{len(results)} run" + ("s" if len(results) != 1 else "")
     return f"gang replay {scenario}, {which} ({runs})"
 
@@ -303,9 +265,8 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
         d = row["paired"][rival]
         scale = 100.0 / abs(row["values"][rival])
         mean, half = d["mean"] * scale, d["ci95"] * scale
-        rows.append(
-            (f"{row['metric']} (vs {rival}) {mean:+.0f} ± {half:.0f} %", mean, half, d["verdict"])
-        )
+        rows.append((f"{row['metric']} (vs {rival}) {mean:+.0f} ± {half:.0f} %", mean, half,
+                     d["verdict"]))
     if not rows:
         return None
     import matplotlib
@@ -326,15 +287,10 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel(
-        "nexus − closest rival, % of the rival's mean (right: nexus better)\n"
-        "bars: 95 % interval over seeds, drawn clipped at ±100 %"
-    )
-    ax.set_title(
-        f"replay {scenario}: paired per-seed differences "
-        "(green: ahead, red: behind, grey: within noise)",
-        fontsize=9,
-    )
+    ax.set_xlabel("nexus − closest rival, % of the rival's mean (right: nexus better)\n"
+                  "bars: 95 % interval over seeds, drawn clipped at ±100 %")
+    ax.set_title(f"replay {scenario}: paired per-seed differences "
+                 "(green: ahead, red: behind, grey: within noise)", fontsize=9)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     path = out / f"replay_{scenario}_paired.png"
@@ -357,11 +313,8 @@ def paired_summary(means: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
         paired = row.get("paired", {})
         if where == "behind":
             ahead = [(p, v) for p, v in paired.items() if v["verdict"] == "behind"]
-            text += (
-                " ("
-                + ", ".join(f"{p} ahead by {-v['mean']:g} ± {v['ci95']:g}" for p, v in ahead)
-                + ")"
-            )
+            text += " (" + ", ".join(f"{p} ahead by {-v['mean']:g} ± {v['ci95']:g}"
+                                     for p, v in ahead) + ")"
         elif where in ("within noise", "ahead of all") and paired:
             rival = closest_rival(row)
             assert rival is not None
@@ -383,9 +336,8 @@ HEADLINE_METRICS = (
 )
 
 
-def replay_summary(
-    results: Sequence[Any], comparison: Sequence[dict[str, Any]], ours: str = "nexus"
-) -> list[str]:
+def replay_summary(results: Sequence[Any], comparison: Sequence[dict[str, Any]],
+                   ours: str = "nexus") -> list[str]:
     """Markdown bullets for the top of the report, per scenario ranked across seeds: each
     headline metric as `ours` against the best other policy by mean, with the paired
     verdict, then GPU allocation split into work offered, work not done and GPU time held
@@ -399,11 +351,9 @@ def replay_summary(
     for scenario, rows in by_scenario.items():
         seeds = sorted({r.seed for r in results if r.scenario == scenario})
         over = f"mean over {len(seeds)} seeds" if len(seeds) != 1 else f"seed {seeds[0]}"
-        lines.append(
-            f"**{scenario}**, {over}, {ours} against the "
-            "best other policy on each metric (verdict from seed-paired 95 % "
-            "intervals):"
-        )
+        lines.append(f"**{scenario}**, {over}, {ours} against the "
+                     "best other policy on each metric (verdict from seed-paired 95 % "
+                     "intervals):")
         lines.append("")
         for metric, words, unit in HEADLINE_METRICS:
             row = rows.get(metric)
@@ -415,16 +365,10 @@ def replay_summary(
                 continue
             pick = max if row["higher_is_better"] else min
             rival = pick(others, key=lambda p: others[p])
-            verdict = {
-                "ahead of all": "ahead of every other policy",
-                "behind": "behind",
-                "within noise": "within noise",
-                "tie": "tied",
-            }.get(standing(row), "")
-            lines.append(
-                f"- {words}: {ours} {_fmt(values[ours])} vs {rival} "
-                f"{_fmt(values[rival])} {unit}" + (f" — {verdict}" if verdict else "")
-            )
+            verdict = {"ahead of all": "ahead of every other policy", "behind": "behind",
+                       "within noise": "within noise", "tie": "tied"}.get(standing(row), "")
+            lines.append(f"- {words}: {ours} {_fmt(values[ours])} vs {rival} "
+                         f"{_fmt(values[rival])} {unit}" + (f" — {verdict}" if verdict else ""))
         split = _allocation_split(results, scenario, ours)
         if split:
             lines.append(split)
@@ -452,23 +396,19 @@ def _allocation_split(results: Sequence[Any], scenario: str, ours: str) -> str:
     offered = mean(ours, "offered_load")
 
     def said(policy: str) -> str:
-        return (
-            f"{policy} {mean(policy, 'gpu_allocation'):.1f} = "
-            f"{mean(policy, 'offered_load'):.1f} − {mean(policy, 'work_not_done'):.1f} + "
-            f"{mean(policy, 'slowdown_overhead'):.1f}"
-        )
+        return (f"{policy} {mean(policy, 'gpu_allocation'):.1f} = "
+                f"{mean(policy, 'offered_load'):.1f} − {mean(policy, 'work_not_done'):.1f} + "
+                f"{mean(policy, 'slowdown_overhead'):.1f}")
 
-    return (
-        "- GPU allocation (% of capacity) = work offered − work not done in the window + "
-        f"GPU time held beyond the work: {said(top)}; {said(ours)}. With "
-        f"{offered:.1f} % offered, {top}'s lead comes from "
-        f"{mean(top, 'slowdown_overhead') - mean(ours, 'slowdown_overhead'):.1f} points "
-        "more GPU time held beyond the work (slowed-down gangs), not from more work done."
-        if mean(top, "slowdown_overhead") > mean(ours, "slowdown_overhead")
-        and mean(top, "effective_throughput") <= mean(ours, "effective_throughput")
-        else f"- GPU allocation split (offered − not done + held beyond the work): "
-        f"{said(top)}; {said(ours)}."
-    )
+    return ("- GPU allocation (% of capacity) = work offered − work not done in the window + "
+            f"GPU time held beyond the work: {said(top)}; {said(ours)}. With "
+            f"{offered:.1f} % offered, {top}'s lead comes from "
+            f"{mean(top, 'slowdown_overhead') - mean(ours, 'slowdown_overhead'):.1f} points "
+            "more GPU time held beyond the work (slowed-down gangs), not from more work done."
+            if mean(top, "slowdown_overhead") > mean(ours, "slowdown_overhead")
+            and mean(top, "effective_throughput") <= mean(ours, "effective_throughput")
+            else f"- GPU allocation split (offered − not done + held beyond the work): "
+                 f"{said(top)}; {said(ours)}.")
 
 
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
@@ -487,11 +427,8 @@ def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
             lw = 1.8 if r.policy == "nexus" else 1.0
             axes[0].step(r.series_t, r.series_alloc, where="post", label=r.policy, lw=lw)
             axes[1].step(r.series_t, r.series_islands, where="post", label=r.policy, lw=lw)
-        axes[0].set(
-            title=f"replay {scenario}/seed {seed}: GPU allocated",
-            xlabel="hours",
-            ylabel="% of GPUs",
-        )
+        axes[0].set(title=f"replay {scenario}/seed {seed}: GPU allocated",
+                    xlabel="hours", ylabel="% of GPUs")
         axes[1].set(title="fully free 8-GPU nodes", xlabel="hours", ylabel="nodes")
         names = [r.policy for r in rs]
         x = np.arange(len(names))
@@ -530,23 +467,15 @@ def write_replay_report(
     out.mkdir(parents=True, exist_ok=True)
     plots = plot_replay(results, out)
     for scenario in dict.fromkeys(r["scenario"] for r in comparison if r["seed"] == -1):
-        forest = plot_paired(
-            [r for r in comparison if r["seed"] == -1 and r["scenario"] == scenario], out, scenario
-        )
+        forest = plot_paired([r for r in comparison
+                              if r["seed"] == -1 and r["scenario"] == scenario], out, scenario)
         if forest is not None:
             plots.insert(0, forest)
-    write_json(
-        out / "replay.json",
-        {"meta": meta, "results": [r.to_json() for r in results], "comparison": list(comparison)},
-    )
+    write_json(out / "replay.json", {"meta": meta, "results": [r.to_json() for r in results],
+                                      "comparison": list(comparison)})
     header, body = replay_table(results)
-    lines = [
-        "# Multi-tenant gang replay",
-        "",
-        "## Summary",
-        "",
-        *replay_summary(results, comparison),
-    ]
+    lines = ["# Multi-tenant gang replay", "", "## Summary", "",
+             *replay_summary(results, comparison)]
     if assumptions:
         lines += ["## The model and how to read it", "", assumptions.strip(), ""]
     if header:
@@ -554,21 +483,16 @@ def write_replay_report(
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         lines.append("")
-    lines += [
-        "## Against the kube default scheduler",
-        "",
-        "Per scenario/seed: GPU cost per effective GPU-hour (lower is better), effective "
-        "throughput and the mean speed factor of multi-node gangs, each relative to "
-        '`default`. These check claims such as "30-50 % lower GPU cost from tier '
-        'matching" and "3-10x faster training from fabric co-location" under this '
-        "model; the slowdown model caps any co-location speed-up at 1/0.30 = 3.3x "
-        "(Gavel's median 8-GPU penalty) and only for gangs the default spreads across "
-        "aggregation domains.",
-        "",
-        "| scenario/seed | policy | cost per effective GPU-h | effective throughput | "
-        "multi-node gang speed |",
-        "|---|---|---|---|---|",
-    ]
+    lines += ["## Against the kube default scheduler", "",
+              "Per scenario/seed: GPU cost per effective GPU-hour (lower is better), effective "
+              "throughput and the mean speed factor of multi-node gangs, each relative to "
+              "`default`. These check claims such as \"30-50 % lower GPU cost from tier "
+              "matching\" and \"3-10x faster training from fabric co-location\" under this "
+              "model; the slowdown model caps any co-location speed-up at 1/0.30 = 3.3x "
+              "(Gavel's median 8-GPU penalty) and only for gangs the default spreads across "
+              "aggregation domains.", "",
+              "| scenario/seed | policy | cost per effective GPU-h | effective throughput | "
+              "multi-node gang speed |", "|---|---|---|---|---|"]
     by_seed: dict[tuple[str, int], dict[str, Any]] = defaultdict(dict)
     for r in results:
         by_seed[(r.scenario, r.seed)][r.policy] = r
@@ -579,24 +503,14 @@ def write_replay_report(
         for policy, r in rs.items():
             if policy == "default":
                 continue
-            cost = (
-                (r.cost_per_effective_gpu_hour / ref.cost_per_effective_gpu_hour - 1) * 100
-                if ref.cost_per_effective_gpu_hour
-                else 0.0
-            )
-            eff = (
-                r.effective_throughput / ref.effective_throughput
-                if ref.effective_throughput
-                else 0.0
-            )
-            speed = (
-                r.mean_factor_multinode / ref.mean_factor_multinode
-                if ref.mean_factor_multinode
-                else 0.0
-            )
-            lines.append(
-                f"| {scenario}/{seed} | {policy} | {cost:+.0f} % | {eff:.2f}x | {speed:.2f}x |"
-            )
+            cost = (r.cost_per_effective_gpu_hour / ref.cost_per_effective_gpu_hour - 1) * 100 \
+                if ref.cost_per_effective_gpu_hour else 0.0
+            eff = r.effective_throughput / ref.effective_throughput \
+                if ref.effective_throughput else 0.0
+            speed = r.mean_factor_multinode / ref.mean_factor_multinode \
+                if ref.mean_factor_multinode else 0.0
+            lines.append(f"| {scenario}/{seed} | {policy} | {cost:+.0f} % | {eff:.2f}x | "
+                         f"{speed:.2f}x |")
     lines.append("")
     groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for row in comparison:
@@ -604,53 +518,38 @@ def write_replay_report(
     lines += ["## Where nexus is best (ties count)", ""]
     for (scenario, seed), rows in groups.items():
         won = [r["metric"] for r in rows if r["ours_best"]]
-        lost = [f"{r['metric']} (best: {', '.join(r['best'])})" for r in rows if not r["ours_best"]]
+        lost = [f"{r['metric']} (best: {', '.join(r['best'])})" for r in rows
+                if not r["ours_best"]]
         where = f"{scenario}/mean over seeds" if seed == -1 else f"{scenario}/seed {seed}"
-        lines.append(
-            f"- {where}: best on {len(won)} of {len(rows)} metrics"
-            + (f"; not best on: {'; '.join(lost)}" if lost else "")
-        )
+        lines.append(f"- {where}: best on {len(won)} of {len(rows)} metrics"
+                     + (f"; not best on: {'; '.join(lost)}" if lost else ""))
     for (scenario, seed), rows in groups.items():
         if seed != -1 or not any("paired" in r for r in rows):
             continue
         summary = paired_summary(rows)
         n_seeds = max(v["seeds"] for r in rows for v in r.get("paired", {}).values())
-        lines += [
-            "",
-            f"## {scenario}: seed-to-seed noise ({n_seeds} seeds)",
-            "",
-            "Every policy sees the same arrivals on a seed, so each metric is compared "
-            "as the per-seed difference between nexus and each other policy; its mean "
-            "and 95 % interval (Student's t) say whether nexus is ahead, behind, or "
-            "within noise.",
-            "",
-        ]
-        for key, title in (
-            ("ahead of all", "ahead of every other policy"),
-            ("behind", "behind some policy"),
-            ("within noise", "within noise of the best other policy"),
-            ("tie", "tied on every seed"),
-        ):
+        lines += ["", f"## {scenario}: seed-to-seed noise ({n_seeds} seeds)", "",
+                  "Every policy sees the same arrivals on a seed, so each metric is compared "
+                  "as the per-seed difference between nexus and each other policy; its mean "
+                  "and 95 % interval (Student's t) say whether nexus is ahead, behind, or "
+                  "within noise.", ""]
+        for key, title in (("ahead of all", "ahead of every other policy"),
+                           ("behind", "behind some policy"),
+                           ("within noise", "within noise of the best other policy"),
+                           ("tie", "tied on every seed")):
             if summary.get(key):
-                lines.append(
-                    f"- {title} on {len(summary[key])} of {len(rows)}: " + "; ".join(summary[key])
-                )
+                lines.append(f"- {title} on {len(summary[key])} of {len(rows)}: "
+                             + "; ".join(summary[key]))
     for (scenario, seed), rows in groups.items():
         if seed != -1:
             continue
         policies = list(rows[0]["values"])
-        lines += [
-            "",
-            f"## {scenario}: mean over seeds (best in bold)",
-            "",
-            "| metric | " + " | ".join(policies) + " |",
-            "|---|" + "---|" * len(policies),
-        ]
+        lines += ["", f"## {scenario}: mean over seeds (best in bold)", "",
+                  "| metric | " + " | ".join(policies) + " |",
+                  "|---|" + "---|" * len(policies)]
         for r in rows:
-            cells = [
-                f"**{_fmt(r['values'][p])}**" if p in r["best"] else _fmt(r["values"][p])
-                for p in policies
-            ]
+            cells = [f"**{_fmt(r['values'][p])}**" if p in r["best"] else _fmt(r["values"][p])
+                     for p in policies]
             lines.append(f"| {r['metric']} | " + " | ".join(cells) + " |")
     lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
     path = out / "REPLAY.md"

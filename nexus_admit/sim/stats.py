@@ -12,30 +12,9 @@ import numpy as np
 __all__ = ["paired_difference", "verdict"]
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (larger: the normal's 1.96)
-_T95 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-    25: 2.060,
-    30: 2.042,
-}
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+        16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042}
 
 
 def _t95(dof: int) -> float:
@@ -43,9 +22,8 @@ def _t95(dof: int) -> float:
     return _T95[max(usable)] if dof <= 30 else 1.96
 
 
-def paired_difference(
-    ours: Sequence[float], theirs: Sequence[float], higher: bool
-) -> dict[str, float]:
+def paired_difference(ours: Sequence[float], theirs: Sequence[float], higher: bool
+                      ) -> dict[str, float]:
     """Per-seed differences `ours − theirs` (signed so positive means ours is better), their
     mean and the half-width of its 95 % confidence interval (Student's t; the same seeds
     give both policies the same arrivals, so the pairing removes most of the scenario's

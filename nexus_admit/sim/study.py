@@ -19,14 +19,8 @@ from nexus_admit.sim.stats import paired_difference, verdict
 __all__ = ["OPENB_NOTES", "StudyResult", "StudySpec", "paired_against", "run_study", "summarise"]
 
 # Policies of the paper's table, in its order, then ours.
-PAPER_POLICIES = (
-    "paper-random",
-    "dotprod",
-    "gpu-clustering",
-    "gpu-packing",
-    "paper-bestfit",
-    "fgd",
-)
+PAPER_POLICIES = ("paper-random", "dotprod", "gpu-clustering", "gpu-packing", "paper-bestfit",
+                  "fgd")
 OPENB_NOTES = (
     "Ties: every paper baseline scores nodes with integers 0-100 like the paper's simulator; "
     "equal scores are broken by a fixed seeded order of node names (the paper's simulator "
@@ -54,13 +48,8 @@ OPENB_NOTES = (
 BROKEN_LEVELS = (10, 30, 50, 70, 90, 100)
 
 LABELS = {
-    "paper-random": "Random",
-    "dotprod": "DotProd",
-    "gpu-clustering": "GpuClustering",
-    "gpu-packing": "GpuPacking",
-    "paper-bestfit": "BestFit",
-    "fgd": "FGD",
-    "nexus": "nexus",
+    "paper-random": "Random", "dotprod": "DotProd", "gpu-clustering": "GpuClustering",
+    "gpu-packing": "GpuPacking", "paper-bestfit": "BestFit", "fgd": "FGD", "nexus": "nexus",
 }
 
 
@@ -138,11 +127,8 @@ def _at_levels(runs: Sequence[OpenbRun], curve: str) -> dict[int, float | None]:
     """Mean over runs of a per-arrived-% curve at each of BROKEN_LEVELS."""
     levels: dict[int, float | None] = {}
     for level in BROKEN_LEVELS:
-        at = [
-            getattr(r, curve)[r.curve_arrived.index(level)]
-            for r in runs
-            if level in r.curve_arrived
-        ]
+        at = [getattr(r, curve)[r.curve_arrived.index(level)] for r in runs
+              if level in r.curve_arrived]
         levels[level] = round(statistics.fmean(at), 1) if at else None
     return levels
 
@@ -165,41 +151,33 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
         levels = _at_levels(rs, "curve_broken8")
         partial = _at_levels(rs, "curve_partial8")
         pub = PUBLISHED.get((trace, policy))
-        rows.append(
-            {
-                "trace": trace,
-                "policy": policy,
-                "label": LABELS.get(policy, policy),
-                "seeds": sorted(r.seed for r in rs),
-                "alloc_100": round(statistics.fmean(a100), 2),
-                "alloc_130": round(statistics.fmean(a130), 2),
-                "alloc_100_sd": round(statistics.pstdev(a100), 2),
-                "alloc_130_sd": round(statistics.pstdev(a130), 2),
-                "published_100": pub[0] if pub else None,
-                "published_130": pub[1] if pub else None,
-                "diff_100": round(statistics.fmean(a100) - pub[0], 2) if pub else None,
-                "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
-                "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
-                "broken8": levels,
-                "broken8_levels": _levels_text(levels),
-                "partial8": partial,
-                "partial8_levels": _levels_text(partial),
-                "nodes8": rs[0].nodes8,
-                "seconds_per_run": round(statistics.fmean(r.seconds for r in rs), 1),
-                "place_ms_per_pod": round(
-                    1000 * statistics.fmean(r.place_seconds / max(r.pods, 1) for r in rs), 3
-                ),
-            }
-        )
+        rows.append({
+            "trace": trace,
+            "policy": policy,
+            "label": LABELS.get(policy, policy),
+            "seeds": sorted(r.seed for r in rs),
+            "alloc_100": round(statistics.fmean(a100), 2),
+            "alloc_130": round(statistics.fmean(a130), 2),
+            "alloc_100_sd": round(statistics.pstdev(a100), 2),
+            "alloc_130_sd": round(statistics.pstdev(a130), 2),
+            "published_100": pub[0] if pub else None,
+            "published_130": pub[1] if pub else None,
+            "diff_100": round(statistics.fmean(a100) - pub[0], 2) if pub else None,
+            "diff_130": round(statistics.fmean(a130) - pub[1], 2) if pub else None,
+            "failed_pods": round(statistics.fmean(r.failed for r in rs), 1),
+            "broken8": levels,
+            "broken8_levels": _levels_text(levels),
+            "partial8": partial,
+            "partial8_levels": _levels_text(partial),
+            "nodes8": rs[0].nodes8,
+            "seconds_per_run": round(statistics.fmean(r.seconds for r in rs), 1),
+            "place_ms_per_pod": round(1000 * statistics.fmean(r.place_seconds / max(r.pods, 1)
+                                                              for r in rs), 3),
+        })
     trace_order = {"default": 0, "multigpu50": 1, "gpuspec33": 2}
     pol_order = {p: i for i, p in enumerate((*PAPER_POLICIES, "nexus"))}
-    rows.sort(
-        key=lambda r: (
-            trace_order.get(str(r["trace"]), 9),
-            pol_order.get(str(r["policy"]), 99),
-            str(r["policy"]),
-        )
-    )
+    rows.sort(key=lambda r: (trace_order.get(str(r["trace"]), 9),
+                             pol_order.get(str(r["policy"]), 99), str(r["policy"])))
     return rows
 
 
@@ -210,9 +188,8 @@ def _partial_at(level: int) -> Callable[[OpenbRun], float]:
     return value
 
 
-def paired_against(
-    runs: Sequence[OpenbRun], ours: str = "nexus", rival: str = "fgd"
-) -> list[dict[str, Any]]:
+def paired_against(runs: Sequence[OpenbRun], ours: str = "nexus", rival: str = "fgd"
+                   ) -> list[dict[str, Any]]:
     """Per trace, `ours` against `rival` on the seeds both ran: allocation at 100 % and
     130 % arrived (higher is better) and 8-GPU nodes left partly idle at BROKEN_LEVELS
     (fewer is better), each as the per-seed difference's mean, 95 % half-width and verdict
@@ -234,18 +211,11 @@ def paired_against(
             metrics.append((f"partly idle 8-GPU nodes @{level} %", _partial_at(level), False))
         for name, value, higher in metrics:
             try:
-                diff = paired_difference(
-                    [value(mine[s]) for s in seeds], [value(theirs[s]) for s in seeds], higher
-                )
+                diff = paired_difference([value(mine[s]) for s in seeds],
+                                         [value(theirs[s]) for s in seeds], higher)
             except (ValueError, IndexError):
                 continue  # a curve without that level (tiny smoke runs)
-            rows.append(
-                {
-                    "trace": trace,
-                    "metric": name,
-                    "seeds": len(seeds),
-                    **diff,
-                    "verdict": verdict(diff),
-                }
-            )
+            rows.append({"trace": trace, "metric": name, "seeds": len(seeds), **diff,
+                         "verdict": verdict(diff)})
     return rows
+

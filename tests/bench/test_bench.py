@@ -24,18 +24,9 @@ def allocated_share(snap: ClusterSnapshot) -> float:
 
 def fingerprint(snap: ClusterSnapshot) -> list[tuple[object, ...]]:
     return [
-        (
-            n.name,
-            tuple(sorted(n.labels.items())),
-            n.gpu_product,
-            n.gpu_memory_mib,
-            tuple(n.gpu_free),
-            n.free_cpu_milli,
-            n.free_memory_mib,
-            n.free_pods,
-            n.clique,
-            tuple((z.id, z.gpu_indices, z.free_cpu_milli) for z in n.numa_zones),
-        )
+        (n.name, tuple(sorted(n.labels.items())), n.gpu_product, n.gpu_memory_mib,
+         tuple(n.gpu_free), n.free_cpu_milli, n.free_memory_mib, n.free_pods, n.clique,
+         tuple((z.id, z.gpu_indices, z.free_cpu_milli) for z in n.numa_zones))
         for n in snap
     ]
 
@@ -102,7 +93,8 @@ def test_fleet_is_heterogeneous_and_fragmented() -> None:
 def test_fleet_allocated_gpu_share_matches_the_requested_load(level: float) -> None:
     """A fleet asked for load L has about L of its GPUs allocated. Measured on 1,000 nodes,
     3 seeds: 0.4 → 0.39–0.43, 0.8 → 0.73–0.77 (busy racks saturate at 100 %)."""
-    shares = [allocated_share(generate_fleet(1000, seed=s, load=(level, level))) for s in range(3)]
+    shares = [allocated_share(generate_fleet(1000, seed=s, load=(level, level)))
+              for s in range(3)]
     assert statistics.fmean(shares) == pytest.approx(level, abs=0.06)
 
 
@@ -123,19 +115,15 @@ def test_bench_gangs() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_bench() -> BenchResult:
-    return run_bench(
-        sizes=[40],
-        gangs=[1, 8],
-        policies=["nexus", "default", "tas-bestfit"],
-        repeats=1,
-        reference_seconds=2.0,
-        time_limit=2.0,
-    )
+    return run_bench(sizes=[40], gangs=[1, 8], policies=["nexus", "default", "tas-bestfit"],
+                     repeats=1, reference_seconds=2.0, time_limit=2.0)
 
 
 def test_run_bench_records_every_policy_on_every_instance(tiny_bench: BenchResult) -> None:
     keys = sorted((r.nodes, r.gang, r.policy) for r in tiny_bench.records)
-    assert keys == sorted((40, g, p) for g in (1, 8) for p in ("nexus", "default", "tas-bestfit"))
+    assert keys == sorted(
+        (40, g, p) for g in (1, 8) for p in ("nexus", "default", "tas-bestfit")
+    )
     assert all(r.violations == [] for r in tiny_bench.records)
     assert set(tiny_bench.references) == {"40/1/0", "40/8/0"}
     for r in tiny_bench.records:
@@ -184,26 +172,11 @@ runner = CliRunner()
 
 def test_bench_command_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "results" / "bench.json"
-    result = runner.invoke(
-        app,
-        [
-            "bench",
-            "--sizes",
-            "24",
-            "--gangs",
-            "1",
-            "--repeats",
-            "1",
-            "--policies",
-            "nexus,binpack",
-            "--reference-seconds",
-            "0",
-            "--time-limit",
-            "1",
-            "--json",
-            str(out),
-        ],
-    )
+    result = runner.invoke(app, [
+        "bench", "--sizes", "24", "--gangs", "1", "--repeats", "1",
+        "--policies", "nexus,binpack", "--reference-seconds", "0", "--time-limit", "1",
+        "--json", str(out),
+    ])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["settings"]["sizes"] == [24]
@@ -217,37 +190,18 @@ def test_bench_command_writes_json(tmp_path: Path) -> None:
 
 
 def test_bench_command_rejects_an_unknown_policy(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            "bench",
-            "--sizes",
-            "8",
-            "--gangs",
-            "1",
-            "--policies",
-            "nexus,kube-default",
-            "--json",
-            str(tmp_path / "b.json"),
-        ],
-    )
+    result = runner.invoke(app, [
+        "bench", "--sizes", "8", "--gangs", "1", "--policies", "nexus,kube-default",
+        "--json", str(tmp_path / "b.json"),
+    ])
     assert result.exit_code != 0
     assert "kube-default" in result.output
     assert not (tmp_path / "b.json").exists()
 
 
 def test_bench_command_rejects_malformed_sizes(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            "bench",
-            "--sizes",
-            "ten",
-            "--gangs",
-            "1",
-            "--json",
-            str(tmp_path / "b.json"),
-        ],
-    )
+    result = runner.invoke(app, [
+        "bench", "--sizes", "ten", "--gangs", "1", "--json", str(tmp_path / "b.json"),
+    ])
     assert result.exit_code != 0
     assert "comma-separated integers" in result.output

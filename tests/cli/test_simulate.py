@@ -12,18 +12,8 @@ from typer.testing import CliRunner
 from nexus_admit.cli import app
 
 runner = CliRunner()
-SMALL = [
-    "simulate",
-    "--no-openb",
-    "--replay-hosts",
-    "16",
-    "--replay-jobs",
-    "30",
-    "--replay-policies",
-    "default,binpack,nexus",
-    "--workers",
-    "1",
-]
+SMALL = ["simulate", "--no-openb", "--replay-hosts", "16", "--replay-jobs", "30",
+         "--replay-policies", "default,binpack,nexus", "--workers", "1"]
 
 
 @pytest.mark.parametrize("mix", ["1,2", "a,b,c", "-1,1,1", "0,0,0"])
@@ -34,9 +24,8 @@ def test_a_malformed_mix_is_refused_with_the_expected_form(mix: str) -> None:
 
 
 def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app, [*SMALL, "--replay-seeds", "3,4", "--replay-mix", "2,1,1", "--report", str(tmp_path)]
-    )
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3,4", "--replay-mix", "2,1,1",
+                                 "--report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "mean over 2 seeds: nexus best on" in result.output
     assert "paired per seed, 95 % interval: nexus" in result.output
@@ -54,36 +43,22 @@ def test_replay_mix_and_seed_means_reach_the_report(tmp_path: Path) -> None:
     assert all(set(row["paired"]) == {"default", "binpack"} for row in means)
 
 
-@pytest.mark.parametrize(
-    ("weights", "message"),
-    [
-        ("tierMismatch", "name=integer pairs"),
-        ("tierMismatch=x", "name=integer pairs"),
-        ("tierMismach=0", "tierMismach: unknown weight"),
-        ("gangSplit=-5", "gangSplit: Input should be greater than or equal to 0"),
-    ],
-)
-def test_malformed_replay_weights_are_refused_naming_the_problem(
-    weights: str, message: str
-) -> None:
+@pytest.mark.parametrize(("weights", "message"), [
+    ("tierMismatch", "name=integer pairs"),
+    ("tierMismatch=x", "name=integer pairs"),
+    ("tierMismach=0", "tierMismach: unknown weight"),
+    ("gangSplit=-5", "gangSplit: Input should be greater than or equal to 0"),
+])
+def test_malformed_replay_weights_are_refused_naming_the_problem(weights: str,
+                                                                 message: str) -> None:
     result = runner.invoke(app, [*SMALL, "--replay-weights", weights])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split()).replace("│ ", "")
 
 
 def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            *SMALL,
-            "--replay-seeds",
-            "3",
-            "--replay-weights",
-            "tierMismatch=0,gangSplit=800",
-            "--report",
-            str(tmp_path),
-        ],
-    )
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-weights",
+                                 "tierMismatch=0,gangSplit=800", "--report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "replay.json").read_text())
     (scenario,) = data["meta"]["scenarios"]
@@ -92,20 +67,8 @@ def test_replay_weights_reach_the_scenario_name_and_the_report(tmp_path: Path) -
 
 
 def test_replay_locality_wait_and_load_reach_the_scenario(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            *SMALL,
-            "--replay-seeds",
-            "3",
-            "--replay-locality-wait",
-            "0",
-            "--replay-load",
-            "2",
-            "--report",
-            str(tmp_path),
-        ],
-    )
+    result = runner.invoke(app, [*SMALL, "--replay-seeds", "3", "--replay-locality-wait", "0",
+                                 "--replay-load", "2", "--report", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (scenario,) = json.loads((tmp_path / "replay.json").read_text())["meta"]["scenarios"]
     assert scenario["name"] == "h16-j30-load2-wait0s"
@@ -134,10 +97,8 @@ def test_missing_data_is_refused_with_where_to_point(tmp_path: Path) -> None:
 
 
 def test_a_data_directory_that_does_not_exist_is_refused_by_its_option(tmp_path: Path) -> None:
-    for args, env in (
-        ([*SMALL, "--data", str(tmp_path / "nope")], {}),
-        (SMALL, {"NEXUS_ADMIT_DATA": str(tmp_path / "nope")}),
-    ):
+    for args, env in (([*SMALL, "--data", str(tmp_path / "nope")], {}),
+                      (SMALL, {"NEXUS_ADMIT_DATA": str(tmp_path / "nope")})):
         result = runner.invoke(app, args, env=env)
         assert result.exit_code == 2
         assert "Invalidvaluefor--data" in compact(result.output)

@@ -535,12 +535,8 @@ def test_waited_time_runs_from_the_workloads_creation() -> None:
     assert gang.waited_seconds == 1800.0
     assert _gang(wl).waited_seconds == 0.0  # without `now`: a fresh workload
     wl["metadata"]["creationTimestamp"] = "yesterday"
-    assert (
-        workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS, now=now).waited_seconds
-        == 0.0
-    )
+    assert workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS,
+                            now=now).waited_seconds == 0.0
     wl["metadata"]["creationTimestamp"] = "2025-05-01T11:00:00Z"  # clock skew: never negative
-    assert (
-        workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS, now=now).waited_seconds
-        == 0.0
-    )
+    assert workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS,
+                            now=now).waited_seconds == 0.0

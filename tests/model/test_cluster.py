@@ -14,10 +14,7 @@ def test_emptied_node_has_everything_free_and_leaves_the_original_alone() -> Non
     idle = busy.emptied()
     assert idle.gpu_free == [GPU_WHOLE] * busy.gpu_count
     assert (idle.free_cpu_milli, idle.free_memory_mib, idle.free_pods) == (
-        busy.cpu_milli,
-        busy.memory_mib,
-        busy.max_pods,
-    )
+        busy.cpu_milli, busy.memory_mib, busy.max_pods)
     assert [z.free_cpu_milli for z in idle.numa_zones] == [z.cpu_milli for z in busy.numa_zones]
     assert idle.is_pristine() and not busy.is_pristine()
     assert busy.free_cpu_milli == 1000 and all(z.free_cpu_milli == 0 for z in busy.numa_zones)

@@ -44,7 +44,9 @@ def test_builtin_defaults_are_the_architecture_values() -> None:
     assert spec["hardwareClasses"] == documented["hardwareClasses"]
     assert spec["tiers"] == documented["tiers"]
     assert spec["defaultTier"] == "bronze"
-    assert spec["topology"] == {"levels": ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]}
+    assert spec["topology"] == {
+        "levels": ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
+    }
 
 
 def test_empty_spec_is_the_builtin_default() -> None:
@@ -117,15 +119,11 @@ def test_camel_case_round_trip() -> None:
 def test_custom_tiers_without_vram_thresholds_are_accepted() -> None:
     """An admin who renames the tiers and does not write `vramThresholds` must not be told
     about tiers they never wrote: the built-in thresholds name gold/silver/bronze only."""
-    c = PlacementConfig.from_spec(
-        {
-            "tiers": [
-                {"name": "prod", "classCosts": {"premium": 0, "economy": 50}},
-                {"name": "dev", "classCosts": {"premium": 50, "economy": 0}},
-            ],
-            "defaultTier": "dev",
-        }
-    )
+    c = PlacementConfig.from_spec({
+        "tiers": [{"name": "prod", "classCosts": {"premium": 0, "economy": 50}},
+                  {"name": "dev", "classCosts": {"premium": 50, "economy": 0}}],
+        "defaultTier": "dev",
+    })
     assert c.tier_names() == ("prod", "dev")
     assert c.min_vram_utilization("prod") == 0.0
 
@@ -148,20 +146,14 @@ def test_config_is_frozen() -> None:
     ("overrides", "message"),
     [
         (
-            {
-                "tiers": [{"name": "gold", "classCosts": {"premium": 0, "ultra": 5}}],
-                "defaultTier": "gold",
-            },
+            {"tiers": [{"name": "gold", "classCosts": {"premium": 0, "ultra": 5}}],
+             "defaultTier": "gold"},
             "unknown hardware classes \\['ultra'\\]",
         ),
         (
-            {
-                "hardwareClasses": [
-                    {"name": "a", "gpuProducts": ["X*"]},
-                    {"name": "a", "gpuProducts": ["*"]},
-                ],
-                "tiers": [{"name": "bronze"}],
-            },
+            {"hardwareClasses": [{"name": "a", "gpuProducts": ["X*"]},
+                                 {"name": "a", "gpuProducts": ["*"]}],
+             "tiers": [{"name": "bronze"}]},
             "hardwareClasses: names must be unique",
         ),
         (
@@ -222,17 +214,15 @@ def test_default_hardware_class_globs(product: str, expected: str) -> None:
 
 
 def test_hardware_class_first_match_wins() -> None:
-    c = PlacementConfig.from_spec(
-        {
-            "hardwareClasses": [
-                {"name": "hopper", "gpuProducts": ["NVIDIA-H100*"]},
-                {"name": "nvidia", "gpuProducts": ["NVIDIA-*"]},
-                {"name": "h100-late", "gpuProducts": ["NVIDIA-H100*"]},
-            ],
-            "tiers": [{"name": "bronze", "classCosts": {"hopper": 1}}],
-            "vramThresholds": [],
-        }
-    )
+    c = PlacementConfig.from_spec({
+        "hardwareClasses": [
+            {"name": "hopper", "gpuProducts": ["NVIDIA-H100*"]},
+            {"name": "nvidia", "gpuProducts": ["NVIDIA-*"]},
+            {"name": "h100-late", "gpuProducts": ["NVIDIA-H100*"]},
+        ],
+        "tiers": [{"name": "bronze", "classCosts": {"hopper": 1}}],
+        "vramThresholds": [],
+    })
     assert c.hardware_class("NVIDIA-H100-80GB-HBM3") == "hopper"
     assert c.hardware_class("NVIDIA-A100-SXM4-40GB") == "nvidia"
     # no catch-all: an unmatched product has no class (and costs nothing)
@@ -244,16 +234,14 @@ def test_hardware_class_first_match_wins() -> None:
 
 
 def test_reordering_classes_changes_the_match() -> None:
-    c = PlacementConfig.from_spec(
-        {
-            "hardwareClasses": [
-                {"name": "economy", "gpuProducts": ["*"]},
-                {"name": "premium", "gpuProducts": ["NVIDIA-H100*"]},
-            ],
-            "tiers": [{"name": "bronze"}],
-            "vramThresholds": [],
-        }
-    )
+    c = PlacementConfig.from_spec({
+        "hardwareClasses": [
+            {"name": "economy", "gpuProducts": ["*"]},
+            {"name": "premium", "gpuProducts": ["NVIDIA-H100*"]},
+        ],
+        "tiers": [{"name": "bronze"}],
+        "vramThresholds": [],
+    })
     assert c.hardware_class("NVIDIA-H100-80GB-HBM3") == "economy"
 
 

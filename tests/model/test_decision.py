@@ -278,7 +278,8 @@ def test_retryable_distinguishes_infeasible_from_impossible() -> None:
 
 # ---------------------------------------------------------------- properties
 
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
@@ -297,9 +298,8 @@ def test_pod_capacity_is_exact_for_one_pod_set(
 
 
 @PROPERTY
-@given(
-    node=nodes("n"), pod_set=pod_sets("p", max_count=6), policy=st.sampled_from(list(NumaPolicy))
-)
+@given(node=nodes("n"), pod_set=pod_sets("p", max_count=6),
+       policy=st.sampled_from(list(NumaPolicy)))
 def test_apply_then_release_restores_the_node(
     node: Node, pod_set: PodSet, policy: NumaPolicy
 ) -> None:

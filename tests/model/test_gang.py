@@ -55,14 +55,9 @@ def test_toleration_semantics(toleration: Toleration, taint: Taint, tolerated: b
 def test_pod_set_must_tolerate_every_hard_taint() -> None:
     node = gpu_node("n", taints=(NO_SCHEDULE, Taint("nvidia.com/gpu", "present", "NoSchedule")))
     one = PodSet("p", 1, tolerations=(Toleration("dedicated", "Exists"),))
-    both = PodSet(
-        "p",
-        1,
-        tolerations=(
-            Toleration("dedicated", "Exists"),
-            Toleration("nvidia.com/gpu", "Exists"),
-        ),
-    )
+    both = PodSet("p", 1, tolerations=(
+        Toleration("dedicated", "Exists"), Toleration("nvidia.com/gpu", "Exists"),
+    ))
     assert not one.tolerates(node)
     assert both.tolerates(node)
 
@@ -126,9 +121,9 @@ def test_affinity_terms_are_or_of_ands() -> None:
     assert PodSet("p", 1, node_selector={"pool": "a"}).selects(node)
     assert not PodSet("p", 1, node_selector={"pool": "a", "zone": "z2"}).selects(node)
     # nodeSelector and affinity must both hold
-    assert not PodSet("p", 1, node_selector={"pool": "b"}, affinity_terms=((zone_z1,),)).selects(
-        node
-    )
+    assert not PodSet(
+        "p", 1, node_selector={"pool": "b"}, affinity_terms=((zone_z1,),)
+    ).selects(node)
 
 
 # ---------------------------------------------------------------- PodSet / Gang validation

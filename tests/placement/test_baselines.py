@@ -99,12 +99,8 @@ def test_every_policy_honours_a_required_hostname(policy: str) -> None:
         gpu_node("r1-a", used=range(4), rack="r1"),
         gpu_node("r1-b", used=range(4), rack="r1"),
     )
-    gang = Gang(
-        "ns/g",
-        (PodSet("server", 3, gpus=1),),
-        workload_type=WorkloadType.INFERENCE,
-        required_level=HOST,
-    )
+    gang = Gang("ns/g", (PodSet("server", 3, gpus=1),),
+                workload_type=WorkloadType.INFERENCE, required_level=HOST)
     p = run(policy, snap, gang)
     assert p.feasible, p.reason
     assert len(p.pods_per_node()) == 1
@@ -119,9 +115,8 @@ def test_every_policy_keeps_all_pod_sets_of_a_gang_in_one_required_rack(policy: 
         gpu_node("r1-a", used=range(4), rack="r1"),
         gpu_node("r1-b", used=range(4), rack="r1"),
     )
-    gang = Gang(
-        "ns/g", (PodSet("driver", 1, gpus=2), PodSet("workers", 3, gpus=2)), required_level=RACK
-    )
+    gang = Gang("ns/g", (PodSet("driver", 1, gpus=2), PodSet("workers", 3, gpus=2)),
+                required_level=RACK)
     p = run(policy, snap, gang)
     assert p.feasible, p.reason
     assert racks_of(snap, p) == {"r1"}
@@ -197,9 +192,8 @@ def test_default_prefers_the_emptier_node() -> None:
 
 
 def test_bestfit_takes_the_tightest_node() -> None:
-    snap = snapshot(
-        gpu_node("empty"), gpu_node("six-used", used=range(6)), gpu_node("four-used", used=range(4))
-    )
+    snap = snapshot(gpu_node("empty"), gpu_node("six-used", used=range(6)),
+                    gpu_node("four-used", used=range(4)))
     p = run("bestfit", snap, Gang("ns/g", (PodSet("w", 1, gpus=2),)))
     assert p.pods_per_node() == {"six-used": 1}
 

@@ -89,7 +89,9 @@ def test_gold_goes_to_premium_h100_not_a100() -> None:
 
 
 def test_bronze_prefers_economy() -> None:
-    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4))
+    snap = snapshot(
+        gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4)
+    )
     p = placed(snap, gang(PodSet("w", 1, gpus=8), tier="bronze"))
     assert nodes_of(p) == {"t4"}
     assert p.terms["tierMismatch"] == 0
@@ -104,10 +106,8 @@ def test_small_vram_need_goes_to_the_smaller_gpu_of_the_same_class() -> None:
     p = placed(snap, gang(PodSet("w", 1, gpus=8, vram_mib=20 * 1024), tier="silver"))
     assert nodes_of(p) == {"a100-40"}
     assert p.terms["vramStrandedGiB"] == 0
-    on_80 = placed(
-        snapshot(gpu_node("a100-80", gpu=A100)),
-        gang(PodSet("w", 1, gpus=8, vram_mib=20 * 1024), tier="silver"),
-    )
+    on_80 = placed(snapshot(gpu_node("a100-80", gpu=A100)),
+                   gang(PodSet("w", 1, gpus=8, vram_mib=20 * 1024), tier="silver"))
     assert on_80.terms["vramStrandedGiB"] == pytest.approx(8 * 20.0)
 
 
@@ -119,7 +119,9 @@ def test_shared_gpu_tier_mismatch_is_proportional_to_the_share() -> None:
 
 def test_bronze_on_premium_when_nothing_else_fits_reports_the_mismatch() -> None:
     # the T4 has too little VRAM for this pod; A100 (standard, 30) beats H100 (premium, 80)
-    snap = snapshot(gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4))
+    snap = snapshot(
+        gpu_node("h100", gpu=H100), gpu_node("a100", gpu=A100), gpu_node("t4", gpu=T4)
+    )
     p = placed(snap, gang(PodSet("w", 1, gpus=8, vram_mib=40 * 1024), tier="bronze"))
     assert nodes_of(p) == {"a100"}
     assert p.terms["tierMismatch"] == 8 * 30
@@ -174,9 +176,8 @@ def test_unknown_tier_is_impossible() -> None:
 
 
 def test_required_level_that_is_not_configured_is_impossible() -> None:
-    p = place(
-        snapshot(gpu_node("a")), gang(PodSet("w", 1, gpus=1), required_level="example.com/pod")
-    )
+    p = place(snapshot(gpu_node("a")),
+              gang(PodSet("w", 1, gpus=1), required_level="example.com/pod"))
     assert p.status is SolveStatus.IMPOSSIBLE
     assert "example.com/pod" in p.reason and "not a configured topology level" in p.reason
 
@@ -324,12 +325,10 @@ def test_locality_wait_leaves_alone_what_waiting_cannot_help() -> None:
 def test_locality_wait_level_must_be_a_topology_level_above_the_host() -> None:
     for level in (HOST, "example.com/unknown"):
         with pytest.raises(ValueError, match=r"localityWait\.level"):
-            PlacementConfig.model_validate(
-                {
-                    "topology": {"levels": list(CONFIG.topology.levels or ())},
-                    "localityWait": {"level": level},
-                }
-            )
+            PlacementConfig.model_validate({
+                "topology": {"levels": list(CONFIG.topology.levels or ())},
+                "localityWait": {"level": level},
+            })
 
 
 def test_pod_sets_on_one_node_are_fitted_in_the_order_that_keeps_numa_aligned() -> None:
@@ -490,7 +489,8 @@ def test_training_packs_onto_one_node() -> None:
 def test_single_numa_node_gives_each_pod_gpus_from_one_zone() -> None:
     # two free GPUs per zone on each node
     snap = snapshot(gpu_node("a", used=[0, 1, 4, 5]), gpu_node("b", used=[0, 1, 4, 5]))
-    g = gang(PodSet("w", 3, cpu_milli=4000, gpus=2), numa_policy=NumaPolicy.SINGLE_NUMA_NODE)
+    g = gang(PodSet("w", 3, cpu_milli=4000, gpus=2),
+             numa_policy=NumaPolicy.SINGLE_NUMA_NODE)
     p = placed(snap, g)
     for slot in p.slots:
         node = snap.nodes[slot.node]
@@ -653,11 +653,8 @@ def test_objective_is_the_weighted_sum_of_the_reported_terms() -> None:
         gpu_node("a", gpu=A100, rack="r1"),
         gpu_node("t", gpu=T4, used=[0], shares={1: 500}, rack="r1"),
     )
-    g = gang(
-        PodSet("w", 3, cpu_milli=8000, gpus=2, vram_mib=10 * 1024),
-        PodSet("s", 2, gpus=1, gpu_milli=500),
-        tier="silver",
-    )
+    g = gang(PodSet("w", 3, cpu_milli=8000, gpus=2, vram_mib=10 * 1024),
+             PodSet("s", 2, gpus=1, gpu_milli=500), tier="silver")
     p = placed(snap, g)
     problem = prepare(snap, g, CONFIG)
     terms = evaluate_terms(problem, p.slots)
@@ -681,10 +678,8 @@ def test_place_does_not_mutate_the_snapshot() -> None:
         gpu_node("a", used=[0], shares={1: 500}), gpu_node("b"), gpu_node("c", gpu=A100)
     )
     before = node_state(snap)
-    g = gang(
-        PodSet("w", 3, cpu_milli=4000, memory_mib=4096, gpus=2),
-        PodSet("s", 2, cpu_milli=1000, gpus=1, gpu_milli=250),
-    )
+    g = gang(PodSet("w", 3, cpu_milli=4000, memory_mib=4096, gpus=2),
+             PodSet("s", 2, cpu_milli=1000, gpus=1, gpu_milli=250))
     placed(snap, g)
     assert node_state(snap) == before
 
@@ -826,26 +821,19 @@ def test_locality_wait_on_a_level_the_kueue_topology_lacks_is_ignored_with_a_not
     """With topologyName the levels are known only at placement time, so a wrong level
     cannot be refused when the config is read: the explanation says it was ignored."""
     snap = snapshot(*_two_racks(), gpu=(BLOCK, RACK, HOST))
-    cfg = PlacementConfig.model_validate(
-        {
-            "topology": {"topologyName": "gpu"},
-            "localityWait": {"level": "example.com/unknown"},
-            "solver": {"timeLimitSeconds": 10},
-        }
-    )
+    cfg = PlacementConfig.model_validate({
+        "topology": {"topologyName": "gpu"},
+        "localityWait": {"level": "example.com/unknown"},
+        "solver": {"timeLimitSeconds": 10},
+    })
     p = placed(snap, gang(PodSet("w", 6, gpus=2)), cfg)
-    assert any(
-        "localityWait.level 'example.com/unknown' is not a topology level" in line
-        for line in p.explanation
-    )
+    assert any("localityWait.level 'example.com/unknown' is not a topology level" in line
+               for line in p.explanation)
 
 
 def test_locality_wait_leaves_an_impossible_gang_to_its_message() -> None:
-    p = place(
-        _two_racks(),
-        gang(PodSet("w", 2, gpus=2), required_level="example.com/nope"),
-        _locality_wait(),
-    )
+    p = place(_two_racks(), gang(PodSet("w", 2, gpus=2), required_level="example.com/nope"),
+              _locality_wait())
     assert p.status is SolveStatus.IMPOSSIBLE
     assert "required-topology level 'example.com/nope'" in p.reason
 
@@ -863,11 +851,10 @@ def test_pod_sets_sharing_numa_zones_are_costed_as_realised() -> None:
     for zone in busy.numa_zones:
         zone.free_cpu_milli = 12_000
     snap = snapshot(cpu_node, busy)
-    g = gang(
-        PodSet("ps0", 1, cpu_milli=8000),
-        PodSet("ps1", 2, cpu_milli=8000, tolerations=(Toleration("dedicated", operator="Exists"),)),
-        tier="gold",
-    )
+    g = gang(PodSet("ps0", 1, cpu_milli=8000),
+             PodSet("ps1", 2, cpu_milli=8000,
+                    tolerations=(Toleration("dedicated", operator="Exists"),)),
+             tier="gold")
     p = placed(snap, g)
     assert p.terms["numaUnaligned"] == 0
     assert p.pods_per_node() == {"gpu": 2, "cpu": 1}

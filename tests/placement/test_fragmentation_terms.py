@@ -26,27 +26,17 @@ from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 
 OFF = {k: 0 for k in ObjectiveWeights.model_fields}
-DIST = WorkloadDistribution(
-    (
-        TypicalPod(PodShape(2000, GPU_WHOLE, 1), 0.5),
-        TypicalPod(PodShape(1000, 500, 1), 0.3),
-        TypicalPod(PodShape(8000, 0, 0), 0.2),
-    )
-)
+DIST = WorkloadDistribution((
+    TypicalPod(PodShape(2000, GPU_WHOLE, 1), 0.5),
+    TypicalPod(PodShape(1000, 500, 1), 0.3),
+    TypicalPod(PodShape(8000, 0, 0), 0.2),
+))
 
 
 def node(name: str, free: list[int], cpu: int = 32_000) -> Node:
-    return Node(
-        name=name,
-        labels={"nvidia.com/gpu.product": "T4"},
-        cpu_milli=64_000,
-        memory_mib=262_144,
-        gpu_product="T4",
-        gpu_memory_mib=15_360,
-        gpu_free=free,
-        free_cpu_milli=cpu,
-        free_memory_mib=262_144,
-    )
+    return Node(name=name, labels={"nvidia.com/gpu.product": "T4"}, cpu_milli=64_000,
+                memory_mib=262_144, gpu_product="T4", gpu_memory_mib=15_360,
+                gpu_free=free, free_cpu_milli=cpu, free_memory_mib=262_144)
 
 
 def test_default_weights_leave_the_terms_off() -> None:
@@ -60,17 +50,10 @@ def test_gradient_only_places_where_fragmentation_grows_least() -> None:
     config = PlacementConfig(weights=ObjectiveWeights(**{**OFF, "frag_gradient": 1000}))
     engine = CpSatEngine(0, workload=DIST)
     for case in range(25):
-        nodes = [
-            node(
-                f"n{i}",
-                [
-                    int(rng.choice([0, 250, 500, 800, 1000]))
-                    for _ in range(int(rng.choice([1, 2, 4])))
-                ],
-                cpu=int(rng.choice([1000, 4000, 32_000])),
-            )
-            for i in range(5)
-        ]
+        nodes = [node(f"n{i}", [int(rng.choice([0, 250, 500, 800, 1000]))
+                                for _ in range(int(rng.choice([1, 2, 4])))],
+                      cpu=int(rng.choice([1000, 4000, 32_000])))
+                 for i in range(5)]
         milli = int(rng.choice([250, 500, GPU_WHOLE]))
         ps = PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1, gpu_milli=milli)
         gang = Gang(f"g{case}", (ps,))
@@ -78,9 +61,8 @@ def test_gradient_only_places_where_fragmentation_grows_least() -> None:
         placement = engine.place(snap, gang, config)
         options = {}
         for n in nodes:
-            table = gradient_table(
-                n.gpu_free, n.free_cpu_milli, n.gpu_product, ps.cpu_milli, 1, milli, 1, DIST
-            )
+            table = gradient_table(n.gpu_free, n.free_cpu_milli, n.gpu_product, ps.cpu_milli,
+                                   1, milli, 1, DIST)
             if len(table) > 1:
                 options[n.name] = table[1]
         if not options:
@@ -92,12 +74,8 @@ def test_gradient_only_places_where_fragmentation_grows_least() -> None:
 
 
 def test_fill_order_puts_islands_last() -> None:
-    nodes = [
-        node("big-a", [GPU_WHOLE] * 8),
-        node("small-a", [GPU_WHOLE] * 2),
-        node("big-b", [GPU_WHOLE] * 8),
-        node("small-b", [GPU_WHOLE] * 2),
-    ]
+    nodes = [node("big-a", [GPU_WHOLE] * 8), node("small-a", [GPU_WHOLE] * 2),
+             node("big-b", [GPU_WHOLE] * 8), node("small-b", [GPU_WHOLE] * 2)]
     rank = fill_rank(nodes, island_min_gpus=8)
     assert sorted(rank, key=rank.__getitem__) == ["small-a", "small-b", "big-a", "big-b"]
     config = PlacementConfig(weights=ObjectiveWeights(**{**OFF, "fill_order": 1000}))
@@ -112,14 +90,12 @@ def test_order_terms_are_reported_and_counted_in_the_objective() -> None:
     weights = {**OFF, "frag_gradient": 1000, "fill_order": 700, "node_count": 50}
     config = PlacementConfig(weights=ObjectiveWeights(**weights))
     ps = PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1, gpu_milli=500)
-    placement = CpSatEngine(0, workload=DIST).place(
-        TrackedSnapshot.of(nodes), Gang("g", (ps,)), config
-    )
+    placement = CpSatEngine(0, workload=DIST).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)),
+                                                    config)
     assert placement.feasible, placement.reason
     chosen = nodes[0] if placement.slots[0].node == "small" else nodes[1]
-    table = gradient_table(
-        chosen.gpu_free, chosen.free_cpu_milli, chosen.gpu_product, ps.cpu_milli, 1, 500, 1, DIST
-    )
+    table = gradient_table(chosen.gpu_free, chosen.free_cpu_milli, chosen.gpu_product,
+                           ps.cpu_milli, 1, 500, 1, DIST)
     rank = fill_rank(nodes, island_min_gpus=8)[chosen.name]
     assert placement.terms["fragGradient"] == round(table[1] / GPU_WHOLE, 3)
     assert placement.terms["fillOrder"] == round(rank, 3)
@@ -131,5 +107,6 @@ def test_order_terms_are_reported_and_counted_in_the_objective() -> None:
 def test_order_terms_are_absent_when_their_weights_are_off() -> None:
     nodes = [node("a", [GPU_WHOLE] * 2)]
     ps = PodSet("p", 1, cpu_milli=500, memory_mib=512, gpus=1)
-    placement = CpSatEngine(0).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)), PlacementConfig())
+    placement = CpSatEngine(0).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)),
+                                     PlacementConfig())
     assert "fragGradient" not in placement.terms and "fillOrder" not in placement.terms

@@ -28,16 +28,9 @@ ONE_GPU = PodSet("main", 1, cpu_milli=1000, gpus=1)
 
 
 def _node(name: str) -> Node:
-    return Node(
-        name=name,
-        cpu_milli=16_000,
-        memory_mib=65_536,
-        gpu_product="NVIDIA-L40S",
-        gpu_memory_mib=46_068,
-        gpu_free=[GPU_WHOLE] * 4,
-        free_cpu_milli=16_000,
-        free_memory_mib=65_536,
-    )
+    return Node(name=name, cpu_milli=16_000, memory_mib=65_536, gpu_product="NVIDIA-L40S",
+                gpu_memory_mib=46_068, gpu_free=[GPU_WHOLE] * 4, free_cpu_milli=16_000,
+                free_memory_mib=65_536)
 
 
 def _take_one_gpu(node: str) -> tuple[Gang, list[Slot]]:
@@ -97,15 +90,13 @@ def test_a_remembered_symmetry_key_is_not_reused_for_another_pod_count() -> None
     all four are twins, for a two-pod gang the last is not. Asking the one-pod question
     first must not make the engine treat them as twins for the two-pod gang, which one
     node can hold whole."""
-
     def node(name: str, cpu: int) -> Node:
         n = _node(name)
         n.free_cpu_milli = cpu
         return n
 
-    snap = TrackedSnapshot.of(
-        [node("a1", 8000), node("a2", 8000), node("a3", 8000), node("b", 16_000)]
-    )
+    snap = TrackedSnapshot.of([node("a1", 8000), node("a2", 8000), node("a3", 8000),
+                               node("b", 16_000)])
     pods = PodSet("main", 1, cpu_milli=8000, gpus=2)
     engine = make_policy("nexus", 0)
     assert engine.place(snap, Gang("ns/one", (pods,)), CONFIG).feasible  # a what-if only

@@ -110,8 +110,7 @@ def test_engine_matches_brute_force_with_gang_split(
 
 
 LOCALITY_WAIT = CONFIG.model_copy(
-    update={"locality_wait": LocalityWait(level=RACK, max_wait_seconds=600.0)}
-)
+    update={"locality_wait": LocalityWait(level=RACK, max_wait_seconds=600.0)})
 
 
 # about 1 in 20 random cases is held and 1 in 7 kept inside one rack: more examples
@@ -132,14 +131,9 @@ def test_locality_wait_holds_or_keeps_one_rack_and_never_breaks_a_constraint(
         assert placement.retry_after_seconds == pytest.approx(600.0 - waited)
     problem = prepare(snapshot, gang, LOCALITY_WAIT)
     rack = problem.level_index(RACK)
-    holds = (
-        waited < 600.0
-        and gang.pod_count > 1
-        and gang.workload_type.packs
-        and gang.required_level != RACK
-        and not problem.impossible
-        and max(problem.idle_room(rack).values(), default=0) >= 1
-    )
+    holds = (waited < 600.0 and gang.pod_count > 1 and gang.workload_type.packs
+             and gang.required_level != RACK and not problem.impossible
+             and max(problem.idle_room(rack).values(), default=0) >= 1)
     if holds and placement.feasible:
         assert len({problem.paths[s.node][rack] for s in placement.slots}) == 1
     if not holds:

@@ -27,10 +27,8 @@ def plan(*slots: Slot) -> Placement:
 
 def test_a_sound_placement_has_no_violations() -> None:
     snap = snapshot(gpu_node("a"), gpu_node("b"))
-    assert (
-        violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "b", (0,), 0)), CONFIG)
-        == []
-    )
+    assert violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "b", (0,), 0)),
+                      CONFIG) == []
     engine = CpSatEngine().place(snap, GANG, CONFIG)
     assert engine.feasible and violations(snap, GANG, engine, CONFIG) == []
 
@@ -45,17 +43,15 @@ def test_an_infeasible_answer_without_slots_is_sound_and_one_with_slots_is_not()
 
 def test_over_committed_gpu_share() -> None:
     snap = snapshot(gpu_node("a", shares={0: 500}))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (1,), 0)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (1,), 0)),
+                     CONFIG)
     assert out == ["a GPU 0: 1000 milli asked, 500 free"]
 
 
 def test_two_whole_gpu_pods_on_one_gpu() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (3,), 0), Slot("w", 1, "a", (3,), 0)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (3,), 0), Slot("w", 1, "a", (3,), 0)),
+                     CONFIG)
     assert out == ["a GPU 3: 2000 milli asked, 1000 free"]
 
 
@@ -69,9 +65,8 @@ def test_shared_gpu_pods_beyond_the_free_share() -> None:
 
 def test_duplicated_index() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 0, "a", (1,), 0)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 0, "a", (1,), 0)),
+                     CONFIG)
     assert "w[0] placed twice" in out
     assert "pod set w: placed indices 1 of 2" in out
 
@@ -84,9 +79,8 @@ def test_missing_pods() -> None:
 
 def test_index_out_of_range_counts_as_missing() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 5, "a", (1,), 0)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 5, "a", (1,), 0)),
+                     CONFIG)
     assert out == ["pod set w: placed indices 2 of 2"]
 
 
@@ -107,23 +101,24 @@ def test_node_outside_the_assigned_flavor() -> None:
 
 def test_unknown_node_and_unknown_pod_set() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(snap, GANG, plan(Slot("w", 0, "ghost", (0,)), Slot("x", 0, "a", (0,))), CONFIG)
+    out = violations(snap, GANG, plan(Slot("w", 0, "ghost", (0,)), Slot("x", 0, "a", (0,))),
+                     CONFIG)
     assert "slot on unknown node 'ghost'" in out
     assert "slot for unknown pod set 'x'" in out
 
 
 def test_wrong_number_of_gpus() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (0, 1), 0), Slot("w", 1, "a", (), 0)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0, 1), 0), Slot("w", 1, "a", (), 0)),
+                     CONFIG)
     assert "w[0] has 2 GPUs, needs 1" in out
     assert "w[1] has 0 GPUs, needs 1" in out
 
 
 def test_gpu_that_does_not_exist() -> None:
     snap = snapshot(gpu_node("a", gpus=2))
-    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (9,))), CONFIG)
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (9,))),
+                     CONFIG)
     assert out == ["w[1] on a: no GPU 9"]
 
 
@@ -141,16 +136,16 @@ def test_cpu_memory_and_pod_slots_over_committed() -> None:
 
 def test_gpus_outside_the_stated_numa_zone() -> None:
     snap = snapshot(gpu_node("a"))
-    out = violations(
-        snap, GANG, plan(Slot("w", 0, "a", (0,), 1), Slot("w", 1, "a", (5,), 1)), CONFIG
-    )
+    out = violations(snap, GANG, plan(Slot("w", 0, "a", (0,), 1), Slot("w", 1, "a", (5,), 1)),
+                     CONFIG)
     assert out == ["w[0] GPUs not in its NUMA zone 1"]
 
 
 def test_single_numa_node_requires_a_zone_per_pod() -> None:
     gang = Gang("ns/g", (WORKERS,), numa_policy=NumaPolicy.SINGLE_NUMA_NODE)
     snap = snapshot(gpu_node("a"))
-    out = violations(snap, gang, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (1,))), CONFIG)
+    out = violations(snap, gang, plan(Slot("w", 0, "a", (0,), 0), Slot("w", 1, "a", (1,))),
+                     CONFIG)
     assert out == ["w[1] on a: no single NUMA zone"]
 
 

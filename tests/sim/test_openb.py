@@ -28,22 +28,14 @@ DATA = packaged_data()
 
 
 def node(name: str, free: list[int], cpu: int = 64_000, model: str = "G2") -> Node:
-    return Node(
-        name=name,
-        labels={openb.GPU_PRODUCT_LABEL: model},
-        cpu_milli=64_000,
-        memory_mib=262_144,
-        gpu_product=model,
-        gpu_free=list(free),
-        free_cpu_milli=cpu,
-        free_memory_mib=262_144,
-    )
+    return Node(name=name, labels={openb.GPU_PRODUCT_LABEL: model}, cpu_milli=64_000,
+                memory_mib=262_144, gpu_product=model, gpu_free=list(free),
+                free_cpu_milli=cpu, free_memory_mib=262_144)
 
 
 def one(cpu: int = 1000, gpus: int = 1, milli: int = GPU_WHOLE, name: str = "p") -> Gang:
-    return Gang(
-        name, (PodSet("main", 1, cpu_milli=cpu, memory_mib=1024, gpus=gpus, gpu_milli=milli),)
-    )
+    return Gang(name, (PodSet("main", 1, cpu_milli=cpu, memory_mib=1024, gpus=gpus,
+                              gpu_milli=milli),))
 
 
 def dist(*items: tuple[PodShape, float]) -> WorkloadDistribution:
@@ -74,10 +66,8 @@ def test_unknown_trace_is_refused() -> None:
 
 
 def _pods(n: int) -> list[OpenbPod]:
-    return [
-        OpenbPod(f"p{i}", 1000, 1024, 1 if i % 3 else 0, 500 if i % 2 else GPU_WHOLE)
-        for i in range(n)
-    ]
+    return [OpenbPod(f"p{i}", 1000, 1024, 1 if i % 3 else 0, 500 if i % 2 else GPU_WHOLE)
+            for i in range(n)]
 
 
 def test_inflation_reaches_ratio_without_overshooting() -> None:
@@ -123,20 +113,16 @@ def test_fragmentation_hand_computed() -> None:
 def test_fragmentation_counts_everything_when_cpu_model_or_kind_rule_it_out() -> None:
     gpu = np.array([[1000, 1000]])
     cpu_pod = dist((PodShape(4000, 0, 0), 1.0))
-    assert node_fragmentation(
-        gpu, np.array([64_000]), cpu_pod.access_matrix(["G2"]), cpu_pod
-    ).tolist() == [2000.0]
+    assert node_fragmentation(gpu, np.array([64_000]), cpu_pod.access_matrix(["G2"]),
+                              cpu_pod).tolist() == [2000.0]
     needs_cpu = dist((PodShape(8000, GPU_WHOLE, 1), 1.0))
-    assert node_fragmentation(
-        gpu, np.array([4000]), needs_cpu.access_matrix(["G2"]), needs_cpu
-    ).tolist() == [2000.0]
+    assert node_fragmentation(gpu, np.array([4000]), needs_cpu.access_matrix(["G2"]),
+                              needs_cpu).tolist() == [2000.0]
     t4_only = dist((PodShape(0, GPU_WHOLE, 1, ("T4",)), 1.0))
-    assert node_fragmentation(
-        gpu, np.array([4000]), t4_only.access_matrix(["G2"]), t4_only
-    ).tolist() == [2000.0]
-    assert node_fragmentation(
-        gpu, np.array([4000]), t4_only.access_matrix(["T4"]), t4_only
-    ).tolist() == [0.0]
+    assert node_fragmentation(gpu, np.array([4000]), t4_only.access_matrix(["G2"]),
+                              t4_only).tolist() == [2000.0]
+    assert node_fragmentation(gpu, np.array([4000]), t4_only.access_matrix(["T4"]),
+                              t4_only).tolist() == [0.0]
 
 
 def test_typical_pods_cover_the_threshold_and_renormalise() -> None:
@@ -157,14 +143,8 @@ def test_gradient_table_prefers_the_gpu_that_keeps_a_whole_one() -> None:
 
 
 def test_cluster_counts_used_and_partly_idle_8_gpu_nodes() -> None:
-    snap = TrackedSnapshot.of(
-        [
-            node("whole", [GPU_WHOLE] * 8),
-            node("partly", [GPU_WHOLE] * 8),
-            node("free", [GPU_WHOLE] * 8),
-            node("small", [GPU_WHOLE] * 2),
-        ]
-    )
+    snap = TrackedSnapshot.of([node("whole", [GPU_WHOLE] * 8), node("partly", [GPU_WHOLE] * 8),
+                               node("free", [GPU_WHOLE] * 8), node("small", [GPU_WHOLE] * 2)])
     snap.apply(one(gpus=8), [Slot("main", 0, "whole", tuple(range(8)))])
     snap.apply(one(), [Slot("main", 0, "partly", (0,))])
     snap.apply(one(), [Slot("main", 0, "small", (0,))])
@@ -231,15 +211,12 @@ def test_random_only_uses_feasible_nodes() -> None:
         assert place("paper-random", s, one(cpu=500), seed).node == "ok"
 
 
-@pytest.mark.parametrize(
-    "policy", ["paper-random", "dotprod", "gpu-clustering", "gpu-packing", "paper-bestfit", "fgd"]
-)
+@pytest.mark.parametrize("policy", ["paper-random", "dotprod", "gpu-clustering",
+                                    "gpu-packing", "paper-bestfit", "fgd"])
 def test_policies_never_overbook_and_respect_gpu_models(policy: str) -> None:
     rng = np.random.default_rng(7)
-    nodes = [
-        node(f"n{i}", [1000] * int(rng.choice([1, 2, 4, 8])), model="T4" if i % 3 == 0 else "G2")
-        for i in range(12)
-    ]
+    nodes = [node(f"n{i}", [1000] * int(rng.choice([1, 2, 4, 8])),
+                  model="T4" if i % 3 == 0 else "G2") for i in range(12)]
     s = snap(*nodes)
     p = make_policy(policy, 1)
     cfg = PlacementConfig()
@@ -266,10 +243,8 @@ def test_small_run_conserves_gpus_and_writes_a_report(tmp_path: Path) -> None:
     from nexus_admit.sim.report import write_openb_report
     from nexus_admit.sim.study import summarise
 
-    runs = [
-        openb.run_openb("default", p, 42, DATA, node_fraction=0.05, limit=400)
-        for p in ("paper-bestfit", "fgd")
-    ]
+    runs = [openb.run_openb("default", p, 42, DATA, node_fraction=0.05, limit=400)
+            for p in ("paper-bestfit", "fgd")]
     for r in runs:
         assert r.pods == 400
         assert 0 <= r.failed < r.pods

@@ -161,14 +161,8 @@ def test_a_held_gang_is_tried_again_when_its_hold_ends_even_if_nothing_else_happ
         def place(self, snapshot: Any, gang: Any, config: Any) -> Placement:
             calls.append(gang.name)
             if gang.name == last and calls.count(last) == 1:
-                return Placement(
-                    gang.name,
-                    self.name,
-                    False,
-                    SolveStatus.INFEASIBLE,
-                    reason="held",
-                    retry_after_seconds=1800.0,
-                )
+                return Placement(gang.name, self.name, False, SolveStatus.INFEASIBLE,
+                                 reason="held", retry_after_seconds=1800.0)
             return self.inner.place(snapshot, gang, config)
 
     result = rp.run_replay("hold-last-once", scn, policy_factory=lambda *_: HoldLastOnce())

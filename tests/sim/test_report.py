@@ -9,48 +9,24 @@ from nexus_admit.sim.replay import ReplayResult
 from nexus_admit.sim.report import replay_table, replay_table_title
 
 
-def _result(policy: str, seed: int, throughput: float, delay: float, admitted: int) -> ReplayResult:
-    zero: dict[str, Any] = {
-        name: 0.0
-        for name in (
-            "hours",
-            "seconds",
-            "place_seconds",
-            "gpu_allocation",
-            "gpu_cost",
-            "cost_per_effective_gpu_hour",
-            "tier_mismatch_gpu_hours",
-            "stranded_vram_gib_hours",
-            "pristine_islands_mean",
-            "pristine_cliques_mean",
-            "one_tor_share",
-            "one_agg_share",
-            "mean_factor_multinode",
-        )
-    }
+def _result(policy: str, seed: int, throughput: float, delay: float, admitted: int
+            ) -> ReplayResult:
+    zero: dict[str, Any] = {name: 0.0 for name in (
+        "hours", "seconds", "place_seconds", "gpu_allocation", "gpu_cost",
+        "cost_per_effective_gpu_hour", "tier_mismatch_gpu_hours", "stranded_vram_gib_hours",
+        "pristine_islands_mean", "pristine_cliques_mean", "one_tor_share", "one_agg_share",
+        "mean_factor_multinode")}
     return ReplayResult(
-        scenario="s",
-        seed=seed,
-        policy=policy,
-        jobs=10,
-        admitted=admitted,
-        rejected=0,
-        pending_at_end=0,
-        placements=admitted,
-        multinode_gangs=0,
-        delay={"tier:gold": {"n": 1, "mean": delay, "p95": 2 * delay}},
-        **zero,
+        scenario="s", seed=seed, policy=policy, jobs=10, admitted=admitted, rejected=0,
+        pending_at_end=0, placements=admitted, multinode_gangs=0,
+        delay={"tier:gold": {"n": 1, "mean": delay, "p95": 2 * delay}}, **zero,
         effective_throughput=throughput,
     )
 
 
 def test_replay_table_shows_the_mean_over_seeds() -> None:
-    results = [
-        _result("nexus", 7, 40.0, 1.0, 10),
-        _result("nexus", 11, 50.0, 3.0, 10),
-        _result("default", 7, 30.0, 2.0, 9),
-        _result("default", 11, 20.0, 2.0, 10),
-    ]
+    results = [_result("nexus", 7, 40.0, 1.0, 10), _result("nexus", 11, 50.0, 3.0, 10),
+               _result("default", 7, 30.0, 2.0, 9), _result("default", 11, 20.0, 2.0, 10)]
     header, body = replay_table(results)
     assert header == ["metric", "nexus", "default"]
     rows = {row[0]: row[1:] for row in body}
@@ -70,24 +46,14 @@ def test_paired_summary_names_who_is_ahead_and_the_closest_call() -> None:
     from nexus_admit.sim.report import paired_summary
 
     rows = [
-        {
-            "metric": "effective_throughput",
-            "higher_is_better": True,
-            "values": {"nexus": 50.0, "tas": 49.0, "fgd": 30.0},
-            "paired": {
-                "tas": {"mean": 1.0, "ci95": 2.0, "seeds": 3, "verdict": "within noise"},
-                "fgd": {"mean": 20.0, "ci95": 2.0, "seeds": 3, "verdict": "ahead"},
-            },
-        },
-        {
-            "metric": "gpu_allocation",
-            "higher_is_better": True,
-            "values": {"nexus": 60.0, "tas": 61.0, "fgd": 75.0},
-            "paired": {
-                "tas": {"mean": -1.0, "ci95": 3.0, "seeds": 3, "verdict": "within noise"},
-                "fgd": {"mean": -15.0, "ci95": 2.0, "seeds": 3, "verdict": "behind"},
-            },
-        },
+        {"metric": "effective_throughput", "higher_is_better": True,
+         "values": {"nexus": 50.0, "tas": 49.0, "fgd": 30.0},
+         "paired": {"tas": {"mean": 1.0, "ci95": 2.0, "seeds": 3, "verdict": "within noise"},
+                    "fgd": {"mean": 20.0, "ci95": 2.0, "seeds": 3, "verdict": "ahead"}}},
+        {"metric": "gpu_allocation", "higher_is_better": True,
+         "values": {"nexus": 60.0, "tas": 61.0, "fgd": 75.0},
+         "paired": {"tas": {"mean": -1.0, "ci95": 3.0, "seeds": 3, "verdict": "within noise"},
+                    "fgd": {"mean": -15.0, "ci95": 2.0, "seeds": 3, "verdict": "behind"}}},
     ]
     summary = paired_summary(rows)
     assert summary["within noise"] == ["effective_throughput (vs tas: +1 ± 2)"]
@@ -98,15 +64,9 @@ def test_closest_rival_and_the_forest_plot(tmp_path: Path) -> None:
     from nexus_admit.sim.report import closest_rival, plot_paired
 
     def row(metric: str, values: dict[str, float], verdicts: dict[str, str]) -> dict[str, Any]:
-        return {
-            "metric": metric,
-            "higher_is_better": True,
-            "values": values,
-            "paired": {
-                p: {"mean": values["nexus"] - values[p], "ci95": 1.0, "seeds": 3, "verdict": v}
-                for p, v in verdicts.items()
-            },
-        }
+        return {"metric": metric, "higher_is_better": True, "values": values,
+                "paired": {p: {"mean": values["nexus"] - values[p], "ci95": 1.0, "seeds": 3,
+                               "verdict": v} for p, v in verdicts.items()}}
 
     behind = row("a", {"nexus": 5.0, "x": 9.0, "y": 7.0}, {"x": "behind", "y": "behind"})
     assert closest_rival(behind) == "x"  # the best of those ahead of nexus
@@ -120,9 +80,8 @@ def test_closest_rival_and_the_forest_plot(tmp_path: Path) -> None:
     assert plot_paired([zero], tmp_path, "z") is None  # no relative scale for a 0 mean
 
 
-def _split(
-    policy: str, seed: int, allocation: float, throughput: float, overhead: float
-) -> ReplayResult:
+def _split(policy: str, seed: int, allocation: float, throughput: float, overhead: float
+           ) -> ReplayResult:
     r = _result(policy, seed, throughput, 1.0, 10)
     r.gpu_allocation = allocation
     r.offered_load = 80.0
@@ -140,18 +99,15 @@ def test_the_summary_reads_each_headline_metric_and_splits_allocation() -> None:
     lines = replay_summary(results, compare(results, reference="fgd", across_seeds=True))
     text = "\n".join(lines)
     assert lines[0].startswith("**s**, mean over 3 seeds, nexus against")
-    assert (
-        "- useful GPU work (effective throughput): nexus 54.00 vs fgd 34.00 % of "
-        "capacity — ahead of every other policy"
-    ) in lines
+    assert ("- useful GPU work (effective throughput): nexus 54.00 vs fgd 34.00 % of "
+            "capacity — ahead of every other policy") in lines
     assert "- GPU allocation: nexus 66.00 vs fgd 78.00 % of capacity — behind" in lines
-    assert (
-        "fgd 78.0 = 80.0 − 46.0 + 44.0; nexus 66.0 = 80.0 − 26.0 + 12.0" in text
-        and "fgd's lead comes from 32.0 points more GPU time held beyond the work" in text
-    )
+    assert ("fgd 78.0 = 80.0 − 46.0 + 44.0; nexus 66.0 = 80.0 − 26.0 + 12.0" in text
+            and "fgd's lead comes from 32.0 points more GPU time held beyond the work" in text)
     # a policy that allocates more *and* does more work is not said to be slowed down
     busier = [_split("nexus", s, 64.0, 52.0, 12.0) for s in (1, 2)]
     busier += [_split("fgd", s, 76.0, 60.0, 16.0) for s in (1, 2)]
-    text = "\n".join(replay_summary(busier, compare(busier, reference="fgd", across_seeds=True)))
+    text = "\n".join(replay_summary(busier, compare(busier, reference="fgd",
+                                                    across_seeds=True)))
     assert "lead comes from" not in text
     assert "fgd 76.0 = 80.0 − 20.0 + 16.0; nexus 64.0 = 80.0 − 28.0 + 12.0" in text

@@ -20,7 +20,7 @@ def test_paired_difference_interval_uses_students_t() -> None:
     # differences -2 and +2: mean 0, sd 2.83, t(0.975, 1) = 12.706
     noisy = paired_difference([1.0, 5.0], [3.0, 3.0], higher=True)
     assert noisy["mean"] == 0.0
-    assert noisy["ci95"] == pytest.approx(12.706 * 2**1.5 / 2**0.5, abs=1e-3)
+    assert noisy["ci95"] == pytest.approx(12.706 * 2 ** 1.5 / 2 ** 0.5, abs=1e-3)
     assert verdict(noisy) == "within noise"
     one_seed = paired_difference([9.0], [1.0], higher=True)
     assert verdict(one_seed) == "within noise"  # one seed says nothing about noise

@@ -70,9 +70,8 @@ class NodeMirror:
                 itertools.chain.from_iterable(node.gpu_free for node in nodes), np.int64
             )
             rows = np.repeat(np.arange(n), self.gpu_count)
-            cols = np.arange(len(flat)) - np.repeat(
-                np.cumsum(self.gpu_count) - self.gpu_count, self.gpu_count
-            )
+            cols = np.arange(len(flat)) - np.repeat(np.cumsum(self.gpu_count) - self.gpu_count,
+                                                    self.gpu_count)
             self.gpu[rows, cols] = flat
         self.version = np.zeros(n, dtype=np.int64)
         self.stale: set[int] = set()
@@ -90,7 +89,7 @@ class NodeMirror:
     def catch_up(self) -> None:
         """Re-read nodes named in the change log since last time, and our own stale ones."""
         assert self.log is not None
-        changed = {self.index[name] for name in self.log[self.cursor :]} | self.stale
+        changed = {self.index[name] for name in self.log[self.cursor:]} | self.stale
         self.cursor = len(self.log)
         self.stale = set()
         nodes = self.snapshot.nodes
@@ -307,3 +306,4 @@ class VectorPolicy:
             m.read(i, node)
             touched.add(i)
             return slot
+
