@@ -239,3 +239,28 @@ def test_a_tier_claimed_by_the_tenant_is_ignored_with_an_event() -> None:
     assert "metadata.annotations[scheduling.kubenexus.io/tier]=platinum" in event["note"]
     assert "spec.podSets[0].template.metadata.labels" in event["note"]
     assert "placed as tier bronze" in event["note"]
+
+
+def test_a_create_lost_to_a_client_error_does_not_stall_the_workload() -> None:
+    """In an apiserver outage urllib3 raises its own MaxRetryError (neither ApiException nor
+    OSError); it escaped the loop and left an assumption that made every later pass skip
+    the Workload for good."""
+    from urllib3.exceptions import MaxRetryError
+
+    api = cluster(pending("w"))
+    real_create = api.create
+    outage = {"on": True}
+
+    def create(kind: str, body: Any) -> bool:
+        if kind == RR and outage["on"]:
+            raise MaxRetryError(None, "/resourcereservations", "connection refused")  # type: ignore[arg-type]
+        return real_create(kind, body)
+
+    api.create = create  # type: ignore[method-assign]
+    ctx, _ = controller(api)
+    run(ctx)
+    assert api.of_kind(RR) == [] and check_of(api, "w")["state"] == "Pending"
+    outage["on"] = False
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert len(api.of_kind(RR)) == 1
