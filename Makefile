@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: install simulate plan-sample bench run test lint unit e2e cluster-up cluster-down cluster-status controlplane clean
+.PHONY: install simulate plan-sample bench run test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: install
 
 unit: install
 	$(BIN)/python -m pytest tests
+
+## Malformed objects and webhook requests, 10,000 examples per fuzz test (CI runs 300).
+fuzz: install
+	NEXUS_FUZZ_EXAMPLES=10000 $(BIN)/python -m pytest tests/fuzz -q
 
 e2e: install controlplane
 	$(BIN)/python -m pytest e2e/tests

@@ -196,7 +196,8 @@ class NexusController:
             "--retry-seconds=5",
         ]
 
-    def start(self) -> None:
+    def start(self, env: dict[str, str] | None = None) -> None:
+        """Run the controller; `env` adds variables (e.g. the test-only NEXUS_FAULT)."""
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             out.write(f"\n==== {time.strftime('%F %T')} nexus-admit run\n".encode())
@@ -207,7 +208,7 @@ class NexusController:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
         self.wait_ready()
 

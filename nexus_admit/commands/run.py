@@ -55,6 +55,10 @@ def run(
         int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
     ] = 15,
     log_level: Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")] = "INFO",
+    fault: Annotated[
+        str | None,
+        typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
+    ] = None,
 ) -> None:
     """Run the admission controller: place Workloads waiting on the nexus AdmissionCheck."""
     logging.basicConfig(
@@ -77,6 +81,7 @@ def run(
             resync_seconds=resync_seconds,
             retry_seconds=retry_seconds,
             log_level=log_level,
+            fault=fault,
         ).validate()
     except OptionsError as e:
         typer.echo(f"error: {e}", err=True)

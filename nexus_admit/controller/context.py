@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from nexus_admit.controller.api import KubeApi
+from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
@@ -57,6 +58,7 @@ class Context:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     synced: bool = False  # every kind listed once: only then may the loop decide anything
+    faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
 
     def poke(self) -> None:
         """Something changed: run a pass soon."""

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from nexus_admit.controller.api import ApiException, KubeApi
+from nexus_admit.controller.api import KubeApi
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
 
@@ -73,5 +73,5 @@ def post_event(
     """Best effort: a lost Event must never fail the decision it describes."""
     try:
         api.create("Event", event_body(regarding, reason, note, event_type, now, action))
-    except (ApiException, OSError) as e:
+    except Exception as e:  # ApiException, OSError, urllib3's own errors in an outage
         log.warning("could not post event %s on %s: %s", reason, meta(regarding).get("name"), e)

@@ -7,16 +7,19 @@ reference would garbage-collect it with the Workload anyway); its status records
 hold which slots and becomes `Bound` when all are bound. Active steps act: a reservation none
 of whose pods bound before `spec.expiresAt` is released and its gang sent back through
 Retry; a pinned pod that stays unschedulable (a pod outside Kueue took the capacity) sends
-its gang back through Retry with that reason.
+its gang back through Retry with that reason, and so does a slot whose node was deleted or
+cordoned before its pod was bound, and a Ready Workload whose reservation is gone (deleted
+by hand: its pods would stay pinned while nothing holds their capacity).
 
-`release_reason` and `reservation_status` are pure; the rest writes through `api.py`.
+`release_reason`, `reservation_status`, `missing_reservation` and `lost_node` are pure; the
+rest writes through `api.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,7 +42,14 @@ from nexus_admit.kube.reservations import (
     slot_key,
 )
 
-__all__ = ["release_reason", "reservation_status", "sync_lifecycle", "unschedulable_pin"]
+__all__ = [
+    "lost_node",
+    "missing_reservation",
+    "release_reason",
+    "reservation_status",
+    "sync_lifecycle",
+    "unschedulable_pin",
+]
 
 log = logging.getLogger("nexus_admit.lifecycle")
 
@@ -62,6 +72,21 @@ def release_reason(
     uid = reservation_workload_uid(rr)
     if uid and uid != meta(workload).get("uid"):
         return "its Workload was deleted and created again"
+    over = _attempt_over(workload)
+    if over is not None:
+        return over
+    attempt = reservation_attempt(rr)
+    if attempt and attempt != attempt_key(workload):
+        return "the Workload holds a newer quota reservation"
+    for check in checks:
+        state = current_entry(workload, check).get("state")
+        if state in (CheckState.RETRY.value, CheckState.REJECTED.value):
+            return f"its placement check is {state}"
+    return None
+
+
+def _attempt_over(workload: Mapping[str, Any]) -> str | None:
+    """Why the Workload's quota reservation no longer needs placed capacity, or None."""
     cond = _conditions(workload)
     if cond.get("Finished", {}).get("status") == "True":
         return "the Workload finished"
@@ -73,13 +98,56 @@ def release_reason(
         return f"the Workload was evicted ({why})"
     if cond.get("QuotaReserved", {}).get("status") != "True":
         return "Kueue released the Workload's quota"
-    attempt = reservation_attempt(rr)
-    if attempt and attempt != attempt_key(workload):
-        return "the Workload holds a newer quota reservation"
-    for check in checks:
-        state = current_entry(workload, check).get("state")
-        if state in (CheckState.RETRY.value, CheckState.REJECTED.value):
-            return f"its placement check is {state}"
+    return None
+
+
+# how long a Ready check may name a reservation the store does not hold before that counts
+# as a deletion: covers the watch of reservations lagging behind the watch of Workloads
+MISSING_GRACE = timedelta(seconds=10)
+
+
+def missing_reservation(
+    workload: Mapping[str, Any], check: str, reservations: Collection[str], now: datetime
+) -> str | None:
+    """The reservation our Ready check entry promised the Workload's pods, when it is gone
+    (deleted by hand, or lost to a watch gap) while the Workload still runs on it; None
+    otherwise. `reservations`: the "namespace/name" of every reservation that exists."""
+    entry = current_entry(workload, check)
+    if entry.get("state") != CheckState.READY.value or _attempt_over(workload) is not None:
+        return None
+    if meta(workload).get("deletionTimestamp"):
+        return None
+    ns = str(meta(workload).get("namespace") or "default")
+    for update in entry.get("podSetUpdates") or []:
+        labels = update.get("labels") if isinstance(update, Mapping) else None
+        name = labels.get(L.LABEL_RESERVATION) if isinstance(labels, Mapping) else None
+        if not name or f"{ns}/{name}" in reservations:
+            continue
+        since = parse_time(entry.get("lastTransitionTime"))
+        if since is None or now - since < MISSING_GRACE:
+            return None
+        return str(name)
+    return None
+
+
+def lost_node(
+    rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
+) -> str | None:
+    """Why a slot no pod is bound in yet can no longer be used: its node was deleted or
+    cordoned (`nodes`: every Node by name). Bound slots keep running where they are."""
+    bound = set()
+    for p in pods:
+        ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
+        if ref is not None and (p.get("spec") or {}).get("nodeName"):
+            bound.add(slot_key(*ref))
+    for s in reservation_slots(rr):
+        if s.key in bound:
+            continue
+        node = nodes.get(s.node)
+        if node is None:
+            return f"node {s.node} of slot {s.key} was deleted"
+        if (node.get("spec") or {}).get("unschedulable"):
+            return f"node {s.node} of slot {s.key} was cordoned"
     return None
 
 
@@ -157,6 +225,7 @@ async def sync_lifecycle(ctx: Context) -> None:
                 log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
     for phase, n in phases.items():
         ctx.metrics.reservations.labels(phase).set(n)
+    await sync_missing(ctx)
 
 
 async def _act(
@@ -190,7 +259,22 @@ async def _act(
                 )
                 break
     if message is None:
+        why = lost_node(rr, pods, {str(meta(n).get("name")): n for n in ctx.store.items("Node")})
+        if why is not None:
+            message = (
+                f"reservation {meta(rr).get('name')} cannot be used: {why} before its pod "
+                "was bound there; the gang is placed again"
+            )
+    if message is None:
         return None
+    return message if await _retry(ctx, workload, checks, message) else None
+
+
+async def _retry(
+    ctx: Context, workload: Mapping[str, Any], checks: Sequence[str], message: str
+) -> bool:
+    """Send the Workload back through Retry on each of our checks it has; False when a
+    write failed (tried again next pass)."""
     for check in checks:
         if current_entry(workload, check):
             outcome = Outcome(
@@ -205,8 +289,29 @@ async def _act(
             except Exception as e:
                 ctx.metrics.errors.labels("check").inc()
                 log.warning("could not send %s back through Retry: %s", object_key(workload), e)
-                return None
-    return message
+                return False
+    uid = str(meta(workload).get("uid") or "")
+    if uid:  # the store may still show the check Pending: no placement this attempt
+        ctx.answered[uid] = attempt_key(workload)
+    return True
+
+
+async def sync_missing(ctx: Context) -> None:
+    """Workloads running on a reservation that is gone: back through Retry, so Kueue
+    requeues them and they are placed (and their capacity held) again."""
+    now = ctx.clock()
+    existing = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    existing |= set(ctx.ledger.assumed)
+    for workload in ctx.store.items("Workload"):
+        for check in sorted(ctx.checks):
+            name = missing_reservation(workload, check, existing, now)
+            if name is None:
+                continue
+            message = (
+                f"reservation {name} was deleted while the Workload was admitted on it: its "
+                "pods' capacity is no longer held; the gang is placed again"
+            )
+            await _retry(ctx, workload, [check], message)
 
 
 async def _release(

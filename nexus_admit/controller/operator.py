@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nexus_admit.controller import watches
 from nexus_admit.controller.api import RESOURCES, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.webhook import review_pod
@@ -39,7 +40,12 @@ WEBHOOK_PATH = f"/{WEBHOOK_ID}"
 
 def build_context(options: RunOptions) -> Context:
     api = KubeApi(load_api_client(options.kubeconfig), dry_run=options.dry_run)
-    return Context(options=options, api=api, engine=make_policy(options.policy))
+    return Context(
+        options=options,
+        api=api,
+        engine=make_policy(options.policy),
+        faults=Faults.from_spec(options.fault),
+    )
 
 
 def _registry(options: RunOptions) -> kopf.OperatorRegistry:

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nexus_admit.controller.faults import parse_fault
+
 __all__ = ["OptionsError", "RunOptions"]
 
 
@@ -33,6 +35,8 @@ class RunOptions:
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
     retry_seconds: int = 15  # first Retry delay; doubles per retry, capped
     log_level: str = "INFO"
+    # test-only (controller/faults.py): die at a named point, e.g. "kill-after-solve:3"
+    fault: str | None = None
 
     def validate(self) -> RunOptions:
         if self.kubeconfig and not Path(self.kubeconfig).is_file():
@@ -61,4 +65,8 @@ class RunOptions:
             raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
         if self.retry_seconds < 1:
             raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
+        try:
+            parse_fault(self.fault)
+        except ValueError as e:
+            raise OptionsError(f"NEXUS_FAULT {e}") from None
         return self

@@ -15,9 +15,14 @@ repeated or lost event changes nothing, and a restart resumes from the objects. 
 solve runs in a worker thread so watches, the webhook and health checks stay responsive.
 
 Per Workload (`place_one`), the order of writes follows ARCHITECTURE §2.7: assume in the
-ledger, create the ResourceReservation, then apply the check entry. A failed create forgets
-the assumption; a failed check write keeps it (the reservation exists: the next pass finds it
-by its deterministic name and writes the check again).
+ledger, create the ResourceReservation, then apply the check entry. A refused create (4xx)
+forgets the assumption and frees its GPUs; a create whose answer was lost (timeout, 5xx)
+keeps its GPUs taken for the rest of the pass, since it may have been made. A failed check
+write keeps the assumption: the reservation exists, and the next pass finds it by its
+deterministic name and answers from it. A pending Workload's reservation of its current
+attempt counts in the snapshot like any other, so no Workload earlier in Kueue's order is
+placed on its GPUs; AlreadyExists on create means the reservation in the cluster is the
+answer, with its slots, not the ones just solved.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import pending_gpus_by_tier
+from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejected_input, unplaced
 from nexus_admit.controller.ungater import sync_ungating
@@ -48,7 +54,7 @@ from nexus_admit.kube.reservations import (
     reservation_name,
     reservation_slots,
 )
-from nexus_admit.kube.workload import KueueIndex, tas_pod_sets
+from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
@@ -142,27 +148,32 @@ async def place_pending(ctx: Context) -> None:
     # answers the watch has shown (the check left Pending, or a new attempt) need no guard
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
+    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    tick = time.monotonic()
+    # an assumption ends once the snapshot counts its reservation, or when two full
+    # re-lists have not brought it (released, or never made: a failed pass must not leave
+    # its Workload waiting on it for ever)
+    ctx.ledger.settle(
+        lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
+    )
     if not pending:
         return
     now = ctx.clock()
-    keys = {object_key(w) for w in pending}
+    # a pending Workload's reservation of this very attempt (we died or failed before its
+    # Ready) holds capacity for every Workload of the pass, also those earlier in order;
+    # older attempts' reservations are released by lifecycle before this step
+    unreserved = {
+        object_key(w)
+        for w in pending
+        if f"{meta(w).get('namespace') or 'default'}/{reservation_name(w)}" not in stored
+    }
     try:
-        snapshot = dump.snapshot(exclude_workloads=keys, now=now)
+        snapshot = dump.snapshot(exclude_workloads=unreserved, now=now)
     except TranslationError as e:
         # a malformed Node or reservation: nothing can be placed safely until it is fixed
         ctx.metrics.errors.labels("snapshot").inc()
         log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
         return
-    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
-    tick = time.monotonic()
-    # an assumption ends once its Workload left the queue and the reservation is in the
-    # store (or, after a full re-list, never came back: released or never written)
-    ctx.ledger.settle(
-        lambda a: (
-            a.workload not in keys
-            and (a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds)
-        )
-    )
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
     kueue = dump.kueue_index()
@@ -199,8 +210,9 @@ async def place_one(
     ns = str(meta(workload).get("namespace") or "default")
     name = reservation_name(workload)
     rr_key = f"{ns}/{name}"
-    if rr_key in ctx.ledger.assumed:
-        return  # written earlier in this run; the check write will be retried from the store
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
+    if rr_key in ctx.ledger.assumed and existing is None:
+        return  # written earlier in this run; its check is written again once the watch shows it
     config = ctx.checks[check].config
     assert config is not None  # only active checks reach here
 
@@ -210,6 +222,18 @@ async def place_one(
     except TranslationError as e:
         await _answer(ctx, workload, check, rejected_input(e))
         return
+    claims = tier_claims(workload)
+    if claims:  # tenants cannot pick their tier: say so once per quota reservation
+        await asyncio.to_thread(
+            post_event,
+            ctx.api,
+            workload,
+            "TierClaimIgnored",
+            f"ignored {', '.join(claims)}: the tier comes only from the ClusterQueue label "
+            f"{L.LABEL_TIER}; this Workload is placed as tier {gang.tier}",
+            event_type="Warning",
+            now=now,
+        )
     # 2. Kueue TAS flavors: Kueue chose the hosts already
     tas = tas_pod_sets(workload, kueue)
     if tas:
@@ -218,10 +242,8 @@ async def place_one(
     levels = _levels(config, snapshot)
     # 3. a reservation of this attempt exists (we crashed, or the check write failed):
     #    hold its capacity and answer from it, never solve twice
-    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
-    if existing is not None:
+    if existing is not None:  # the snapshot counts it already (see place_pending)
         placement = _placement_of(existing, gang)
-        placer.hold(gang, placement.slots)
         await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
         return
     # 4. solve off the event loop; a feasible answer takes its capacity in the snapshot
@@ -230,6 +252,7 @@ async def place_one(
         retries = int(current_entry(workload, check).get("retryCount") or 0)
         await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
         return
+    ctx.faults.hit("kill-after-solve")
     # 5. assume, reserve, answer
     placement.slots = neighbour_order(placement.slots, snapshot, levels)
     slots = tuple(placement.slots)
@@ -240,15 +263,41 @@ async def place_one(
     )
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
-    except (ApiException, OSError) as e:
+    except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
         ctx.ledger.forget(rr_key)
-        placer.undo(gang, slots)
+        if _refused(e):  # nothing was written: the capacity is free again
+            placer.undo(gang, slots)
+        # else the answer was lost (timeout, 5xx, dropped connection) and the reservation
+        # may exist: its slots stay taken for the rest of this pass, and the next pass
+        # finds it (or AlreadyExists) and answers from it
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
         return
     if not created:
+        # a decision of this attempt was written before (a create that timed out, a store
+        # that lags): that reservation is the answer, and its slots are what it holds
         log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+        ctx.ledger.forget(rr_key)
+        try:
+            found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+        except Exception as e:  # what it holds is unknown: the solved slots stay taken
+            log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
+            return
+        placer.undo(gang, slots)
+        if found is None:
+            return  # deleted meanwhile: the next pass decides afresh
+        placement = _placement_of(found, gang)
+        slots = tuple(s for s in placement.slots if s.node in snapshot.nodes)
+        ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
+        placer.hold(gang, slots)
+    ctx.faults.hit("kill-after-reservation")
     await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
+
+
+def _refused(e: BaseException) -> bool:
+    """The apiserver answered 4xx: the write certainly did not happen."""
+    status = getattr(e, "status", None)
+    return isinstance(e, ApiException) and isinstance(status, int) and 400 <= status < 500
 
 
 async def _solve(
@@ -265,7 +314,7 @@ async def _solve(
 async def _answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
     try:
         await write_check(ctx, workload, check, outcome)
-    except (ApiException, OSError) as e:
+    except Exception as e:  # ApiException, OSError, urllib3's own: written again next pass
         ctx.metrics.errors.labels("check").inc()
         log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
         return

@@ -155,6 +155,7 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
             "could not pin pod %s/%s to %s: %s", m.get("namespace"), m.get("name"), slot.node, e
         )
         return
+    ctx.faults.hit("kill-while-ungating")
     created = parse_time(m.get("creationTimestamp"))
     if created is not None:
         ctx.metrics.ungate_seconds.observe(max(0.0, (ctx.clock() - created).total_seconds()))

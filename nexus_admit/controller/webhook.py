@@ -39,11 +39,21 @@ class GateAnswer:
 
 
 def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
+    refs = meta(obj).get("ownerReferences")
     return {
         str(r.get("uid"))
-        for r in meta(obj).get("ownerReferences") or []
+        for r in (refs if isinstance(refs, list) else [])
         if isinstance(r, Mapping) and r.get("uid")
     }
+
+
+def _gate_names(pod: Mapping[str, Any]) -> list[str]:
+    gates = child(pod, "spec").get("schedulingGates")
+    return (
+        [str(g.get("name")) for g in gates if isinstance(g, Mapping)]
+        if isinstance(gates, list)
+        else []
+    )
 
 
 def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
@@ -53,8 +63,8 @@ def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
     pm = meta(pod)
     if _owner_uids(pod) & _owner_uids(workload):
         return True
-    labels = pm.get("labels") or {}
-    annotations = pm.get("annotations") or {}
+    labels = child(pm, "labels")
+    annotations = child(pm, "annotations")
     if labels.get(POD_GROUP_LABEL) and labels.get(POD_GROUP_LABEL) == wm.get("name"):
         return True
     return annotations.get(L.KUEUE_WORKLOAD_ANNOTATION) == wm.get("name")
@@ -67,12 +77,8 @@ def decide(
     workload: Mapping[str, Any] | None,
 ) -> GateAnswer:
     m = meta(pod)
-    rr_name = str((m.get("labels") or {}).get(L.LABEL_RESERVATION) or "")
-    gates = [
-        g.get("name")
-        for g in (pod.get("spec") or {}).get("schedulingGates") or []
-        if isinstance(g, Mapping)
-    ]
+    rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
+    gates = _gate_names(pod)
     if not rr_name:
         return GateAnswer(True)
     if reservation is None:
@@ -98,7 +104,7 @@ def decide(
             f"ResourceReservation {namespace}/{rr_name} belongs to: a pod cannot use another "
             "Workload's reservation",
         )
-    if (pod.get("spec") or {}).get("nodeName"):
+    if child(pod, "spec").get("nodeName"):
         return GateAnswer(False, "a pod with a reservation label must not set spec.nodeName")
     return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
 
@@ -111,7 +117,7 @@ def queued_under_check(
     admission gate, by an update, and a gate cannot be added after creation: so they get
     ours at creation, and the ungater lifts it."""
     m = meta(pod)
-    queue = (m.get("labels") or {}).get(L.KUEUE_QUEUE_NAME_LABEL)
+    queue = child(m, "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
     if not queue or m.get("ownerReferences"):
         return False
     lq = store.get("LocalQueue", f"{namespace}/{queue}")
@@ -127,7 +133,7 @@ def queued_under_check(
 async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> None:
     """Fetch the pod's LocalQueue and ClusterQueue when the watch has not brought them yet
     (a queue created a moment before its first pod)."""
-    queue = (meta(pod).get("labels") or {}).get(L.KUEUE_QUEUE_NAME_LABEL)
+    queue = child(meta(pod), "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
     if not queue or meta(pod).get("ownerReferences"):
         return
     lq = ctx.store.get("LocalQueue", f"{namespace}/{queue}")
@@ -144,11 +150,11 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> N
 
 
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
-    rr_name = str((meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION) or "")
+    rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name:
         await _fill_queue(ctx, pod, namespace)
         if queued_under_check(pod, namespace, ctx.store, ctx.checks):
-            gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+            gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
         return GateAnswer(True)

@@ -81,7 +81,10 @@ __all__ = [
     "topologies_from_objects",
 ]
 
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# bounds on what one Node may claim: the snapshot holds one entry per GPU and per zone
+MAX_GPUS_PER_NODE = 1024
+MAX_NUMA_ZONES = 64
+_TERMINAL_PHASES = ("Succeeded", "Failed")  # a tuple: `in` must not hash a malformed phase
 _ZONE_NUM = re.compile(r"(\d+)$")
 
 

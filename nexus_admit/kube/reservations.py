@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object_ref
+from nexus_admit.kube.errors import Obj, TranslationError, child, mapping, meta, object_ref
 from nexus_admit.kube.quantity import format_quantity, parse_time
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Gang, Placement, Slot
 
@@ -191,9 +191,9 @@ def reservation_slots(rr: Obj) -> list[ReservedSlot]:
 
 
 def reservation_workload_key(rr: Obj) -> str:
-    """'namespace/name' of the Workload a ResourceReservation belongs to."""
-    spec = mapping(rr, rr.get("spec"), "spec")
-    ref = mapping(rr, spec.get("workloadRef"), "spec.workloadRef")
+    """'namespace/name' of the Workload a ResourceReservation belongs to (a lenient read:
+    the snapshot builder reports a malformed reservation with its field)."""
+    ref = child(child(rr, "spec"), "workloadRef")
     ns = ref.get("namespace") or meta(rr).get("namespace") or "default"
     return f"{ns}/{ref.get('name', '')}"
 

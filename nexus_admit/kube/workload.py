@@ -29,6 +29,7 @@ from nexus_admit.kube.cluster import gpu_fraction_milli
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
+    child,
     mapping,
     meta,
     object_key,
@@ -58,6 +59,7 @@ __all__ = [
     "is_pending_on_check",
     "our_check_names",
     "tas_pod_sets",
+    "tier_claims",
     "workload_template_requests",
     "workload_to_gang",
 ]
@@ -511,7 +513,7 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
     key = object_key(workload)
     out: dict[tuple[str, str], tuple[int, int, int]] = {}
     for i, ps in enumerate(
-        sequence(workload, (workload.get("spec") or {}).get("podSets"), "spec.podSets")
+        sequence(workload, child(workload, "spec").get("podSets"), "spec.podSets")
     ):
         ps = mapping(workload, ps, f"spec.podSets[{i}]")
         tpl = mapping(workload, ps.get("template"), f"spec.podSets[{i}].template")
@@ -763,3 +765,26 @@ def workload_to_gang(
         if isinstance(e, TranslationError):
             raise
         raise TranslationError(ref, "spec.podSets", str(e)) from None
+
+
+def tier_claims(workload: Obj) -> list[str]:
+    """Where the Workload or its pod templates claim a tier themselves (the tier label key
+    as a label or annotation): tenants cannot choose their tier, so these are ignored; the
+    controller says so in an Event."""
+    out = []
+    m = meta(workload)
+    for what in ("labels", "annotations"):
+        value = child(m, what).get(L.LABEL_TIER)
+        if value:
+            out.append(f"metadata.{what}[{L.LABEL_TIER}]={value}")
+    for i, ps in enumerate(_listed(child(workload, "spec").get("podSets"))):
+        tm = child(child(ps, "template") if isinstance(ps, Mapping) else {}, "metadata")
+        for what in ("labels", "annotations"):
+            value = child(tm, what).get(L.LABEL_TIER)
+            if value:
+                out.append(f"spec.podSets[{i}].template.metadata.{what}[{L.LABEL_TIER}]={value}")
+    return out
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.controller.lifecycle import release_reason, reservation_status, unschedulable_pin
+from nexus_admit.controller.lifecycle import (
+    lost_node,
+    missing_reservation,
+    release_reason,
+    reservation_status,
+    unschedulable_pin,
+)
 from nexus_admit.kube import labels as L
 
 QR_TIME = "2026-11-25T10:00:00Z"
@@ -105,3 +111,65 @@ def test_unschedulable_pin_waits_for_the_grace() -> None:
 
     assert unschedulable_pin(p(now - timedelta(seconds=5)), now) is None
     assert "0/64" in unschedulable_pin(p(now - timedelta(seconds=60)), now)
+
+
+def ready(since: str = "2026-11-25T10:00:05Z", **conds: str) -> dict[str, Any]:
+    w = wl(**conds)
+    w["status"]["admissionChecks"] = [
+        {
+            "name": "nexus",
+            "state": "Ready",
+            "lastTransitionTime": since,
+            "podSetUpdates": [{"name": "main", "labels": {L.LABEL_RESERVATION: "w-1"}}],
+        }
+    ]
+    return w
+
+
+NOW = datetime(2026, 11, 25, 10, 1, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("workload", "reservations", "now", "missing"),
+    [
+        pytest.param(ready(), {"t/w-1"}, NOW, None, id="present"),
+        pytest.param(ready(), set(), NOW, "w-1", id="deleted"),
+        pytest.param(
+            ready(), set(), datetime(2026, 11, 25, 10, 0, 8, tzinfo=UTC), None, id="watch-may-lag"
+        ),
+        pytest.param(ready(Finished="True"), set(), NOW, None, id="finished-released"),
+        pytest.param(ready(Evicted="True"), set(), NOW, None, id="evicted"),
+        pytest.param(wl(), set(), NOW, None, id="check-not-ready"),
+    ],
+)
+def test_missing_reservation(workload, reservations, now, missing) -> None:
+    assert missing_reservation(workload, "nexus", reservations, now) == missing
+
+
+def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"unschedulable": True} if cordoned else {}}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pods", "says"),
+    [
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1")}, [], None, id="all-there"),
+        pytest.param(
+            {"n0": node_obj("n0")}, [], "node n1 of slot main/1 was deleted", id="deleted"
+        ),
+        pytest.param(
+            {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
+            [],
+            "node n1 of slot main/1 was cordoned",
+            id="cordoned",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
+            [pod("b", "main/1", "n1")],
+            None,
+            id="cordoned-under-a-bound-pod",
+        ),
+    ],
+)
+def test_lost_node(nodes, pods, says) -> None:
+    assert lost_node(RR, pods, nodes) == says

@@ -1,0 +1,266 @@
+"""The loop's decisions under repeated, stale and lost events, and across restarts: one
+reservation per quota reservation, whatever the order of events (a unit test of the loop's
+logic over `FakeApi`; e2e/tests/test_faults.py proves the same on the real control plane).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nexus_admit.controller.api import ApiException
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.placing import reconcile
+from nexus_admit.controller.store import WATCHED_KINDS
+from nexus_admit.kube import labels as L
+from nexus_admit.placement.policies import make_policy
+from tests.controller.fake_api import FakeApi
+from tests.kube.kube_factories import admission_check, cluster_queue, node, pod_set, workload
+
+QR = "2026-11-25T10:00:00Z"
+RR = L.KIND_RESOURCE_RESERVATION
+
+
+class CountingEngine:
+    def __init__(self) -> None:
+        self.inner = make_policy("nexus")
+        self.name = self.inner.name
+        self.calls = 0
+
+    def place(self, *args: Any) -> Any:
+        self.calls += 1
+        return self.inner.place(*args)
+
+
+def pending(name: str, pods: int = 2, gpus: int = 4, created: str = QR) -> dict[str, Any]:
+    w = workload(name, [pod_set(count=pods, gpus=gpus)], created=created)
+    w["status"]["conditions"][0]["lastTransitionTime"] = QR
+    return w
+
+
+def cluster(*workloads: dict[str, Any]) -> FakeApi:
+    api = FakeApi()
+    for n in ("n0", "n1", "n2"):
+        api.put(node(n))
+    api.put(cluster_queue("cq", "gold"))
+    api.put(admission_check("nexus"))
+    for w in workloads:
+        api.put(w)
+    return api
+
+
+def controller(api: FakeApi) -> tuple[Context, CountingEngine]:
+    """A freshly started controller: the store filled by a full list."""
+    engine = CountingEngine()
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=engine)  # type: ignore[arg-type]
+    watch(ctx, api)
+    ctx.synced = True
+    return ctx, engine
+
+
+def watch(ctx: Context, api: FakeApi, kinds: tuple[str, ...] = WATCHED_KINDS) -> None:
+    """The watch catches up on `kinds`."""
+    for kind in kinds:
+        ctx.store.replace(kind, *api.list(kind))
+
+
+def run(ctx: Context) -> None:
+    asyncio.run(reconcile(ctx))
+
+
+def check_of(api: FakeApi, name: str) -> dict[str, Any]:
+    wl = api.get("Workload", name, "default")
+    assert wl is not None
+    return next(c for c in wl["status"]["admissionChecks"] if c["name"] == "nexus")
+
+
+def test_a_repeated_event_and_passes_before_the_watch_catches_up_reserve_once() -> None:
+    api = cluster(pending("w"))
+    ctx, engine = controller(api)
+    run(ctx)
+    assert api.count("create", RR) == 1 and check_of(api, "w")["state"] == "Ready"
+    # the same (old, Pending) Workload event delivered again, and more passes, before the
+    # watch shows our reservation or our Ready
+    ctx.store.upsert(
+        "Workload", pending("w") | {"metadata": api.get("Workload", "w", "default")["metadata"]}
+    )  # type: ignore[index]
+    run(ctx)
+    run(ctx)
+    watch(ctx, api)
+    run(ctx)
+    assert api.count("create", RR) == 1
+    assert api.count("apply", "Workload") == 1
+    assert engine.calls == 1
+
+
+def test_a_stale_pending_event_after_ready_changes_nothing_after_a_restart() -> None:
+    api = cluster(pending("w"))
+    old = api.get("Workload", "w", "default")
+    first, _ = controller(api)
+    run(first)
+    restarted, engine = controller(api)
+    assert restarted.store.upsert("Workload", old) is False  # older resourceVersion
+    run(restarted)
+    assert api.count("create", RR) == 1 and engine.calls == 0
+    assert api.count("apply", "Workload") == 1
+
+
+def test_killed_between_reservation_and_ready_the_restart_answers_from_the_reservation() -> None:
+    api = cluster(pending("w"))
+    api.fail[("apply", "Workload")] = 1  # the Ready write is lost (the process died there)
+    first, _ = controller(api)
+    run(first)
+    (rr,) = api.of_kind(RR)
+    restarted, engine = controller(api)
+    run(restarted)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Ready"
+    assert entry["podSetUpdates"][0]["labels"][L.LABEL_RESERVATION] == rr["metadata"]["name"]
+    assert engine.calls == 0, "a reservation of this attempt exists: never solve again"
+    assert api.count("create", RR) == 1
+
+
+def test_a_failed_check_write_is_written_again_in_the_same_run() -> None:
+    api = cluster(pending("w"))
+    api.fail[("apply", "Workload")] = 1
+    ctx, engine = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Pending"
+    watch(ctx, api, (RR,))  # the reservation arrives; the Workload is still Pending
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert api.count("create", RR) == 1 and engine.calls == 1
+
+
+def test_a_create_whose_answer_was_lost_keeps_its_gpus_and_is_answered_from_it() -> None:
+    """The create was made but its answer lost (a 504): the rest of the pass must not hand
+    its GPUs to another gang, and the next pass, its store still without the reservation,
+    finds AlreadyExists and answers from what was written."""
+    api = cluster(
+        pending("w", pods=1, gpus=8), pending("v", pods=3, gpus=8, created="2026-11-25T10:00:01Z")
+    )
+    real_create = api.create
+
+    def create_then_lose_the_answer(kind: str, body: Any) -> bool:
+        made = real_create(kind, body)
+        if kind == RR and body["metadata"]["name"].startswith("w-") and made:
+            raise ApiException(status=504, reason="timeout")
+        return made
+
+    api.create = create_then_lose_the_answer  # type: ignore[method-assign]
+    ctx, _ = controller(api)
+    run(ctx)  # w: made, answer lost; v needs all three nodes: one is w's
+    assert check_of(api, "v")["state"] == "Retry"
+    assert len(api.of_kind(RR)) == 1
+    run(ctx)  # w again, its reservation not watched yet: AlreadyExists → that one
+    (rr,) = api.of_kind(RR)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Ready"
+    assert entry["podSetUpdates"][0]["labels"][L.LABEL_RESERVATION] == rr["metadata"]["name"]
+    held = ctx.ledger.assumed[f"default/{rr['metadata']['name']}"]
+    assert [s.node for s in held.slots] == [rr["spec"]["podSets"][0]["slots"][0]["node"]]
+
+
+def test_a_pending_workloads_own_reservation_holds_against_higher_priority_work() -> None:
+    """Restarted after w's reservation was written but before its Ready: u, ahead of w in
+    Kueue's order, must not be placed on w's GPUs."""
+    api = cluster(pending("w", pods=1, gpus=8))
+    api.fail[("apply", "Workload")] = 1
+    first, _ = controller(api)
+    run(first)
+    (rr,) = api.of_kind(RR)
+    u = pending("u", pods=3, gpus=8)
+    u["spec"]["priority"] = 100
+    api.put(u)
+    restarted, _ = controller(api)
+    run(restarted)
+    assert check_of(api, "u")["state"] == "Retry", "u needs all three nodes; one is w's"
+    assert check_of(api, "w")["state"] == "Ready"
+    assert [r["metadata"]["name"] for r in api.of_kind(RR)] == [rr["metadata"]["name"]]
+
+
+def test_a_reservation_deleted_by_hand_sends_its_ready_workload_back_through_retry() -> None:
+    api = cluster(pending("w"))
+    ctx, _ = controller(api)
+    t0 = datetime(2026, 11, 25, 10, 0, 0, tzinfo=UTC)
+    ctx.clock = lambda: t0
+    run(ctx)
+    (rr,) = api.of_kind(RR)
+    watch(ctx, api)
+    run(ctx)  # every watch event runs a pass
+    api.delete(RR, rr["metadata"]["name"], "default")
+    watch(ctx, api)
+    ctx.clock = lambda: t0 + timedelta(seconds=5)  # the watch of reservations may lag
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    ctx.clock = lambda: t0 + timedelta(seconds=30)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry"
+    assert f"reservation {rr['metadata']['name']} was deleted" in entry["message"]
+    (event,) = [e for e in api.of_kind("Event") if e["reason"] == "PlacementRetry"]
+    assert event["regarding"]["name"] == "w"
+    assert api.count("create", RR) == 1
+
+
+def test_a_cordoned_node_under_an_unanswered_reservation_is_retried_not_answered() -> None:
+    """Killed after the reservation, before its Ready; a node of it is cordoned meanwhile:
+    the restart sends the gang through Retry with the reason instead of answering Ready."""
+    api = cluster(pending("w", pods=1, gpus=8))
+    api.fail[("apply", "Workload")] = 1
+    first, _ = controller(api)
+    run(first)
+    (rr,) = api.of_kind(RR)
+    node_name = rr["spec"]["podSets"][0]["slots"][0]["node"]
+    cordoned = api.get("Node", node_name)
+    assert cordoned is not None
+    cordoned["spec"]["unschedulable"] = True
+    api.put(cordoned)
+    restarted, _ = controller(api)
+    run(restarted)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry", entry
+    assert f"node {node_name} of slot main/0 was cordoned" in entry["message"]
+    assert api.of_kind(RR) == [] and api.count("create", RR) == 1
+
+
+def test_a_tier_claimed_by_the_tenant_is_ignored_with_an_event() -> None:
+    w = pending("w")
+    w["metadata"]["annotations"] = {L.LABEL_TIER: "platinum"}
+    w["spec"]["podSets"][0]["template"]["metadata"]["labels"] = {L.LABEL_TIER: "gold"}
+    api = cluster(w)
+    api.put(cluster_queue("cq", "bronze"))  # the admin's word
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    (event,) = [e for e in api.of_kind("Event") if e["reason"] == "TierClaimIgnored"]
+    assert "metadata.annotations[scheduling.kubenexus.io/tier]=platinum" in event["note"]
+    assert "spec.podSets[0].template.metadata.labels" in event["note"]
+    assert "placed as tier bronze" in event["note"]
+
+
+def test_a_create_lost_to_a_client_error_does_not_stall_the_workload() -> None:
+    """In an apiserver outage urllib3 raises its own MaxRetryError (neither ApiException nor
+    OSError); it escaped the loop and left an assumption that made every later pass skip
+    the Workload for good."""
+    from urllib3.exceptions import MaxRetryError
+
+    api = cluster(pending("w"))
+    real_create = api.create
+    outage = {"on": True}
+
+    def create(kind: str, body: Any) -> bool:
+        if kind == RR and outage["on"]:
+            raise MaxRetryError(None, "/resourcereservations", "connection refused")  # type: ignore[arg-type]
+        return real_create(kind, body)
+
+    api.create = create  # type: ignore[method-assign]
+    ctx, _ = controller(api)
+    run(ctx)
+    assert api.of_kind(RR) == [] and check_of(api, "w")["state"] == "Pending"
+    outage["on"] = False
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert len(api.of_kind(RR)) == 1

@@ -1,0 +1,280 @@
+"""Fuzz: malformed Kubernetes objects (valid ones with fields replaced by junk, or removed)
+through the translation (Nodes, pods, reservations, NodeResourceTopology, ResourceSlices,
+Workloads, PlacementConfigs) and through the pod webhook. Every input is answered: a
+result, or the project's own `TranslationError` naming the object and the field; the
+webhook always answers, and a denial says why. Any other exception is a crash.
+
+`NEXUS_FUZZ_EXAMPLES` sets the examples per test (default 300; `make fuzz` runs 10,000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.webhook import decide, review_pod
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster import build_snapshot
+from nexus_admit.kube.errors import TranslationError
+from nexus_admit.kube.translate import placement_config_from_object
+from nexus_admit.kube.workload import KueueIndex, workload_to_gang
+from nexus_admit.model import PlacementConfig
+from tests.controller.fake_api import FakeApi
+from tests.kube.kube_factories import (
+    cluster_queue,
+    local_queue,
+    node,
+    nrt,
+    pod,
+    pod_set,
+    reservation,
+    workload,
+)
+
+EXAMPLES = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "300"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+NOW = datetime(2026, 11, 25, 10, 0, 0, tzinfo=UTC)
+CONFIG = PlacementConfig()
+KINDS = ("Node", "Pod", "ResourceReservation", "NodeResourceTopology", "ResourceSlice")
+
+# values that look almost right are where parsers break
+TRICKY = st.sampled_from(
+    [
+        "", "-1", "0", "1e400", "NaN", "inf", "1Gi", "-4Gi", "10000000000000000000000Ei",
+        "1.5", "0.001m", "8", " 8", "Gi", "x", "\x00", "main/-1", "main/99999999999999999999",
+        "2026-13-45T99:99:99Z", "nvidia.com/gpu", "a/b/c", "true",
+    ]
+)  # fmt: skip
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    TRICKY,
+)
+JUNK = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.text(max_size=6) | TRICKY, inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: dict[str, Any], keep: tuple[str, ...] = ("kind",)) -> Any:
+    """`base` with 1-3 of its fields (at any depth) replaced by junk or removed. The object
+    itself stays a mapping: watches, lists and kopf only ever hand over mappings."""
+    obj = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _paths(obj) if p[0] not in keep]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent: Any = obj
+        for step in path[:-1]:
+            parent = parent[step]
+        if draw(st.booleans()) and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(JUNK)
+    return obj
+
+
+def assert_names_object_and_field(e: TranslationError) -> None:
+    assert e.obj_ref and e.obj_ref.split()[0][:1].isupper(), e  # "Kind ns/name"
+    assert e.field, e
+    assert str(e).startswith(e.obj_ref)
+
+
+# ---------------------------------------------------------------- bases
+
+NODE = node("n0", labels={"topology.kubernetes.io/zone": "z"})
+POD = pod(
+    "p",
+    "n0",
+    gpus=2,
+    labels={L.LABEL_RESERVATION: "w-1"},
+    annotations={L.ANN_SLOT: "main/0", L.ANN_NUMA_ZONE: "0"},
+)
+RR = reservation("w-1", "w", [{"index": 0, "node": "n0", "gpus": [0, 1], "numaZone": 0}])
+NRT = nrt("n0", [("32", 4), ("32", 4)])
+SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "n0-gpu"},
+    "spec": {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "n0",
+        "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": "gpu-0",
+                "attributes": {
+                    "type": {"string": "gpu"},
+                    "index": {"int": 0},
+                    "productName": {"string": "NVIDIA H200"},
+                    "numaNode": {"int": 0},
+                },
+                "capacity": {"memory": {"value": "143771Mi"}},
+            }
+        ],
+    },
+}
+WORKLOAD = workload(
+    "w",
+    [
+        pod_set(
+            count=2,
+            gpus=4,
+            annotations={
+                L.ANN_GPU_MEMORY: "40Gi",
+                L.ANN_NUMA_POLICY: "single-numa-node",
+                L.ANN_REQUIRED_TOPOLOGY: "topology.kubernetes.io/zone",
+            },
+        )
+    ],
+)
+KUEUE = KueueIndex.of(
+    cluster_queues=[cluster_queue("cq", "gold")],
+    local_queues=[local_queue("default", "q", "cq")],
+)
+PLACEMENT_CONFIG = {
+    "apiVersion": f"{L.API_GROUP}/{L.API_VERSION}",
+    "kind": "PlacementConfig",
+    "metadata": {"name": "default"},
+    "spec": {
+        "topology": {"levels": ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]},
+        "hardwareClasses": [{"name": "premium", "gpuProducts": ["NVIDIA-H100*"]}],
+        "tiers": [{"name": "gold", "classCosts": {"premium": 0}}],
+        "defaultTier": "gold",
+        "reservationTTLSeconds": 600,
+    },
+}
+
+
+# ---------------------------------------------------------------- translation
+
+
+@FUZZ
+@given(
+    st.sampled_from(KINDS),
+    st.data(),
+)
+def test_cluster_objects_translate_or_name_the_field(kind: str, data: st.DataObject) -> None:
+    objs: dict[str, list[Any]] = {
+        "Node": [NODE],
+        "Pod": [POD],
+        "ResourceReservation": [RR],
+        "NodeResourceTopology": [NRT],
+        "ResourceSlice": [SLICE],
+    }
+    base = objs[kind][0]
+    objs[kind] = [data.draw(mutated(base), label=kind)]
+    try:
+        build_snapshot(
+            objs["Node"],
+            objs["Pod"],
+            objs["ResourceReservation"],
+            node_resource_topologies=objs["NodeResourceTopology"],
+            resource_slices=objs["ResourceSlice"],
+            now=NOW,
+        )
+    except TranslationError as e:
+        assert_names_object_and_field(e)
+
+
+@FUZZ
+@given(mutated(WORKLOAD, keep=("kind", "apiVersion")))
+def test_workloads_translate_or_name_the_field(wl: Any) -> None:
+    try:
+        workload_to_gang(wl, config=CONFIG, kueue=KUEUE, now=NOW)
+    except TranslationError as e:
+        assert_names_object_and_field(e)
+
+
+@FUZZ
+@given(mutated(PLACEMENT_CONFIG))
+def test_placement_configs_translate_or_name_the_field(obj: Any) -> None:
+    try:
+        placement_config_from_object(obj)
+    except TranslationError as e:
+        assert e.obj_ref.startswith("PlacementConfig"), e
+        assert e.field.startswith("spec"), e
+
+
+# ---------------------------------------------------------------- webhook
+
+WEBHOOK_POD = {
+    "kind": "Pod",
+    "metadata": {
+        "name": "p",
+        "namespace": "default",
+        "labels": {L.LABEL_RESERVATION: "w-1"},
+        "annotations": {L.KUEUE_WORKLOAD_ANNOTATION: "w"},
+    },
+    "spec": {"containers": [{"name": "c"}], "schedulingGates": [{"name": "other"}]},
+}
+WEBHOOK_RR = {
+    **RR,
+    "spec": {**RR["spec"], "workloadRef": {"name": "w", "namespace": "default", "uid": "uid-w"}},
+}
+
+
+@FUZZ
+@given(
+    mutated(WEBHOOK_POD),
+    st.none() | mutated(WEBHOOK_RR),
+    st.none() | mutated(WORKLOAD),
+)
+def test_webhook_decide_always_answers_and_says_why(pod_: Any, rr: Any, wl: Any) -> None:
+    answer = decide(pod_, "default", rr, wl)
+    if not answer.allowed:
+        assert answer.message and "/" in answer.message
+
+
+def _webhook_ctx() -> Context:
+    api = FakeApi()
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=None)  # type: ignore[arg-type]
+    for obj in (
+        WEBHOOK_RR,
+        WORKLOAD,
+        cluster_queue("cq", "gold"),
+        local_queue("default", "q", "cq"),
+    ):
+        api.put(obj)
+        ctx.store.upsert(str(obj["kind"]), obj)
+    return ctx
+
+
+@FUZZ
+@given(mutated(WEBHOOK_POD))
+def test_webhook_review_of_malformed_pods_always_answers(pod_: Any) -> None:
+    answer = asyncio.run(review_pod(_webhook_ctx(), pod_, "default"))
+    if not answer.allowed:
+        assert answer.message
