@@ -50,8 +50,8 @@ from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
-    reservation_for,
     reservation_name,
+    reservation_object,
     reservation_slots,
 )
 from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims
@@ -258,7 +258,7 @@ async def place_one(
     slots = tuple(placement.slots)
     ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
     expires = now + timedelta(seconds=config.reservation_ttl_seconds)
-    body = reservation_for(
+    body = reservation_object(
         name=name, workload=workload, gang=gang, placement=placement, expires_at=expires
     )
     try:

@@ -34,7 +34,6 @@ __all__ = [
     "neighbour_order",
     "parse_slot_key",
     "reservation_attempt",
-    "reservation_for",
     "reservation_is_live",
     "reservation_name",
     "reservation_object",
@@ -132,34 +131,6 @@ def neighbour_order(
     return out
 
 
-def reservation_for(
-    *,
-    name: str,
-    workload: Obj,
-    gang: Gang,
-    placement: Placement,
-    expires_at: datetime,
-) -> dict[str, Any]:
-    """The ResourceReservation to create for a feasible placement: slots, requests, the
-    objective terms and the explanation, the attempt it belongs to, owner: the Workload."""
-    rr = reservation_object(
-        name=name, workload=workload, gang=gang, placement=placement, expires_at=expires_at
-    )
-    m = meta(workload)
-    rr["metadata"]["annotations"] = {L.ANN_ATTEMPT: attempt_key(workload)}
-    rr["spec"]["workloadRef"]["uid"] = str(m.get("uid") or "")
-    rr["spec"]["decision"] = {
-        "policy": placement.policy,
-        "status": placement.status.value,
-        "objective": round(float(placement.objective), 6),
-        "nodes": len({s.node for s in placement.slots}),
-        "gpus": sum(a.gpus for a in placement.assignments()),
-        "terms": {k: round(float(v), 6) for k, v in placement.terms.items()},
-        "explanation": list(placement.explanation),
-    }
-    return rr
-
-
 def reservation_slots(rr: Obj) -> list[ReservedSlot]:
     """Every slot a reservation holds, malformed entries skipped (the snapshot builder
     reports them with the field when it counts capacity)."""
@@ -222,7 +193,9 @@ def reservation_object(
     """The ResourceReservation for a feasible placement of `workload` (owner: the Workload).
 
     Per pod set it records the per-pod `requests` and `gpuShare`, so the reservation holds
-    capacity on its own, and one slot per pod {index, node, gpus (device indices), numaZone}.
+    capacity on its own, and one slot per pod {index, node, gpus (device indices), numaZone};
+    the quota reservation it was made for (annotation), and the engine's decision (terms,
+    explanation), so a restarted controller can answer from it alone.
     """
     if not placement.feasible:
         raise ValueError("only a feasible placement can be reserved")
@@ -258,13 +231,25 @@ def reservation_object(
             "name": name,
             "namespace": str(m.get("namespace") or "default"),
             "ownerReferences": [owner] if owner["uid"] else [],
+            "annotations": {L.ANN_ATTEMPT: attempt_key(workload)},
         },
         "spec": {
             "workloadRef": {
                 "name": str(m.get("name")),
                 "namespace": str(m.get("namespace") or "default"),
+                "uid": str(m.get("uid") or ""),
             },
             "podSets": pod_sets,
             "expiresAt": expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            # why the pods go where they go: `kubectl get rr -o yaml` shows the engine's answer
+            "decision": {
+                "policy": placement.policy,
+                "status": placement.status.value,
+                "objective": round(float(placement.objective), 6),
+                "nodes": len({s.node for s in placement.slots}),
+                "gpus": sum(a.gpus for a in placement.assignments()),
+                "terms": {k: round(float(v), 6) for k, v in placement.terms.items()},
+                "explanation": list(placement.explanation),
+            },
         },
     }
