@@ -196,8 +196,10 @@ class NexusController:
             "--retry-seconds=5",
         ]
 
-    def start(self, env: dict[str, str] | None = None) -> None:
-        """Run the controller; `env` adds variables (e.g. the test-only NEXUS_FAULT)."""
+    def start(self, env: dict[str, str] | None = None, wait: bool = True) -> None:
+        """Run the controller; `env` adds variables (e.g. the test-only NEXUS_FAULT).
+        `wait=False` returns at once: a process set to die at its first write may be gone
+        before it ever answers /readyz."""
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as out:
             out.write(f"\n==== {time.strftime('%F %T')} nexus-admit run\n".encode())
@@ -210,7 +212,8 @@ class NexusController:
                 start_new_session=True,
                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             )
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     def ready(self) -> bool:
         try:

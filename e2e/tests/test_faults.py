@@ -345,7 +345,7 @@ def test_restarted_twice_with_the_same_pending_workloads_reserves_once(
     first = {r["metadata"]["name"] for r in all_reservations(custom_objects, ns)}
     assert first
     for _ in range(2):  # restarts that die on their first reservation write again
-        controller.start(env={"NEXUS_FAULT": "kill-after-reservation:1"})
+        controller.start(env={"NEXUS_FAULT": "kill-after-reservation:1"}, wait=False)
         try:
             controller.proc.wait(20)
         except Exception:
