@@ -184,10 +184,28 @@ def _pending_on_check(custom, namespace: str, job: str) -> dict | None:
     return None
 
 
+def _a100_pods_elsewhere(cluster, ns: str) -> list[str]:
+    out = cluster.kubectl("get", "pods", "-A", "-o", "json").stdout
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in json.loads(out)["items"]
+        if p["metadata"]["namespace"] != ns
+        and str((p.get("spec") or {}).get("nodeName", "")).startswith("a100-")
+        and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+
+
 def test_plan_places_live_workloads_and_rejects_impossible_vram(
     e2e_cluster, batch_v1, custom_objects, e2e_namespace, nexus_queue, tmp_path: Path
 ):
     ns = e2e_namespace
+    # earlier modules' namespaces may still be going away; their pods on A100 nodes would
+    # leave this plan no room, which is not what it tests
+    wait_for(
+        "A100 nodes free of other tests' pods",
+        lambda: not _a100_pods_elsewhere(e2e_cluster, ns),
+        timeout=180,
+    )
     batch_v1.create_namespaced_job(ns, _job("fits", nexus_queue, pods=4, gpus=2, vram="30Gi"))
     batch_v1.create_namespaced_job(ns, _job("too-big", nexus_queue, pods=1, gpus=1, vram="141Gi"))
     fits = wait_for(

@@ -454,7 +454,9 @@ def _pod_claim(
     if ref is not None and ref in rr_slots:
         slot = rr_slots[ref]
         gpus = slot.get("gpus")
-        if isinstance(gpus, list) and all(isinstance(g, int) for g in gpus):
+        if isinstance(gpus, list) and all(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+        ):
             devices = tuple(gpus)
         if zone is None and isinstance(slot.get("numaZone"), int):
             zone = slot["numaZone"]
@@ -544,7 +546,7 @@ def _apply(node: Node, claim: _Claim, zone_used: dict[tuple[str, int], int]) -> 
     devices: list[int] = []
     n = node.gpu_count
     if claim.devices is not None:
-        devices = [d for d in claim.devices if d < n]
+        devices = [d for d in claim.devices if 0 <= d < n]
         if claim.share_milli:
             for d in devices[:1]:
                 node.gpu_free[d] = max(0, node.gpu_free[d] - claim.share_milli)

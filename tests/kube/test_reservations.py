@@ -54,3 +54,29 @@ def test_neighbour_order_groups_racks_and_nodes() -> None:
     out = neighbour_order(slots, snap, LEVELS)
     assert [s.node for s in out] == ["y", "y", "x", "z"]
     assert [s.index for s in out] == [0, 1, 2, 3]
+
+
+def test_a_negative_device_index_in_a_slot_is_refused_not_an_index_error() -> None:
+    """Found by the fuzz test: a bound pod's slot naming device -9 reached the node's list."""
+    import pytest
+
+    from nexus_admit.kube.cluster import build_snapshot
+    from nexus_admit.kube.errors import TranslationError
+    from tests.kube.kube_factories import node
+
+    rr = {
+        "kind": "ResourceReservation",
+        "metadata": {"name": "w-1", "namespace": "default"},
+        "spec": {
+            "workloadRef": {"name": "w", "namespace": "default"},
+            "podSets": [
+                {
+                    "name": "main",
+                    "requests": {"cpu": "1", "memory": "1Gi"},
+                    "slots": [{"index": 0, "node": "n0", "gpus": [-9, 1]}],
+                }
+            ],
+        },
+    }
+    with pytest.raises(TranslationError, match="gpus"):
+        build_snapshot([node("n0", gpus=2)], [], [rr])
