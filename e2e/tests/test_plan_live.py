@@ -27,8 +27,7 @@ CHECK_CONTROLLER = "kubenexus.io/placement"
 A100 = "NVIDIA-A100-SXM4-40GB"
 DUMP_KINDS = (
     "nodes,pods,workloads.kueue.x-k8s.io,clusterqueues,localqueues,resourceflavors,"
-    "admissionchecks,topologies.kueue.x-k8s.io,noderesourcetopologies,placementconfigs,"
-    "resourcereservations"
+    "admissionchecks,topologies.kueue.x-k8s.io,noderesourcetopologies,placementconfigs"
 )
 
 
