@@ -96,6 +96,12 @@ def event(core, ns: str, reason: str, contains: str = ""):
     return None
 
 
+def reservation_of(custom, ns: str, wl: dict[str, Any]) -> dict[str, Any]:
+    """The ResourceReservation named by the Workload's Ready check (its podSetUpdates)."""
+    name = check_entry(wl)["podSetUpdates"][0]["labels"][RESERVATION]
+    return custom.get_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL, name)
+
+
 def reservations(custom, ns: str) -> list[dict[str, Any]]:
     return custom.list_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]
 
@@ -145,8 +151,7 @@ def test_gold_training_gang_lands_on_one_h100_rack_pinned_by_rank(
     entry = check_entry(wl)
     t_ready = time.time()
     assert "placed 8 pods on 8 nodes" in entry["message"], entry
-    rr_name = entry["podSetUpdates"][0]["labels"][RESERVATION]
-    rr = custom_objects.get_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL, rr_name)
+    rr = reservation_of(custom_objects, ns, wl)
     assert rr["metadata"]["ownerReferences"][0]["uid"] == wl["metadata"]["uid"]
     slots = slots_of(rr)
     assert len(slots) == 8
@@ -217,13 +222,7 @@ def test_bronze_lands_on_l40s_and_vram_and_numa_are_respected(
     numa = wait_for("numa Running", lambda: running(core_v1, ns, "numa", 1), timeout=120)
     assert numa[0].metadata.annotations.get(NUMA_ZONE) in ("0", "1")
     wl = workload_of(custom_objects, ns, "numa")
-    rr = custom_objects.get_namespaced_custom_object(
-        RR_GROUP,
-        RR_VERSION,
-        ns,
-        RR_PLURAL,
-        check_entry(wl)["podSetUpdates"][0]["labels"][RESERVATION],
-    )
+    rr = reservation_of(custom_objects, ns, wl)
     (slot,) = slots_of(rr).values()
     assert len(slot["gpus"]) == 2 and "numaZone" in slot
 
@@ -343,9 +342,7 @@ def test_plain_pod_group_is_gated_placed_pinned_and_running(
     )
     entry = check_entry(wl)
     assert entry["state"] == "Ready", entry
-    rr = custom_objects.get_namespaced_custom_object(
-        RR_GROUP, RR_VERSION, ns, RR_PLURAL, entry["podSetUpdates"][0]["labels"][RESERVATION]
-    )
+    rr = reservation_of(custom_objects, ns, wl)
     slots = slots_of(rr)
     for p in pods:
         assert p.metadata.labels[RESERVATION] == rr["metadata"]["name"]
@@ -437,13 +434,7 @@ def test_thirty_workloads_of_three_tiers_never_double_book(
         assert n <= have, f"{node}: {n} GPUs bound, {have} allocatable"
     for name, _ in ready:
         wl = workload_of(custom_objects, ns, name)
-        rr = custom_objects.get_namespaced_custom_object(
-            RR_GROUP,
-            RR_VERSION,
-            ns,
-            RR_PLURAL,
-            check_entry(wl)["podSetUpdates"][0]["labels"][RESERVATION],
-        )
+        rr = reservation_of(custom_objects, ns, wl)
         slots = slots_of(rr)
         for p in job_pods(core_v1, ns, name):
             assert p.spec.node_name == slots[p.metadata.annotations[SLOT]]["node"]

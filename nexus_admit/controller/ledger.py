@@ -51,6 +51,3 @@ class Ledger:
         """Take every outstanding assumption's capacity from the placer's snapshot."""
         for a in self.assumed.values():
             placer.hold(a.gang, a.slots)
-
-    def gpus(self) -> int:
-        return sum(len(s.gpu_indices) for a in self.assumed.values() for s in a.slots)
