@@ -21,6 +21,8 @@ __all__ = [
     "LocalityWait",
     "ObjectiveWeights",
     "PlacementConfig",
+    "Preemption",
+    "PreemptionWeights",
     "SolverSettings",
     "Tier",
     "TopologySpec",
@@ -111,6 +113,43 @@ class LocalityWait(_Spec):
     max_wait_seconds: float = Field(default=3600.0, ge=0.0)
 
 
+class PreemptionWeights(_Spec):
+    """What evicting one running gang costs; the victim set with the least total is chosen."""
+
+    victim: int = Field(default=1000, ge=0)  # per victim gang: fewest victims first
+    lost_gpu_hour: int = Field(default=100, ge=0)  # per GPU-hour the victim has run so far
+    tier: int = Field(default=500, ge=0)  # × how many tiers the victim ranks above the lowest
+    priority: int = Field(default=1, ge=0)  # × the victim's priority (negatives count as 0)
+
+
+class Preemption(_Spec):
+    """Placement-level preemption, backfill and drain-to-fit (off unless `enabled`).
+
+    Tiers are ranked by their order in `tiers` (first = highest). A gang of a lower tier
+    placed on a hardware class that a higher tier owns (class cost 0 for that tier, above
+    0 for the gang's) is *borrowed* capacity: allowed only while no Workload of the owning
+    tier waits (`backfill`), and the first to go when the owner needs it back."""
+
+    enabled: bool = False
+    # tier -> the tiers it may evict, each ranked below it; unset: every lower tier
+    may_evict: dict[str, tuple[str, ...]] | None = None
+    # "borrowed": only placements on a higher tier's hardware may be evicted; "any": every
+    # running gang of an evictable tier
+    victims: Literal["borrowed", "any"] = "borrowed"
+    max_victims_per_gang: int = Field(default=4, ge=1, le=64)
+    # a victim must have run this long (no thrashing of gangs that just started)
+    min_run_seconds: float = Field(default=300.0, ge=0.0)
+    # how long the preemptor's reservation holds the freed capacity for the victims' pods
+    # to leave before the preemption is given up and the gang retried
+    grace_period_seconds: float = Field(default=120.0, ge=0.0)
+    # lower tiers borrow a higher tier's hardware only while that tier has nothing waiting
+    backfill: bool = True
+    # drain-to-fit: a gang waiting longer than this gets the cheapest domain to drain
+    # (new placements avoid it until the gang fits); unset: off
+    drain_after_seconds: float | None = Field(default=None, ge=0.0)
+    weights: PreemptionWeights = Field(default_factory=PreemptionWeights)
+
+
 class SolverSettings(_Spec):
     time_limit_seconds: float = Field(default=1.0, gt=0.0, le=600.0)
     # One CP-SAT worker with the full LP relaxation proves these placements ~3x faster
@@ -167,6 +206,7 @@ class PlacementConfig(_Spec):
     numa_policy: Literal["single-numa-node", "preferred", "none"] = "preferred"
     island_min_gpus: int = Field(default=8, ge=1)  # a node with ≥ this many GPUs is an island
     locality_wait: LocalityWait | None = None  # off by default
+    preemption: Preemption = Field(default_factory=Preemption)  # off by default
     reservation_ttl_seconds: int = Field(default=600, ge=10)
     retry_after_seconds: int = Field(default=30, ge=1)
 
@@ -194,6 +234,22 @@ class PlacementConfig(_Spec):
         for vt in self.vram_thresholds:
             if vt.tier not in tier_names:
                 raise ValueError(f"vramThresholds: unknown tier {vt.tier!r}; tiers: {tier_names}")
+        for preemptor, victims in (self.preemption.may_evict or {}).items():
+            if preemptor not in tier_names:
+                raise ValueError(
+                    f"preemption.mayEvict: unknown tier {preemptor!r}; tiers: {tier_names}"
+                )
+            for victim in victims:
+                if victim not in tier_names:
+                    raise ValueError(
+                        f"preemption.mayEvict[{preemptor}]: unknown tier {victim!r}; "
+                        f"tiers: {tier_names}"
+                    )
+                if tier_names.index(victim) <= tier_names.index(preemptor):
+                    raise ValueError(
+                        f"preemption.mayEvict[{preemptor}]: {victim!r} does not rank below "
+                        f"{preemptor!r} (tiers rank in the order listed: {tier_names})"
+                    )
         wait, levels = self.locality_wait, self.topology.levels
         if wait is not None and levels is not None and wait.level not in levels[:-1]:
             raise ValueError(
@@ -229,6 +285,38 @@ class PlacementConfig(_Spec):
             if t.name == tier:
                 return t.class_costs.get(hardware_class, 0)
         return 0
+
+    def tier_rank(self, tier: str) -> int:
+        """0 for the highest tier; unknown tiers rank below every listed one."""
+        names = self.tier_names()
+        return names.index(tier) if tier in names else len(names)
+
+    def evictable_tiers(self, tier: str) -> frozenset[str]:
+        """The tiers a gang of `tier` may evict (none while preemption is off)."""
+        if not self.preemption.enabled:
+            return frozenset()
+        names = self.tier_names()
+        if self.preemption.may_evict is not None:
+            return frozenset(self.preemption.may_evict.get(tier, ()))
+        return frozenset(names[self.tier_rank(tier) + 1 :])
+
+    def borrowed_classes(self, tier: str) -> frozenset[str]:
+        """Hardware classes a gang of `tier` can only borrow: owned (class cost 0) by a
+        higher tier while costing `tier` something."""
+        rank = self.tier_rank(tier)
+        out = set()
+        for owner in self.tiers[:rank]:
+            for cls, cost in owner.class_costs.items():
+                if cost == 0 and self.class_cost(tier, cls) > 0:
+                    out.add(cls)
+        return frozenset(out)
+
+    def class_owner(self, hardware_class: str) -> str | None:
+        """The highest tier that owns `hardware_class` (class cost 0), if any."""
+        for t in self.tiers:
+            if t.class_costs.get(hardware_class, 1) == 0:
+                return t.name
+        return None
 
     def min_vram_utilization(self, tier: str) -> float:
         for vt in self.vram_thresholds:
