@@ -258,18 +258,19 @@ def instances(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[RunningGang], Gang
                 nodes.append(gpu_node(f"n{b}{r}{i}", gpu=product, gpus=gpus, rack=f"r{r}",
                                       block=f"b{b}"))
     snap = snapshot(*nodes)
+    # most GPUs busy with small gangs of every tier, so the preemptor rarely fits as is
     running: list[RunningGang] = []
-    for k in range(draw(st.integers(1, 6))):
-        node = draw(st.sampled_from(sorted(snap.nodes)))
-        gpus = draw(st.sampled_from((1, 2, 4)))
-        if snap.nodes[node].free_whole_gpus < gpus:
-            continue
-        running.append(run(snap, f"ns/r{k}", node, gpus,
-                           tier=draw(st.sampled_from(("gold", "silver", "bronze", "bronze"))),
-                           hours=draw(st.sampled_from((0.0, 0.5, 1.0, 3.0))),
-                           priority=draw(st.integers(0, 3))))
+    for node in sorted(snap.nodes):
+        for _ in range(draw(st.integers(1, 3))):
+            gpus = draw(st.sampled_from((2, 4, 4)))
+            if snap.nodes[node].free_whole_gpus < gpus or len(running) >= 8:
+                continue
+            running.append(run(snap, f"ns/r{len(running)}", node, gpus,
+                               tier=draw(st.sampled_from(("gold", "silver", "bronze", "bronze"))),
+                               hours=draw(st.sampled_from((0.0, 0.5, 1.0, 3.0))),
+                               priority=draw(st.integers(0, 3))))
     pods = draw(st.integers(1, 3))
-    gang = gold_gang(pods=pods, gpus=draw(st.sampled_from((2, 4, 8))),
+    gang = gold_gang(pods=pods, gpus=draw(st.sampled_from((4, 8))),
                      tier=draw(st.sampled_from(("gold", "silver"))))
     return snap, running, gang
 
