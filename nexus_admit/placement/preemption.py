@@ -29,7 +29,6 @@ from nexus_admit.model import (
     PlacementConfig,
     Slot,
     domain_at,
-    pod_capacity,
     release_slots,
 )
 from nexus_admit.placement.base import PlacementPolicy
@@ -241,18 +240,43 @@ def _released(snapshot: ClusterSnapshot, nodes: frozenset[str],
     return sub
 
 
-def _may_fit(sub: ClusterSnapshot, gang: Gang) -> bool:
-    """A cheap necessary condition: each pod set alone fits by count, and the GPU share."""
-    if sum(n.free_gpu_milli for n in sub) < gang.gpu_milli:
-        return False
-    for ps in gang.pod_sets:
-        room = 0
-        for node in sub:
-            if ps.static_fit(node) is None:
-                room += pod_capacity(node, ps, gang.numa_policy)
-        if room < ps.count:
+class _Bound:
+    """A cheap necessary condition for "the gang fits in this domain once these victims are
+    gone", from GPU shares alone: per pod set, the pods each eligible node could hold with
+    its free share plus what the victims free there; and the gang's total share. Most
+    candidate sets fail it, so only the rest cost a copy of the domain and a solve."""
+
+    def __init__(self, snapshot: ClusterSnapshot, gang: Gang, dom: _Domain) -> None:
+        self.gang = gang
+        self.free = {n: snapshot.nodes[n].free_gpu_milli for n in dom.nodes}
+        self.freed: list[dict[str, int]] = []
+        for _, r in dom.candidates:
+            per_set = {p.name: p.gpu_milli_per_pod for p in r.gang.pod_sets}
+            freed: dict[str, int] = {}
+            for s in r.slots:
+                if s.node in self.free:
+                    freed[s.node] = freed.get(s.node, 0) + per_set[s.pod_set]
+            self.freed.append(freed)
+        self.eligible = [
+            (ps, [n for n in sorted(dom.nodes) if ps.static_fit(snapshot.nodes[n]) is None])
+            for ps in gang.pod_sets if ps.gpus
+        ]
+
+    def holds(self, idx: Iterable[int]) -> bool:
+        share = dict(self.free)
+        for k in idx:
+            for node, milli in self.freed[k].items():
+                share[node] += milli
+        if sum(share.values()) < self.gang.gpu_milli:
             return False
-    return True
+        for ps, nodes in self.eligible:
+            if ps.fractional:
+                room = sum(share[n] // ps.gpu_milli for n in nodes)
+            else:
+                room = sum(share[n] // (ps.gpus * GPU_WHOLE) for n in nodes)
+            if room < ps.count:
+                return False
+        return True
 
 
 def _subsets_by_cost(costs: Sequence[int], max_size: int) -> Iterable[tuple[int, tuple[int, ...]]]:
@@ -336,6 +360,11 @@ def _cheapest(policy: PlacementPolicy, snapshot: ClusterSnapshot, gang: Gang,
     """The cheapest candidate set over `domains` (all of one level) that lets the gang be
     placed inside its domain; equal costs go to the better placement objective. One heap
     over every domain's candidate sets: the first set that fits is the cheapest."""
+    bounds = [_Bound(snapshot, gang, d) for d in domains]
+    # a domain that cannot hold the gang even with every candidate gone is never searched
+    live = [i for i, b in enumerate(bounds) if b.holds(range(len(domains[i].candidates)))]
+    domains = [domains[i] for i in live]
+    bounds = [bounds[i] for i in live]
     streams = [_subsets_by_cost([v.cost for v, _ in d.candidates],
                                 config.preemption.max_victims_per_gang) for d in domains]
     heap: list[tuple[int, int, tuple[int, ...]]] = []
@@ -353,10 +382,10 @@ def _cheapest(policy: PlacementPolicy, snapshot: ClusterSnapshot, gang: Gang,
             heapq.heappush(heap, (nxt[0], i, nxt[1]))
         budget.looked += 1
         dom = domains[i]
+        if not bounds[i].holds(idx):
+            continue
         chosen = [dom.candidates[k] for k in idx]
         sub = _released(snapshot, dom.nodes, [r for _, r in chosen])
-        if not _may_fit(sub, gang):
-            continue
         budget.solves += 1
         placement = policy.place(sub, gang, config)
         if not placement.feasible:
