@@ -139,6 +139,9 @@ class Preemption(_Spec):
     max_victims_per_gang: int = Field(default=4, ge=1, le=64)
     # a victim must have run this long (no thrashing of gangs that just started)
     min_run_seconds: float = Field(default=300.0, ge=0.0)
+    # at most this much work (GPU-hours run so far, all victims together) is thrown away
+    # for one preemptor; unset: no limit
+    max_lost_gpu_hours: float | None = Field(default=None, ge=0.0)
     # how long the preemptor's reservation holds the freed capacity for the victims' pods
     # to leave before the preemption is given up and the gang retried
     grace_period_seconds: float = Field(default=120.0, ge=0.0)

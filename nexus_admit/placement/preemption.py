@@ -40,6 +40,7 @@ __all__ = [
     "borrowed_nodes",
     "evictable",
     "is_borrowed",
+    "owners_waiting",
     "plan_preemption",
     "restrict_borrowing",
     "victim_cost",
@@ -137,6 +138,25 @@ def borrowed_nodes(snapshot: ClusterSnapshot, tier: str, config: PlacementConfig
                      if n.gpu_count and config.hardware_class(n.gpu_product) in classes)
 
 
+def owners_waiting(snapshot: ClusterSnapshot, config: PlacementConfig,
+                   waiting: Iterable[Gang]) -> frozenset[str]:
+    """Tiers with a waiting gang that the free GPUs of the hardware they own could hold (by
+    GPU share): backfill keeps lower tiers off that hardware. A tier whose waiting gangs are
+    all too big for what is free there leaves it to be borrowed (preemption can get it
+    back when the gang could fit)."""
+    free: dict[str, int] = {}
+    for node in snapshot:
+        cls = config.hardware_class(node.gpu_product) if node.gpu_count else None
+        if cls is not None:
+            free[cls] = free.get(cls, 0) + node.free_gpu_milli
+    out = set()
+    for gang in waiting:
+        owned = sum(m for cls, m in free.items() if config.class_owner(cls) == gang.tier)
+        if gang.gpu_milli and gang.gpu_milli <= owned:
+            out.add(gang.tier)
+    return frozenset(out)
+
+
 def restrict_borrowing(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig,
                        waiting_tiers: Iterable[str]) -> Gang:
     """Backfill: `gang` keeps off the hardware owned by a tier that has Workloads waiting
@@ -199,7 +219,12 @@ def _preemption_levels(gang: Gang, levels: Sequence[str], config: PlacementConfi
         start = config.locality_wait.level
     else:
         start = levels[-2] if len(levels) > 1 else levels[-1]
-    return list(reversed(levels[: list(levels).index(start) + 1]))
+    upward = list(reversed(levels[: list(levels).index(start) + 1]))
+    wait = config.locality_wait
+    if wait is not None and wait.level in upward and gang.pod_count > 1:
+        # the gang would rather wait for one such domain than run split: so would its victims
+        return upward[: upward.index(wait.level) + 1]
+    return upward
 
 
 @dataclass(slots=True)
@@ -327,7 +352,8 @@ def plan_preemption(
     solve_config = config.model_copy(update={"locality_wait": None})
     order: list[str | None] = list(_preemption_levels(gang, levels, config))
     domains = _domains(snapshot, levels, order, allowed)
-    if gang.required_level is None:
+    held_for_locality = config.locality_wait is not None and gang.pod_count > 1
+    if gang.required_level is None and not held_for_locality:
         # last resort: anywhere in the cluster
         domains.append(_Domain(None, None, frozenset(snapshot.nodes), allowed))
         order.append(None)
@@ -373,6 +399,7 @@ def _cheapest(policy: PlacementPolicy, snapshot: ClusterSnapshot, gang: Gang,
         if first is not None:
             heapq.heappush(heap, (first[0], i, first[1]))
     best: PreemptionPlan | None = None
+    cap = config.preemption.max_lost_gpu_hours
     while heap and not budget.spent():
         cost, i, idx = heapq.heappop(heap)
         if best is not None and cost > best.cost:
@@ -382,6 +409,8 @@ def _cheapest(policy: PlacementPolicy, snapshot: ClusterSnapshot, gang: Gang,
             heapq.heappush(heap, (nxt[0], i, nxt[1]))
         budget.looked += 1
         dom = domains[i]
+        if cap is not None and sum(dom.candidates[k][0].lost_gpu_hours for k in idx) > cap:
+            continue
         if not bounds[i].holds(idx):
             continue
         chosen = [dom.candidates[k] for k in idx]

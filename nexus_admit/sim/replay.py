@@ -15,7 +15,18 @@ Modelling assumptions:
   one ToR, and 1 to a gang on one host or inside one NVLink clique. Only the cross-server
   end points are measured; the intermediate levels are our interpolation.
 * Prices per GPU-hour: premium 4.0, standard 2.0, economy 1.0 (illustrative units).
-* No preemption; a job runs to completion once admitted; jobs run longer by 1/factor.
+* Jobs run longer by 1/factor. Without preemption a job runs to completion once admitted.
+  `nexus+preempt` runs nexus with placement-level preemption and backfill (PlacementConfig
+  `preemption`: Bronze and Silver borrow a higher tier's hardware only while that tier has
+  nothing waiting that its free hardware could hold; a Gold or Silver gang that fits its
+  nominal quota but not the cluster evicts the cheapest whole borrowed gangs of lower tiers
+  inside one domain it needs: at most 8, each run for at least 10 minutes, together at
+  most 8 GPU-hours of work lost).
+  `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy: a
+  gang that fits its nominal quota while the cohort is full evicts borrowing workloads of
+  lower priority, lowest priority and most recently started first, until the quota and
+  the cluster's free GPU count have room, whatever the fabric (it frees quota, not a
+  place). An evicted job loses the work it did and is queued again from the start.
 * nexus runs with gangSplit 400 per GPU, vramStranded 20 per GiB (the engine default is 1)
   and localityWait at the aggregation level (up to 4 h): a gang that one aggregation
   domain could hold is held back (Kueue Retry) rather than split across domains, and
@@ -71,6 +82,7 @@ from nexus_admit.model import (
     ObjectiveWeights,
     PlacementConfig,
     PodSet,
+    Preemption,
     Slot,
     SolverSettings,
     TopologySpec,
@@ -79,6 +91,12 @@ from nexus_admit.model import (
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
 from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.preemption import (
+    RunningGang,
+    owners_waiting,
+    plan_preemption,
+    restrict_borrowing,
+)
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
@@ -128,6 +146,23 @@ REPLAY_VRAM_STRANDED = 20
 # nexus's localityWait here: a gang that one aggregation domain could hold waits up to this
 # long for room there before it is split across domains (a split runs at Gavel's 0.30-0.50)
 REPLAY_LOCALITY_WAIT_SECONDS = 4 * 3600.0
+# policy-name suffixes: nexus with placement-level preemption and backfill; Kueue-style
+# quota preemption in front of any policy
+PREEMPT = "+preempt"
+QUOTA_PREEMPT = "+quota-preempt"
+# at most 8 GPU-hours of work lost per preemption: on seeds 1-3 a 32 or 128 GPU-h budget
+# lost 1-3 points of effective throughput for no lower Gold wait
+REPLAY_PREEMPTION = Preemption(enabled=True, max_victims_per_gang=8, min_run_seconds=600.0,
+                               max_lost_gpu_hours=8.0)
+
+
+def preemption_mode(policy_name: str) -> tuple[str, str | None]:
+    """(base policy, "placement" | "quota" | None) of a replay policy name."""
+    if policy_name.endswith(PREEMPT):
+        return policy_name[: -len(PREEMPT)], "placement"
+    if policy_name.endswith(QUOTA_PREEMPT):
+        return policy_name[: -len(QUOTA_PREEMPT)], "quota"
+    return policy_name, None
 
 
 @dataclass(frozen=True)
@@ -379,6 +414,11 @@ class ReplayResult:
     # which only slowed-down gangs add
     work_not_done: float = 0.0
     slowdown_overhead: float = 0.0
+    # preemption (policies +preempt, +quota-preempt): runs evicted, and the GPU-hours of
+    # work they had done, lost (the job starts again from the beginning)
+    evictions: int = 0
+    lost_gpu_hours: float = 0.0
+    completed: int = 0  # runs that finished (an evicted run finishes only when re-run)
     delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
@@ -433,8 +473,11 @@ def run_replay(
         snapshot_out.append(snap)
     capacity = snap.total_gpus
     jobs = generate_jobs(scn, capacity)
+    base_policy, preempt_mode = preemption_mode(policy_name)
     config = config or replay_config(scn)
-    policy = (policy_factory or make_replay_policy)(policy_name, scn.seed, jobs)
+    if preempt_mode == "placement":
+        config = config.model_copy(update={"preemption": REPLAY_PREEMPTION})
+    policy = (policy_factory or make_replay_policy)(base_policy, scn.seed, jobs)
     placer = OrderedPlacer(policy, snap)
     quota = {t: q * capacity * GPU_WHOLE for t, q in zip(TIERS, scn.quota, strict=True)}
     cohort = sum(quota.values())
@@ -449,7 +492,11 @@ def run_replay(
         heapq.heappush(events, (j.arrival, 1, "arrive", i))
     pending: list[int] = []
     running: dict[int, tuple[Gang, list[Slot], float]] = {}  # job -> gang, slots, factor
-    started_at: dict[int, float] = {}
+    started_at: dict[int, float] = {}  # first start (the delay metrics)
+    run_start: dict[int, float] = {}  # start of the current run
+    ends_at: dict[int, float] = {}  # its departure (an evicted run's event is stale)
+    index = {j.name: i for i, j in enumerate(jobs)}
+    evictions = completed = 0
     wake_at: dict[int, float] = {}  # job -> when its locality hold ends
     rejected = 0
     placements = 0
@@ -496,17 +543,66 @@ def run_replay(
                       for s in slots) / 1024.0
             run_state["stranded"] += sign * gib * ps.gpus
 
+    def evict(i: int) -> None:
+        """Take job i off the cluster; its work so far is lost and it queues again."""
+        nonlocal evictions
+        job = jobs[i]
+        gang, slots, factor = running.pop(i)
+        placer.undo(gang, slots)
+        usage[job.tier] -= job.gpu_milli_total
+        account(job, gang, slots, factor, -1)
+        start = run_start.pop(i)
+        ends_at.pop(i)
+        gpus = job.gpu_milli_total / GPU_WHOLE
+        acc["lost_gpu_hours"] += gpus * (now - start)
+        # the work it did inside the window was counted as effective: take it back
+        acc["eff"] -= gpus * factor * max(0.0, min(now, end_window) - min(start, end_window))
+        pending.append(i)
+        evictions += 1
+
+    def quota_victims(job: Job, need: float) -> list[int] | None:
+        """Kueue's quota preemption: borrowing workloads of lower priority, lowest priority
+        and most recently started first, until quota and free GPUs have room."""
+        free = sum(n.free_gpu_milli for n in nodes)
+        cands = sorted((k for k in running
+                        if PRIORITY[jobs[k].tier] < PRIORITY[job.tier]
+                        and usage[jobs[k].tier] > quota[jobs[k].tier]
+                        and now - run_start[k] >= REPLAY_PREEMPTION.min_run_seconds / 3600.0),
+                       key=lambda k: (PRIORITY[jobs[k].tier], -run_start[k]))
+        chosen: list[int] = []
+        total = sum(usage.values())
+        borrowed = {t: usage[t] - quota[t] for t in TIERS}
+        for k in cands:
+            if total + need <= cohort and need <= free:
+                break
+            tier = jobs[k].tier
+            if borrowed[tier] <= 0:
+                continue  # that queue no longer borrows
+            chosen.append(k)
+            total -= jobs[k].gpu_milli_total
+            free += jobs[k].gpu_milli_total
+            borrowed[tier] -= jobs[k].gpu_milli_total
+        if total + need <= cohort and need <= free and chosen:
+            return chosen
+        return None
+
     def try_schedule() -> None:
         nonlocal placements, place_seconds, rejected
         order = sorted(pending, key=lambda i: (-PRIORITY[jobs[i].tier], jobs[i].arrival, i))
         free_gpu = sum(n.free_gpu_milli for n in nodes)
         attempts = 0
+        preempted = False  # one preemption per cycle, as Kueue admits one head at a time
+        owners = frozenset[str]()
+        if preempt_mode == "placement":
+            owners = owners_waiting(snap, config, (jobs[i].gang() for i in pending))
         for i in order:
             job = jobs[i]
             need = job.gpu_milli_total
-            if need > free_gpu:
-                continue
             fits_quota = usage[job.tier] + need <= quota[job.tier]
+            can_preempt = (preempt_mode is not None and not preempted and fits_quota
+                           and job.tier != TIERS[-1])
+            if need > free_gpu and not can_preempt:
+                continue
             borrow = sum(usage.values()) + need <= cohort
             if not (fits_quota or borrow):
                 continue
@@ -514,8 +610,30 @@ def run_replay(
                 break
             attempts += 1
             gang = job.gang(waited_hours=now - job.arrival)
+            if preempt_mode == "placement":
+                gang = restrict_borrowing(snap, gang, config, owners)
+            if preempt_mode == "quota" and can_preempt and not (borrow and need <= free_gpu):
+                victims = quota_victims(job, need)
+                if victims is not None:
+                    preempted = True
+                    for k in victims:
+                        evict(k)
+                        free_gpu += jobs[k].gpu_milli_total
             t0 = time.perf_counter()
             placement = placer.place(gang, config)
+            if (not placement.feasible and placement.retryable and can_preempt
+                    and preempt_mode == "placement"):
+                on_cluster = [RunningGang(g, tuple(sl), ran_seconds=3600.0 * (now - run_start[k]),
+                                          priority=PRIORITY[jobs[k].tier])
+                              for k, (g, sl, _) in running.items()]
+                plan = plan_preemption(policy, snap, gang, on_cluster, config)
+                if plan is not None:
+                    preempted = True
+                    for v in plan.victims:
+                        evict(index[v.name])
+                        free_gpu += jobs[index[v.name]].gpu_milli_total
+                    placement = plan.placement
+                    placer.hold(gang, placement.slots)
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
@@ -544,9 +662,11 @@ def run_replay(
             usage[job.tier] += need
             free_gpu -= need
             running[i] = (gang, placement.slots, factor)
-            started_at[i] = now
+            started_at.setdefault(i, now)
+            run_start[i] = now
+            ends_at[i] = now + job.duration / factor
             account(job, gang, placement.slots, factor, +1)
-            heapq.heappush(events, (now + job.duration / factor, 0, "depart", i))
+            heapq.heappush(events, (ends_at[i], 0, "depart", i))
 
     while events:
         t, _, kind, i = heapq.heappop(events)
@@ -559,7 +679,12 @@ def run_replay(
                 pending.append(i)
         elif kind == "retry":
             pass  # only a scheduling cycle
+        elif ends_at.get(i) != t:
+            continue  # the departure of a run that was evicted
         else:
+            ends_at.pop(i)
+            run_start.pop(i)
+            completed += 1
             gang, slots, factor = running.pop(i)
             placer.undo(gang, slots)
             usage[jobs[i].tier] -= jobs[i].gpu_milli_total
@@ -616,6 +741,7 @@ def run_replay(
         offered_load=round(100.0 * offered / (capacity * window), 2),
         work_not_done=round(100.0 * (offered - eff_hours) / (capacity * window), 2),
         slowdown_overhead=round(100.0 * (acc["alloc"] - eff_hours) / (capacity * window), 2),
+        evictions=evictions, lost_gpu_hours=round(acc["lost_gpu_hours"], 1), completed=completed,
         delay={k: _stats(v) for k, v in sorted(delays.items())},
         series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )
@@ -635,6 +761,7 @@ METRICS: dict[str, bool] = {
     "one_tor_share": True,
     "one_agg_share": True,
     "pending_at_end": False,
+    "lost_gpu_hours": False,
 }
 
 

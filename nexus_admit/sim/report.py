@@ -185,6 +185,8 @@ REPLAY_ROWS = (
     ("one_agg_share", "multi-node gangs in 1 agg."),
     ("mean_factor_multinode", "speed factor, multi-node"),
     ("pending_at_end", "queued at end"),
+    ("evictions", "runs evicted (preemption)"),
+    ("lost_gpu_hours", "work lost to evictions GPU-h"),
     ("admitted", "admitted"),
     ("seconds", "sim seconds"),
 )

@@ -184,3 +184,25 @@ def test_only_slowed_down_gangs_hold_gpus_beyond_their_work(policy: str) -> None
         assert r.mean_factor_multinode < 1 and r.slowdown_overhead > 0
     single = rp.run_replay(policy, replace(SMALL, mix=(0.0, 1.0, 0.0)))
     assert single.slowdown_overhead == pytest.approx(0.0, abs=0.01)
+
+
+def test_preemption_suffixes_name_the_mode() -> None:
+    assert rp.preemption_mode("nexus") == ("nexus", None)
+    assert rp.preemption_mode("nexus+preempt") == ("nexus", "placement")
+    assert rp.preemption_mode("tas-bestfit+quota-preempt") == ("tas-bestfit", "quota")
+
+
+@pytest.mark.parametrize("policy", ["nexus+preempt", "tas-bestfit+quota-preempt"])
+def test_evictions_give_back_what_the_victims_held(policy: str) -> None:
+    """An evicted run releases its slots and queues again: the cluster still drains to
+    fully free, every job is accounted for once, and the lost work is reported."""
+    snapshots: list[TrackedSnapshot] = []
+    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6, time_limit=0.5)
+    result = rp.run_replay(policy, scn, drain=True, snapshot_out=snapshots)
+    assert result.evictions > 0 and result.lost_gpu_hours > 0
+    assert result.admitted + result.rejected + result.pending_at_end == result.jobs
+    assert result.pending_at_end == 0 and result.completed == result.admitted
+    assert 0 <= result.effective_throughput <= result.gpu_allocation + 1e-9
+    assert all(n.is_pristine() and n.free_cpu_milli == n.cpu_milli for n in snapshots[-1])
+    plain = rp.run_replay(rp.preemption_mode(policy)[0], scn, drain=True)
+    assert plain.evictions == 0 and plain.lost_gpu_hours == 0
