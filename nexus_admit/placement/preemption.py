@@ -139,21 +139,21 @@ def borrowed_nodes(snapshot: ClusterSnapshot, tier: str, config: PlacementConfig
 
 
 def owners_waiting(snapshot: ClusterSnapshot, config: PlacementConfig,
-                   waiting: Iterable[Gang]) -> frozenset[str]:
-    """Tiers with a waiting gang that the free GPUs of the hardware they own could hold (by
-    GPU share): backfill keeps lower tiers off that hardware. A tier whose waiting gangs are
-    all too big for what is free there leaves it to be borrowed (preemption can get it
-    back when the gang could fit)."""
+                   waiting: Iterable[tuple[str, int]]) -> frozenset[str]:
+    """Tiers with a waiting gang (tier, GPU share in milli-GPUs) that the free GPUs of the
+    hardware they own could hold: backfill keeps lower tiers off that hardware. A tier whose
+    waiting gangs are all too big for what is free there leaves it to be borrowed
+    (preemption can get it back when the gang could fit)."""
     free: dict[str, int] = {}
     for node in snapshot:
         cls = config.hardware_class(node.gpu_product) if node.gpu_count else None
         if cls is not None:
             free[cls] = free.get(cls, 0) + node.free_gpu_milli
     out = set()
-    for gang in waiting:
-        owned = sum(m for cls, m in free.items() if config.class_owner(cls) == gang.tier)
-        if gang.gpu_milli and gang.gpu_milli <= owned:
-            out.add(gang.tier)
+    for tier, gpu_milli in waiting:
+        owned = sum(m for cls, m in free.items() if config.class_owner(cls) == tier)
+        if 0 < gpu_milli <= owned:
+            out.add(tier)
     return frozenset(out)
 
 

@@ -594,7 +594,8 @@ def run_replay(
         preempted = False  # one preemption per cycle, as Kueue admits one head at a time
         owners = frozenset[str]()
         if preempt_mode == "placement":
-            owners = owners_waiting(snap, config, (jobs[i].gang() for i in pending))
+            owners = owners_waiting(snap, config,
+                                    ((jobs[i].tier, jobs[i].gpu_milli_total) for i in pending))
         for i in order:
             job = jobs[i]
             need = job.gpu_milli_total

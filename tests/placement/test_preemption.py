@@ -29,6 +29,7 @@ from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
     RunningGang,
     is_borrowed,
+    owners_waiting,
     plan_preemption,
     restrict_borrowing,
     victim_cost,
@@ -304,3 +305,12 @@ def test_victims_are_the_cheapest_allowed_set(
         release_slots(freed, v.gang, v.slots)
     assert violations(freed, gang, plan.placement, cfg) == []
     assert plan.placement.feasible and len(plan.placement.slots) == gang.pod_count
+
+
+def test_owners_waiting_counts_only_gangs_their_free_hardware_could_hold() -> None:
+    snap = snapshot(gpu_node("h0", used=range(6)), gpu_node("a0", gpu=L40S))
+    cfg = config()
+    # Gold owns premium: 2 H100s free; Silver owns standard: 8 L40S free
+    assert owners_waiting(snap, cfg, [("gold", 2000), ("silver", 8000)]) == {"gold", "silver"}
+    assert owners_waiting(snap, cfg, [("gold", 4000), ("silver", 16000)]) == frozenset()
+    assert owners_waiting(snap, cfg, [("bronze", 1000)]) == frozenset()  # owns no hardware here
