@@ -1,9 +1,10 @@
 """GPUs waiting per tier: Workloads queued in ClusterQueues that use one of our checks and
 not admitted yet, by the tier label of their ClusterQueue (admin-owned, never the user's).
 
-Who calls it: `placing.py`'s capacity metrics (`nexus_admit_pending_gpus{tier}`). The engine
-does not read it yet: placement-level backfill (a lower tier on idle premium GPUs only while
-no higher tier waits for them) is where it goes next. Pure: no kopf, no client.
+Who calls it: `placing.py`, for the capacity metrics (`nexus_admit_pending_gpus{tier}`) and
+for backfill (PlacementConfig `preemption.backfill`: a lower tier borrows a higher tier's
+hardware only while no Workload of that tier waits that it could hold). Pure: no kopf, no
+client.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.workload import workload_template_requests
+from nexus_admit.model import GPU_WHOLE
 
-__all__ = ["pending_gpus_by_tier"]
+__all__ = ["pending_demands", "pending_gpus_by_tier"]
 
 
 def _uses_check(cq: Mapping[str, Any], checks: Collection[str]) -> bool:
@@ -34,9 +36,10 @@ def _done(workload: Mapping[str, Any]) -> bool:
     return states.get("Admitted") == "True" or states.get("Finished") == "True"
 
 
-def pending_gpus_by_tier(dump: ClusterDump, checks: Collection[str]) -> dict[str, int]:
+def pending_demands(dump: ClusterDump, checks: Collection[str]) -> list[tuple[str, int]]:
+    """(tier, GPUs in milli-GPUs) of every waiting Workload, one entry each."""
     kueue = dump.kueue_index()
-    out: dict[str, int] = defaultdict(int)
+    out: list[tuple[str, int]] = []
     for wl in dump.kind("Workload"):
         if _done(wl) or child(wl, "spec").get("active") is False:
             continue
@@ -54,6 +57,13 @@ def pending_gpus_by_tier(dump: ClusterDump, checks: Collection[str]) -> dict[str
             for ps in child(wl, "spec").get("podSets") or []
             if isinstance(ps, Mapping) and isinstance(ps.get("count", 1), int)
         }
-        for (_, pod_set), (_, _, gpus) in per_pod.items():
-            out[tier] += gpus * counts.get(pod_set, 1)
+        gpus = sum(g * counts.get(pod_set, 1) for (_, pod_set), (_, _, g) in per_pod.items())
+        out.append((tier, gpus * GPU_WHOLE))
+    return out
+
+
+def pending_gpus_by_tier(dump: ClusterDump, checks: Collection[str]) -> dict[str, int]:
+    out: dict[str, int] = defaultdict(int)
+    for tier, milli in pending_demands(dump, checks):
+        out[tier] += milli // GPU_WHOLE
     return dict(out)

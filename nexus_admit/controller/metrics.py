@@ -74,6 +74,13 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.preemptions = Counter(
+            _P + "preemptions",
+            "Placement-level preemption: preemptors placed, victims evicted, preemptions "
+            "given up.",
+            ["role"],
+            registry=r,
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )

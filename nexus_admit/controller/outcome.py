@@ -20,6 +20,7 @@ from nexus_admit.model import ClusterSnapshot, Gang, Placement
 __all__ = [
     "CheckState",
     "Outcome",
+    "clip",
     "common_domain",
     "passthrough",
     "placed",
@@ -50,7 +51,7 @@ class Outcome:
     pod_set_updates: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
 
 
-def _clip(text: str) -> str:
+def clip(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
 
@@ -96,7 +97,7 @@ def placed(
     head = f"placed {len(placement.slots)} pods on {nodes} nodes (reservation {reservation})"
     return Outcome(
         CheckState.READY,
-        _clip("; ".join([head, *placement.explanation])),
+        clip("; ".join([head, *placement.explanation])),
         "Placed",
         pod_set_updates=tuple(updates),
     )
@@ -112,14 +113,14 @@ def unplaced(placement: Placement, retry_count: int, base_seconds: int) -> Outco
             after = retry_backoff_seconds(retry_count, base_seconds)
         return Outcome(
             CheckState.RETRY,
-            _clip(f"cannot place now, retry in {after}s: {placement.reason}"),
+            clip(f"cannot place now, retry in {after}s: {placement.reason}"),
             "PlacementRetry",
             "Normal",
             requeue_after_seconds=after,
         )
     return Outcome(
         CheckState.REJECTED,
-        _clip(f"cannot ever be placed: {placement.reason}"),
+        clip(f"cannot ever be placed: {placement.reason}"),
         "PlacementRejected",
         "Warning",
     )
@@ -129,7 +130,7 @@ def rejected_input(error: Exception) -> Outcome:
     """Malformed input (an annotation, a request, a broken config): tell the user what."""
     return Outcome(
         CheckState.REJECTED,
-        _clip(f"invalid workload: {error}"),
+        clip(f"invalid workload: {error}"),
         "PlacementRejected",
         "Warning",
     )
@@ -139,7 +140,7 @@ def passthrough(pod_sets: Sequence[str]) -> Outcome:
     """Pod sets on a Kueue TAS flavor: Kueue already chose their hosts; nexus does not pin."""
     return Outcome(
         CheckState.READY,
-        _clip(
+        clip(
             f"not pinned: pod sets {', '.join(pod_sets)} use a topology-aware flavor, whose "
             "hosts Kueue's own TAS chose at quota reservation"
         ),

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,10 +39,29 @@ from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.demand import pending_gpus_by_tier
+from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import sync_lifecycle
-from nexus_admit.controller.outcome import Outcome, passthrough, placed, rejected_input, unplaced
+from nexus_admit.controller.outcome import (
+    CheckState,
+    Outcome,
+    clip,
+    passthrough,
+    placed,
+    rejected_input,
+    unplaced,
+)
+from nexus_admit.controller.preemption import (
+    PreemptedVictim,
+    announce,
+    evict,
+    preempted_victims,
+    preempts_annotation,
+    progress,
+    running_gangs,
+    victim_message,
+    waiting_message,
+)
 from nexus_admit.controller.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
@@ -62,6 +81,12 @@ from nexus_admit.model import (
     PlacementConfig,
     Slot,
     SolveStatus,
+)
+from nexus_admit.placement.preemption import (
+    is_borrowed,
+    owners_waiting,
+    plan_preemption,
+    restrict_borrowing,
 )
 from nexus_admit.placement.sequence import OrderedPlacer
 
@@ -177,11 +202,12 @@ async def place_pending(ctx: Context) -> None:
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
     kueue = dump.kueue_index()
+    demands = pending_demands(dump, ctx.checks)
     for wl in pending:
         check = _our_pending_check(wl, ctx)
         if check is None:
             continue
-        await place_one(ctx, dump, kueue, placer, wl, check, now)
+        await place_one(ctx, dump, kueue, placer, wl, check, now, demands)
 
 
 def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -201,12 +227,13 @@ async def place_one(
     workload: dict[str, Any],
     check: str,
     now: datetime,
+    demands: Sequence[tuple[str, int]] = (),
 ) -> None:
-    """Decide and write the answer for one Workload (steps 1-5 below)."""
+    """Decide and write the answer for one Workload (steps 1-5 below). `demands`: (tier,
+    GPU milli) of every waiting Workload, for backfill."""
     snapshot = placer.snapshot
     if _already_answered(ctx, workload):
         return  # our answer for this quota reservation is written; the watch lags
-    key = object_key(workload)
     ns = str(meta(workload).get("namespace") or "default")
     name = reservation_name(workload)
     rr_key = f"{ns}/{name}"
@@ -243,24 +270,71 @@ async def place_one(
     # 3. a reservation of this attempt exists (we crashed, or the check write failed):
     #    hold its capacity and answer from it, never solve twice
     if existing is not None:  # the snapshot counts it already (see place_pending)
+        victims = preempted_victims(existing)
+        if victims and not await _preemption_done(ctx, workload, check, existing, victims,
+                                                  config, now):
+            return
         placement = _placement_of(existing, gang)
         await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
         return
-    # 4. solve off the event loop; a feasible answer takes its capacity in the snapshot
+    # 4. solve off the event loop; a feasible answer takes its capacity in the snapshot.
+    #    Backfill: a lower tier keeps off hardware whose owning tier has a Workload waiting
+    #    that it could hold
+    if config.preemption.enabled:
+        gang = restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
     placement = await _solve(ctx, placer, gang, config)
     if not placement.feasible:
+        if placement.retryable and await _preempt(
+            ctx, dump, kueue, placer, workload, check, gang, config, now
+        ):
+            return
         retries = int(current_entry(workload, check).get("retryCount") or 0)
         await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
         return
     ctx.faults.hit("kill-after-solve")
     # 5. assume, reserve, answer
+    reserved = await _reserve(ctx, placer, workload, gang, placement, config, now)
+    if reserved is None:
+        return
+    ctx.faults.hit("kill-after-reservation")
+    await _answer(ctx, workload, check, placed(reserved, gang, name, snapshot, levels))
+
+
+async def _reserve(
+    ctx: Context,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    placement: Placement,
+    config: PlacementConfig,
+    now: datetime,
+    annotations: Mapping[str, str] | None = None,
+) -> Placement | None:
+    """Assume the placement (its capacity is taken in `placer` already), create its
+    reservation, and return what the reservation holds (the placement, or the one an earlier
+    decision of this attempt wrote); None when nothing can be answered this pass."""
+    snapshot = placer.snapshot
+    key = object_key(workload)
+    ns = str(meta(workload).get("namespace") or "default")
+    name = reservation_name(workload)
+    rr_key = f"{ns}/{name}"
+    levels = _levels(config, snapshot)
     placement.slots = neighbour_order(placement.slots, snapshot, levels)
     slots = tuple(placement.slots)
+    borrowed = config.preemption.enabled and is_borrowed(snapshot, gang, slots, config)
+    if borrowed:
+        placement.explanation.append(
+            f"borrowed: runs on hardware a tier above {gang.tier} owns, and may be preempted "
+            "when that tier needs it"
+        )
     ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
     expires = now + timedelta(seconds=config.reservation_ttl_seconds)
     body = reservation_object(
         name=name, workload=workload, gang=gang, placement=placement, expires_at=expires
     )
+    body["metadata"]["annotations"].update(annotations or {})
+    if borrowed:
+        body["metadata"]["labels"] = {L.LABEL_BORROWED: "true"}
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
@@ -272,7 +346,7 @@ async def place_one(
         # finds it (or AlreadyExists) and answers from it
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
-        return
+        return None
     if not created:
         # a decision of this attempt was written before (a create that timed out, a store
         # that lags): that reservation is the answer, and its slots are what it holds
@@ -282,16 +356,122 @@ async def place_one(
             found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
         except Exception as e:  # what it holds is unknown: the solved slots stay taken
             log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
-            return
+            return None
         placer.undo(gang, slots)
         if found is None:
-            return  # deleted meanwhile: the next pass decides afresh
+            return None  # deleted meanwhile: the next pass decides afresh
         placement = _placement_of(found, gang)
         slots = tuple(s for s in placement.slots if s.node in snapshot.nodes)
         ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
         placer.hold(gang, slots)
-    ctx.faults.hit("kill-after-reservation")
-    await _answer(ctx, workload, check, placed(placement, gang, name, snapshot, levels))
+    return placement
+
+
+async def _preempt(
+    ctx: Context,
+    dump: ClusterDump,
+    kueue: KueueIndex,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    check: str,
+    gang: Gang,
+    config: PlacementConfig,
+    now: datetime,
+) -> bool:
+    """Evict the cheapest allowed victims in one domain so that `gang` fits there (see
+    controller/preemption.py); True when the preemption was started (the reservation holds
+    the capacity, the victims are sent through Retry, the check says so)."""
+    if not config.preemption.enabled or not config.evictable_tiers(gang.tier):
+        return False
+    running, reservations = running_gangs(ctx, dump, placer.snapshot, kueue, config, now)
+    running = [r for r in running if r.name != gang.name]
+    if not running:
+        return False
+    loop = asyncio.get_running_loop()
+    plan = await loop.run_in_executor(
+        ctx.solver, plan_preemption, ctx.engine, placer.snapshot, gang, running, config
+    )
+    if plan is None:
+        return False
+    victims = [PreemptedVictim(v.name, reservations[v.name]) for v in plan.victims]
+    by_name = {r.name: r for r in running}
+    # the victims' capacity goes to the preemptor for the rest of this pass
+    for v in plan.victims:
+        placer.undo(by_name[v.name].gang, by_name[v.name].slots)
+    placer.hold(gang, tuple(plan.placement.slots))
+    reserved = await _reserve(
+        ctx, placer, workload, gang, plan.placement, config, now,
+        annotations={L.ANN_PREEMPTS: preempts_annotation(victims)},
+    )
+    if reserved is None:
+        for v in plan.victims:
+            placer.hold(by_name[v.name].gang, by_name[v.name].slots)
+        return True  # the next pass decides again; nothing was evicted
+    ctx.metrics.preemptions.labels("preemptor").inc()
+    message = victim_message(gang, plan)
+    for preempted in victims:
+        victim = ctx.store.get("Workload", preempted.workload)
+        if victim is not None:
+            await evict(ctx, victim, message, now)
+    await announce(ctx, workload, f"{plan.describe()}; reservation {object_key(workload)}", now)
+    rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
+    await _pending(ctx, workload, check, waiting_message(rr_key, plan.describe(), len(victims)))
+    return True
+
+
+async def _preemption_done(
+    ctx: Context,
+    workload: Mapping[str, Any],
+    check: str,
+    rr: Mapping[str, Any],
+    victims: list[PreemptedVictim],
+    config: PlacementConfig,
+    now: datetime,
+) -> bool:
+    """True once every victim has left (answer Ready from the reservation); meanwhile the
+    check stays Pending with how many are left, and after the grace period the preemption is
+    given up (reservation released, Retry)."""
+    state = await progress(ctx, rr, victims, config, now)
+    if state.done:
+        return True
+    rr_key = object_key(rr)
+    if state.expired:
+        try:
+            ns, _, name = rr_key.partition("/")
+            await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
+        except Exception as e:
+            ctx.metrics.errors.labels("release").inc()
+            log.warning("could not release reservation %s: %s", rr_key, e)
+            return False
+        ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)
+        ctx.metrics.preemptions.labels("given-up").inc()
+        grace = config.preemption.grace_period_seconds
+        await _answer(ctx, workload, check, Outcome(
+            CheckState.RETRY,
+            clip(f"preemption given up: {state.left} evicted Workload(s) still held capacity "
+                 f"after gracePeriodSeconds {grace:.0f}; reservation {rr_key} released"),
+            "PlacementRetry",
+            "Warning",
+            requeue_after_seconds=ctx.options.retry_seconds,
+        ))
+        return False
+    explanation = child(child(rr, "spec"), "decision").get("explanation")
+    plan_text = str(explanation[-1]) if isinstance(explanation, list) and explanation else ""
+    await _pending(ctx, workload, check, waiting_message(rr_key, plan_text, state.left))
+    return False
+
+
+async def _pending(ctx: Context, workload: Mapping[str, Any], check: str, message: str) -> None:
+    """Keep the check Pending with `message` (written only when it changes); the Workload is
+    not marked answered, so the next pass looks at it again."""
+    if current_entry(workload, check).get("message") == message:
+        return
+    outcome = Outcome(CheckState.PENDING, message, "Preempting")
+    try:
+        await write_check(ctx, workload, check, outcome)
+    except Exception as e:
+        ctx.metrics.errors.labels("check").inc()
+        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
 
 
 def _refused(e: BaseException) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "ANN_GPU_MEMORY",
     "ANN_NUMA_POLICY",
     "ANN_NUMA_ZONE",
+    "ANN_PREEMPTS",
     "ANN_PREFERRED_TOPOLOGY",
     "ANN_REQUIRED_TOPOLOGY",
     "ANN_SLOT",
@@ -48,6 +49,7 @@ __all__ = [
     "KUEUE_PODSET_REQUIRED_TOPOLOGY",
     "KUEUE_QUEUE_NAME_LABEL",
     "KUEUE_WORKLOAD_ANNOTATION",
+    "LABEL_BORROWED",
     "LABEL_NUMA_ZONES",
     "LABEL_RESERVATION",
     "LABEL_TIER",
@@ -76,6 +78,8 @@ ANN_REQUIRED_TOPOLOGY: Final = _P + "required-topology"  # pod template: a level
 ANN_PREFERRED_TOPOLOGY: Final = _P + "preferred-topology"  # pod template: a level label key
 ANN_NUMA_POLICY: Final = _P + "numa-policy"  # pod template: single-numa-node|preferred|none
 LABEL_RESERVATION: Final = _P + "reservation"  # pod label (podSetUpdates): the RR name
+ANN_PREEMPTS: Final = _P + "preempts"  # preemptor's RR: victims (JSON, workload + RR)
+LABEL_BORROWED: Final = _P + "borrowed"  # RR on a higher tier's hardware: "true"
 ANN_SLOT: Final = _P + "slot"  # pod (webhook): "<podSet>/<index>" of the RR slot it holds
 ANN_NUMA_ZONE: Final = _P + "numa-zone"  # pod (webhook): NUMA zone id given to the pod
 
