@@ -1,0 +1,206 @@
+"""Placement-level preemption on the real control plane: Bronze borrows the H100 racks while
+the cheaper GPUs are taken; a Gold 4 x 8-GPU gang arrives; the fewest Bronze Workloads of
+one rack are evicted through Kueue (our check turns Retry, Kueue evicts and requeues them),
+the Gold gang binds to that rack, and the evicted Bronze work is admitted again elsewhere
+once room appears. A Silver Workload and Workloads outside the check are never touched,
+and no node ever has more GPUs bound than it has.
+
+The module has its own PlacementConfig (`e2e-preempt`, preemption on), AdmissionCheck
+(`nexus-preempt`) and ClusterQueues (`preempt-gold|silver|bronze`), so no other test's
+Workloads can be evicted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from kubernetes import client
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420, func_only=True)]
+
+MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "preemption.yaml"
+CHECK = "nexus-preempt"
+RR_GROUP, RR_VERSION, RR_PLURAL = "scheduling.kubenexus.io", "v1alpha1", "resourcereservations"
+RESERVATION = "scheduling.kubenexus.io/reservation"
+BORROWED = "scheduling.kubenexus.io/borrowed"
+PREEMPTS = "scheduling.kubenexus.io/preempts"
+RACK = "cloud.google.com/gce-topology-subblock"
+PRODUCT = "nvidia.com/gpu.product"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def job(name: str, queue: str, pods: int, gpus: int) -> client.V1Job:
+    """An Indexed Job; eviction deletes its pods, which must not use up its retries."""
+    container = client.V1Container(
+        name="worker",
+        image="registry.invalid/nexus/worker:e2e",
+        resources=client.V1ResourceRequirements(
+            requests={"cpu": "8", "memory": "32Gi", GPU: str(gpus)}, limits={GPU: str(gpus)}
+        ),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
+        spec=client.V1JobSpec(
+            parallelism=pods,
+            completions=pods,
+            completion_mode="Indexed",
+            backoff_limit=20,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(restart_policy="Never", containers=[container])
+            ),
+        ),
+    )
+
+
+def workload(custom, ns: str, job_name: str) -> dict[str, Any] | None:
+    items = custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")
+    for wl in items["items"]:
+        if any(r.get("name") == job_name for r in wl["metadata"].get("ownerReferences") or []):
+            return wl
+    return None
+
+
+def entry(wl: dict[str, Any] | None) -> dict[str, Any]:
+    for c in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if c.get("name") == CHECK:
+            return c
+    return {}
+
+
+def running(core, ns: str, job_name: str, count: int) -> list[client.V1Pod] | None:
+    pods = core.list_namespaced_pod(ns, label_selector=f"job-name={job_name}").items
+    up = [p for p in pods if p.status.phase == "Running" and p.spec.node_name]
+    return up if len(up) == count else None
+
+
+def gpus_bound_over_allocatable(core) -> list[str]:
+    """Nodes with more GPUs bound (pods with a node, not finished) than allocatable."""
+    alloc = {n.metadata.name: int(n.status.allocatable.get(GPU, 0)) for n in core.list_node().items}
+    bound: Counter = Counter()
+    for p in core.list_pod_for_all_namespaces().items:
+        if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed"):
+            for c in p.spec.containers:
+                bound[p.spec.node_name] += int(((c.resources.requests or {}).get(GPU)) or 0)
+    return [f"{n}: {g} GPUs bound, {alloc.get(n, 0)} allocatable"
+            for n, g in bound.items() if g > alloc.get(n, 0)]
+
+
+def events(core, ns: str, reason: str) -> list[client.CoreV1Event]:
+    return [e for e in core.list_namespaced_event(ns).items if e.reason == reason]
+
+
+@pytest.fixture
+def preempt_namespace(e2e_cluster: Any, nexus_controller: Any, e2e_namespace: str,
+                      custom_objects) -> Any:
+    """The module's PlacementConfig, AdmissionCheck and ClusterQueues, and LocalQueues
+    preempt-<tier> in the test namespace; removed afterwards."""
+    e2e_cluster.apply(MANIFEST.read_text(), retries=10)
+    for tier in ("gold", "silver", "bronze"):
+        custom_objects.create_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, e2e_namespace, "localqueues",
+            {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
+             "metadata": {"name": f"preempt-{tier}", "namespace": e2e_namespace},
+             "spec": {"clusterQueue": f"preempt-{tier}"}},
+        )
+
+    def active() -> bool:
+        cq = custom_objects.get_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "preempt-gold")
+        return condition(cq, "Active") == "True"
+
+    wait_for("ClusterQueue preempt-gold active", active, timeout=60)
+    yield e2e_namespace
+    docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+    for d in reversed(docs):
+        kind = d["kind"].lower()
+        e2e_cluster.kubectl("delete", f"{kind}s.{d['apiVersion'].split('/')[0]}",
+                            d["metadata"]["name"], "--ignore-not-found", "--wait=false",
+                            check=False)
+
+
+def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
+    preempt_namespace: str, batch_v1, core_v1, custom_objects
+) -> None:
+    ns = preempt_namespace
+    watch_over = threading.Event()
+    overbooked: list[str] = []
+
+    def watch_bound() -> None:  # "at any moment": sampled while the test runs
+        while not watch_over.is_set():
+            overbooked.extend(gpus_bound_over_allocatable(core_v1))
+            time.sleep(1.0)
+
+    sampler = threading.Thread(target=watch_bound, daemon=True)
+    sampler.start()
+    try:
+        # 1. Outside the check, through Kueue's own flavors: the A100 and L40S pools are full
+        batch_v1.create_namespaced_job(ns, job("outside-a100", "silver", pods=16, gpus=8))
+        batch_v1.create_namespaced_job(ns, job("outside-l40s", "bronze", pods=16, gpus=4))
+        wait_for("A100 and L40S full", lambda: running(core_v1, ns, "outside-a100", 16)
+                 and running(core_v1, ns, "outside-l40s", 16), timeout=120)
+        # 2. Through the check: 15 Bronze and 1 Silver 2 x 8-GPU gangs, which can only borrow
+        #    the H100s (32 nodes): every rack then has every node busy
+        names = [f"bronze-{i:02d}" for i in range(15)]
+        for name in names:
+            batch_v1.create_namespaced_job(ns, job(name, "preempt-bronze", pods=2, gpus=8))
+        batch_v1.create_namespaced_job(ns, job("silver", "preempt-silver", pods=2, gpus=8))
+        wait_for("16 gangs on the H100s",
+                 lambda: all(running(core_v1, ns, n, 2) for n in [*names, "silver"]),
+                 timeout=180)
+        rrs = custom_objects.list_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL)
+        borrowed = {r["spec"]["workloadRef"]["name"] for r in rrs["items"]
+                    if (r["metadata"].get("labels") or {}).get(BORROWED) == "true"}
+        assert len(borrowed) == 16, "Bronze and Silver on H100 are borrowed capacity"
+        bronze_rack = {
+            n: {core_v1.read_node(p.spec.node_name).metadata.labels[RACK]
+                for p in running(core_v1, ns, n, 2) or []}
+            for n in names
+        }
+        # 3. Gold: 4 x 8 GPUs, one rack's worth
+        batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=4, gpus=8))
+        gold_pods = wait_for("the Gold gang running",
+                             lambda: running(core_v1, ns, "gold", 4), timeout=180)
+        gold_nodes = {p.spec.node_name for p in gold_pods}
+        racks = {core_v1.read_node(n).metadata.labels[RACK] for n in gold_nodes}
+        products = {core_v1.read_node(n).metadata.labels[PRODUCT] for n in gold_nodes}
+        assert len(racks) == 1 and products == {H100}, (racks, products)
+        gold_wl = workload(custom_objects, ns, "gold")
+        assert entry(gold_wl)["state"] == "Ready"
+        assert "evict 2 in" in entry(gold_wl)["message"], entry(gold_wl)["message"]
+        # exactly the fewest Bronze victims, all in that rack; Silver untouched
+        evicted = {e.involved_object.name for e in events(core_v1, ns, "PlacementPreempted")}
+        victims = [n for n in names
+                   if (workload(custom_objects, ns, n) or {})["metadata"]["name"] in evicted]
+        assert len(victims) == 2, victims
+        assert all(bronze_rack[v] == racks for v in victims), (victims, racks)
+        silver = workload(custom_objects, ns, "silver")
+        assert entry(silver)["state"] == "Ready" and running(core_v1, ns, "silver", 2)
+        for outside in ("outside-a100", "outside-l40s"):
+            assert running(core_v1, ns, outside, 16), f"{outside} was touched"
+        # what `kubectl describe workload` shows on each side
+        for v in victims:
+            wl = workload(custom_objects, ns, v)
+            text = " ".join(e.message or "" for e in events(core_v1, ns, "PlacementPreempted")
+                            if e.involved_object.name == wl["metadata"]["name"])
+            assert "preempted by" in text and "gold" in text, text
+        preempting = [e for e in events(core_v1, ns, "Preempting")
+                      if e.involved_object.name == gold_wl["metadata"]["name"]]
+        assert preempting and "evict 2 in" in (preempting[0].message or "")
+        # 4. room appears (the A100 job ends): the evicted Bronze gangs are admitted again
+        batch_v1.delete_namespaced_job("outside-a100", ns, propagation_policy="Background")
+        wait_for("the evicted Bronze gangs running again",
+                 lambda: all(running(core_v1, ns, v, 2) for v in victims), timeout=180)
+        for v in victims:
+            nodes = {p.spec.node_name for p in running(core_v1, ns, v, 2) or []}
+            assert not nodes & gold_nodes, f"{v} placed on the Gold gang's nodes"
+    finally:
+        watch_over.set()
+        sampler.join(timeout=5)
+    assert not overbooked, overbooked[:5]
