@@ -1,0 +1,170 @@
+"""The controller's side of preemption (controller/preemption.py and placing.py) over
+`FakeApi`: what is written, in which order, and what a later pass or a restart does with
+it. e2e/tests/test_preemption.py proves the same through Kueue on the real control plane.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.preemption import preempted_victims
+from nexus_admit.kube import labels as L
+from tests.controller.fake_api import FakeApi
+from tests.controller.test_placing import check_of, controller, run, watch
+from tests.kube.kube_factories import (
+    admission_check,
+    cluster_queue,
+    node,
+    pod,
+    pod_set,
+    reservation,
+    workload,
+)
+
+RR = L.KIND_RESOURCE_RESERVATION
+NOW = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+T = "2026-11-25T09:00:00Z"  # an hour before NOW: victims have run long enough
+
+
+def preemption_config(**extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": L.GROUP_VERSION,
+        "kind": L.KIND_PLACEMENT_CONFIG,
+        "metadata": {"name": "pc"},
+        "spec": {"preemption": {"enabled": True, "minRunSeconds": 0, **extra}},
+    }
+
+
+def admitted_bronze(name: str, node_name: str) -> list[dict[str, Any]]:
+    """A Bronze 1 x 8-GPU Workload admitted through our check, its reservation on
+    `node_name` and its bound pod."""
+    wl = workload(name, [pod_set(count=1, gpus=8)], cluster_queue="bronze", check_state="Ready",
+                  conditions={"QuotaReserved": "True", "Admitted": "True"}, created=T)
+    for c in wl["status"]["conditions"]:
+        c["lastTransitionTime"] = T
+    wl["status"]["admissionChecks"][0]["podSetUpdates"] = [
+        {"name": "main", "labels": {L.LABEL_RESERVATION: f"rr-{name}"}}]
+    rr = reservation(f"rr-{name}", name, [{"index": 0, "node": node_name,
+                                           "gpus": list(range(8))}])
+    rr["spec"]["workloadRef"]["uid"] = f"uid-{name}"
+    p = pod(f"{name}-0", node_name, gpus=8, labels={L.LABEL_RESERVATION: f"rr-{name}"},
+            annotations={L.ANN_SLOT: "main/0"})
+    return [wl, rr, p]
+
+
+def cluster(**extra: Any) -> FakeApi:
+    api = FakeApi()
+    for n in ("h0", "h1"):
+        api.put(node(n))
+    api.put(node("t0", product="Tesla-T4", gpu_memory=15360))
+    api.put(cluster_queue("gold", "gold"))
+    api.put(cluster_queue("bronze", "bronze"))
+    ac = admission_check("nexus")
+    ac["spec"]["parameters"] = {"apiGroup": L.API_GROUP, "kind": L.KIND_PLACEMENT_CONFIG,
+                                "name": "pc"}
+    api.put(ac)
+    api.put(preemption_config(**extra))
+    for obj in admitted_bronze("b0", "h0") + admitted_bronze("b1", "h1"):
+        api.put(obj)
+    # Bronze on its own (economy) hardware: never a victim by default (not borrowed)
+    for obj in admitted_bronze("own", "t0"):
+        api.put(obj)
+    gold = workload("gold", [pod_set(count=1, gpus=8)], cluster_queue="gold", created=T)
+    gold["status"]["conditions"][0]["lastTransitionTime"] = T
+    api.put(gold)
+    return api
+
+
+def start(api: FakeApi) -> Context:
+    ctx, _ = controller(api)
+    ctx.clock = lambda: NOW  # type: ignore[method-assign]
+    return ctx
+
+
+def test_the_preemptor_reserves_first_then_its_victim_is_sent_through_retry() -> None:
+    api = cluster()
+    ctx = start(api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+    victims = preempted_victims(rr)
+    assert victims is not None and len(victims) == 1
+    victim = victims[0].workload.split("/")[1]
+    assert victim in ("b0", "b1")
+    node_of = {"b0": "h0", "b1": "h1"}
+    assert {s["node"] for s in rr["spec"]["podSets"][0]["slots"]} == {node_of[victim]}
+    # the reservation was written before the eviction, so the capacity is never up for grabs
+    verbs = [(verb, kind) for verb, kind, _ in api.writes]
+    assert verbs.index(("create", RR)) < verbs.index(("apply", "Workload"))
+    assert check_of(api, victim)["state"] == "Retry"
+    assert "preempted by default/gold" in check_of(api, victim)["message"]
+    assert check_of(api, "own")["state"] == "Ready"  # on its own hardware
+    other = "b1" if victim == "b0" else "b0"
+    assert check_of(api, other)["state"] == "Ready"
+    gold = check_of(api, "gold")
+    assert gold["state"] == "Pending" and gold["message"].startswith("preempting")
+    reasons = [e["reason"] for e in api.of_kind("Event")]
+    assert "PlacementPreempted" in reasons and "Preempting" in reasons
+
+
+def test_ready_only_once_the_victim_left_and_a_restart_carries_on() -> None:
+    api = cluster()
+    ctx = start(api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+    victim = preempted_victims(rr)[0]  # type: ignore[index]
+    vname = victim.workload.split("/")[1]
+    # a restarted controller while the victim's pod is still there: still waiting
+    restarted = start(api)
+    run(restarted)
+    assert check_of(api, "gold")["state"] == "Pending"
+    assert len([r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]) == 1
+    # Kueue evicted it: pod gone; the next pass releases its reservation, then Ready
+    api.delete("Pod", f"{vname}-0", "default")
+    wl = api.get("Workload", vname, "default")
+    assert wl is not None
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "x"})
+    api.put(wl)
+    watch(restarted, api)
+    run(restarted)
+    watch(restarted, api)
+    run(restarted)
+    gold = check_of(api, "gold")
+    assert gold["state"] == "Ready", gold["message"]
+    assert "evict 1 in" in gold["message"]
+    assert api.get(RR, victim.reservation.split("/")[1], "default") is None
+
+
+def test_a_victim_that_never_leaves_makes_the_preemptor_give_up_after_the_grace() -> None:
+    api = cluster(gracePeriodSeconds=30)
+    ctx = start(api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+    rr["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=31)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    api.put(rr)
+    watch(ctx, api)
+    run(ctx)
+    gold = check_of(api, "gold")
+    assert gold["state"] == "Retry" and "preemption given up" in gold["message"]
+    assert not [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+
+
+def test_nothing_is_evicted_while_preemption_is_off_or_only_silver_may_go() -> None:
+    for extra in ({"enabled": False}, {"mayEvict": {"gold": ["silver"]}}):
+        api = cluster(**extra)
+        ctx = start(api)
+        run(ctx)
+        assert check_of(api, "gold")["state"] == "Retry"
+        assert check_of(api, "b0")["state"] == check_of(api, "b1")["state"] == "Ready"
+        assert not [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+
+
+def test_a_malformed_preempts_annotation_names_no_victims() -> None:
+    assert preempted_victims({"metadata": {}}) is None
+    assert preempted_victims({"metadata": {"annotations": {L.ANN_PREEMPTS: "{"}}}) == []
+    good = json.dumps([{"workload": "ns/a", "reservation": "ns/rr-a"}, {"bogus": 1}])
+    (v,) = preempted_victims({"metadata": {"annotations": {L.ANN_PREEMPTS: good}}}) or []
+    assert (v.workload, v.reservation) == ("ns/a", "ns/rr-a")
