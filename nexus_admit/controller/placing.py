@@ -84,6 +84,7 @@ from nexus_admit.model import (
 )
 from nexus_admit.placement.preemption import (
     is_borrowed,
+    kept_off_is_not_never,
     owners_waiting,
     plan_preemption,
     restrict_borrowing,
@@ -280,9 +281,15 @@ async def place_one(
     # 4. solve off the event loop; a feasible answer takes its capacity in the snapshot.
     #    Backfill: a lower tier keeps off hardware whose owning tier has a Workload waiting
     #    that it could hold
+    asked = gang
     if config.preemption.enabled:
         gang = restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
     placement = await _solve(ctx, placer, gang, config)
+    if gang is not asked:
+        placement = kept_off_is_not_never(
+            snapshot, asked, placement, config,
+            "kept off the hardware a waiting higher tier owns (preemption.backfill)",
+        )
     if not placement.feasible:
         if placement.retryable and await _preempt(
             ctx, dump, kueue, placer, workload, check, gang, config, now

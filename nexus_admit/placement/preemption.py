@@ -28,10 +28,12 @@ from nexus_admit.model import (
     Placement,
     PlacementConfig,
     Slot,
+    SolveStatus,
     domain_at,
     release_slots,
 )
 from nexus_admit.placement.base import PlacementPolicy
+from nexus_admit.placement.problem import prepare
 
 __all__ = [
     "PreemptionPlan",
@@ -40,7 +42,9 @@ __all__ = [
     "borrowed_nodes",
     "evictable",
     "is_borrowed",
+    "kept_off_is_not_never",
     "owners_waiting",
+    "plan_drain",
     "plan_preemption",
     "restrict_borrowing",
     "victim_cost",
@@ -94,6 +98,7 @@ class PreemptionPlan:
     domain: Domain | None
     cost: int
     solves: int
+    nodes: frozenset[str] = frozenset()  # every node of the domain
 
     @property
     def victim_names(self) -> tuple[str, ...]:
@@ -176,6 +181,23 @@ def restrict_borrowing(snapshot: ClusterSnapshot, gang: Gang, config: PlacementC
         for ps in gang.pod_sets
     )
     return replace(gang, pod_sets=pod_sets)
+
+
+def kept_off_is_not_never(snapshot: ClusterSnapshot, original: Gang, placement: Placement,
+                          config: PlacementConfig, why: str) -> Placement:
+    """A gang kept off some nodes for a while (backfill, a drained domain) that then cannot
+    ever fit is only waiting: answer Retry, not Rejected, unless the gang as the user asked
+    for it could never fit either."""
+    if placement.status is not SolveStatus.IMPOSSIBLE:
+        return placement
+    try:
+        if prepare(snapshot, original, config).impossible:
+            return placement
+    except ValueError:
+        return placement
+    placement.status = SolveStatus.INFEASIBLE
+    placement.reason = f"{why}; {placement.reason}"
+    return placement
 
 
 def evictable(preemptor: Gang, victim: RunningGang, snapshot: ClusterSnapshot,
@@ -421,5 +443,59 @@ def _cheapest(policy: PlacementPolicy, snapshot: ClusterSnapshot, gang: Gang,
             continue
         if best is None or placement.objective < best.placement.objective:
             best = PreemptionPlan(placement, tuple(v for v, _ in chosen), dom.level, dom.key,
-                                  cost, 0)
+                                  cost, 0, dom.nodes)
     return best
+
+
+def plan_drain(
+    policy: PlacementPolicy,
+    snapshot: ClusterSnapshot,
+    gang: Gang,
+    running: Sequence[RunningGang],
+    config: PlacementConfig,
+) -> PreemptionPlan | None:
+    """Drain-to-fit: for a gang that has waited `preemption.drainAfterSeconds` and still does
+    not fit, the domain to let drain for it: the one of the level it needs that could hold it
+    once the running gangs there are gone, with the fewest GPUs busy now (it frees soonest
+    when run times are alike). Nothing is evicted: the caller keeps new placements out of
+    the domain until the gang fits. `victims` are the gangs to wait for, those on the nodes
+    the placement uses (every tier; `cost` is the GPUs they hold). None when drain is off,
+    the gang has not waited long enough, or no domain could ever hold it."""
+    pre = config.preemption
+    after = pre.drain_after_seconds
+    if not pre.enabled or after is None or gang.waited_seconds < after or gang.pod_count < 2:
+        return None
+    try:
+        levels = config.resolve_levels(snapshot.kueue_topologies)
+    except ValueError:
+        return None
+    order: list[str | None] = list(_preemption_levels(gang, levels, config))
+    waited_for = [(victim_cost(r, config), r) for r in running if r.name != gang.name]
+    solve_config = config.model_copy(update={"locality_wait": None})
+    solves = 0
+    for level in order:
+        ranked = []
+        for dom in _domains(snapshot, levels, [level], waited_for):
+            busy = sum(v.gpus for v, _ in dom.candidates)
+            ranked.append((busy, dom.key or (), dom))
+        ranked.sort(key=lambda t: (t[0], t[1]))
+        for busy, _, dom in ranked:
+            if solves >= MAX_SOLVES:
+                return None
+            sub = _released(snapshot, dom.nodes, [r for _, r in dom.candidates])
+            solves += 1
+            placement = policy.place(sub, gang, solve_config)
+            if placement.feasible:
+                used = {slot.node for slot in placement.slots}
+                blocking = [(v, r) for v, r in dom.candidates
+                            if any(slot.node in used for slot in r.slots)]
+                busy = sum(v.gpus for v, _ in blocking)
+                plan = PreemptionPlan(placement, tuple(v for v, _ in blocking),
+                                      dom.level, dom.key, round(busy), solves, dom.nodes)
+                placement.explanation.append(
+                    f"draining {plan.domain_name()} for this gang: new placements avoid it "
+                    f"until {len(plan.victims)} running Workload(s) there finish "
+                    f"({busy:g} GPUs busy)"
+                )
+                return plan
+    return None

@@ -21,7 +21,10 @@ Modelling assumptions:
   nothing waiting that its free hardware could hold; a Gold or Silver gang that fits its
   nominal quota but not the cluster evicts the cheapest whole borrowed gangs of lower tiers
   inside one domain it needs: at most 8, each run for at least 10 minutes, together at
-  most 8 GPU-hours of work lost).
+  most 8 GPU-hours of work lost). `nexus+preempt+drain` adds drain-to-fit: a multi-pod
+  Gold or Silver gang still waiting after 2 h has the domain with the fewest GPUs busy on
+  the nodes it needs kept free of new placements (one such domain at a time) until it
+  fits.
   `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy: a
   gang that fits its nominal quota while the cohort is full evicts borrowing workloads of
   lower priority, lowest priority and most recently started first, until the quota and
@@ -67,7 +70,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +96,9 @@ from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, Workloa
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
     RunningGang,
+    kept_off_is_not_never,
     owners_waiting,
+    plan_drain,
     plan_preemption,
     restrict_borrowing,
 )
@@ -149,6 +154,8 @@ REPLAY_LOCALITY_WAIT_SECONDS = 4 * 3600.0
 # policy-name suffixes: nexus with placement-level preemption and backfill; Kueue-style
 # quota preemption in front of any policy
 PREEMPT = "+preempt"
+DRAIN = "+drain"  # after +preempt: drain-to-fit too
+REPLAY_DRAIN_AFTER = 7200.0
 QUOTA_PREEMPT = "+quota-preempt"
 # at most 8 GPU-hours of work lost per preemption: on seeds 1-3 a 32 or 128 GPU-h budget
 # lost 1-3 points of effective throughput for no lower Gold wait
@@ -157,7 +164,9 @@ REPLAY_PREEMPTION = Preemption(enabled=True, max_victims_per_gang=8, min_run_sec
 
 
 def preemption_mode(policy_name: str) -> tuple[str, str | None]:
-    """(base policy, "placement" | "quota" | None) of a replay policy name."""
+    """(base policy, "placement" | "drain" | "quota" | None) of a replay policy name."""
+    if policy_name.endswith(PREEMPT + DRAIN):
+        return policy_name[: -len(PREEMPT + DRAIN)], "drain"
     if policy_name.endswith(PREEMPT):
         return policy_name[: -len(PREEMPT)], "placement"
     if policy_name.endswith(QUOTA_PREEMPT):
@@ -447,6 +456,15 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
             "p95": round(float(np.percentile(arr, 95)), 3)}
 
 
+def _avoid(gang: Gang, snap: TrackedSnapshot, nodes: frozenset[str]) -> Gang:
+    """`gang` kept off `nodes` (a domain drained for another gang)."""
+    everything = frozenset(snap.nodes)
+    return replace(gang, pod_sets=tuple(
+        replace(ps, allowed_nodes=(ps.allowed_nodes if ps.allowed_nodes is not None
+                                   else everything) - nodes)
+        for ps in gang.pod_sets))
+
+
 def make_replay_policy(name: str, seed: int, jobs: Sequence[Job]) -> PlacementPolicy:
     policy = make_policy(name, seed)
     if isinstance(policy, WorkloadAware):
@@ -475,8 +493,12 @@ def run_replay(
     jobs = generate_jobs(scn, capacity)
     base_policy, preempt_mode = preemption_mode(policy_name)
     config = config or replay_config(scn)
-    if preempt_mode == "placement":
-        config = config.model_copy(update={"preemption": REPLAY_PREEMPTION})
+    if preempt_mode in ("placement", "drain"):
+        pre = REPLAY_PREEMPTION
+        if preempt_mode == "drain":
+            pre = pre.model_copy(update={"drain_after_seconds": REPLAY_DRAIN_AFTER})
+        config = config.model_copy(update={"preemption": pre})
+        preempt_mode = "placement"
     policy = (policy_factory or make_replay_policy)(base_policy, scn.seed, jobs)
     placer = OrderedPlacer(policy, snap)
     quota = {t: q * capacity * GPU_WHOLE for t, q in zip(TIERS, scn.quota, strict=True)}
@@ -497,6 +519,7 @@ def run_replay(
     ends_at: dict[int, float] = {}  # its departure (an evicted run's event is stale)
     index = {j.name: i for i, j in enumerate(jobs)}
     evictions = completed = 0
+    draining: dict[int, frozenset[str]] = {}  # job -> the nodes drained for it
     wake_at: dict[int, float] = {}  # job -> when its locality hold ends
     rejected = 0
     placements = 0
@@ -610,9 +633,12 @@ def run_replay(
             if attempts >= scn.attempts_per_cycle:
                 break
             attempts += 1
-            gang = job.gang(waited_hours=now - job.arrival)
+            gang = asked = job.gang(waited_hours=now - job.arrival)
             if preempt_mode == "placement":
                 gang = restrict_borrowing(snap, gang, config, owners)
+                kept_out = frozenset().union(*(n for k, n in draining.items() if k != i))
+                if kept_out:
+                    gang = _avoid(gang, snap, kept_out)
             if preempt_mode == "quota" and can_preempt and not (borrow and need <= free_gpu):
                 victims = quota_victims(job, need)
                 if victims is not None:
@@ -622,6 +648,11 @@ def run_replay(
                         free_gpu += jobs[k].gpu_milli_total
             t0 = time.perf_counter()
             placement = placer.place(gang, config)
+            if gang is not asked:
+                placement = kept_off_is_not_never(
+                    snap, asked, placement, config,
+                    "kept off hardware a waiting higher tier owns or a domain drained for "
+                    "another gang")
             if (not placement.feasible and placement.retryable and can_preempt
                     and preempt_mode == "placement"):
                 on_cluster = [RunningGang(g, tuple(sl), ran_seconds=3600.0 * (now - run_start[k]),
@@ -635,11 +666,17 @@ def run_replay(
                         free_gpu += jobs[index[v.name]].gpu_milli_total
                     placement = plan.placement
                     placer.hold(gang, placement.slots)
+                elif not draining and job.pods > 1:
+                    on_cluster = [RunningGang(g, tuple(sl)) for k, (g, sl, _) in running.items()]
+                    drain = plan_drain(policy, snap, gang, on_cluster, config)
+                    if drain is not None:
+                        draining[i] = drain.nodes
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
                 if not placement.retryable:
                     pending.remove(i)
+                    draining.pop(i, None)
                     rejected += 1
                 elif placement.retry_after_seconds is not None:
                     # a deliberate hold: be back when it ends even if nothing else happens
@@ -650,6 +687,7 @@ def run_replay(
                         heapq.heappush(events, (wake, 2, "retry", i))
                 continue
             pending.remove(i)
+            draining.pop(i, None)
             used_nodes = {s.node for s in placement.slots}
             tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
                     for n in used_nodes}

@@ -30,6 +30,7 @@ from nexus_admit.placement.preemption import (
     RunningGang,
     is_borrowed,
     owners_waiting,
+    plan_drain,
     plan_preemption,
     restrict_borrowing,
     victim_cost,
@@ -314,3 +315,22 @@ def test_owners_waiting_counts_only_gangs_their_free_hardware_could_hold() -> No
     assert owners_waiting(snap, cfg, [("gold", 2000), ("silver", 8000)]) == {"gold", "silver"}
     assert owners_waiting(snap, cfg, [("gold", 4000), ("silver", 16000)]) == frozenset()
     assert owners_waiting(snap, cfg, [("bronze", 1000)]) == frozenset()  # owns no hardware here
+
+
+def test_a_gang_that_waited_long_enough_gets_the_domain_freest_now_to_drain() -> None:
+    snap = h100_racks()
+    # rack r0: two nodes free and two half busy; rack r1: every node busy with Gold work
+    running = [run(snap, "ns/a", "h02", 4, tier="gold"), run(snap, "ns/b", "h03", 4),
+               *(run(snap, f"ns/g{i}", f"h1{i}", 8, tier="gold") for i in range(4))]
+    gang = gold_gang()
+    cfg = config(drainAfterSeconds=600)
+    assert plan_drain(ENGINE, snap, gang, running, cfg) is None  # has not waited yet
+    waited = Gang(gang.name, gang.pod_sets, tier="gold", workload_type=gang.workload_type,
+                  preferred_level=RACK, waited_seconds=601)
+    plan = plan_drain(ENGINE, snap, waited, running, cfg)
+    assert plan is not None and plan.domain == ("b0", "r0")
+    # waited for, whatever their tier; nothing is evicted
+    assert set(plan.victim_names) == {"ns/a", "ns/b"} and plan.cost == 8
+    assert nodes_of(plan.placement.slots) == {f"h0{i}" for i in range(4)}
+    assert "draining example.com/rack=b0/r0" in plan.placement.explanation[-1]
+    assert plan_drain(ENGINE, snap, waited, running, config()) is None  # drain off

@@ -190,6 +190,7 @@ def test_preemption_suffixes_name_the_mode() -> None:
     assert rp.preemption_mode("nexus") == ("nexus", None)
     assert rp.preemption_mode("nexus+preempt") == ("nexus", "placement")
     assert rp.preemption_mode("tas-bestfit+quota-preempt") == ("tas-bestfit", "quota")
+    assert rp.preemption_mode("nexus+preempt+drain") == ("nexus", "drain")
 
 
 @pytest.mark.parametrize("policy", ["nexus+preempt", "tas-bestfit+quota-preempt"])
