@@ -50,4 +50,5 @@ class Ledger:
     def hold_in(self, placer: OrderedPlacer) -> None:
         """Take every outstanding assumption's capacity from the placer's snapshot."""
         for a in self.assumed.values():
-            placer.hold(a.gang, a.slots)
+            # a preemptor's or a drain's slots overlap pods that are still leaving
+            placer.hold(a.gang, a.slots, over=True)

@@ -86,6 +86,7 @@ from nexus_admit.placement.preemption import (
     is_borrowed,
     kept_off_is_not_never,
     owners_waiting,
+    plan_drain,
     plan_preemption,
     restrict_borrowing,
 )
@@ -316,10 +317,13 @@ async def _reserve(
     config: PlacementConfig,
     now: datetime,
     annotations: Mapping[str, str] | None = None,
+    over: bool = False,
 ) -> Placement | None:
     """Assume the placement (its capacity is taken in `placer` already), create its
     reservation, and return what the reservation holds (the placement, or the one an earlier
-    decision of this attempt wrote); None when nothing can be answered this pass."""
+    decision of this attempt wrote); None when nothing can be answered this pass. `over`:
+    the capacity was held on top of what still runs there (a drain), so it is never given
+    back in this pass: a clamped hold cannot be undone exactly."""
     snapshot = placer.snapshot
     key = object_key(workload)
     ns = str(meta(workload).get("namespace") or "default")
@@ -346,7 +350,7 @@ async def _reserve(
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
         ctx.ledger.forget(rr_key)
-        if _refused(e):  # nothing was written: the capacity is free again
+        if _refused(e) and not over:  # nothing was written: the capacity is free again
             placer.undo(gang, slots)
         # else the answer was lost (timeout, 5xx, dropped connection) and the reservation
         # may exist: its slots stay taken for the rest of this pass, and the next pass
@@ -364,13 +368,14 @@ async def _reserve(
         except Exception as e:  # what it holds is unknown: the solved slots stay taken
             log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
             return None
-        placer.undo(gang, slots)
+        if not over:
+            placer.undo(gang, slots)
         if found is None:
             return None  # deleted meanwhile: the next pass decides afresh
         placement = _placement_of(found, gang)
         slots = tuple(s for s in placement.slots if s.node in snapshot.nodes)
         ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
-        placer.hold(gang, slots)
+        placer.hold(gang, slots, over=over)
     return placement
 
 
@@ -388,8 +393,10 @@ async def _preempt(
     """Evict the cheapest allowed victims in one domain so that `gang` fits there (see
     controller/preemption.py); True when the preemption was started (the reservation holds
     the capacity, the victims are sent through Retry, the check says so)."""
-    if not config.preemption.enabled or not config.evictable_tiers(gang.tier):
+    if not config.preemption.enabled:
         return False
+    if not config.evictable_tiers(gang.tier):
+        return await _drain(ctx, dump, kueue, placer, workload, check, gang, config, now)
     running, reservations = running_gangs(ctx, dump, placer.snapshot, kueue, config, now)
     running = [r for r in running if r.name != gang.name]
     if not running:
@@ -399,7 +406,7 @@ async def _preempt(
         ctx.solver, plan_preemption, ctx.engine, placer.snapshot, gang, running, config
     )
     if plan is None:
-        return False
+        return await _drain(ctx, dump, kueue, placer, workload, check, gang, config, now)
     victims = [PreemptedVictim(v.name, reservations[v.name]) for v in plan.victims]
     by_name = {r.name: r for r in running}
     # the victims' capacity goes to the preemptor for the rest of this pass
@@ -423,6 +430,50 @@ async def _preempt(
     await announce(ctx, workload, f"{plan.describe()}; reservation {object_key(workload)}", now)
     rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
     await _pending(ctx, workload, check, waiting_message(rr_key, plan.describe(), len(victims)))
+    return True
+
+
+async def _drain(
+    ctx: Context,
+    dump: ClusterDump,
+    kueue: KueueIndex,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    check: str,
+    gang: Gang,
+    config: PlacementConfig,
+    now: datetime,
+) -> bool:
+    """Drain-to-fit (`preemption.drainAfterSeconds`): a gang that has waited that long gets
+    the domain freest now on the nodes it needs; its reservation, written at once, holds
+    those GPUs as the Workloads there finish (nothing is evicted), so new placements avoid
+    them. True when a drain was started."""
+    after = config.preemption.drain_after_seconds
+    if after is None or gang.waited_seconds < after:
+        return False
+    running, reservations = running_gangs(ctx, dump, placer.snapshot, kueue, config, now)
+    running = [r for r in running if r.name != gang.name]
+    loop = asyncio.get_running_loop()
+    plan = await loop.run_in_executor(
+        ctx.solver, plan_drain, ctx.engine, placer.snapshot, gang, running, config
+    )
+    if plan is None:
+        return False
+    waited_for = [PreemptedVictim(v.name, reservations[v.name]) for v in plan.victims]
+    # the Workloads waited for keep running: the drain's slots come on top of theirs
+    placer.hold(gang, tuple(plan.placement.slots), over=True)
+    reserved = await _reserve(
+        ctx, placer, workload, gang, plan.placement, config, now,
+        annotations={L.ANN_PREEMPTS: preempts_annotation(waited_for), L.ANN_DRAIN: "true"},
+        over=True,
+    )
+    if reserved is None:
+        return True
+    ctx.metrics.preemptions.labels("drain").inc()
+    rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
+    text = plan.placement.explanation[-1]
+    await announce(ctx, workload, f"{text}; reservation {rr_key}", now)
+    await _pending(ctx, workload, check, waiting_message(rr_key, text, len(waited_for)))
     return True
 
 

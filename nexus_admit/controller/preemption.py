@@ -49,6 +49,7 @@ from nexus_admit.placement.preemption import PreemptionPlan, RunningGang
 
 __all__ = [
     "PreemptedVictim",
+    "is_drain",
     "preempted_victims",
     "preempts_annotation",
     "progress",
@@ -86,6 +87,10 @@ def preempted_victims(rr: Mapping[str, Any]) -> list[PreemptedVictim] | None:
         for i in items
         if isinstance(i, Mapping) and "workload" in i and "reservation" in i
     ]
+
+
+def is_drain(rr: Mapping[str, Any]) -> bool:
+    return (meta(rr).get("annotations") or {}).get(L.ANN_DRAIN) == "true"
 
 
 def _condition_time(workload: Mapping[str, Any], kind: str) -> datetime | None:
@@ -211,7 +216,10 @@ async def progress(
     config: PlacementConfig,
     now: datetime,
 ) -> Progress:
-    """Where a preemption stands; victims still Ready on our check are evicted again."""
+    """Where a preemption stands; victims still Ready on our check are evicted again. A
+    drain (`scheduling.kubenexus.io/drain`) evicts nothing and has no grace period: its
+    reservation's TTL bounds the wait."""
+    drain = is_drain(rr)
     left = 0
     for v in victims:
         ns, _, rr_name = v.reservation.partition("/")
@@ -225,6 +233,8 @@ async def progress(
             continue
         left += 1
         workload = ctx.store.get("Workload", v.workload)
+        if drain:
+            continue
         if workload is not None and _ready_on_our_check(workload, sorted(ctx.checks)):
             message = clip(
                 f"preempted for reservation {object_key(rr)}: evicted and queued again"
@@ -233,6 +243,7 @@ async def progress(
     created = parse_time(meta(rr).get("creationTimestamp"))
     expired = (
         left > 0
+        and not drain
         and created is not None
         and (now - created).total_seconds() > config.preemption.grace_period_seconds
     )

@@ -12,6 +12,7 @@ from typing import Final
 __all__ = [
     "ADMISSION_CHECK_CONTROLLER",
     "ANN_ATTEMPT",
+    "ANN_DRAIN",
     "ANN_GPU_FRACTION",
     "ANN_GPU_MEMORY",
     "ANN_NUMA_POLICY",
@@ -79,6 +80,7 @@ ANN_PREFERRED_TOPOLOGY: Final = _P + "preferred-topology"  # pod template: a lev
 ANN_NUMA_POLICY: Final = _P + "numa-policy"  # pod template: single-numa-node|preferred|none
 LABEL_RESERVATION: Final = _P + "reservation"  # pod label (podSetUpdates): the RR name
 ANN_PREEMPTS: Final = _P + "preempts"  # preemptor's RR: victims (JSON, workload + RR)
+ANN_DRAIN: Final = _P + "drain"  # preemptor's RR: "true" when it waits, evicting nothing
 LABEL_BORROWED: Final = _P + "borrowed"  # RR on a higher tier's hardware: "true"
 ANN_SLOT: Final = _P + "slot"  # pod (webhook): "<podSet>/<index>" of the RR slot it holds
 ANN_NUMA_ZONE: Final = _P + "numa-zone"  # pod (webhook): NUMA zone id given to the pod

@@ -213,23 +213,33 @@ def pod_capacity(
     return min(cap, node.free_whole_gpus // pod_set.gpus)
 
 
-def _take(node: Node, pod_set: PodSet, slot: Slot, sign: int) -> None:
-    node.free_cpu_milli -= sign * pod_set.cpu_milli
-    node.free_memory_mib -= sign * pod_set.memory_mib
-    node.free_pods -= sign
+def _take(node: Node, pod_set: PodSet, slot: Slot, sign: int, floor: int | None = None) -> None:
+    def sub(value: int, amount: int) -> int:
+        left = value - sign * amount
+        return left if floor is None else max(floor, left)
+
+    node.free_cpu_milli = sub(node.free_cpu_milli, pod_set.cpu_milli)
+    node.free_memory_mib = sub(node.free_memory_mib, pod_set.memory_mib)
+    node.free_pods = sub(node.free_pods, 1)
     for g in slot.gpu_indices:
-        node.gpu_free[g] -= sign * pod_set.gpu_milli
+        if 0 <= g < len(node.gpu_free):
+            node.gpu_free[g] = sub(node.gpu_free[g], pod_set.gpu_milli)
     if slot.numa_zone is not None:
         for z in node.numa_zones:
             if z.id == slot.numa_zone:
-                z.free_cpu_milli -= sign * pod_set.cpu_milli
+                z.free_cpu_milli = sub(z.free_cpu_milli, pod_set.cpu_milli)
 
 
-def apply_slots(snapshot: ClusterSnapshot, gang: Gang, slots: Sequence[Slot]) -> None:
-    """Take the capacity of `slots` from `snapshot` (in place)."""
+def apply_slots(
+    snapshot: ClusterSnapshot, gang: Gang, slots: Sequence[Slot], *, clamp: bool = False
+) -> None:
+    """Take the capacity of `slots` from `snapshot` (in place). `clamp` stops at zero: for
+    capacity that may overlap what the snapshot already counts (a promise the cluster may
+    already show, a reservation held while the pods it waits for still run); a clamped
+    take cannot be given back exactly."""
     by_name = {p.name: p for p in gang.pod_sets}
     for slot in slots:
-        _take(snapshot.nodes[slot.node], by_name[slot.pod_set], slot, +1)
+        _take(snapshot.nodes[slot.node], by_name[slot.pod_set], slot, +1, 0 if clamp else None)
 
 
 def release_slots(snapshot: ClusterSnapshot, gang: Gang, slots: Sequence[Slot]) -> None:

@@ -473,9 +473,13 @@ def plan_drain(
     waited_for = [(victim_cost(r, config), r) for r in running if r.name != gang.name]
     solve_config = config.model_copy(update={"locality_wait": None})
     solves = 0
+    if gang.required_level is None and not (config.locality_wait is not None):
+        order.append(None)  # last resort: the whole cluster
     for level in order:
         ranked = []
-        for dom in _domains(snapshot, levels, [level], waited_for):
+        domains = (_domains(snapshot, levels, [level], waited_for) if level is not None
+                   else [_Domain(None, None, frozenset(snapshot.nodes), waited_for)])
+        for dom in domains:
             busy = sum(v.gpus for v, _ in dom.candidates)
             ranked.append((busy, dom.key or (), dom))
         ranked.sort(key=lambda t: (t[0], t[1]))

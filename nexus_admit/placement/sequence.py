@@ -40,11 +40,14 @@ class OrderedPlacer:
             self.hold(gang, placement.slots)
         return placement
 
-    def hold(self, gang: Gang, slots: Sequence[Slot]) -> None:
+    def hold(self, gang: Gang, slots: Sequence[Slot], *, over: bool = False) -> None:
         """Take the capacity of slots decided earlier (a reservation, an assumption); slots
-        on nodes the snapshot no longer has hold nothing."""
+        on nodes the snapshot no longer has hold nothing. `over`: the slots may overlap what
+        the snapshot already counts as taken, so capacity stops at zero (never undone)."""
         kept = [s for s in slots if s.node in self.snapshot.nodes]
-        if isinstance(self.snapshot, TrackedSnapshot):
+        if over:
+            apply_slots(self.snapshot, gang, kept, clamp=True)
+        elif isinstance(self.snapshot, TrackedSnapshot):
             self.snapshot.apply(gang, kept)
         else:
             apply_slots(self.snapshot, gang, kept)

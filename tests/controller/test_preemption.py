@@ -168,3 +168,33 @@ def test_a_malformed_preempts_annotation_names_no_victims() -> None:
     good = json.dumps([{"workload": "ns/a", "reservation": "ns/rr-a"}, {"bogus": 1}])
     (v,) = preempted_victims({"metadata": {"annotations": {L.ANN_PREEMPTS: good}}}) or []
     assert (v.workload, v.reservation) == ("ns/a", "ns/rr-a")
+
+
+def test_a_gang_that_waited_past_drain_after_holds_the_nodes_as_they_free_up() -> None:
+    api = cluster(mayEvict={"gold": []}, drainAfterSeconds=600)
+    gold = api.get("Workload", "gold", "default")
+    assert gold is not None
+    gold["spec"]["podSets"] = [pod_set(count=2, gpus=8)]
+    gold["status"]["admission"]["podSetAssignments"][0]["count"] = 2
+    api.put(gold)
+    ctx = start(api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
+    assert rr["metadata"]["annotations"][L.ANN_DRAIN] == "true"
+    assert {s["node"] for s in rr["spec"]["podSets"][0]["slots"]} == {"h0", "h1"}
+    # nothing evicted: the Workloads waited for keep running
+    assert check_of(api, "b0")["state"] == check_of(api, "b1")["state"] == "Ready"
+    assert check_of(api, "gold")["state"] == "Pending"
+    assert "draining" in check_of(api, "gold")["message"]
+    # they finish: pods gone, Workloads finished; then Ready on those nodes
+    for name in ("b0", "b1"):
+        api.delete("Pod", f"{name}-0", "default")
+        wl = api.get("Workload", name, "default")
+        assert wl is not None
+        wl["status"]["conditions"].append({"type": "Finished", "status": "True"})
+        api.put(wl)
+    watch(ctx, api)
+    run(ctx)
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "gold")["state"] == "Ready"
