@@ -117,6 +117,12 @@ def preempt_namespace(e2e_cluster: Any, nexus_controller: Any, e2e_namespace: st
 
     wait_for("ClusterQueue preempt-gold active", active, timeout=60)
     yield e2e_namespace
+    # the fleet was full: leave it empty for the next module, not while the namespace goes
+    batch = client.BatchV1Api(custom_objects.api_client)
+    core = client.CoreV1Api(custom_objects.api_client)
+    batch.delete_collection_namespaced_job(e2e_namespace, propagation_policy="Background")
+    wait_for("the test's pods gone",
+             lambda: not core.list_namespaced_pod(e2e_namespace).items, timeout=180)
     docs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     for d in reversed(docs):
         kind = d["kind"].lower()
@@ -137,6 +143,12 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
             overbooked.extend(gpus_bound_over_allocatable(core_v1))
             time.sleep(1.0)
 
+    def fleet_idle() -> bool:  # earlier modules' namespaces may still be going away
+        return not any(p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+                       for p in core_v1.list_pod_for_all_namespaces().items
+                       if p.metadata.namespace.startswith("e2e-"))
+
+    wait_for("no pods of other tests on the fleet", fleet_idle, timeout=180)
     sampler = threading.Thread(target=watch_bound, daemon=True)
     sampler.start()
     try:
