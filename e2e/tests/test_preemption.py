@@ -23,7 +23,7 @@ import yaml
 from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
 from kubernetes import client
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420, func_only=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "preemption.yaml"
 CHECK = "nexus-preempt"
@@ -165,11 +165,12 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
         batch_v1.create_namespaced_job(ns, job("silver", "preempt-silver", pods=2, gpus=8))
         wait_for("16 gangs on the H100s",
                  lambda: all(running(core_v1, ns, n, 2) for n in [*names, "silver"]),
-                 timeout=180)
+                 timeout=300)
         rrs = custom_objects.list_namespaced_custom_object(RR_GROUP, RR_VERSION, ns, RR_PLURAL)
         borrowed = {r["spec"]["workloadRef"]["name"] for r in rrs["items"]
                     if (r["metadata"].get("labels") or {}).get(BORROWED) == "true"}
         assert len(borrowed) == 16, "Bronze and Silver on H100 are borrowed capacity"
+        assert {r["spec"]["decision"]["mode"] for r in rrs["items"]} == {"borrowed"}
         bronze_rack = {
             n: {core_v1.read_node(p.spec.node_name).metadata.labels[RACK]
                 for p in running(core_v1, ns, n, 2) or []}
@@ -186,6 +187,10 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
         gold_wl = workload(custom_objects, ns, "gold")
         assert entry(gold_wl)["state"] == "Ready"
         assert "evict 2 in" in entry(gold_wl)["message"], entry(gold_wl)["message"]
+        gold_rr = custom_objects.get_namespaced_custom_object(
+            RR_GROUP, RR_VERSION, ns, RR_PLURAL,
+            entry(gold_wl)["podSetUpdates"][0]["labels"][RESERVATION])
+        assert gold_rr["spec"]["decision"]["mode"] == "preempting"
         # exactly the fewest Bronze victims, all in that rack; Silver untouched
         evicted = {e.involved_object.name for e in events(core_v1, ns, "PlacementPreempted")}
         victims = [n for n in names
@@ -208,7 +213,7 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
         # 4. room appears (the A100 job ends): the evicted Bronze gangs are admitted again
         batch_v1.delete_namespaced_job("outside-a100", ns, propagation_policy="Background")
         wait_for("the evicted Bronze gangs running again",
-                 lambda: all(running(core_v1, ns, v, 2) for v in victims), timeout=180)
+                 lambda: all(running(core_v1, ns, v, 2) for v in victims), timeout=300)
         for v in victims:
             nodes = {p.spec.node_name for p in running(core_v1, ns, v, 2) or []}
             assert not nodes & gold_nodes, f"{v} placed on the Gold gang's nodes"

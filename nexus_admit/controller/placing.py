@@ -318,6 +318,7 @@ async def _reserve(
     now: datetime,
     annotations: Mapping[str, str] | None = None,
     over: bool = False,
+    mode: str | None = None,
 ) -> Placement | None:
     """Assume the placement (its capacity is taken in `placer` already), create its
     reservation, and return what the reservation holds (the placement, or the one an earlier
@@ -344,6 +345,8 @@ async def _reserve(
         name=name, workload=workload, gang=gang, placement=placement, expires_at=expires
     )
     body["metadata"]["annotations"].update(annotations or {})
+    # what `kubectl get rr` shows in its Mode column
+    body["spec"]["decision"]["mode"] = mode or ("borrowed" if borrowed else "placed")
     if borrowed:
         body["metadata"]["labels"] = {L.LABEL_BORROWED: "true"}
     try:
@@ -416,6 +419,7 @@ async def _preempt(
     reserved = await _reserve(
         ctx, placer, workload, gang, plan.placement, config, now,
         annotations={L.ANN_PREEMPTS: preempts_annotation(victims)},
+        mode="preempting",
     )
     if reserved is None:
         for v in plan.victims:
@@ -466,6 +470,7 @@ async def _drain(
         ctx, placer, workload, gang, plan.placement, config, now,
         annotations={L.ANN_PREEMPTS: preempts_annotation(waited_for), L.ANN_DRAIN: "true"},
         over=True,
+        mode="draining",
     )
     if reserved is None:
         return True

@@ -216,6 +216,14 @@ def resource_reservation_crd() -> dict[str, Any]:
                     "gpus": {"type": "integer", "description": "GPU devices reserved."},
                     "terms": {"type": "object", "additionalProperties": {"type": "number"}},
                     "explanation": {"type": "array", "items": {"type": "string"}},
+                    "mode": {
+                        "type": "string",
+                        "enum": ["placed", "borrowed", "preempting", "draining"],
+                        "description": "placed; borrowed (on a higher tier's hardware, may be "
+                        "preempted); preempting (holds the capacity of Workloads it evicted "
+                        "until they leave); draining (holds GPUs as the Workloads there "
+                        "finish).",
+                    },
                 },
             },
         },
@@ -273,6 +281,7 @@ def resource_reservation_crd() -> dict[str, Any]:
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Nodes", "type": "integer", "jsonPath": ".spec.decision.nodes"},
             {"name": "GPUs", "type": "integer", "jsonPath": ".spec.decision.gpus"},
+            {"name": "Mode", "type": "string", "jsonPath": ".spec.decision.mode"},
             {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],

@@ -91,6 +91,7 @@ def test_the_preemptor_reserves_first_then_its_victim_is_sent_through_retry() ->
     (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
     victims = preempted_victims(rr)
     assert victims is not None and len(victims) == 1
+    assert rr["spec"]["decision"]["mode"] == "preempting"
     victim = victims[0].workload.split("/")[1]
     assert victim in ("b0", "b1")
     node_of = {"b0": "h0", "b1": "h1"}
@@ -181,6 +182,7 @@ def test_a_gang_that_waited_past_drain_after_holds_the_nodes_as_they_free_up() -
     run(ctx)
     (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
     assert rr["metadata"]["annotations"][L.ANN_DRAIN] == "true"
+    assert rr["spec"]["decision"]["mode"] == "draining"
     assert {s["node"] for s in rr["spec"]["podSets"][0]["slots"]} == {"h0", "h1"}
     # nothing evicted: the Workloads waited for keep running
     assert check_of(api, "b0")["state"] == check_of(api, "b1")["state"] == "Ready"
