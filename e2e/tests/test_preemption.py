@@ -34,10 +34,13 @@ PREEMPTS = "scheduling.kubenexus.io/preempts"
 RACK = "cloud.google.com/gce-topology-subblock"
 PRODUCT = "nvidia.com/gpu.product"
 H100 = "NVIDIA-H100-80GB-HBM3"
+COMPLETE = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
-def job(name: str, queue: str, pods: int, gpus: int) -> client.V1Job:
-    """An Indexed Job; eviction deletes its pods, which must not use up its retries."""
+def job(name: str, queue: str, pods: int, gpus: int, finish_after: str | None = None
+        ) -> client.V1Job:
+    """An Indexed Job; eviction deletes its pods, which must not use up its retries. KWOK
+    completes its pods `finish_after` (e.g. "30s") after they run, or never."""
     container = client.V1Container(
         name="worker",
         image="registry.invalid/nexus/worker:e2e",
@@ -53,7 +56,9 @@ def job(name: str, queue: str, pods: int, gpus: int) -> client.V1Job:
             completion_mode="Indexed",
             backoff_limit=20,
             template=client.V1PodTemplateSpec(
-                spec=client.V1PodSpec(restart_policy="Never", containers=[container])
+                metadata=client.V1ObjectMeta(
+                    annotations={COMPLETE: finish_after} if finish_after else {}),
+                spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
             ),
         ),
     )
@@ -131,32 +136,54 @@ def preempt_namespace(e2e_cluster: Any, nexus_controller: Any, e2e_namespace: st
                             check=False)
 
 
+class BoundWatch:
+    """Nodes with more GPUs bound than allocatable, sampled every second while it runs
+    ("at any moment"), after the fleet is idle (earlier modules' namespaces may still be
+    going away)."""
+
+    def __init__(self, core) -> None:
+        self.core = core
+        self.over = threading.Event()
+        self.overbooked: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.over.is_set():
+            self.overbooked.extend(gpus_bound_over_allocatable(self.core))
+            time.sleep(1.0)
+
+    def __enter__(self) -> BoundWatch:
+        def fleet_idle() -> bool:
+            return not any(p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
+                           for p in self.core.list_pod_for_all_namespaces().items
+                           if p.metadata.namespace.startswith("e2e-"))
+
+        wait_for("no pods of other tests on the fleet", fleet_idle, timeout=180)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.over.set()
+        self.thread.join(timeout=5)
+        if exc[0] is None:
+            assert not self.overbooked, self.overbooked[:5]
+
+
+def fill_outside_the_check(batch_v1, core_v1, ns: str) -> None:
+    """Jobs outside our check, through Kueue's own flavors, fill the A100 and L40S pools."""
+    batch_v1.create_namespaced_job(ns, job("outside-a100", "silver", pods=16, gpus=8))
+    batch_v1.create_namespaced_job(ns, job("outside-l40s", "bronze", pods=16, gpus=4))
+    wait_for("A100 and L40S full", lambda: running(core_v1, ns, "outside-a100", 16)
+             and running(core_v1, ns, "outside-l40s", 16), timeout=120)
+
+
 def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
     preempt_namespace: str, batch_v1, core_v1, custom_objects
 ) -> None:
     ns = preempt_namespace
-    watch_over = threading.Event()
-    overbooked: list[str] = []
-
-    def watch_bound() -> None:  # "at any moment": sampled while the test runs
-        while not watch_over.is_set():
-            overbooked.extend(gpus_bound_over_allocatable(core_v1))
-            time.sleep(1.0)
-
-    def fleet_idle() -> bool:  # earlier modules' namespaces may still be going away
-        return not any(p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
-                       for p in core_v1.list_pod_for_all_namespaces().items
-                       if p.metadata.namespace.startswith("e2e-"))
-
-    wait_for("no pods of other tests on the fleet", fleet_idle, timeout=180)
-    sampler = threading.Thread(target=watch_bound, daemon=True)
-    sampler.start()
-    try:
-        # 1. Outside the check, through Kueue's own flavors: the A100 and L40S pools are full
-        batch_v1.create_namespaced_job(ns, job("outside-a100", "silver", pods=16, gpus=8))
-        batch_v1.create_namespaced_job(ns, job("outside-l40s", "bronze", pods=16, gpus=4))
-        wait_for("A100 and L40S full", lambda: running(core_v1, ns, "outside-a100", 16)
-                 and running(core_v1, ns, "outside-l40s", 16), timeout=120)
+    with BoundWatch(core_v1):
+        # 1. the A100 and L40S pools are full, outside the check
+        fill_outside_the_check(batch_v1, core_v1, ns)
         # 2. Through the check: 15 Bronze and 1 Silver 2 x 8-GPU gangs, which can only borrow
         #    the H100s (32 nodes): every rack then has every node busy
         names = [f"bronze-{i:02d}" for i in range(15)]
@@ -217,7 +244,76 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
         for v in victims:
             nodes = {p.spec.node_name for p in running(core_v1, ns, v, 2) or []}
             assert not nodes & gold_nodes, f"{v} placed on the Gold gang's nodes"
+
+
+def set_preemption(custom_objects, **fields: Any) -> None:
+    custom_objects.patch_cluster_custom_object(
+        RR_GROUP, RR_VERSION, "placementconfigs", "e2e-preempt",
+        {"spec": {"preemption": fields}})
+
+
+def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
+    preempt_namespace: str, batch_v1, core_v1, custom_objects
+) -> None:
+    """Drain-to-fit: Gold may evict nothing here. One rack has 2 free nodes and 3 Bronze
+    gangs that run for 120 s; the other racks are full of Bronze gangs that finish after
+    40 s. After 5 s of waiting the Gold gang gets a reservation of intent (mode draining) on
+    4 nodes of the rack with the fewest GPUs busy: the 2 free nodes stay free while later
+    jobs land on the other racks as they empty, and the Gold gang runs there once the long
+    gangs finish."""
+    ns = preempt_namespace
+    set_preemption(custom_objects, mayEvict={"gold": []}, drainAfterSeconds=5)
+    try:
+        with BoundWatch(core_v1):
+            fill_outside_the_check(batch_v1, core_v1, ns)
+            racks = sorted({n.metadata.labels[RACK] for n in core_v1.list_node().items
+                            if n.metadata.labels.get(PRODUCT) == H100})
+            shapes = [(racks[0], "120s")] * 3 + [(r, "40s") for r in racks[1:] for _ in range(4)]
+            names = []
+            for i, (rack, finish) in enumerate(shapes):
+                name = f"bronze-{i:02d}"
+                spec = job(name, "preempt-bronze", pods=2, gpus=8, finish_after=finish)
+                spec.spec.template.spec.node_selector = {RACK: rack}
+                batch_v1.create_namespaced_job(ns, spec)
+                names.append(name)
+            wait_for("15 gangs on the H100s",
+                     lambda: all(running(core_v1, ns, n, 2) for n in names), timeout=300)
+            batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=4, gpus=8))
+
+            def draining() -> dict[str, Any] | None:
+                for r in custom_objects.list_namespaced_custom_object(
+                        RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]:
+                    if r["spec"]["decision"].get("mode") == "draining":
+                        return r
+                return None
+
+            rr = wait_for("a draining reservation for the Gold gang", draining, timeout=120)
+            held = {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+            assert {core_v1.read_node(n).metadata.labels[RACK] for n in held} == {racks[0]}
+            gold = workload(custom_objects, ns, "gold")
+            assert entry(gold)["state"] == "Pending" and "draining" in entry(gold)["message"]
+            # later jobs, each wanting a whole H100 node: 2 are free in the drained rack now
+            late = [f"late-{i}" for i in range(4)]
+            for name in late:
+                batch_v1.create_namespaced_job(ns, job(name, "preempt-bronze", pods=1, gpus=8))
+
+            def late_running() -> list[client.V1Pod] | None:
+                pods = [running(core_v1, ns, n, 1) for n in late]
+                return [p for ps in pods for p in ps or []] if all(pods) else None
+
+            late_pods = wait_for("the later jobs running", late_running, timeout=300)
+            taken = {p.spec.node_name for p in late_pods}
+            assert not taken & held, f"later jobs took drained nodes {taken & held}"
+            # they asked while only the drained rack's 2 nodes were free, and were refused
+            refused = {e.involved_object.name for e in events(core_v1, ns, "PlacementRetry")}
+            for name in late:
+                wl = workload(custom_objects, ns, name)
+                assert wl and wl["metadata"]["name"] in refused, f"{name} was never refused"
+            gold_pods = wait_for("the Gold gang running",
+                                 lambda: running(core_v1, ns, "gold", 4), timeout=300)
+            assert {p.spec.node_name for p in gold_pods} == held
+            notes = " ".join(e.message or "" for e in events(core_v1, ns, "Preempting"))
+            assert "draining" in notes, notes
+            assert not events(core_v1, ns, "PlacementPreempted"), "a drain evicts nothing"
     finally:
-        watch_over.set()
-        sampler.join(timeout=5)
-    assert not overbooked, overbooked[:5]
+        set_preemption(custom_objects, mayEvict={"gold": ["bronze"]}, drainAfterSeconds=None)
