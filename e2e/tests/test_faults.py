@@ -20,10 +20,13 @@ would leave it. Latencies are printed (run with -s).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections import Counter, defaultdict
 from typing import Any
 
+import fleet as fleet_mod
 import pytest
 from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
@@ -565,4 +568,116 @@ def test_control_plane_restarted_mid_burst_the_controller_reconnects_and_loses_n
         f"\n[{component} restart] down {down:.1f}s; apiserver ready → all {BURST} answered "
         f"in {latency:.1f}s ({admitted} admitted); controller pid unchanged, "
         f"{error_count(controller) - errors:.0f} failed steps retried"
+    )
+
+
+# ------------------------------------------------------------------ a node deleted
+
+SPARE = "scheduling.kubenexus.io/e2e-spare"  # label and taint of the spare nodes
+
+
+@contextlib.contextmanager
+def spare_nodes(core, custom, count: int, purpose: str):
+    """`count` extra L40S nodes of the fleet generator's shape (KWOK-driven, with their
+    NodeResourceTopology), labelled and tainted `SPARE=<purpose>` so only a pod that asks
+    for them lands there; deleted again at the end, so the module's fleet is unchanged."""
+    template = next(n for n in fleet_mod.expand(fleet_mod.load()) if n.pool == "l40s")
+    names = [f"l40s-spare-{purpose}-{i}" for i in range(count)]
+    for name in names:
+        fake = dataclasses.replace(
+            template,
+            name=name,
+            labels={**template.labels, "kubernetes.io/hostname": name, SPARE: purpose},
+        )
+        node = fleet_mod.node_manifest(fake)
+        node["spec"]["taints"] = [{"key": SPARE, "value": purpose, "effect": "NoSchedule"}]
+        core.create_node(node)
+        nrt = fleet_mod.nrt_manifest(fake)
+        custom.create_cluster_custom_object(
+            "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", nrt
+        )
+    wait_for(
+        f"spare nodes {names} Ready",
+        lambda: all(condition_of(core.read_node(n), "Ready") == "True" for n in names),
+        timeout=60,
+    )
+    try:
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(name)
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object(
+                    "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", name
+                )
+
+
+def condition_of(node: client.V1Node, kind: str) -> str | None:
+    return next((c.status for c in node.status.conditions or [] if c.type == kind), None)
+
+
+def test_node_deleted_under_a_running_gang_frees_its_slots_and_the_gang_is_placed_again(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """A gang Running on its reservation; the node of one slot is deleted (not cordoned):
+    its pod is lost with it. The controller answers Retry with the reason and an Event,
+    releases the reservation, and the gang is placed again on the node that is left."""
+    ns = nexus_namespace
+    # the nodes exist before the controller starts: one added a moment after its start can
+    # miss both its first list and the first pass of its watches (kopf starts them later)
+    controller.stop()
+    with spare_nodes(core_v1, custom_objects, 2, "node-delete") as spares:
+        controller.start()
+        gang = job("doomed", "nexus-bronze", pods=1, gpus=4, cpu="4")
+        gang.spec.template.spec.node_selector = {SPARE: "node-delete"}
+        gang.spec.template.spec.tolerations = [
+            client.V1Toleration(key=SPARE, value="node-delete", effect="NoSchedule")
+        ]
+        batch_v1.create_namespaced_job(ns, gang)
+        (pod,) = wait_for(
+            "doomed Running on its slot",
+            lambda: running_on_slots(custom_objects, core_v1, ns, "doomed", 1),
+            timeout=90,
+        )
+        rr = reservation_of(custom_objects, ns, "doomed")
+        assert rr is not None and pod.spec.node_name in spares
+        lost, left = pod.spec.node_name, next(n for n in spares if n != pod.spec.node_name)
+
+        t0 = time.monotonic()
+        core_v1.delete_node(lost)
+        retry = wait_for(
+            "PlacementRetry: node deleted",
+            lambda: event(core_v1, ns, "PlacementRetry", f"node {lost} of slot"),
+            timeout=60,
+        )
+        t_noticed = time.monotonic() - t0
+        assert "was deleted" in retry.message and rr["metadata"]["name"] in retry.message
+        released = wait_for(
+            "PlacementReleased Event",
+            lambda: event(core_v1, ns, "PlacementReleased", rr["metadata"]["name"]),
+            timeout=30,
+        )
+        assert f"node {lost} of slot main/0 was deleted" in released.message
+        (again,) = wait_for(
+            "doomed placed again on a new reservation, Running on its slot",
+            lambda: (
+                (r := reservation_of(custom_objects, ns, "doomed"))
+                and r["metadata"]["name"] != rr["metadata"]["name"]
+                and running_on_slots(custom_objects, core_v1, ns, "doomed", 1)
+            ),
+            timeout=180,
+        )
+        t_placed = time.monotonic() - t0
+        assert again.spec.node_name == left
+        assert_invariants(custom_objects, core_v1, ns)
+        batch_v1.delete_namespaced_job("doomed", ns, propagation_policy="Foreground")
+        wait_for(
+            "doomed's pods gone before the spare nodes go",
+            lambda: not core_v1.list_namespaced_pod(ns, label_selector="job-name=doomed").items,
+            timeout=60,
+        )
+    print(
+        f"\n[node deleted] Retry {t_noticed:.1f}s after the deletion, Running again on "
+        f"{left} after {t_placed:.1f}s: {retry.message}"
     )

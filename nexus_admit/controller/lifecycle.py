@@ -7,9 +7,9 @@ reference would garbage-collect it with the Workload anyway); its status records
 hold which slots and becomes `Bound` when all are bound. Active steps act: a reservation none
 of whose pods bound before `spec.expiresAt` is released and its gang sent back through
 Retry; a pinned pod that stays unschedulable (a pod outside Kueue took the capacity) sends
-its gang back through Retry with that reason, and so does a slot whose node was deleted or
-cordoned before its pod was bound, and a Ready Workload whose reservation is gone (deleted
-by hand: its pods would stay pinned while nothing holds their capacity).
+its gang back through Retry with that reason, and so does a slot whose node was deleted
+(bound or not) or cordoned before its pod was bound, and a Ready Workload whose reservation
+is gone (deleted by hand: its pods would stay pinned while nothing holds their capacity).
 
 `release_reason`, `reservation_status`, `missing_reservation` and `lost_node` are pure; the
 rest writes through `api.py`.
@@ -133,21 +133,22 @@ def missing_reservation(
 def lost_node(
     rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
 ) -> str | None:
-    """Why a slot no pod is bound in yet can no longer be used: its node was deleted or
-    cordoned (`nodes`: every Node by name). Bound slots keep running where they are."""
-    bound = set()
+    """Why a slot can no longer be used (`nodes`: every Node by name): its node was deleted
+    (a pod bound there is lost with it: nothing runs it, and the pod garbage collector
+    deletes it), or cordoned before its pod was bound there (a bound pod keeps running)."""
+    bound: dict[str, str] = {}
     for p in pods:
         ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
         if ref is not None and (p.get("spec") or {}).get("nodeName"):
-            bound.add(slot_key(*ref))
+            bound[slot_key(*ref)] = str(meta(p).get("name"))
     for s in reservation_slots(rr):
-        if s.key in bound:
-            continue
         node = nodes.get(s.node)
         if node is None:
-            return f"node {s.node} of slot {s.key} was deleted"
-        if (node.get("spec") or {}).get("unschedulable"):
-            return f"node {s.node} of slot {s.key} was cordoned"
+            pod = bound.get(s.key)
+            lost = f" with its pod {pod}" if pod else ""
+            return f"node {s.node} of slot {s.key} was deleted{lost}"
+        if s.key not in bound and (node.get("spec") or {}).get("unschedulable"):
+            return f"node {s.node} of slot {s.key} was cordoned before its pod was bound there"
     return None
 
 
@@ -262,8 +263,8 @@ async def _act(
         why = lost_node(rr, pods, {str(meta(n).get("name")): n for n in ctx.store.items("Node")})
         if why is not None:
             message = (
-                f"reservation {meta(rr).get('name')} cannot be used: {why} before its pod "
-                "was bound there; the gang is placed again"
+                f"reservation {meta(rr).get('name')} cannot be used: {why}; the gang is "
+                "placed again"
             )
     if message is None:
         return None

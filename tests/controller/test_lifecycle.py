@@ -160,7 +160,7 @@ def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
             [],
-            "node n1 of slot main/1 was cordoned",
+            "node n1 of slot main/1 was cordoned before its pod was bound there",
             id="cordoned",
         ),
         pytest.param(
@@ -168,6 +168,12 @@ def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
             [pod("b", "main/1", "n1")],
             None,
             id="cordoned-under-a-bound-pod",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0")},
+            [pod("b", "main/1", "n1")],
+            "node n1 of slot main/1 was deleted with its pod b",
+            id="deleted-under-a-bound-pod",
         ),
     ],
 )
