@@ -681,3 +681,129 @@ def test_node_deleted_under_a_running_gang_frees_its_slots_and_the_gang_is_place
         f"\n[node deleted] Retry {t_noticed:.1f}s after the deletion, Running again on "
         f"{left} after {t_placed:.1f}s: {retry.message}"
     )
+
+
+# ------------------------------------------------------------------ a tenant unpinning a pod
+
+
+def test_a_tenant_who_lifts_the_gate_of_a_gated_pod_sends_the_gang_through_retry(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """Pods wait gated (the controller is down after its first pin); a tenant lifts our gate
+    from one of them, so kube-scheduler binds it wherever it likes. The restarted controller
+    notices a pod of the reservation off its slot and answers Retry with an Event; the gang
+    is placed again with every pod on its slot."""
+    ns = nexus_namespace
+    controller.stop()
+    controller.start(env={"NEXUS_FAULT": "kill-while-ungating:1"})
+    batch_v1.create_namespaced_job(ns, job("jumper", "nexus-bronze", pods=4, gpus=1, cpu="1"))
+    wait_killed(controller)
+    gated = [
+        p
+        for p in core_v1.list_namespaced_pod(ns, label_selector="job-name=jumper").items
+        if GATE in [g.name for g in p.spec.scheduling_gates or []]
+    ]
+    if not gated:
+        pytest.skip("every pod was ungated before the fault point (no gated pod to unpin)")
+    tenant = gated[0].metadata.name
+    core_v1.patch_namespaced_pod(
+        tenant, ns, {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
+    )
+    jumped = wait_for(
+        f"{tenant} bound by kube-scheduler without a slot",
+        lambda: (p := core_v1.read_namespaced_pod(tenant, ns)).spec.node_name and p,
+        timeout=60,
+    )
+    assert not (jumped.metadata.annotations or {}).get(SLOT)
+    rr = reservation_of_attempt(custom_objects, ns, "jumper")
+
+    controller.start()
+    retry = wait_for(
+        "PlacementRetry: a pod lost its gate",
+        lambda: event(core_v1, ns, "PlacementRetry", f"pod {tenant} lost its scheduling gate"),
+        timeout=60,
+    )
+    assert f"bound to node {jumped.spec.node_name}" in retry.message
+    wait_for(
+        "jumper placed again on a new reservation, every pod on its slot",
+        lambda: (
+            (r := reservation_of(custom_objects, ns, "jumper"))
+            and r["metadata"]["name"] != rr
+            and running_on_slots(custom_objects, core_v1, ns, "jumper", 4)
+        ),
+        timeout=180,
+    )
+    assert_invariants(custom_objects, core_v1, ns)
+
+
+def reservation_of_attempt(custom, ns: str, job_name: str) -> str:
+    """The name of the Workload's one reservation (its check may not be Ready yet)."""
+    wl = workload_of(custom, ns, job_name)
+    assert wl is not None
+    (rr,) = [
+        r
+        for r in all_reservations(custom, ns)
+        if r["spec"]["workloadRef"]["uid"] == wl["metadata"]["uid"]
+    ]
+    return rr["metadata"]["name"]
+
+
+def test_a_pinned_pod_cannot_be_unpinned_nor_a_reservation_used_from_another_namespace(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """Once pinned, a pod's nodeSelector is immutable (the apiserver refuses the patch); a
+    pod in another namespace naming the reservation is denied by the webhook, which says
+    why."""
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(ns, job("pinned", "nexus-bronze", pods=1, gpus=1, cpu="1"))
+    (pod,) = wait_for(
+        "pinned Running on its slot",
+        lambda: running_on_slots(custom_objects, core_v1, ns, "pinned", 1),
+        timeout=90,
+    )
+    with pytest.raises(client.ApiException) as refused:
+        core_v1.patch_namespaced_pod(
+            pod.metadata.name,
+            ns,
+            [{"op": "remove", "path": "/spec/nodeSelector"}],
+        )
+    assert refused.value.status == 422, refused.value.body
+    assert "spec: Forbidden: pod updates may not change fields" in refused.value.body
+    rr_name = pod.metadata.labels[RESERVATION]
+
+    other = f"{ns[:50]}-thief"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    try:
+        wait_for(
+            f"default ServiceAccount in {other}",
+            lambda: core_v1.read_namespaced_service_account("default", other),
+            timeout=60,
+        )
+        denied = create_refused(core_v1, other, thief_pod(rr_name))
+    finally:
+        core_v1.delete_namespace(other, propagation_policy="Background")
+    assert denied.status == 403, denied.body
+    assert f"ResourceReservation {other}/{rr_name}" in denied.body
+    assert "does not exist" in denied.body
+
+
+def create_refused(core, ns: str, pod: client.V1Pod) -> client.ApiException:
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(ns, pod)
+    return refused.value
+
+
+def thief_pod(rr_name: str) -> client.V1Pod:
+    """A bare pod that names a reservation it does not belong to."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="thief", labels={RESERVATION: rr_name}),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="registry.invalid/nexus/worker:e2e",
+                    resources=client.V1ResourceRequirements(requests={GPU: "1"}, limits={GPU: "1"}),
+                )
+            ]
+        ),
+    )
