@@ -68,7 +68,7 @@ def handler_registry(options: RunOptions) -> kopf.OperatorRegistry:
             pods.version,
             pods.plural,
             id=WEBHOOK_ID,
-            operation="CREATE",
+            operations={"CREATE"},
             side_effects=False,
             registry=registry,
         )
