@@ -81,6 +81,9 @@ class Metrics:
             ["role"],
             registry=r,
         )
+        self.relists = Counter(
+            _P + "relists", "Full re-lists of every watched kind completed.", registry=r
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )

@@ -24,12 +24,12 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
-from nexus_admit.controller.webhook import review_pod
-from nexus_admit.kube import labels as L
+from nexus_admit.controller.webhook import gated_spec, pod_ref, review_pod
+from nexus_admit.controller.webhook_server import GuardedWebhookServer
 from nexus_admit.kube.errors import meta
 from nexus_admit.placement.policies import make_policy
 
-__all__ = ["WEBHOOK_PATH", "build_context", "run"]
+__all__ = ["WEBHOOK_PATH", "build_context", "handler_registry", "operator_settings", "run"]
 
 log = logging.getLogger("nexus_admit.operator")
 
@@ -48,7 +48,7 @@ def build_context(options: RunOptions) -> Context:
     )
 
 
-def _registry(options: RunOptions) -> kopf.OperatorRegistry:
+def handler_registry(options: RunOptions) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     watches.register(registry)
 
@@ -68,7 +68,7 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
             pods.version,
             pods.plural,
             id=WEBHOOK_ID,
-            operation="CREATE",
+            operations={"CREATE"},
             side_effects=False,
             registry=registry,
         )
@@ -77,22 +77,21 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
             namespace = str(meta(pod).get("namespace") or "default")
             answer = await review_pod(memo.ctx, pod, namespace)
             if not answer.allowed:
-                raise kopf.AdmissionError(answer.message, code=403)
+                raise kopf.AdmissionError(f"{pod_ref(pod, namespace)}: {answer.message}", code=403)
             if answer.add_gate:
-                gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
-                patch.spec["schedulingGates"] = [*gates, {"name": L.GATE_PLACEMENT}]
+                patch.spec["schedulingGates"] = gated_spec(pod)
 
     return registry
 
 
-def _settings(options: RunOptions) -> kopf.OperatorSettings:
+def operator_settings(options: RunOptions) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our Events are written by events.py, on purpose only
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10]
     if options.webhook:
-        settings.admission.server = kopf.WebhookServer(
+        settings.admission.server = GuardedWebhookServer(
             addr=options.webhook_addr,
             port=options.webhook_port,
             certfile=options.webhook_cert,
@@ -154,8 +153,8 @@ async def run(options: RunOptions) -> None:
     ]
     try:
         await kopf.operator(
-            registry=_registry(options),
-            settings=_settings(options),
+            registry=handler_registry(options),
+            settings=operator_settings(options),
             clusterwide=True,
             standalone=True,
             memo=kopf.Memo(ctx=ctx),
