@@ -74,6 +74,12 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.leader = Gauge(
+            _P + "leader",
+            "1 while this replica acts on Workloads (holds the leader Lease, or runs "
+            "without leader election), else 0.",
+            registry=r,
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )
