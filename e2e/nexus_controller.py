@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -57,12 +58,18 @@ def _nexus_admit_exe() -> str:
 
 
 class NexusController:
-    def __init__(self, cluster: Any):
+    """One `nexus-admit run` process. Several can run side by side (e.g. two replicas with
+    leader election): give each its own `name` (its log file) and `extra_args`; each gets
+    its own webhook and health ports."""
+
+    def __init__(self, cluster: Any, name: str = "nexus-admit", extra_args: Sequence[str] = ()):
         self.cluster = cluster
+        self.name = name
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.webhook_port = cluster_mod.free_port()
         self.health_port = cluster_mod.free_port()
-        self.log_file = cluster.state / "logs" / "nexus-admit.log"
+        self.log_file = cluster.state / "logs" / f"{name}.log"
 
     # -- certificate ------------------------------------------------------------------
     def ensure_cert(self) -> tuple[Path, Path]:
@@ -194,6 +201,7 @@ class NexusController:
             "--health-addr=127.0.0.1",
             f"--health-port={self.health_port}",
             "--retry-seconds=5",
+            *self.extra_args,
         ]
 
     def start(self, env: dict[str, str] | None = None, wait: bool = True) -> None:
