@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import yaml

@@ -198,5 +198,6 @@ def test_a_leader_stopped_cleanly_hands_over_at_once(replicas, custom_objects):
     wait_for("b leads", lambda: is_leader(b), timeout=LEASE_SECONDS + 10)
     handover = time.monotonic() - t0
     assert "released" in a.log_tail(20)
+    assert lease_holder(custom_objects, lease).endswith(f"_{b.proc.pid}")
     assert handover < LEASE_SECONDS, f"b waited for the lease to expire ({handover:.1f}s)"
     print(f"\n[leader] SIGTERM → b leads in {handover:.1f}s")
