@@ -78,6 +78,13 @@ class NexusController:
         crt, key = pki / "nexus-webhook.crt", pki / "nexus-webhook.key"
         if crt.exists() and key.exists():
             return crt, key
+        return self.issue_cert()
+
+    def issue_cert(self) -> tuple[Path, Path]:
+        """A new serving certificate (new key, new serial) in place of the current one, as
+        a renewal would write it: each file replaced whole (rename), the key first."""
+        pki = self.cluster.pki
+        crt, key = pki / "nexus-webhook.crt", pki / "nexus-webhook.key"
         x509, hashes, serialization, ec, eku, name_oid = cluster_mod._pki()
         ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
         ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
@@ -101,9 +108,14 @@ class NexusController:
             )
             .sign(ca_key, hashes.SHA256())
         )
-        key.write_bytes(cluster_mod._key_pem(leaf_key))
-        key.chmod(0o600)
-        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        for path, data in (
+            (key, cluster_mod._key_pem(leaf_key)),
+            (crt, cert.public_bytes(serialization.Encoding.PEM)),
+        ):
+            tmp = path.with_suffix(path.suffix + ".new")
+            tmp.write_bytes(data)
+            tmp.chmod(0o600)
+            os.replace(tmp, path)
         return crt, key
 
     # -- objects ------------------------------------------------------------------------

@@ -46,6 +46,13 @@ def run(
     webhook_key: Annotated[
         str | None, typer.Option(envvar="NEXUS_WEBHOOK_KEY", help="PEM private key.")
     ] = None,
+    webhook_cert_check_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="NEXUS_WEBHOOK_CERT_CHECK_SECONDS",
+            help="How often to check the cert/key files; a new pair is served without a restart.",
+        ),
+    ] = 10.0,
     health_addr: Annotated[str, typer.Option(envvar="NEXUS_HEALTH_ADDR")] = "0.0.0.0",
     health_port: Annotated[
         int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
@@ -103,6 +110,7 @@ def run(
             webhook_port=webhook_port,
             webhook_cert=webhook_cert,
             webhook_key=webhook_key,
+            webhook_cert_check_seconds=webhook_cert_check_seconds,
             health_addr=health_addr,
             health_port=health_port,
             policy=policy,
@@ -129,7 +137,13 @@ def run(
             f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
         )
         raise typer.Exit(EXIT_OPTIONS)
-    asyncio.run(run_operator(options))
+    from nexus_admit.controller.tls import CertificateError
+
+    try:
+        asyncio.run(run_operator(options))
+    except CertificateError as e:
+        typer.echo(f"error: --webhook-cert/--webhook-key: {e}", err=True)
+        raise typer.Exit(EXIT_OPTIONS) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -80,6 +80,11 @@ class Metrics:
             "without leader election), else 0.",
             registry=r,
         )
+        self.certificate_reloads = Counter(
+            _P + "webhook_certificate_reloads",
+            "New serving certificates loaded by the webhook without a restart.",
+            registry=r,
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )

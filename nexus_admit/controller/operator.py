@@ -29,6 +29,7 @@ from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_ide
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
+from nexus_admit.controller.tls import ServingCertificate
 from nexus_admit.controller.webhook import review_pod
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
@@ -147,18 +148,26 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
     return registry
 
 
-def _settings(options: RunOptions) -> kopf.OperatorSettings:
+# kopf re-reads the certificate files on this period and, on a change, restarts its server
+# (a moment without a listener); `tls.py` reloads them in place instead, so kopf's check is
+# pushed out of the way (a year)
+_KOPF_FILE_CHECK_SECONDS = 365 * 24 * 3600.0
+
+
+def _settings(options: RunOptions, cert: ServingCertificate | None) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our Events are written by events.py, on purpose only
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10]
-    if options.webhook:
+    if cert is not None:
         settings.admission.server = kopf.WebhookServer(
             addr=options.webhook_addr,
             port=options.webhook_port,
-            certfile=options.webhook_cert,
-            pkeyfile=options.webhook_key,
+            context=cert.context,  # the live context tls.py reloads in place
+            certfile=cert.certfile,
+            pkeyfile=cert.keyfile,
+            file_check_interval=_KOPF_FILE_CHECK_SECONDS,
         )
         settings.admission.managed = None  # the chart / e2e harness registers the webhook
     return settings
@@ -198,6 +207,14 @@ async def run(options: RunOptions) -> None:
         # kopf's own login reads the same kubeconfig as our client
         os.environ["KUBECONFIG"] = options.kubeconfig
     ctx = build_context(options)
+    cert = None
+    if options.webhook:
+        assert options.webhook_cert and options.webhook_key  # RunOptions.validate insists
+        cert = ServingCertificate(
+            options.webhook_cert,
+            options.webhook_key,
+            on_reload=ctx.metrics.certificate_reloads.inc,
+        )
     elector = elect(ctx) if options.leader_elect else None
     ctx.metrics.leader.set(0 if elector else 1)
     runner = await _health_server(ctx)
@@ -227,12 +244,15 @@ async def run(options: RunOptions) -> None:
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
     ]
+    if cert is not None:
+        watch = cert.watch(options.webhook_cert_check_seconds)
+        tasks.append(asyncio.create_task(watch, name="webhook-certificate"))
     if elector is not None:  # last: cancelled last, it releases the lease on the way out
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:
         await kopf.operator(
             registry=_registry(options),
-            settings=_settings(options),
+            settings=_settings(options, cert),
             clusterwide=True,
             standalone=True,
             memo=kopf.Memo(ctx=ctx),

@@ -36,6 +36,7 @@ class RunOptions:
     webhook_port: int = 9443
     webhook_cert: str | None = None
     webhook_key: str | None = None
+    webhook_cert_check_seconds: float = 10.0  # how often the cert files are checked for a new pair
     health_addr: str = "0.0.0.0"
     health_port: int = 8080  # /healthz, /readyz, /metrics
     policy: str = "nexus"
@@ -75,6 +76,10 @@ class RunOptions:
             ):
                 if not os.access(path, os.R_OK):
                     raise OptionsError(f"{flag} {path}: cannot read the file")
+        if self.webhook_cert_check_seconds <= 0:
+            raise OptionsError(
+                f"--webhook-cert-check-seconds {self.webhook_cert_check_seconds}: above 0"
+            )
         if self.resync_seconds < 5:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
         if not 0.1 <= self.tick_seconds <= 60:
