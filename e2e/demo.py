@@ -6,7 +6,8 @@ Brings the control plane up (cached binaries), installs nexus-admit's objects
 (`NexusController.install`: CRDs, PlacementConfig `e2e`, AdmissionCheck `nexus-placement`,
 ClusterQueues nexus-gold/silver/bronze), runs the controller in the background, applies
 `config/samples/demo/` to a fresh namespace, waits until every sample is admitted with its
-pods Running on their reserved nodes, prints the decisions (`kubectl describe workload`:
+pods Running on their reserved nodes (earlier runs' namespaces are removed first), prints
+the decisions (`kubectl describe workload`:
 the check's message and the Events; `kubectl get rr`; the pods and their nodes), then stops
 the controller and removes its webhook. The cluster stays up. Exit 1 when a sample is not
 placed within the timeout, 2 when the cluster or the controller cannot start.
@@ -40,6 +41,38 @@ PLACE_TIMEOUT = 180.0
 def kubectl_json(cluster: Any, *args: str) -> dict[str, Any]:
     r = cluster.kubectl(*args, "-o", "json")
     return json.loads(r.stdout)
+
+
+DEMO_PREFIX = "nexus-demo-"
+
+
+def remove_namespace(cluster: Any, namespace: str) -> None:
+    """Delete a demo namespace for good. KWOK runs no kubelet, so a deleted pod never
+    reaches a terminal phase and Kueue keeps its finalizer on a plain-pod group's pods (the
+    namespace would stay Terminating): their phase is set as a kubelet would set it."""
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "name", check=False).stdout
+    for pod in pods.split():
+        cluster.kubectl(
+            "patch",
+            pod,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            '{"status":{"phase":"Succeeded"}}',
+            check=False,
+        )
+
+
+def remove_earlier_demos(cluster: Any) -> list[str]:
+    """The namespaces of earlier `make demo` runs, whose reservations still hold GPUs."""
+    names = cluster.kubectl("get", "namespaces", "-o", "name").stdout.split()
+    earlier = [n.split("/", 1)[1] for n in names if n.startswith(f"namespace/{DEMO_PREFIX}")]
+    for ns in earlier:
+        remove_namespace(cluster, ns)
+    return earlier
 
 
 def submit(cluster: Any, namespace: str) -> None:
@@ -175,8 +208,11 @@ def main() -> int:
         nc.uninstall_webhook()
         print(f"demo: nexus-admit did not start: {e}", file=sys.stderr)
         return 2
-    namespace = f"nexus-demo-{uuid.uuid4().hex[:5]}"
+    namespace = f"{DEMO_PREFIX}{uuid.uuid4().hex[:5]}"
     try:
+        earlier = remove_earlier_demos(c)
+        if earlier:
+            print(f"demo: removing the namespaces of earlier runs: {', '.join(earlier)}")
         print(f"demo: controller running (log {nc.log_file}); samples → namespace {namespace}")
         submit(c, namespace)
         problems = wait_placed(c, namespace)

@@ -35,4 +35,4 @@ def test_the_demo_samples_are_placed_and_reported(e2e_cluster: Any, nexus_contro
         assert gpus == [4, 6, 32], rr_table
         print(f"\n[demo] samples placed and Running in {took:.1f}s")
     finally:
-        e2e_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        demo.remove_namespace(e2e_cluster, namespace)

@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
 from kubernetes import client
 from nexus_controller import NexusController
+from test_controller import GATE
 from test_faults import (
     BURST,
     all_reservations,
@@ -66,6 +67,28 @@ def lease_holder(custom: client.CustomObjectsApi, name: str) -> str:
         return coordination.read_namespaced_lease(name, LEASE_NS).spec.holder_identity or ""
     except client.ApiException:
         return ""
+
+
+def plain_pod(name: str, group: str, count: int) -> client.V1Pod:
+    worker = client.V1Container(
+        name="c",
+        image="registry.invalid/nexus/worker:e2e",
+        resources=client.V1ResourceRequirements(
+            requests={"cpu": "2", "memory": "8Gi", GPU: "1"}, limits={GPU: "1"}
+        ),
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            labels={QUEUE_LABEL: "nexus-bronze", "kueue.x-k8s.io/pod-group-name": group},
+            annotations={
+                "kueue.x-k8s.io/pod-group-total-count": str(count),
+                # completed by KWOK after a while, so the group (and its finalizers) go
+                "pod-complete.stage.kwok.x-k8s.io/delay": "60s",
+            },
+        ),
+        spec=client.V1PodSpec(restart_policy="Never", containers=[worker]),
+    )
 
 
 def admission_review(nc: NexusController) -> dict[str, Any]:
@@ -147,6 +170,12 @@ def test_leader_killed_mid_burst_the_follower_takes_over_and_nothing_is_lost(
     for nc in (a, b):  # both serve the webhook, leader or not
         answer = admission_review(nc)
         assert answer["response"]["allowed"] is True, (nc.name, answer)
+    # the apiserver calls the follower's webhook (the URL registered): a plain pod queued
+    # under our check is gated there too, though the follower has run no pass
+    group = [plain_pod(f"grp-{i}", "grp", 2) for i in range(2)]
+    for p in group:
+        created = core_v1.create_namespaced_pod(ns, p)
+        assert GATE in [g.name for g in created.spec.scheduling_gates or []], "gated by b"
 
     submit_burst(batch_v1, ns)
     wait_for(

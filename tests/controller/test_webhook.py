@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.store import Store
-from nexus_admit.controller.webhook import decide, queued_under_check
+from nexus_admit.controller.webhook import decide, queued_under_check, review_pod
 from nexus_admit.kube import labels as L
 
 WL = {
@@ -94,3 +94,32 @@ def test_plain_pod_in_a_nexus_queue_is_gated_others_are_not() -> None:
     assert not queued_under_check(plain, "t", s, {"other-check"})
     owned = {"metadata": {**plain["metadata"], "ownerReferences": [{"uid": "x"}]}}
     assert not queued_under_check(owned, "t", s, {"nexus"})
+
+
+def test_a_follower_replica_gates_a_queued_plain_pod_too() -> None:
+    """Every replica serves the webhook; only the leader runs the loop that fills
+    ctx.checks. A follower (ctx.checks empty) must still gate a plain pod queued under our
+    check, or the pod would be created ungated and never pinned."""
+    import asyncio
+
+    from nexus_admit.controller.context import Context
+    from nexus_admit.controller.options import RunOptions
+    from nexus_admit.placement.policies import make_policy
+    from tests.controller.fake_api import FakeApi
+    from tests.kube.kube_factories import admission_check, cluster_queue, local_queue
+
+    cq = cluster_queue("cq", "silver")
+    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "nexus"}]}
+    ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind, obj in (
+        ("ClusterQueue", cq),
+        ("LocalQueue", local_queue("t", "q", "cq")),
+        ("AdmissionCheck", admission_check("nexus")),
+    ):
+        ctx.store.upsert(kind, obj)
+    assert ctx.checks == {}, "a follower: no pass has run"
+    plain = {
+        "metadata": {"name": "p", "namespace": "t", "labels": {"kueue.x-k8s.io/queue-name": "q"}}
+    }
+    answer = asyncio.run(review_pod(ctx, plain, "t"))
+    assert answer.allowed and answer.add_gate
