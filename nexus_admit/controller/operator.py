@@ -206,15 +206,13 @@ async def run(options: RunOptions) -> None:
     if options.kubeconfig:
         # kopf's own login reads the same kubeconfig as our client
         os.environ["KUBECONFIG"] = options.kubeconfig
-    ctx = build_context(options)
     cert = None
-    if options.webhook:
+    if options.webhook:  # first: an unusable certificate stops us before any API call
         assert options.webhook_cert and options.webhook_key  # RunOptions.validate insists
-        cert = ServingCertificate(
-            options.webhook_cert,
-            options.webhook_key,
-            on_reload=ctx.metrics.certificate_reloads.inc,
-        )
+        cert = ServingCertificate(options.webhook_cert, options.webhook_key)
+    ctx = build_context(options)
+    if cert is not None:
+        cert.on_reload = ctx.metrics.certificate_reloads.inc
     elector = elect(ctx) if options.leader_elect else None
     ctx.metrics.leader.set(0 if elector else 1)
     runner = await _health_server(ctx)
