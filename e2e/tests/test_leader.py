@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import demo
 import pytest
 from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
 from kubernetes import client
@@ -142,7 +143,12 @@ def replicas(e2e_cluster: Any) -> Iterator[tuple[NexusController, NexusControlle
 
 
 @pytest.fixture
-def queues(e2e_namespace: str, custom_objects: client.CustomObjectsApi) -> str:
+def queues(
+    e2e_cluster: Any, e2e_namespace: str, custom_objects: client.CustomObjectsApi
+) -> Iterator[str]:
+    """The nexus-* LocalQueues in the test namespace; afterwards its plain pods are finished
+    the way a kubelet would (demo.remove_namespace), or a group still gated would keep
+    Kueue's finalizer and its reservation-free namespace Terminating for ever."""
     for tier in ("gold", "silver", "bronze"):
         custom_objects.create_namespaced_custom_object(
             KUEUE_GROUP,
@@ -156,7 +162,8 @@ def queues(e2e_namespace: str, custom_objects: client.CustomObjectsApi) -> str:
                 "spec": {"clusterQueue": f"nexus-{tier}"},
             },
         )
-    return e2e_namespace
+    yield e2e_namespace
+    demo.remove_namespace(e2e_cluster, e2e_namespace)
 
 
 def test_leader_killed_mid_burst_the_follower_takes_over_and_nothing_is_lost(
