@@ -82,11 +82,9 @@ def plain_pod(name: str, group: str, count: int) -> client.V1Pod:
         metadata=client.V1ObjectMeta(
             name=name,
             labels={QUEUE_LABEL: "nexus-bronze", "kueue.x-k8s.io/pod-group-name": group},
-            annotations={
-                "kueue.x-k8s.io/pod-group-total-count": str(count),
-                # completed by KWOK after a while, so the group (and its finalizers) go
-                "pod-complete.stage.kwok.x-k8s.io/delay": "60s",
-            },
+            # they run until the test's teardown finishes them (`queues`): a group that
+            # completed mid-test would no longer count as Running on its slots
+            annotations={"kueue.x-k8s.io/pod-group-total-count": str(count)},
         ),
         spec=client.V1PodSpec(restart_policy="Never", containers=[worker]),
     )
