@@ -25,6 +25,7 @@ from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
+from nexus_admit.kube.workload import our_check_names
 
 __all__ = [
     "GateAnswer",
@@ -193,7 +194,10 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name:
         await _fill_queue(ctx, pod, namespace)
-        if queued_under_check(pod, namespace, ctx.store, ctx.checks):
+        # our checks as the store shows them, not ctx.checks: that is refreshed by the
+        # loop's passes, which only the leader runs, and every replica serves the webhook
+        ours = our_check_names(ctx.store.items("AdmissionCheck"))
+        if queued_under_check(pod, namespace, ctx.store, ours):
             gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)

@@ -14,6 +14,7 @@ from nexus_admit.controller.webhook import (
     malformed_gates,
     pod_ref,
     queued_under_check,
+    review_pod,
 )
 from nexus_admit.kube import labels as L
 
@@ -128,3 +129,32 @@ def test_malformed_gates_are_refused_not_patched(gates, says) -> None:
 def test_pod_ref_names_a_pod_that_has_no_name_yet() -> None:
     assert pod_ref({"metadata": {"generateName": "job-"}}, "t") == "Pod t/job-<generated>"
     assert pod_ref({"metadata": []}, "t") == "Pod t/<unnamed>"
+
+
+def test_a_follower_replica_gates_a_queued_plain_pod_too() -> None:
+    """Every replica serves the webhook; only the leader runs the loop that fills
+    ctx.checks. A follower (ctx.checks empty) must still gate a plain pod queued under our
+    check, or the pod would be created ungated and never pinned."""
+    import asyncio
+
+    from nexus_admit.controller.context import Context
+    from nexus_admit.controller.options import RunOptions
+    from nexus_admit.placement.policies import make_policy
+    from tests.controller.fake_api import FakeApi
+    from tests.kube.kube_factories import admission_check, cluster_queue, local_queue
+
+    cq = cluster_queue("cq", "silver")
+    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "nexus"}]}
+    ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind, obj in (
+        ("ClusterQueue", cq),
+        ("LocalQueue", local_queue("t", "q", "cq")),
+        ("AdmissionCheck", admission_check("nexus")),
+    ):
+        ctx.store.upsert(kind, obj)
+    assert ctx.checks == {}, "a follower: no pass has run"
+    plain = {
+        "metadata": {"name": "p", "namespace": "t", "labels": {"kueue.x-k8s.io/queue-name": "q"}}
+    }
+    answer = asyncio.run(review_pod(ctx, plain, "t"))
+    assert answer.allowed and answer.add_gate
