@@ -17,7 +17,8 @@ configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
 <repo>/.e2e-state; the admin kubeconfig is <state>/kubeconfig.
 
 Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, skip the
-build), NEXUS_CACHE (build cache root, see build.sh).
+build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fleet.yaml
+scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes).
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ class ComponentExited(ClusterError):
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("NEXUS_E2E_STATE") or REPO / ".e2e-state").resolve()
+
+
+def fleet_spec() -> dict[str, Any]:
+    """fleet.yaml, scaled when NEXUS_E2E_FLEET_NODES asks for a larger fleet (bench-e2e)."""
+    spec = fleet_mod.load()
+    nodes = os.environ.get("NEXUS_E2E_FLEET_NODES")
+    return fleet_mod.scaled(spec, int(nodes)) if nodes else spec
 
 
 def build_binaries() -> Path:
@@ -832,7 +840,7 @@ class Cluster:
 
         # the fleet while Kueue starts
         t = time.monotonic()
-        spec = fleet_mod.load()
+        spec = fleet_spec()
         self.apply(fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec))
         self.timings["fleet-apply"] = round(time.monotonic() - t, 2)
         log(f"fleet applied ({sum(s['nodes'] for s in fleet_mod.summary(spec).values())} nodes)")
@@ -851,7 +859,7 @@ class Cluster:
         self._wait(
             "nodes-ready",
             lambda: self._count_ready_nodes() >= total_nodes,
-            120,
+            max(120, total_nodes * 0.3),  # KWOK initialises a 1,000-node fleet in minutes
             ["kwok", "kube-controller-manager"],
         )
         log(f"{total_nodes} fake nodes Ready")
