@@ -14,6 +14,9 @@ from typing import Any
 
 # tier -> (pool, flavor) of the Kueue-alone ClusterQueue (e2e/manifests/kueue.yaml)
 KUEUE_ALONE = {"gold": ("h100", "h100"), "silver": ("a100", "a100"), "bronze": ("l40s", "l40s")}
+# tiers whose Kueue-alone flavor is topology-aware (h100 has topologyName gpu-fabric): only
+# their gangs may ask Kueue TAS for a rack; on the other flavors Kueue refuses the request
+TAS_TIERS = ("gold",)
 NEXUS_CHECK = "nexus-placement"
 NEXUS_FLAVOR = "gpu-any"
 TIER_LABEL = "scheduling.kubenexus.io/tier"

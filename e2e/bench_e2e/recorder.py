@@ -12,7 +12,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -186,16 +186,14 @@ class ProcSample:
     load1: float
 
 
-@dataclass
 class ProcSampler(threading.Thread):
     """Every `interval` s: the controller's CPU seconds and RSS (pid None: load only)."""
 
-    pid: int | None
-    interval: float = 1.0
-    samples: list[ProcSample] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        threading.Thread.__init__(self, daemon=True)
+    def __init__(self, pid: int | None, interval: float = 1.0):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.interval = interval
+        self.samples: list[ProcSample] = []
         self.stopping = threading.Event()
 
     def sample(self) -> None:

@@ -101,21 +101,27 @@ class Bench:
 
     # -- scrapes ------------------------------------------------------------------------
     def apiserver_metrics(self) -> str:
-        r = self.api.call_api(
-            "/metrics",
-            "GET",
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
+        """kube-apiserver's /metrics, read with the admin client certificate."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET", "/metrics", auth_settings=["BearerToken"]
         )
-        return r.data.decode()
+        resp = self.api.call_api(method, url, headers)
+        resp.read()
+        return resp.data.decode()
 
     def controller_metrics(self) -> str:
         return self.nc.metrics() if self.nc and self.nc.proc else ""
 
     # -- namespaces -----------------------------------------------------------------------
     def make_namespace(self, ns: str, queue_prefix: str) -> None:
-        self.core.create_namespace({"metadata": {"name": ns}})
+        try:
+            self.core.create_namespace({"metadata": {"name": ns}})
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+            log(f"{ns} left over from an earlier run: removing it first")
+            self.remove_namespace(ns)
+            self.core.create_namespace({"metadata": {"name": ns}})
         for tier in TIERS:
             self.custom.create_namespaced_custom_object(
                 KUEUE_GROUP,
@@ -229,7 +235,7 @@ class Bench:
             m = wl_mod.job_manifest(
                 w,
                 w.tier,
-                rack_preference=rack_preference,
+                rack_preference=rack_preference and w.tier in queues.TAS_TIERS,
                 complete_after=complete_after,
                 ttl_after_finished_s=ttl,
             )
@@ -255,6 +261,7 @@ class Bench:
         api_after, ctl_after = self.apiserver_metrics(), self.controller_metrics()
         load_end = os.getloadavg()
         checks = self.cluster_checks(ns) if not complete_after else {}
+        checks["not_running"] = self.why_not_running(ns, times)
         sampler.stop()
         for w in watchers:
             w.stop()
@@ -295,6 +302,37 @@ class Bench:
             "pods_off_plan": bad[:20],
             "reservations_live": len([r for r in rrs if r["metadata"]["namespace"] == ns]),
         }
+
+    def why_not_running(
+        self, ns: str, times: dict[str, stats.WorkloadTimes], limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """For the Workloads whose pods did not all run: their conditions and checks."""
+        waiting = {n for n, t in times.items() if t.all_running() is None}
+        out = []
+        for wl in self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, ns, "workloads"
+        )["items"]:
+            owner = next((o["name"] for o in wl["metadata"].get("ownerReferences") or []), "")
+            if owner not in waiting:
+                continue
+            status = wl.get("status") or {}
+            out.append(
+                {
+                    "workload": owner,
+                    "conditions": [
+                        f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                        for c in status.get("conditions") or []
+                    ],
+                    "checks": [
+                        f"{c['name']}={c.get('state')}: {c.get('message', '')}"
+                        for c in status.get("admissionChecks") or []
+                    ],
+                    "pods_running": len(times[owner].pod_running),
+                }
+            )
+            if len(out) >= limit:
+                break
+        return out
 
     def drain(self, ns: str, timeout: float = 300) -> dict[str, Any]:
         """The soak's end: wait until every Job finished and went (TTL 0), then count the
