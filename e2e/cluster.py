@@ -18,7 +18,9 @@ configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
 
 Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, skip the
 build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fleet.yaml
-scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes).
+scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes),
+NEXUS_E2E_NODE_GRACE_SECONDS (node lease duration and node-monitor grace period; unset:
+40 s and the controller-manager's default).
 """
 
 from __future__ import annotations
@@ -104,6 +106,14 @@ def fleet_spec() -> dict[str, Any]:
     spec = fleet_mod.load()
     nodes = os.environ.get("NEXUS_E2E_FLEET_NODES")
     return fleet_mod.scaled(spec, int(nodes)) if nodes else spec
+
+
+def node_grace_seconds() -> int | None:
+    """Longer node heartbeats for large fleets on a busy machine (bench-e2e): KWOK renews
+    1,000 leases less often and the node lifecycle controller waits as long before it
+    marks a late node NotReady and taints it."""
+    value = os.environ.get("NEXUS_E2E_NODE_GRACE_SECONDS")
+    return int(value) if value else None
 
 
 def build_binaries() -> Path:
@@ -825,6 +835,11 @@ class Cluster:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--profiling=false",
+                *(
+                    [f"--node-monitor-grace-period={node_grace_seconds()}s"]
+                    if node_grace_seconds()
+                    else []
+                ),
             ],
         )
 
@@ -887,7 +902,7 @@ class Cluster:
             "options": {
                 "manageAllNodes": False,
                 "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
-                "nodeLeaseDurationSeconds": 40,
+                "nodeLeaseDurationSeconds": node_grace_seconds() or 40,
                 "nodeLeaseParallelism": 4,
                 "podPlayStageParallelism": 4,
                 "nodePlayStageParallelism": 4,
