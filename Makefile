@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: install simulate plan-sample bench bench-e2e run test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
+.PHONY: install simulate plan-sample bench bench-e2e run demo test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,12 @@ controlplane:
 ## the controller, `make cluster-down` the control plane).
 run: install controlplane
 	$(BIN)/python e2e/nexus_controller.py run
+
+## Three sample workloads (gold training gang, silver inference group, bronze batch) placed
+## on the local control plane; prints the decisions, stops the controller, leaves the
+## cluster up (`make cluster-down` stops it).
+demo: install controlplane
+	$(BIN)/python e2e/demo.py
 
 cluster-up: install controlplane
 	$(BIN)/python e2e/cluster.py up

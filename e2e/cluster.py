@@ -5,6 +5,7 @@
     python3 e2e/cluster.py status   # components, PIDs, health, kubeconfig path
     python3 e2e/cluster.py logs [component] [-n LINES]
     python3 e2e/cluster.py down [--keep-logs]
+    python3 e2e/cluster.py restart etcd [--outage S]   # kill one component, start it again
 
 Components, all started as background processes of this machine (no containers):
 etcd -> kube-apiserver (secure serving, RBAC+Node authz, service-account keys) ->
@@ -366,6 +367,10 @@ def pid_alive(pid: int, exe: str | None = None) -> bool:
     return True
 
 
+def _cmdline(pid: int) -> list[str]:
+    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
+
+
 def _terminate(procs: list[tuple[int, str]], grace: float = 10.0) -> None:
     """SIGTERM every (pid, argv0) that still runs that binary; SIGKILL what outlives `grace`."""
     live = [(pid, exe) for pid, exe in procs if pid_alive(pid, exe)]
@@ -536,8 +541,46 @@ class Cluster:
             )
         self._procs[name] = p
         info = self.info()
-        info.setdefault("components", {})[name] = {"pid": p.pid, "exe": argv[0], "log": str(logf)}
+        info.setdefault("components", {})[name] = {
+            "pid": p.pid,
+            "exe": argv[0],
+            "log": str(logf),
+            "argv": argv,  # so restart() starts it again exactly as up() did
+            "env": env or {},
+        }
         self._save_info(info)
+
+    def restart(
+        self, name: str, outage: float = 2.0, sig: int = signal.SIGKILL, timeout: float = 90
+    ) -> float:
+        """Stop one running component (SIGKILL by default: no graceful shutdown), leave it
+        down for `outage` seconds, start it again with the same argv and environment (etcd
+        on the same data directory) and wait until it is healthy. For fault tests; returns
+        the seconds the component was unavailable."""
+        with self._lock():
+            info = self.info()
+            comp = info["components"][name]
+            argv = comp.get("argv") or _cmdline(comp["pid"])  # clusters up before "argv"
+            t0 = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(comp["pid"], sig)
+            proc = self._procs.pop(name, None)
+            deadline = time.monotonic() + 30
+            while pid_alive(comp["pid"], comp["exe"]):
+                if proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(0.1)
+                else:
+                    time.sleep(0.1)
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"{name} (pid {comp['pid']}) did not stop on signal {sig}")
+            time.sleep(outage)  # a real outage, not just a reconnect
+            self._spawn(name, argv, comp.get("env") or None)
+            self._wait(
+                f"{name} restarted", lambda: self._health(name, info["ports"]), timeout, [name]
+            )
+            log(f"{name} restarted (pid {self.info()['components'][name]['pid']})")
+            return time.monotonic() - t0
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         f = self.logs_dir / f"{name}.log"
@@ -1110,6 +1153,9 @@ def main(argv: list[str] | None = None) -> int:
     lg.add_argument("component", nargs="?", choices=COMPONENTS)
     lg.add_argument("-n", "--lines", type=int, default=40)
     sub.add_parser("build", help="only build or locate the binaries; print their directory")
+    rs = sub.add_parser("restart", help="kill one component and start it again (fault tests)")
+    rs.add_argument("component", choices=COMPONENTS)
+    rs.add_argument("--outage", type=float, default=2.0, help="seconds it stays down")
     args = ap.parse_args(argv)
 
     c = Cluster(args.state)
@@ -1129,6 +1175,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(c.log_tail(name, args.lines))
         elif args.cmd == "build":
             print(build_binaries())
+        elif args.cmd == "restart":
+            print(f"{args.component} unavailable for {c.restart(args.component, args.outage):.1f}s")
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

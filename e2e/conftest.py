@@ -8,7 +8,8 @@ Fixtures (see also e2e/e2e_util.py):
   left alone). With ``NEXUS_E2E_CLUSTER=existing`` it uses ``$KUBECONFIG``
   instead and never starts or stops anything. Yields a ``cluster.Cluster`` (or, for an
   existing cluster, an ``ExistingCluster``) with ``.kubeconfig``, ``.kubectl(...)`` and
-  ``.log_tail(component)``.
+  ``.log_tail(component)``. Namespaces left by ``make demo`` (``nexus-demo-*``) are removed
+  first on a cluster of its own: they hold GPUs the tests count on.
 - ``kube_api`` (session): a ``kubernetes.client.ApiClient`` for that cluster.
 - ``core_v1``, ``batch_v1``, ``custom_objects`` (session): typed API objects on it.
 - ``e2e_namespace`` (function): a fresh namespace for the test (``e2e-<test>-<random>``)
@@ -92,6 +93,13 @@ def e2e_cluster() -> Iterator[Any]:
     except cluster_mod.ClusterError as e:
         pytest.fail(f"could not bring up the e2e control plane: {e}", pytrace=False)
     _active["cluster"] = c
+    # `make demo` leaves its samples running on the cluster it brings up; their GPUs would
+    # be missing from the tests that count on the whole fleet
+    import demo
+
+    left = demo.remove_earlier_demos(c)
+    if left:
+        cluster_mod.log(f"removed the namespaces of earlier `make demo` runs: {', '.join(left)}")
     yield c
     _active.pop("cluster", None)
     if os.environ.get("NEXUS_E2E_KEEP") == "1":

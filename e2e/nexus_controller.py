@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +58,18 @@ def _nexus_admit_exe() -> str:
 
 
 class NexusController:
-    def __init__(self, cluster: Any):
+    """One `nexus-admit run` process. Several can run side by side (e.g. two replicas with
+    leader election): give each its own `name` (its log file) and `extra_args`; each gets
+    its own webhook and health ports."""
+
+    def __init__(self, cluster: Any, name: str = "nexus-admit", extra_args: Sequence[str] = ()):
         self.cluster = cluster
+        self.name = name
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.webhook_port = cluster_mod.free_port()
         self.health_port = cluster_mod.free_port()
-        self.log_file = cluster.state / "logs" / "nexus-admit.log"
+        self.log_file = cluster.state / "logs" / f"{name}.log"
 
     # -- certificate ------------------------------------------------------------------
     def ensure_cert(self) -> tuple[Path, Path]:
@@ -71,6 +78,13 @@ class NexusController:
         crt, key = pki / "nexus-webhook.crt", pki / "nexus-webhook.key"
         if crt.exists() and key.exists():
             return crt, key
+        return self.issue_cert()
+
+    def issue_cert(self) -> tuple[Path, Path]:
+        """A new serving certificate (new key, new serial) in place of the current one, as
+        a renewal would write it: each file replaced whole (rename), the key first."""
+        pki = self.cluster.pki
+        crt, key = pki / "nexus-webhook.crt", pki / "nexus-webhook.key"
         x509, hashes, serialization, ec, eku, name_oid = cluster_mod._pki()
         ca_cert = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
         ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), None)
@@ -94,9 +108,14 @@ class NexusController:
             )
             .sign(ca_key, hashes.SHA256())
         )
-        key.write_bytes(cluster_mod._key_pem(leaf_key))
-        key.chmod(0o600)
-        crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        for path, data in (
+            (key, cluster_mod._key_pem(leaf_key)),
+            (crt, cert.public_bytes(serialization.Encoding.PEM)),
+        ):
+            tmp = path.with_suffix(path.suffix + ".new")
+            tmp.write_bytes(data)
+            tmp.chmod(0o600)
+            os.replace(tmp, path)
         return crt, key
 
     # -- objects ------------------------------------------------------------------------
@@ -194,6 +213,7 @@ class NexusController:
             "--health-addr=127.0.0.1",
             f"--health-port={self.health_port}",
             "--retry-seconds=5",
+            *self.extra_args,
         ]
 
     def start(self, env: dict[str, str] | None = None, wait: bool = True) -> None:

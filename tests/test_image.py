@@ -1,7 +1,7 @@
 """The container image recipe (`Dockerfile`), checked without a container engine (none on
 this machine): the recipe's shape, and what its last stage does — the wheel installed into a
 clean virtual environment runs `nexus-admit run --help` from `/` with the arguments the chart
-passes.
+passes, without matplotlib (the optional extra `report`, which the image leaves out).
 
 The clean venv gets nexus-admit from the wheel only; its runtime dependencies come from the
 development venv's site-packages through a .pth line (offline). The dev venv reaches its
@@ -64,6 +64,9 @@ def test_the_wheel_declares_the_controller_dependencies(wheel: Path) -> None:  #
         assert any(dep in r and 'extra == "controller"' in r for r in requires), dep
     for dep in ("ortools", "pydantic", "typer"):
         assert any(dep in r and "extra" not in r for r in requires), dep
+    # the simulator's plots only: not in the image, which installs [controller]
+    plots = [r for r in requires if "matplotlib" in r]
+    assert plots and all('extra == "report"' in r for r in plots), plots
 
 
 def test_nexus_admit_run_works_from_the_wheel_in_a_clean_venv(
@@ -90,6 +93,9 @@ def test_nexus_admit_run_works_from_the_wheel_in_a_clean_venv(
     assert installed.returncode == 0, installed.stderr
     assert importlib.metadata.distribution("nexus-admit"), "the dev install is untouched"
     (site / "zz-runtime-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # the image has no matplotlib (the extra `report`); the dev site-packages has it, so it
+    # is made unimportable here (.pth files run in name order: this one first)
+    (site / "aa-no-matplotlib.pth").write_text("import sys; sys.modules['matplotlib'] = None\n")
     # the console script comes with the wheel; its shebang names the python pip ran under
     # (here the dev venv's), so it is run with the clean venv's python
     exe = venv / "bin" / "nexus-admit"
@@ -103,6 +109,10 @@ def test_nexus_admit_run_works_from_the_wheel_in_a_clean_venv(
         check=True,
     ).stdout.strip()
     assert Path(where).is_relative_to(site), f"nexus_admit imported from {where}"
+    no_plots = subprocess.run(
+        [py, "-c", "import matplotlib"], capture_output=True, text=True, cwd="/", check=False
+    )
+    assert no_plots.returncode != 0 and "ModuleNotFoundError" in no_plots.stderr
 
     env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "COLUMNS": "200", "HOME": str(tmp_path)}
     helped = subprocess.run(

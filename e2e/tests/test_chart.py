@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 RELEASE, NS = "nexus-chart", "nexus-chart-e2e"
 FULLNAME = f"{RELEASE}-nexus-admit"
 SA = f"system:serviceaccount:{NS}:{FULLNAME}"
+LEASE = FULLNAME  # the chart's --lease-name
 CHECK, CONFIG = "nexus-chart-placement", "nexus-chart"
 CQ, FLAVOR, JOBS_NS = "nexus-chart-gold", "nexus-chart-any", "nexus-chart-jobs"
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
@@ -118,7 +119,7 @@ DRY_RUN_VARIANTS = {
             "name": "nexus-dry-config",
             "spec": {"topology": {"topologyName": "gpu-fabric"}, "solver": {"workers": 2}},
         },
-        "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
+        "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
         "serviceMonitor": {"enabled": True},
         "certManager": {"enabled": True},
     },
@@ -209,7 +210,7 @@ def test_controller_pod_is_admitted_under_the_restricted_pod_security_standard(
         ).get("items"),
         timeout=60,
     )
-    assert len(pods) == 1
+    assert len(pods) == 2  # replicaCount's default: two, with leader election
     # the control: the same pod with privilege escalation allowed is refused there
     deploy = kubectl_json(e2e_cluster, "get", "deployment", "-n", NS, FULLNAME)
     assert deploy is not None
@@ -247,6 +248,9 @@ MUST = [
     ("patch", "resourcereservations.scheduling.kubenexus.io", "--subresource=status", "-n", "x"),
     ("create", "events.events.k8s.io", "-n", "default"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("get", "leases.coordination.k8s.io", "-n", NS),
+    ("create", "leases.coordination.k8s.io", "-n", NS),
+    ("update", "leases.coordination.k8s.io", "-n", NS),
 ]
 MUST_NOT = [
     ("get", "secrets", "-n", NS),
@@ -271,6 +275,9 @@ MUST_NOT = [
     ("list", "namespaces"),
     ("create", "serviceaccounts/token", "-n", NS),
     ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    ("update", "leases.coordination.k8s.io", "-n", "default"),
+    ("update", "leases.coordination.k8s.io", "-n", "kube-system"),
+    ("delete", "leases.coordination.k8s.io", "-n", NS),
     ("*", "*"),
 ]
 
@@ -297,9 +304,13 @@ class ServiceAccountController(NexusController):
     its webhook registered by URL under its own name."""
 
     def __init__(self, cluster: Any, kubeconfig: Path):
-        super().__init__(cluster)
+        # with leader election as the chart runs it: the Lease in the release namespace
+        super().__init__(
+            cluster,
+            name="nexus-admit-chart-sa",
+            extra_args=["--leader-elect", f"--lease-namespace={NS}", f"--lease-name={LEASE}"],
+        )
         self.sa_kubeconfig = kubeconfig
-        self.log_file = cluster.state / "logs" / "nexus-admit-chart-sa.log"
         self.log_file.unlink(missing_ok=True)  # this run's log only
 
     def argv(self) -> list[str]:
@@ -492,6 +503,9 @@ def test_the_controller_as_the_chart_service_account_places_a_gang(
     wait_for("reservation Bound (status written as the ServiceAccount)", bound, timeout=60)
     placed = core_v1.list_namespaced_event(JOBS_NS, field_selector="reason=Placed").items
     assert placed, "the Placed Event (events.k8s.io) was written"
+    lease = client.CoordinationV1Api(core_v1.api_client).read_namespaced_lease(LEASE, NS)
+    assert sa_controller.proc is not None
+    assert lease.spec.holder_identity.endswith(f"_{sa_controller.proc.pid}"), "it leads"
     # RBAC refusals of the ServiceAccount (the apiserver's words), and kopf's own
     log = sa_controller.log_tail(5000)
     for refusal in (f'forbidden: User \\"{SA}\\"', f'forbidden: User "{SA}"', "Not enough perm"):

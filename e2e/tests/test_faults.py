@@ -20,14 +20,13 @@ would leave it. Latencies are printed (run with -s).
 
 from __future__ import annotations
 
-import os
-import signal
+import contextlib
+import dataclasses
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
-import cluster as cluster_mod
+import fleet as fleet_mod
 import pytest
 from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
@@ -501,37 +500,49 @@ def test_a_tenant_cannot_pick_its_tier(
     assert "annotations[scheduling.kubenexus.io/tier]=gold" in ignored.message
 
 
-def restart_apiserver(cluster) -> float:
-    """SIGKILL kube-apiserver and start it again with the same argv (read from /proc);
-    returns the seconds it was unavailable."""
-    info = cluster.info()
-    comp = info["components"]["kube-apiserver"]
-    argv = [a.decode() for a in Path(f"/proc/{comp['pid']}/cmdline").read_bytes().split(b"\0")]
-    argv = [a for a in argv if a]
-    t0 = time.monotonic()
-    os.kill(comp["pid"], signal.SIGKILL)
-    wait_for("kube-apiserver gone", lambda: not cluster_mod.pid_alive(comp["pid"]), timeout=30)
-    time.sleep(2)  # a real outage, not just a reconnect
-    cluster._spawn("kube-apiserver", argv)
-    wait_for(
-        "kube-apiserver ready again",
-        lambda: cluster._health("kube-apiserver", info["ports"]),
-        timeout=90,
+def relist_count(nc) -> float:
+    """Full re-lists the controller has completed (its /metrics)."""
+    for line in nc.metrics().splitlines():
+        if line.startswith("nexus_admit_relists_total "):
+            return float(line.split()[1])
+    raise AssertionError("nexus_admit_relists_total not exported")
+
+
+def error_count(nc) -> float:
+    """Failed steps (API writes, reads, re-lists) the controller retried, all kinds."""
+    return sum(
+        float(line.split()[-1])
+        for line in nc.metrics().splitlines()
+        if line.startswith("nexus_admit_errors_total{")
     )
-    return time.monotonic() - t0
 
 
-def test_apiserver_restarted_mid_burst_the_controller_reconnects_and_loses_nothing(
-    nexus_namespace, controller, core_v1, batch_v1, custom_objects, e2e_cluster
+@pytest.mark.parametrize(
+    ("component", "outage"),
+    [
+        pytest.param("kube-apiserver", 2, id="apiserver"),
+        # the apiserver stays up and holds, then fails, requests while its storage is gone
+        pytest.param("etcd", 8, id="etcd"),
+    ],
+)
+def test_control_plane_restarted_mid_burst_the_controller_reconnects_and_loses_nothing(
+    component, outage, nexus_namespace, controller, core_v1, batch_v1, custom_objects, e2e_cluster
 ):
-    if not hasattr(e2e_cluster, "_spawn"):
+    if not hasattr(e2e_cluster, "restart"):
         pytest.skip("needs the local control plane this run started (not an existing cluster)")
     ns = nexus_namespace
     settle_other_namespaces(custom_objects, ns)
     pid = controller.proc.pid
+    relists, errors = relist_count(controller), error_count(controller)
     submit_burst(batch_v1, ns, prefix="outage")
     time.sleep(3)  # some placed, some pending, pods being created
-    down = restart_apiserver(e2e_cluster)
+    down = e2e_cluster.restart(component, outage)
+    ports = e2e_cluster.info()["ports"]
+    wait_for(
+        "kube-apiserver ready (its storage answers again)",
+        lambda: e2e_cluster._health("kube-apiserver", ports),
+        timeout=90,
+    )
     t0 = time.monotonic()
     problems: list[str] = []
 
@@ -540,13 +551,259 @@ def test_apiserver_restarted_mid_burst_the_controller_reconnects_and_loses_nothi
         return not problems
 
     try:
-        wait_for("every Workload answered after the apiserver restart", done, timeout=120)
+        wait_for(f"every Workload answered after the {component} restart", done, timeout=120)
     except AssertionError as e:
         raise AssertionError(f"{e}\nunanswered: {problems}") from None
     latency = time.monotonic() - t0
     assert controller.proc.poll() is None and controller.proc.pid == pid, "no restart of its own"
+    wait_for(
+        "a full re-list after the outage",
+        lambda: relist_count(controller) > relists,
+        timeout=90,
+    )
     assert_invariants(custom_objects, core_v1, ns)
+    admitted = sum(condition(w, "Admitted") == "True" for w in all_workloads(custom_objects, ns))
+    assert admitted, "nothing placed"
     print(
-        f"\n[apiserver restart] down {down:.1f}s; apiserver ready → all {BURST} answered "
-        f"in {latency:.1f}s; controller pid unchanged"
+        f"\n[{component} restart] down {down:.1f}s; apiserver ready → all {BURST} answered "
+        f"in {latency:.1f}s ({admitted} admitted); controller pid unchanged, "
+        f"{error_count(controller) - errors:.0f} failed steps retried"
+    )
+
+
+# ------------------------------------------------------------------ a node deleted
+
+SPARE = "scheduling.kubenexus.io/e2e-spare"  # label and taint of the spare nodes
+
+
+@contextlib.contextmanager
+def spare_nodes(core, custom, count: int, purpose: str):
+    """`count` extra L40S nodes of the fleet generator's shape (KWOK-driven, with their
+    NodeResourceTopology), labelled and tainted `SPARE=<purpose>` so only a pod that asks
+    for them lands there; deleted again at the end, so the module's fleet is unchanged."""
+    template = next(n for n in fleet_mod.expand(fleet_mod.load()) if n.pool == "l40s")
+    names = [f"l40s-spare-{purpose}-{i}" for i in range(count)]
+    for name in names:
+        fake = dataclasses.replace(
+            template,
+            name=name,
+            labels={**template.labels, "kubernetes.io/hostname": name, SPARE: purpose},
+        )
+        node = fleet_mod.node_manifest(fake)
+        node["spec"]["taints"] = [{"key": SPARE, "value": purpose, "effect": "NoSchedule"}]
+        core.create_node(node)
+        nrt = fleet_mod.nrt_manifest(fake)
+        custom.create_cluster_custom_object(
+            "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", nrt
+        )
+    wait_for(
+        f"spare nodes {names} Ready",
+        lambda: all(condition_of(core.read_node(n), "Ready") == "True" for n in names),
+        timeout=60,
+    )
+    try:
+        yield names
+    finally:
+        for name in names:
+            with contextlib.suppress(client.ApiException):
+                core.delete_node(name)
+            with contextlib.suppress(client.ApiException):
+                custom.delete_cluster_custom_object(
+                    "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies", name
+                )
+
+
+def condition_of(node: client.V1Node, kind: str) -> str | None:
+    return next((c.status for c in node.status.conditions or [] if c.type == kind), None)
+
+
+def test_node_deleted_under_a_running_gang_frees_its_slots_and_the_gang_is_placed_again(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """A gang Running on its reservation; the node of one slot is deleted (not cordoned):
+    its pod is lost with it. The controller answers Retry with the reason and an Event,
+    releases the reservation, and the gang is placed again on the node that is left."""
+    ns = nexus_namespace
+    # the nodes exist before the controller starts: one added a moment after its start can
+    # miss both its first list and the first pass of its watches (kopf starts them later)
+    controller.stop()
+    with spare_nodes(core_v1, custom_objects, 2, "node-delete") as spares:
+        controller.start()
+        gang = job("doomed", "nexus-bronze", pods=1, gpus=4, cpu="4")
+        gang.spec.template.spec.node_selector = {SPARE: "node-delete"}
+        gang.spec.template.spec.tolerations = [
+            client.V1Toleration(key=SPARE, value="node-delete", effect="NoSchedule")
+        ]
+        batch_v1.create_namespaced_job(ns, gang)
+        (pod,) = wait_for(
+            "doomed Running on its slot",
+            lambda: running_on_slots(custom_objects, core_v1, ns, "doomed", 1),
+            timeout=90,
+        )
+        rr = reservation_of(custom_objects, ns, "doomed")
+        assert rr is not None and pod.spec.node_name in spares
+        lost, left = pod.spec.node_name, next(n for n in spares if n != pod.spec.node_name)
+
+        t0 = time.monotonic()
+        core_v1.delete_node(lost)
+        retry = wait_for(
+            "PlacementRetry: node deleted",
+            lambda: event(core_v1, ns, "PlacementRetry", f"node {lost} of slot"),
+            timeout=60,
+        )
+        t_noticed = time.monotonic() - t0
+        assert "was deleted" in retry.message and rr["metadata"]["name"] in retry.message
+        released = wait_for(
+            "PlacementReleased Event",
+            lambda: event(core_v1, ns, "PlacementReleased", rr["metadata"]["name"]),
+            timeout=30,
+        )
+        assert f"node {lost} of slot main/0 was deleted" in released.message
+        (again,) = wait_for(
+            "doomed placed again on a new reservation, Running on its slot",
+            lambda: (
+                (r := reservation_of(custom_objects, ns, "doomed"))
+                and r["metadata"]["name"] != rr["metadata"]["name"]
+                and running_on_slots(custom_objects, core_v1, ns, "doomed", 1)
+            ),
+            timeout=180,
+        )
+        t_placed = time.monotonic() - t0
+        assert again.spec.node_name == left
+        assert_invariants(custom_objects, core_v1, ns)
+        batch_v1.delete_namespaced_job("doomed", ns, propagation_policy="Foreground")
+        wait_for(
+            "doomed's pods gone before the spare nodes go",
+            lambda: not core_v1.list_namespaced_pod(ns, label_selector="job-name=doomed").items,
+            timeout=60,
+        )
+    print(
+        f"\n[node deleted] Retry {t_noticed:.1f}s after the deletion, Running again on "
+        f"{left} after {t_placed:.1f}s: {retry.message}"
+    )
+
+
+# ------------------------------------------------------------------ a tenant unpinning a pod
+
+
+def test_a_tenant_who_lifts_the_gate_of_a_gated_pod_sends_the_gang_through_retry(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """Pods wait gated (the controller is down after its first pin); a tenant lifts our gate
+    from one of them, so kube-scheduler binds it wherever it likes. The restarted controller
+    notices a pod of the reservation off its slot and answers Retry with an Event; the gang
+    is placed again with every pod on its slot."""
+    ns = nexus_namespace
+    controller.stop()
+    controller.start(env={"NEXUS_FAULT": "kill-while-ungating:1"})
+    batch_v1.create_namespaced_job(ns, job("jumper", "nexus-bronze", pods=4, gpus=1, cpu="1"))
+    wait_killed(controller)
+    gated = [
+        p
+        for p in core_v1.list_namespaced_pod(ns, label_selector="job-name=jumper").items
+        if GATE in [g.name for g in p.spec.scheduling_gates or []]
+    ]
+    if not gated:
+        pytest.skip("every pod was ungated before the fault point (no gated pod to unpin)")
+    tenant = gated[0].metadata.name
+    core_v1.patch_namespaced_pod(
+        tenant, ns, {"spec": {"schedulingGates": [{"$patch": "delete", "name": GATE}]}}
+    )
+    jumped = wait_for(
+        f"{tenant} bound by kube-scheduler without a slot",
+        lambda: (p := core_v1.read_namespaced_pod(tenant, ns)).spec.node_name and p,
+        timeout=60,
+    )
+    assert not (jumped.metadata.annotations or {}).get(SLOT)
+    rr = reservation_of_attempt(custom_objects, ns, "jumper")
+
+    controller.start()
+    retry = wait_for(
+        "PlacementRetry: a pod lost its gate",
+        lambda: event(core_v1, ns, "PlacementRetry", f"pod {tenant} lost its scheduling gate"),
+        timeout=60,
+    )
+    assert f"bound to node {jumped.spec.node_name}" in retry.message
+    wait_for(
+        "jumper placed again on a new reservation, every pod on its slot",
+        lambda: (
+            (r := reservation_of(custom_objects, ns, "jumper"))
+            and r["metadata"]["name"] != rr
+            and running_on_slots(custom_objects, core_v1, ns, "jumper", 4)
+        ),
+        timeout=180,
+    )
+    assert_invariants(custom_objects, core_v1, ns)
+
+
+def reservation_of_attempt(custom, ns: str, job_name: str) -> str:
+    """The name of the Workload's one reservation (its check may not be Ready yet)."""
+    wl = workload_of(custom, ns, job_name)
+    assert wl is not None
+    (rr,) = [
+        r
+        for r in all_reservations(custom, ns)
+        if r["spec"]["workloadRef"]["uid"] == wl["metadata"]["uid"]
+    ]
+    return rr["metadata"]["name"]
+
+
+def test_a_pinned_pod_cannot_be_unpinned_nor_a_reservation_used_from_another_namespace(
+    nexus_namespace, controller, core_v1, batch_v1, custom_objects
+):
+    """Once pinned, a pod's nodeSelector is immutable (the apiserver refuses the patch); a
+    pod in another namespace naming the reservation is denied by the webhook, which says
+    why."""
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(ns, job("pinned", "nexus-bronze", pods=1, gpus=1, cpu="1"))
+    (pod,) = wait_for(
+        "pinned Running on its slot",
+        lambda: running_on_slots(custom_objects, core_v1, ns, "pinned", 1),
+        timeout=90,
+    )
+    with pytest.raises(client.ApiException) as refused:
+        core_v1.patch_namespaced_pod(
+            pod.metadata.name,
+            ns,
+            [{"op": "remove", "path": "/spec/nodeSelector"}],
+        )
+    assert refused.value.status == 422, refused.value.body
+    assert "spec: Forbidden: pod updates may not change fields" in refused.value.body
+    rr_name = pod.metadata.labels[RESERVATION]
+
+    other = f"{ns[:50]}-thief"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    try:
+        wait_for(
+            f"default ServiceAccount in {other}",
+            lambda: core_v1.read_namespaced_service_account("default", other),
+            timeout=60,
+        )
+        denied = create_refused(core_v1, other, thief_pod(rr_name))
+    finally:
+        core_v1.delete_namespace(other, propagation_policy="Background")
+    assert denied.status == 403, denied.body
+    assert f"ResourceReservation {other}/{rr_name}" in denied.body
+    assert "does not exist" in denied.body
+
+
+def create_refused(core, ns: str, pod: client.V1Pod) -> client.ApiException:
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(ns, pod)
+    return refused.value
+
+
+def thief_pod(rr_name: str) -> client.V1Pod:
+    """A bare pod that names a reservation it does not belong to."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name="thief", labels={RESERVATION: rr_name}),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="c",
+                    image="registry.invalid/nexus/worker:e2e",
+                    resources=client.V1ResourceRequirements(requests={GPU: "1"}, limits={GPU: "1"}),
+                )
+            ]
+        ),
     )

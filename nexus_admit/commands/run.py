@@ -1,7 +1,8 @@
 """`nexus-admit run`: the admission controller (kopf operator + pod webhook).
 
     nexus-admit run [--kubeconfig FILE] [--dry-run] [--webhook-cert F --webhook-key F |
-                    --no-webhook] [--webhook-port 9443] [--health-port 8080] ...
+                    --no-webhook] [--webhook-port 9443] [--health-port 8080]
+                    [--leader-elect [--lease-namespace NS]] ...
 
 Every flag has an environment variable (NEXUS_*), for the chart. Bad options stop it at
 once with the flag to fix and exit code 2.
@@ -15,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from nexus_admit.controller.options import OptionsError, RunOptions
+from nexus_admit.controller.options import OptionsError, RunOptions, service_account_namespace
 
 __all__ = ["register", "run"]
 
@@ -45,6 +46,13 @@ def run(
     webhook_key: Annotated[
         str | None, typer.Option(envvar="NEXUS_WEBHOOK_KEY", help="PEM private key.")
     ] = None,
+    webhook_cert_check_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="NEXUS_WEBHOOK_CERT_CHECK_SECONDS",
+            help="How often to check the cert/key files; a new pair is served without a restart.",
+        ),
+    ] = 10.0,
     health_addr: Annotated[str, typer.Option(envvar="NEXUS_HEALTH_ADDR")] = "0.0.0.0",
     health_port: Annotated[
         int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
@@ -55,6 +63,33 @@ def run(
         int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
     ] = 15,
     log_level: Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")] = "INFO",
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect/--no-leader-elect",
+            envvar="NEXUS_LEADER_ELECT",
+            help="Act only while holding a Lease (run two replicas safely).",
+        ),
+    ] = False,
+    lease_name: Annotated[
+        str, typer.Option(envvar="NEXUS_LEASE_NAME", help="Name of the leader Lease.")
+    ] = "nexus-admit",
+    lease_namespace: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NEXUS_NAMESPACE",
+            help="Namespace of the leader Lease; default: the pod's own namespace.",
+        ),
+    ] = None,
+    leader_identity: Annotated[
+        str | None,
+        typer.Option(envvar="NEXUS_LEADER_IDENTITY", help="Holder identity; default hostname_pid."),
+    ] = None,
+    lease_seconds: Annotated[float, typer.Option(envvar="NEXUS_LEASE_SECONDS")] = 15.0,
+    renew_deadline_seconds: Annotated[
+        float, typer.Option(envvar="NEXUS_RENEW_DEADLINE_SECONDS")
+    ] = 10.0,
+    lease_retry_seconds: Annotated[float, typer.Option(envvar="NEXUS_LEASE_RETRY_SECONDS")] = 2.0,
     fault: Annotated[
         str | None,
         typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
@@ -75,12 +110,20 @@ def run(
             webhook_port=webhook_port,
             webhook_cert=webhook_cert,
             webhook_key=webhook_key,
+            webhook_cert_check_seconds=webhook_cert_check_seconds,
             health_addr=health_addr,
             health_port=health_port,
             policy=policy,
             resync_seconds=resync_seconds,
             retry_seconds=retry_seconds,
             log_level=log_level,
+            leader_elect=leader_elect,
+            lease_name=lease_name,
+            lease_namespace=lease_namespace or service_account_namespace(),
+            leader_identity=leader_identity,
+            lease_seconds=lease_seconds,
+            renew_deadline_seconds=renew_deadline_seconds,
+            lease_retry_seconds=lease_retry_seconds,
             fault=fault,
         ).validate()
     except OptionsError as e:
@@ -94,7 +137,13 @@ def run(
             f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
         )
         raise typer.Exit(EXIT_OPTIONS)
-    asyncio.run(run_operator(options))
+    from nexus_admit.controller.tls import CertificateError
+
+    try:
+        asyncio.run(run_operator(options))
+    except CertificateError as e:
+        typer.echo(f"error: --webhook-cert/--webhook-key: {e}", err=True)
+        raise typer.Exit(EXIT_OPTIONS) from None
 
 
 def register(app: typer.Typer) -> None:

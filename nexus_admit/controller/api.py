@@ -13,7 +13,7 @@ reads live objects and dumps alike. `dry_run` turns every write into a logged no
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -23,7 +23,15 @@ from kubernetes.client.exceptions import ApiException
 
 from nexus_admit.kube import labels as L
 
-__all__ = ["FIELD_MANAGER", "RESOURCES", "ApiException", "KubeApi", "Resource", "load_api_client"]
+__all__ = [
+    "FIELD_MANAGER",
+    "RESOURCES",
+    "ApiException",
+    "KubeApi",
+    "NotLeading",
+    "Resource",
+    "load_api_client",
+]
 
 log = logging.getLogger("nexus_admit.api")
 
@@ -68,7 +76,15 @@ RESOURCES: dict[str, Resource] = {
     "ResourceSlice": Resource(L.DRA_API_GROUP, "v1", "resourceslices", False),
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
+    "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
 }
+
+# a lease call must answer well within the renew deadline (10 s by default)
+LEASE_TIMEOUT_SECONDS = 4.0
+
+
+class NotLeading(RuntimeError):
+    """A write refused before it was sent: this replica does not hold the leader Lease."""
 
 
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
@@ -93,6 +109,9 @@ class KubeApi:
         self.client = api_client
         self.dry_run = dry_run
         self.timeout = timeout
+        # with leader election: asked right before every write is sent, so a replica that
+        # lost the Lease writes nothing, not even a write queued before it noticed
+        self.write_guard: Callable[[], bool] | None = None
 
     # ---- the one request ----
     def request(
@@ -103,6 +122,7 @@ class KubeApi:
         body: Any = None,
         content_type: str | None = None,
         query: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -115,12 +135,14 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.client.call_api(*params, _request_timeout=self.timeout)
+        response = self.client.call_api(*params, _request_timeout=timeout or self.timeout)
         response.read()  # type: ignore[no-untyped-call]
         data = self.client.response_deserialize(response, {"2XX": "object"}).data
         return data if isinstance(data, dict) else {}
 
     def _write(self, what: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        if self.write_guard is not None and not self.write_guard():
+            raise NotLeading(f"not the leader: did not {what}")
         if self.dry_run:
             log.info("dry-run: would %s (%s %s)", what, method, path)
             return {}
@@ -216,4 +238,26 @@ class KubeApi:
             body=dict(patch),
             content_type=_STRATEGIC,
             query={"fieldManager": FIELD_MANAGER},
+        )
+
+    # ---- the leader Lease: neither guarded nor dry-run (it is what decides the guard) ----
+    def get_lease(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            return self.request(
+                "GET", RESOURCES["Lease"].path(namespace, name), timeout=LEASE_TIMEOUT_SECONDS
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def write_lease(self, body: Mapping[str, Any], *, create: bool) -> dict[str, Any]:
+        """Create, or replace with the resourceVersion in `body` (409 when it is stale)."""
+        m = body.get("metadata") or {}
+        res = RESOURCES["Lease"]
+        return self.request(
+            "POST" if create else "PUT",
+            res.path(m.get("namespace")) if create else res.path(m.get("namespace"), m.get("name")),
+            body=dict(body),
+            timeout=LEASE_TIMEOUT_SECONDS,
         )

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
+from nexus_admit.controller.leader import LeaseElector
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
@@ -59,6 +60,17 @@ class Context:
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     synced: bool = False  # every kind listed once: only then may the loop decide anything
     faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
+    elector: LeaseElector | None = None  # None: no leader election, this process acts
+    # leader, and re-listed since it became one (a follower's watches may lag)
+    leader_ready: bool = False
+    pass_task: asyncio.Task[None] | None = None  # the reconcile pass running now, if any
+
+    def acting(self) -> bool:
+        """May this replica decide and write? Always without leader election; with it,
+        only while it holds the Lease and has re-listed since it took it."""
+        if self.elector is None:
+            return True
+        return self.leader_ready and self.elector.leading()
 
     def poke(self) -> None:
         """Something changed: run a pass soon."""

@@ -7,12 +7,14 @@ reference would garbage-collect it with the Workload anyway); its status records
 hold which slots and becomes `Bound` when all are bound. Active steps act: a reservation none
 of whose pods bound before `spec.expiresAt` is released and its gang sent back through
 Retry; a pinned pod that stays unschedulable (a pod outside Kueue took the capacity) sends
-its gang back through Retry with that reason, and so does a slot whose node was deleted or
-cordoned before its pod was bound, and a Ready Workload whose reservation is gone (deleted
-by hand: its pods would stay pinned while nothing holds their capacity).
+its gang back through Retry with that reason, and so does a slot whose node was deleted
+(bound or not) or cordoned before its pod was bound, and a Ready Workload whose reservation
+is gone (deleted by hand: its pods would stay pinned while nothing holds their capacity),
+and a gang one of whose pods left its slot (its gate lifted by someone else: a tenant
+cannot unpin a pod to jump a reservation unnoticed).
 
-`release_reason`, `reservation_status`, `missing_reservation` and `lost_node` are pure; the
-rest writes through `api.py`.
+`release_reason`, `reservation_status`, `missing_reservation`, `lost_node` and
+`unpinned_pod` are pure; the rest writes through `api.py`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ __all__ = [
     "release_reason",
     "reservation_status",
     "sync_lifecycle",
+    "unpinned_pod",
     "unschedulable_pin",
 ]
 
@@ -133,21 +136,54 @@ def missing_reservation(
 def lost_node(
     rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
 ) -> str | None:
-    """Why a slot no pod is bound in yet can no longer be used: its node was deleted or
-    cordoned (`nodes`: every Node by name). Bound slots keep running where they are."""
-    bound = set()
+    """Why a slot can no longer be used (`nodes`: every Node by name): its node was deleted
+    (a pod bound there is lost with it: nothing runs it, and the pod garbage collector
+    deletes it), or cordoned before its pod was bound there (a bound pod keeps running)."""
+    bound: dict[str, str] = {}
     for p in pods:
         ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
         if ref is not None and (p.get("spec") or {}).get("nodeName"):
-            bound.add(slot_key(*ref))
+            bound[slot_key(*ref)] = str(meta(p).get("name"))
     for s in reservation_slots(rr):
-        if s.key in bound:
-            continue
         node = nodes.get(s.node)
         if node is None:
-            return f"node {s.node} of slot {s.key} was deleted"
-        if (node.get("spec") or {}).get("unschedulable"):
-            return f"node {s.node} of slot {s.key} was cordoned"
+            pod = bound.get(s.key)
+            lost = f" with its pod {pod}" if pod else ""
+            return f"node {s.node} of slot {s.key} was deleted{lost}"
+        if s.key not in bound and (node.get("spec") or {}).get("unschedulable"):
+            return f"node {s.node} of slot {s.key} was cordoned before its pod was bound there"
+    return None
+
+
+def unpinned_pod(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """A live pod of the reservation that is not held to its slot, and how: its gate was
+    lifted by someone else before it got a slot (kube-scheduler may bind it anywhere,
+    on capacity another gang holds), or it claims a slot whose node it is not pinned or
+    bound to. None when every ungated pod sits on its slot."""
+    slots = {s.key: s for s in reservation_slots(rr)}
+    for p in pods:
+        m = meta(p)
+        spec = child(p, "spec")
+        gates = spec.get("schedulingGates")
+        gated = isinstance(gates, list) and any(
+            isinstance(g, Mapping) and g.get("name") == L.GATE_PLACEMENT for g in gates
+        )
+        phase = child(p, "status").get("phase")
+        if gated or m.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            continue
+        name, node = m.get("name"), spec.get("nodeName")
+        where = f" (bound to node {node})" if node else ""
+        ref = parse_slot_key(child(m, "annotations").get(L.ANN_SLOT))
+        slot = slots.get(slot_key(*ref)) if ref is not None else None
+        if slot is None:
+            return (
+                f"pod {name} lost its scheduling gate {L.GATE_PLACEMENT} before nexus-admit "
+                f"gave it a slot{where}: it is not pinned to the reservation"
+            )
+        if node and node != slot.node:
+            return f"pod {name} claims slot {slot.key} on node {slot.node} but is bound to {node}"
+        if not node and not child(spec, "nodeSelector").get(L.HOSTNAME_LABEL):
+            return f"pod {name} claims slot {slot.key} but is not pinned to node {slot.node}"
     return None
 
 
@@ -259,11 +295,18 @@ async def _act(
                 )
                 break
     if message is None:
+        why = unpinned_pod(rr, pods)
+        if why is not None:
+            message = (
+                f"reservation {meta(rr).get('name')} no longer holds the gang: {why}; the "
+                "gang is placed again"
+            )
+    if message is None:
         why = lost_node(rr, pods, {str(meta(n).get("name")): n for n in ctx.store.items("Node")})
         if why is not None:
             message = (
-                f"reservation {meta(rr).get('name')} cannot be used: {why} before its pod "
-                "was bound there; the gang is placed again"
+                f"reservation {meta(rr).get('name')} cannot be used: {why}; the gang is "
+                "placed again"
             )
     if message is None:
         return None

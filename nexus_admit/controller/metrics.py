@@ -74,6 +74,20 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.relists = Counter(
+            _P + "relists", "Full re-lists of every watched kind completed.", registry=r
+        )
+        self.leader = Gauge(
+            _P + "leader",
+            "1 while this replica acts on Workloads (holds the leader Lease, or runs "
+            "without leader election), else 0.",
+            registry=r,
+        )
+        self.certificate_reloads = Counter(
+            _P + "webhook_certificate_reloads",
+            "New serving certificates loaded by the webhook without a restart.",
+            registry=r,
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )

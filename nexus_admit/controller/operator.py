@@ -2,7 +2,10 @@
 
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
 filled by a full list before kopf's watches and the loop start, so the first decision already
-sees every reservation; the webhook and the health endpoint come up with kopf.
+sees every reservation; the webhook and the health endpoint come up with kopf. With
+`--leader-elect` every replica watches and serves the webhook, and only the Lease holder's
+loop decides (`leader.py`); readiness does not depend on leadership, so the Service sends
+webhook calls to every replica.
 """
 
 from __future__ import annotations
@@ -22,14 +25,24 @@ from nexus_admit.controller import watches
 from nexus_admit.controller.api import RESOURCES, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.faults import Faults
+from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
+from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
-from nexus_admit.controller.webhook import review_pod
-from nexus_admit.kube import labels as L
+from nexus_admit.controller.tls import ServingCertificate
+from nexus_admit.controller.webhook import gated_spec, pod_ref, review_pod
+from nexus_admit.controller.webhook_server import GuardedWebhookServer
 from nexus_admit.kube.errors import meta
 from nexus_admit.placement.policies import make_policy
 
-__all__ = ["WEBHOOK_PATH", "build_context", "run"]
+__all__ = [
+    "WEBHOOK_PATH",
+    "build_context",
+    "elect",
+    "handler_registry",
+    "operator_settings",
+    "run",
+]
 
 log = logging.getLogger("nexus_admit.operator")
 
@@ -48,7 +61,64 @@ def build_context(options: RunOptions) -> Context:
     )
 
 
-def _registry(options: RunOptions) -> kopf.OperatorRegistry:
+def elect(ctx: Context) -> LeaseElector:
+    """The Lease elector for `ctx`, wired so that only the leader writes: the KubeApi asks
+    `ctx.acting()` before every write, and a lost lease cancels the pass in progress."""
+    o = ctx.options
+    assert o.lease_namespace is not None  # RunOptions.validate insists
+    takeover: list[asyncio.Task[None]] = []
+
+    async def take_over() -> None:
+        # the follower's store may lag its watches: one full re-list before the first
+        # decision, and a fresh ledger (nothing it assumed as an earlier leader holds)
+        ctx.ledger = Ledger()
+        ctx.answered.clear()
+        ctx.ungating.clear()
+        while ctx.elector is not None and ctx.elector.leading():
+            try:
+                await watches.relist(ctx)
+            except Exception as e:  # an outage: try again while we still lead
+                log.warning("re-list after becoming leader failed, retrying: %s", e)
+                await asyncio.sleep(1)
+                continue
+            ctx.leader_ready = True
+            ctx.metrics.leader.set(1)
+            log.info("leader: store re-listed, deciding from now on")
+            ctx.poke()
+            return
+
+    async def started() -> None:
+        # not awaited here: the elector must keep renewing while a large cluster re-lists
+        takeover.append(asyncio.create_task(take_over(), name="leader-takeover"))
+
+    async def stopped() -> None:
+        ctx.leader_ready = False
+        ctx.metrics.leader.set(0)
+        for t in takeover:
+            t.cancel()
+        takeover.clear()
+        if ctx.pass_task is not None:
+            ctx.pass_task.cancel()
+
+    elector = LeaseElector(
+        ctx.api,
+        LeaseConfig(
+            name=o.lease_name,
+            namespace=o.lease_namespace,
+            identity=o.leader_identity or default_identity(),
+            lease_seconds=o.lease_seconds,
+            renew_deadline_seconds=o.renew_deadline_seconds,
+            retry_seconds=o.lease_retry_seconds,
+        ),
+        on_started=started,
+        on_stopped=stopped,
+    )
+    ctx.elector = elector
+    ctx.api.write_guard = ctx.acting
+    return elector
+
+
+def handler_registry(options: RunOptions) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     watches.register(registry)
 
@@ -68,7 +138,7 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
             pods.version,
             pods.plural,
             id=WEBHOOK_ID,
-            operation="CREATE",
+            operations={"CREATE"},
             side_effects=False,
             registry=registry,
         )
@@ -77,26 +147,37 @@ def _registry(options: RunOptions) -> kopf.OperatorRegistry:
             namespace = str(meta(pod).get("namespace") or "default")
             answer = await review_pod(memo.ctx, pod, namespace)
             if not answer.allowed:
-                raise kopf.AdmissionError(answer.message, code=403)
+                raise kopf.AdmissionError(f"{pod_ref(pod, namespace)}: {answer.message}", code=403)
             if answer.add_gate:
-                gates = list((pod.get("spec") or {}).get("schedulingGates") or [])
-                patch.spec["schedulingGates"] = [*gates, {"name": L.GATE_PLACEMENT}]
+                patch.spec["schedulingGates"] = gated_spec(pod)
 
     return registry
 
 
-def _settings(options: RunOptions) -> kopf.OperatorSettings:
+# kopf re-reads the certificate files on this period and, on a change, restarts its server
+# (a moment without a listener); `tls.py` reloads them in place instead, so kopf's check is
+# pushed out of the way (a year)
+_KOPF_FILE_CHECK_SECONDS = 365 * 24 * 3600.0
+
+
+def operator_settings(
+    options: RunOptions, cert: ServingCertificate | None = None
+) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # our Events are written by events.py, on purpose only
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.networking.error_backoffs = [1, 2, 5, 10]
-    if options.webhook:
-        settings.admission.server = kopf.WebhookServer(
+    if cert is None and options.webhook and options.webhook_cert and options.webhook_key:
+        cert = ServingCertificate(options.webhook_cert, options.webhook_key)
+    if cert is not None:
+        settings.admission.server = GuardedWebhookServer(
             addr=options.webhook_addr,
             port=options.webhook_port,
-            certfile=options.webhook_cert,
-            pkeyfile=options.webhook_key,
+            context=cert.context,  # the live context tls.py reloads in place
+            certfile=cert.certfile,
+            pkeyfile=cert.keyfile,
+            file_check_interval=_KOPF_FILE_CHECK_SECONDS,
         )
         settings.admission.managed = None  # the chart / e2e harness registers the webhook
     return settings
@@ -135,7 +216,15 @@ async def run(options: RunOptions) -> None:
     if options.kubeconfig:
         # kopf's own login reads the same kubeconfig as our client
         os.environ["KUBECONFIG"] = options.kubeconfig
+    cert = None
+    if options.webhook:  # first: an unusable certificate stops us before any API call
+        assert options.webhook_cert and options.webhook_key  # RunOptions.validate insists
+        cert = ServingCertificate(options.webhook_cert, options.webhook_key)
     ctx = build_context(options)
+    if cert is not None:
+        cert.on_reload = ctx.metrics.certificate_reloads.inc
+    elector = elect(ctx) if options.leader_elect else None
+    ctx.metrics.leader.set(0 if elector else 1)
     runner = await _health_server(ctx)
     log.info(
         "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s",
@@ -146,21 +235,39 @@ async def run(options: RunOptions) -> None:
         else "off",
         options.health_port,
     )
+    if elector is not None:
+        c = elector.config
+        log.info(
+            "leader election on: lease %s/%s as %s (lease %ss, renew deadline %ss, retry %ss)",
+            c.namespace,
+            c.name,
+            c.identity,
+            c.lease_seconds,
+            c.renew_deadline_seconds,
+            c.retry_seconds,
+        )
     await watches.initial_list(ctx)
     tasks = [
         asyncio.create_task(run_loop(ctx), name="placing"),
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
     ]
+    if cert is not None:
+        watch = cert.watch(options.webhook_cert_check_seconds)
+        tasks.append(asyncio.create_task(watch, name="webhook-certificate"))
+    if elector is not None:  # last: cancelled last, it releases the lease on the way out
+        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:
         await kopf.operator(
-            registry=_registry(options),
-            settings=_settings(options),
+            registry=handler_registry(options),
+            settings=operator_settings(options, cert),
             clusterwide=True,
             standalone=True,
             memo=kopf.Memo(ctx=ctx),
         )
     finally:
+        if ctx.pass_task is not None:
+            ctx.pass_task.cancel()
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -12,7 +12,15 @@ from pathlib import Path
 
 from nexus_admit.controller.faults import parse_fault
 
-__all__ = ["OptionsError", "RunOptions"]
+__all__ = [
+    "SERVICE_ACCOUNT_NAMESPACE_FILE",
+    "OptionsError",
+    "RunOptions",
+    "service_account_namespace",
+]
+
+# the namespace of the pod's ServiceAccount, mounted by the kubelet
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 class OptionsError(ValueError):
@@ -28,6 +36,7 @@ class RunOptions:
     webhook_port: int = 9443
     webhook_cert: str | None = None
     webhook_key: str | None = None
+    webhook_cert_check_seconds: float = 10.0  # how often the cert files are checked for a new pair
     health_addr: str = "0.0.0.0"
     health_port: int = 8080  # /healthz, /readyz, /metrics
     policy: str = "nexus"
@@ -35,6 +44,14 @@ class RunOptions:
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
     retry_seconds: int = 15  # first Retry delay; doubles per retry, capped
     log_level: str = "INFO"
+    # leader election (controller/leader.py): off locally, on in the chart
+    leader_elect: bool = False
+    lease_name: str = "nexus-admit"
+    lease_namespace: str | None = None  # None: the ServiceAccount's namespace
+    leader_identity: str | None = None  # None: hostname_pid
+    lease_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    lease_retry_seconds: float = 2.0
     # test-only (controller/faults.py): die at a named point, e.g. "kill-after-solve:3"
     fault: str | None = None
 
@@ -59,14 +76,41 @@ class RunOptions:
             ):
                 if not os.access(path, os.R_OK):
                     raise OptionsError(f"{flag} {path}: cannot read the file")
+        if self.webhook_cert_check_seconds <= 0:
+            raise OptionsError(
+                f"--webhook-cert-check-seconds {self.webhook_cert_check_seconds}: above 0"
+            )
         if self.resync_seconds < 5:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
         if not 0.1 <= self.tick_seconds <= 60:
             raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
         if self.retry_seconds < 1:
             raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
+        if self.leader_elect:
+            if not self.lease_name:
+                raise OptionsError("--lease-name: must not be empty")
+            if not 0 < self.lease_retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
+                raise OptionsError(
+                    f"leader election needs 0 < --lease-retry-seconds ({self.lease_retry_seconds})"
+                    f" < --renew-deadline-seconds ({self.renew_deadline_seconds}) < "
+                    f"--lease-seconds ({self.lease_seconds}): a leader must stop acting before "
+                    "another replica may take its lease"
+                )
+            if not self.lease_namespace:
+                raise OptionsError(
+                    "--leader-elect needs the Lease's namespace: --lease-namespace or "
+                    f"NEXUS_NAMESPACE (in a pod it is read from {SERVICE_ACCOUNT_NAMESPACE_FILE})"
+                )
         try:
             parse_fault(self.fault)
         except ValueError as e:
             raise OptionsError(f"NEXUS_FAULT {e}") from None
         return self
+
+
+def service_account_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:
+    """The pod's own namespace, when running in a pod (None outside one)."""
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None

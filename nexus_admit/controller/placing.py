@@ -76,14 +76,22 @@ async def run_loop(ctx: Context) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ctx.wake.wait(), timeout=ctx.options.tick_seconds)
         ctx.wake.clear()
-        if not ctx.synced:
-            continue
+        if not ctx.synced or not ctx.acting():
+            continue  # a follower keeps its store warm and decides nothing
         started = time.perf_counter()
-        try:
-            await reconcile(ctx)
-        except Exception:  # one bad pass must not stop the controller; the next retries
+        # a task of its own, so losing the lease can cancel the pass mid-way
+        ctx.pass_task = asyncio.create_task(reconcile(ctx), name="reconcile-pass")
+        await asyncio.wait({ctx.pass_task})
+        task, ctx.pass_task = ctx.pass_task, None
+        if task.cancelled():
+            log.info("reconcile pass cancelled: this replica stopped leading")
+            continue
+        if task.exception() is not None:  # one bad pass must not stop the controller
             ctx.metrics.errors.labels("reconcile").inc()
-            log.exception("reconcile pass failed; retrying on the next event or tick")
+            log.error(
+                "reconcile pass failed; retrying on the next event or tick",
+                exc_info=task.exception(),
+            )
         ctx.metrics.pass_seconds.observe(time.perf_counter() - started)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -51,6 +52,7 @@ async def relist(ctx: Context) -> None:
     for kind in WATCHED_KINDS:
         items, version = await asyncio.to_thread(ctx.api.list, kind)
         ctx.store.replace(kind, items, version)
+    ctx.metrics.relists.inc()
     ctx.poke()
 
 
@@ -63,11 +65,30 @@ async def initial_list(ctx: Context) -> None:
     log.info("store synced: %s", counts)
 
 
+def _error_count(ctx: Context) -> float:
+    return sum(
+        s.value
+        for metric in ctx.metrics.errors.collect()
+        for s in metric.samples
+        if s.name.endswith("_total")
+    )
+
+
 async def resync_loop(ctx: Context) -> None:
+    """A full re-list every `resync_seconds`, and at the next tick after any failed step:
+    a failed API call (an apiserver or etcd outage) may mean a watch gap, and an object
+    deleted in it would otherwise stay in the store until the period ends."""
+    last = time.monotonic()
+    errors = _error_count(ctx)
     while True:
-        await asyncio.sleep(ctx.options.resync_seconds)
+        await asyncio.sleep(ctx.options.tick_seconds)
+        if time.monotonic() - last < ctx.options.resync_seconds and _error_count(ctx) == errors:
+            continue
+        seen = _error_count(ctx)
         try:
             await relist(ctx)
-        except Exception as e:  # an apiserver outage: watches reconnect; try again later
+        except Exception as e:  # still down: watches reconnect; this one tries next tick
             ctx.metrics.errors.labels("relist").inc()
-            log.warning("re-list failed, retrying in %ss: %s", ctx.options.resync_seconds, e)
+            log.warning("re-list failed, retrying in %ss: %s", ctx.options.tick_seconds, e)
+            continue
+        last, errors = time.monotonic(), seen  # failures during the list: once more

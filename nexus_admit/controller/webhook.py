@@ -25,8 +25,17 @@ from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
+from nexus_admit.kube.workload import our_check_names
 
-__all__ = ["GateAnswer", "decide", "queued_under_check", "review_pod"]
+__all__ = [
+    "GateAnswer",
+    "decide",
+    "gated_spec",
+    "malformed_gates",
+    "pod_ref",
+    "queued_under_check",
+    "review_pod",
+]
 
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 
@@ -54,6 +63,33 @@ def _gate_names(pod: Mapping[str, Any]) -> list[str]:
         if isinstance(gates, list)
         else []
     )
+
+
+def pod_ref(pod: Mapping[str, Any], namespace: str) -> str:
+    """'Pod namespace/name' for messages; a pod created with generateName has no name yet."""
+    m = meta(pod)
+    name = m.get("name") or (f"{m.get('generateName')}<generated>" if m.get("generateName") else "")
+    return f"Pod {namespace}/{name or '<unnamed>'}"
+
+
+def malformed_gates(pod: Mapping[str, Any]) -> str | None:
+    """Why the pod's scheduling gates cannot take ours, or None. The apiserver would refuse
+    such a pod anyway; saying so here keeps our patch from building on junk."""
+    gates = child(pod, "spec").get("schedulingGates")
+    if gates is None:
+        return None
+    if not isinstance(gates, list) or not all(
+        isinstance(g, Mapping) and isinstance(g.get("name"), str) for g in gates
+    ):
+        return "spec.schedulingGates must be a list of {name: <string>} entries"
+    return None
+
+
+def gated_spec(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod's scheduling gates with ours added (its gates are well-formed: see
+    `malformed_gates`)."""
+    gates = [dict(g) for g in child(pod, "spec").get("schedulingGates") or []]
+    return [*gates, {"name": L.GATE_PLACEMENT}]
 
 
 def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
@@ -94,15 +130,16 @@ def decide(
     ):
         return GateAnswer(
             False,
-            f"ResourceReservation {namespace}/{rr_name} belongs to Workload "
+            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
+            f"{L.LABEL_RESERVATION} belongs to Workload "
             f"{reservation_workload_key(reservation)}, which no longer exists",
         )
     if not _belongs(pod, workload):
         return GateAnswer(
             False,
             f"the pod is not part of Workload {reservation_workload_key(reservation)}, which "
-            f"ResourceReservation {namespace}/{rr_name} belongs to: a pod cannot use another "
-            "Workload's reservation",
+            f"ResourceReservation {namespace}/{rr_name} (pod label {L.LABEL_RESERVATION}) "
+            "belongs to: a pod cannot use another Workload's reservation",
         )
     if child(pod, "spec").get("nodeName"):
         return GateAnswer(False, "a pod with a reservation label must not set spec.nodeName")
@@ -150,10 +187,17 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> N
 
 
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
+    malformed = malformed_gates(pod)
+    if malformed is not None:
+        ctx.metrics.webhook_requests.labels("denied").inc()
+        return GateAnswer(False, malformed)
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name:
         await _fill_queue(ctx, pod, namespace)
-        if queued_under_check(pod, namespace, ctx.store, ctx.checks):
+        # our checks as the store shows them, not ctx.checks: that is refreshed by the
+        # loop's passes, which only the leader runs, and every replica serves the webhook
+        ours = our_check_names(ctx.store.items("AdmissionCheck"))
+        if queued_under_check(pod, namespace, ctx.store, ours):
             gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)

@@ -1,8 +1,14 @@
-"""Report writer: Markdown + PNG plots (matplotlib, headless) + JSON, one directory."""
+"""Report writer: Markdown + PNG plots (matplotlib, headless) + JSON, one directory.
+
+matplotlib is the optional extra `report` (`make simulate` installs it through `dev`); the
+controller image leaves it out. Without it the tables and JSON are written, the plots are
+skipped, and the report and the log say so.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +20,10 @@ from nexus_admit.sim.openb import OpenbRun
 from nexus_admit.sim.replay import standing
 from nexus_admit.sim.study import LABELS
 
+log = logging.getLogger("nexus_admit.sim.report")
+
 __all__ = [
+    "PLOTS_SKIPPED",
     "closest_rival",
     "markdown_table",
     "paired_summary",
@@ -27,6 +36,39 @@ __all__ = [
     "write_openb_report",
     "write_replay_report",
 ]
+
+
+PLOTS_SKIPPED = (
+    "Plots skipped: matplotlib is not installed (it is the optional extra `report`: "
+    "`pip install 'nexus-admit[report]'`)."
+)
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the headless backend, or None (with a notice, once) when the
+    optional extra `report` is not installed: the tables and JSON are written anyway."""
+    try:
+        import matplotlib
+    except ImportError:
+        global _NOTICE_GIVEN
+        if not _NOTICE_GIVEN:
+            _NOTICE_GIVEN = True
+            log.warning(PLOTS_SKIPPED)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+_NOTICE_GIVEN = False
+
+
+def _plot_links(plots: Sequence[Path]) -> list[str]:
+    """Markdown image links of the plots, or the notice that they were skipped."""
+    if not plots and _pyplot() is None:
+        return [f"_{PLOTS_SKIPPED}_"]
+    return [f"![{p.stem}]({p.name})" for p in plots]
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -70,10 +112,9 @@ def _mean_curve(runs: Sequence[OpenbRun], attr: str) -> tuple[np.ndarray, np.nda
 
 
 def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
+    if plt is None:
+        return []
 
     by_trace: dict[str, dict[str, list[OpenbRun]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
@@ -160,7 +201,7 @@ def write_openb_report(
                       [{**r, "difference": f"{r['mean']:+g} ± {r['ci95']:g}"} for r in paired],
                       (("trace", "trace"), ("metric", "metric"), ("seeds", "seeds"),
                        ("difference", "nexus − FGD"), ("verdict", "verdict"))), ""]
-    lines += [*[f"![{p.stem}]({p.name})" for p in plots], ""]
+    lines += [*_plot_links(plots), ""]
     if notes:
         lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     path = out / "README.md"
@@ -269,10 +310,9 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
                      d["verdict"]))
     if not rows:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
+    if plt is None:
+        return None
 
     colours = {"ahead": "tab:green", "behind": "tab:red"}
     limit = 100.0  # near-zero delays give huge relative intervals: clip, the label has them
@@ -412,10 +452,9 @@ def _allocation_split(results: Sequence[Any], scenario: str, ours: str) -> str:
 
 
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
+    if plt is None:
+        return []
 
     files = []
     by_group: dict[tuple[str, int], list[Any]] = defaultdict(list)
@@ -551,7 +590,7 @@ def write_replay_report(
             cells = [f"**{_fmt(r['values'][p])}**" if p in r["best"] else _fmt(r["values"][p])
                      for p in policies]
             lines.append(f"| {r['metric']} | " + " | ".join(cells) + " |")
-    lines += ["", *[f"![{p.stem}]({p.name})" for p in plots], ""]
+    lines += ["", *_plot_links(plots), ""]
     path = out / "REPLAY.md"
     path.write_text("\n".join(lines))
     return path

@@ -57,7 +57,10 @@ NON_DEFAULT: dict[str, Any] = {
         },
     },
     "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
-    "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
+    "podDisruptionBudget": {"enabled": True, "minAvailable": "50%"},
+    "replicaCount": 3,
+    "leaderElection": {"leaseSeconds": 30, "renewDeadlineSeconds": 20, "retrySeconds": 4},
+    "affinity": {"nodeAffinity": {}},
     "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
 }
 
@@ -131,7 +134,7 @@ def test_default_values_placement_config_is_valid_for_the_model() -> None:
             "at '/placementConfig/spec/weights': additional properties 'tierMismach'",
         ),
         ("placementConfig.spec.tiers[0].nam=x", "at '/placementConfig/spec/tiers/0'"),
-        ("replicaCount=2", "at '/replicaCount': maximum"),
+        ("replicaCount=0", "at '/replicaCount': minimum"),
         ("webhook.failurePolicy=Maybe", "at '/webhook/failurePolicy'"),
         ("controller.logLevel=LOUD", "at '/controller/logLevel'"),
     ],
@@ -179,6 +182,9 @@ def test_default_render_has_exactly_the_expected_objects(
             "Deployment",
             "MutatingWebhookConfiguration",
             "PlacementConfig",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
             "Secret",
             "Service",
             "ServiceAccount",
@@ -198,13 +204,32 @@ def test_deployment_runs_the_controller_with_restricted_pod_security(
     deploy = one(default_objects, "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     c = container(default_objects)
-    assert deploy["spec"]["replicas"] == 1
-    assert deploy["spec"]["strategy"] == {"type": "Recreate"}
+    assert deploy["spec"]["replicas"] == 2
+    assert deploy["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     assert c["image"] == "nexus-admit:0.1.0"
     assert c["args"][0] == "run"
     assert "--webhook-cert=/etc/nexus-admit/webhook/tls.crt" in c["args"]
     assert "--webhook-key=/etc/nexus-admit/webhook/tls.key" in c["args"]
     assert "--health-port=8080" in c["args"]
+    assert {
+        "--leader-elect",
+        f"--lease-name={FULLNAME}",
+        "--lease-seconds=15",
+        "--renew-deadline-seconds=10",
+        "--lease-retry-seconds=2",
+    } <= set(c["args"])
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    assert env["NEXUS_NAMESPACE"] == "metadata.namespace"
+    assert env["NEXUS_LEADER_IDENTITY"] == "metadata.name"
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == (
+        deploy["spec"]["selector"]["matchLabels"]
+    )
+    assert one(default_objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"health": 8080, "webhook": 9443}
@@ -272,6 +297,35 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     assert not [g for g in granted if "*" in g or g[1] == "secrets"]
     binding = one(default_objects, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NS}]
+    # leader election (controller/leader.py: get, create, update of one Lease), in the
+    # release namespace only
+    role = one(default_objects, "Role")
+    assert role["metadata"]["namespace"] == NS
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    role_binding = one(default_objects, "RoleBinding")
+    assert role_binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert role_binding["subjects"] == binding["subjects"]
+
+
+def test_one_replica_gets_no_disruption_budget_that_would_block_every_drain(
+    tmp_path: Path,
+) -> None:
+    objects = render({"replicaCount": 1}, tmp=tmp_path)
+    assert not by_kind(objects, "PodDisruptionBudget")
+    assert "--leader-elect" in container(objects)["args"], "a rolling update runs two at once"
+
+
+def test_lease_timings_that_cannot_work_fail_the_render(tmp_path: Path) -> None:
+    bad = {"leaderElection": {"leaseSeconds": 10, "renewDeadlineSeconds": 10, "retrySeconds": 2}}
+    r = template(bad, tmp=tmp_path)
+    assert r.returncode != 0
+    assert "retrySeconds < renewDeadlineSeconds < leaseSeconds" in r.stderr
 
 
 def harness_webhooks(tmp_path: Path) -> list[dict[str, Any]]:
@@ -377,7 +431,12 @@ def test_non_default_values_reach_the_objects(custom_objects: list[dict[str, Any
     # helm merges maps with the defaults: the template drops the default levels
     assert config["spec"] == NON_DEFAULT["placementConfig"]["spec"]
     PlacementConfig.model_validate(config["spec"])
-    assert one(custom_objects, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 0
+    assert one(custom_objects, "PodDisruptionBudget")["spec"]["minAvailable"] == "50%"
+    assert deploy["spec"]["replicas"] == 3
+    assert {"--lease-seconds=30", "--renew-deadline-seconds=20", "--lease-retry-seconds=4"} <= set(
+        c["args"]
+    )
+    assert deploy["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {}}
     monitor = one(custom_objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"

@@ -29,11 +29,27 @@ runner = CliRunner()
             "cannot read",
             id="unreadable-cert",
         ),
+        pytest.param(
+            ["--webhook-cert", "NOTPEM", "--webhook-key", "NOTPEM"],
+            "are not a PEM certificate and its private key",
+            id="cert-not-pem",
+        ),
+        pytest.param(
+            ["--no-webhook", "--leader-elect"], "needs the Lease's namespace", id="lease-namespace"
+        ),
+        pytest.param(
+            ["--no-webhook", "--leader-elect", "--lease-namespace", "x", "--lease-seconds", "5"],
+            "a leader must stop acting before another replica may take its lease",
+            id="lease-timing",
+        ),
     ],
 )
 def test_bad_options_exit_2_with_the_flag(args: list[str], says: str, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not PEM\n")
+    args = [str(junk) if a == "NOTPEM" else a for a in args]
     if "--kubeconfig" not in args:
         args = ["--kubeconfig", str(kubeconfig), *args]
     result = runner.invoke(app, ["run", *args])

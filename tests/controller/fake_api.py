@@ -117,3 +117,23 @@ class FakeApi:
         ann = (patch.get("metadata") or {}).get("annotations") or {}
         obj["metadata"].setdefault("annotations", {}).update(ann)
         return self.put(obj)
+
+    # ---- the leader Lease (resourceVersion checked like the apiserver does) ----
+    def get_lease(self, name: str, namespace: str) -> dict[str, Any] | None:
+        self._maybe_fail("get", "Lease")
+        return self.get("Lease", name, namespace)
+
+    def write_lease(self, body: Mapping[str, Any], *, create: bool) -> dict[str, Any]:
+        m = body["metadata"]
+        self._maybe_fail("create" if create else "update", "Lease")
+        key = _key("Lease", m["name"], m.get("namespace"))
+        self.writes.append(("create" if create else "update", "Lease", key[1]))
+        current = self.objects.get(key)
+        if create and current is not None:
+            raise ApiException(status=409, reason="AlreadyExists")
+        if not create:
+            if current is None:
+                raise ApiException(status=404, reason="not found")
+            if str(m.get("resourceVersion")) != current["metadata"]["resourceVersion"]:
+                raise ApiException(status=409, reason="Conflict: the object has been modified")
+        return self.put({"kind": "Lease", **body})

@@ -12,6 +12,7 @@ from nexus_admit.controller.lifecycle import (
     missing_reservation,
     release_reason,
     reservation_status,
+    unpinned_pod,
     unschedulable_pin,
 )
 from nexus_admit.kube import labels as L
@@ -160,7 +161,7 @@ def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
             [],
-            "node n1 of slot main/1 was cordoned",
+            "node n1 of slot main/1 was cordoned before its pod was bound there",
             id="cordoned",
         ),
         pytest.param(
@@ -169,7 +170,71 @@ def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
             None,
             id="cordoned-under-a-bound-pod",
         ),
+        pytest.param(
+            {"n0": node_obj("n0")},
+            [pod("b", "main/1", "n1")],
+            "node n1 of slot main/1 was deleted with its pod b",
+            id="deleted-under-a-bound-pod",
+        ),
     ],
 )
 def test_lost_node(nodes, pods, says) -> None:
     assert lost_node(RR, pods, nodes) == says
+
+
+def tenant_pod(
+    slot: str | None = None,
+    node: str | None = None,
+    pinned: str | None = None,
+    gated: bool = False,
+    phase: str = "Running",
+) -> dict[str, Any]:
+    """A pod of reservation w-1 as a tenant may leave it."""
+    spec: dict[str, Any] = {}
+    if node:
+        spec["nodeName"] = node
+    if pinned:
+        spec["nodeSelector"] = {L.HOSTNAME_LABEL: pinned}
+    if gated:
+        spec["schedulingGates"] = [{"name": L.GATE_PLACEMENT}]
+    return {
+        "metadata": {"name": "p", "annotations": {L.ANN_SLOT: slot} if slot else {}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "says"),
+    [
+        pytest.param(tenant_pod(gated=True), None, id="still-gated"),
+        pytest.param(tenant_pod("main/0", "n0", "n0"), None, id="bound-on-its-slot"),
+        pytest.param(tenant_pod("main/1", None, "n1"), None, id="pinned-not-yet-bound"),
+        pytest.param(
+            tenant_pod(None, "n7"),
+            "pod p lost its scheduling gate scheduling.kubenexus.io/placement before "
+            "nexus-admit gave it a slot (bound to node n7)",
+            id="gate-lifted-by-tenant-then-bound",
+        ),
+        pytest.param(
+            tenant_pod(None),
+            "pod p lost its scheduling gate",
+            id="gate-lifted-by-tenant-not-bound-yet",
+        ),
+        pytest.param(
+            tenant_pod("main/9", "n0"), "pod p lost its scheduling gate", id="claims-no-such-slot"
+        ),
+        pytest.param(
+            tenant_pod("main/0", "n1", "n1"),
+            "pod p claims slot main/0 on node n0 but is bound to n1",
+            id="claims-another-slot",
+        ),
+        pytest.param(
+            tenant_pod("main/0"), "pod p claims slot main/0 but is not pinned", id="not-pinned"
+        ),
+        pytest.param(tenant_pod(None, "n7", phase="Succeeded"), None, id="finished-pod"),
+    ],
+)
+def test_unpinned_pod(the_pod, says) -> None:
+    got = unpinned_pod(RR, [the_pod])
+    assert (got is None) if says is None else (got is not None and says in got), got

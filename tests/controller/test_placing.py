@@ -6,9 +6,13 @@ logic over `FakeApi`; e2e/tests/test_faults.py proves the same on the real contr
 from __future__ import annotations
 
 import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
+
+from nexus_admit.controller import watches
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
@@ -263,4 +267,61 @@ def test_a_create_lost_to_a_client_error_does_not_stall_the_workload() -> None:
     outage["on"] = False
     run(ctx)
     assert check_of(api, "w")["state"] == "Ready"
+    assert len(api.of_kind(RR)) == 1
+
+
+def deliver(ctx: Context, kind: str, obj: dict[str, Any], event_type: str = "MODIFIED") -> None:
+    """One watch event through the handler kopf calls (controller/watches.py)."""
+    registry = kopf.OperatorRegistry()
+    watches.register(registry)
+    (handler,) = [h for h in registry._watching.get_all_handlers() if h.id == f"watch-{kind}"]
+    event = {"type": event_type, "object": copy.deepcopy(obj)}
+    asyncio.run(handler.fn(event=event, memo=kopf.Memo(ctx=ctx)))  # type: ignore[call-arg]
+
+
+def test_the_same_workload_event_delivered_twice_through_the_watch_reserves_once() -> None:
+    api = cluster()
+    ctx, engine = controller(api)
+    w = api.put(pending("w"))
+    deliver(ctx, "Workload", w, "ADDED")
+    run(ctx)
+    deliver(ctx, "Workload", w, "ADDED")  # the same event again, before our Ready is seen
+    run(ctx)
+    assert api.count("create", RR) == 1 and engine.calls == 1
+    assert api.count("apply", "Workload") == 1
+
+
+def test_an_old_pending_event_after_the_ready_one_in_the_same_run_reserves_nothing() -> None:
+    """The watch delivered our Ready (the answer guard is dropped); then an event with an
+    older resourceVersion, still Pending, arrives: it must not make a second reservation."""
+    api = cluster(pending("w"))
+    ctx, engine = controller(api)
+    old = api.get("Workload", "w", "default")
+    run(ctx)
+    watch(ctx, api)  # our reservation and Ready are in the store
+    run(ctx)
+    assert ctx.answered == {}, "the guard ends once the watch shows the answer"
+    deliver(ctx, "Workload", old)  # type: ignore[arg-type]
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert api.count("create", RR) == 1 and engine.calls == 1
+    assert api.count("apply", "Workload") == 1
+
+
+def test_a_stale_deleted_event_of_a_reservation_does_not_free_its_gpus() -> None:
+    """A DELETED event older than the reservation the store holds (out of order) must not
+    drop it: its GPUs would look free and the next gang would get them."""
+    api = cluster(pending("w", pods=3, gpus=8))
+    ctx, _ = controller(api)
+    run(ctx)
+    watch(ctx, api)
+    (rr,) = api.of_kind(RR)
+    stale = copy.deepcopy(rr)
+    stale["metadata"]["resourceVersion"] = str(int(rr["metadata"]["resourceVersion"]) - 1)
+    deliver(ctx, RR, stale, "DELETED")
+    assert ctx.store.get(RR, f"default/{rr['metadata']['name']}") is not None
+    u = api.put(pending("u", pods=1, gpus=8))
+    deliver(ctx, "Workload", u, "ADDED")
+    run(ctx)
+    assert check_of(api, "u")["state"] == "Retry", "w holds all three nodes"
     assert len(api.of_kind(RR)) == 1

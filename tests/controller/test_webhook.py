@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.store import Store
-from nexus_admit.controller.webhook import decide, queued_under_check
+from nexus_admit.controller.webhook import (
+    decide,
+    gated_spec,
+    malformed_gates,
+    pod_ref,
+    queued_under_check,
+    review_pod,
+)
 from nexus_admit.kube import labels as L
 
 WL = {
@@ -94,3 +101,60 @@ def test_plain_pod_in_a_nexus_queue_is_gated_others_are_not() -> None:
     assert not queued_under_check(plain, "t", s, {"other-check"})
     owned = {"metadata": {**plain["metadata"], "ownerReferences": [{"uid": "x"}]}}
     assert not queued_under_check(owned, "t", s, {"nexus"})
+
+
+@pytest.mark.parametrize(
+    ("gates", "says"),
+    [
+        pytest.param(None, None, id="none"),
+        pytest.param([{"name": "other"}], None, id="a-list-of-gates"),
+        pytest.param("gate", "spec.schedulingGates must be a list", id="a-string"),
+        pytest.param({"name": "x"}, "spec.schedulingGates must be a list", id="a-mapping"),
+        pytest.param([{"name": 3}], "spec.schedulingGates must be a list", id="name-a-number"),
+        pytest.param(["x"], "spec.schedulingGates must be a list", id="entry-a-string"),
+    ],
+)
+def test_malformed_gates_are_refused_not_patched(gates, says) -> None:
+    """Regression: the handler once built its patch with list(gates), so a string became
+    one gate per character and a number crashed the handler."""
+    the_pod = pod()
+    if gates is not None:
+        the_pod["spec"]["schedulingGates"] = gates
+    got = malformed_gates(the_pod)
+    assert (got is None) if says is None else (got is not None and says in got)
+    if says is None:
+        assert gated_spec(the_pod)[-1] == {"name": L.GATE_PLACEMENT}
+
+
+def test_pod_ref_names_a_pod_that_has_no_name_yet() -> None:
+    assert pod_ref({"metadata": {"generateName": "job-"}}, "t") == "Pod t/job-<generated>"
+    assert pod_ref({"metadata": []}, "t") == "Pod t/<unnamed>"
+
+
+def test_a_follower_replica_gates_a_queued_plain_pod_too() -> None:
+    """Every replica serves the webhook; only the leader runs the loop that fills
+    ctx.checks. A follower (ctx.checks empty) must still gate a plain pod queued under our
+    check, or the pod would be created ungated and never pinned."""
+    import asyncio
+
+    from nexus_admit.controller.context import Context
+    from nexus_admit.controller.options import RunOptions
+    from nexus_admit.placement.policies import make_policy
+    from tests.controller.fake_api import FakeApi
+    from tests.kube.kube_factories import admission_check, cluster_queue, local_queue
+
+    cq = cluster_queue("cq", "silver")
+    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "nexus"}]}
+    ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind, obj in (
+        ("ClusterQueue", cq),
+        ("LocalQueue", local_queue("t", "q", "cq")),
+        ("AdmissionCheck", admission_check("nexus")),
+    ):
+        ctx.store.upsert(kind, obj)
+    assert ctx.checks == {}, "a follower: no pass has run"
+    plain = {
+        "metadata": {"name": "p", "namespace": "t", "labels": {"kueue.x-k8s.io/queue-name": "q"}}
+    }
+    answer = asyncio.run(review_pod(ctx, plain, "t"))
+    assert answer.allowed and answer.add_gate

@@ -111,3 +111,21 @@ def test_the_summary_reads_each_headline_metric_and_splits_allocation() -> None:
                                                     across_seeds=True)))
     assert "lead comes from" not in text
     assert "fgd 76.0 = 80.0 − 20.0 + 16.0; nexus 64.0 = 80.0 − 28.0 + 12.0" in text
+
+
+def test_without_matplotlib_the_report_is_written_and_says_the_plots_were_skipped(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """matplotlib is the optional extra `report`: a None entry in sys.modules makes its
+    import fail here as it does where it is not installed."""
+    import sys
+
+    from nexus_admit.sim import report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(report, "_NOTICE_GIVEN", False)
+    results = [_result(p, s, 1.0, 1.0, 10) for p in ("nexus", "kube") for s in (1, 2)]
+    path = report.write_replay_report(results, [], tmp_path, {})
+    assert report.PLOTS_SKIPPED in path.read_text()
+    assert not list(tmp_path.glob("*.png"))
+    assert report.PLOTS_SKIPPED in caplog.text

@@ -1,0 +1,197 @@
+"""The PlacementConfig reference (docs/placement-config.md), generated from the model.
+
+    python -m nexus_admit.kube.config_reference      # rewrites docs/placement-config.md
+
+Field names, types, bounds and defaults come from the pydantic model
+(`nexus_admit.model.config`) and the built-in `PlacementConfig()`; what each field means is
+the table `MEANINGS` below, keyed by the field's path. `tests/kube/test_config_reference.py`
+fails when the document differs from what this renders, or when a field has no meaning
+here (or a meaning names a field that is gone), so the reference cannot drift.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nexus_admit.model import PlacementConfig
+
+__all__ = ["DOC", "MEANINGS", "field_paths", "render"]
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "placement-config.md"
+
+MEANINGS: dict[str, str] = {
+    "topology": "The fabric levels placement reasons about, highest first.",
+    "topology.topologyName": "A Kueue `Topology` whose levels to use (instead of `levels`).",
+    "topology.levels": "Node label keys, highest level first, ending with the host label.",
+    "hardwareClasses": "GPU products grouped into classes; the first class that matches wins.",
+    "hardwareClasses[].name": "The class name that tiers' `classCosts` refer to.",
+    "hardwareClasses[].gpuProducts": "Globs over the GFD label `nvidia.com/gpu.product`.",
+    "tiers": "Service tiers; a ClusterQueue's label `scheduling.kubenexus.io/tier` names one.",
+    "tiers[].name": "The tier name (the value of the ClusterQueue label).",
+    "tiers[].classCosts": "Cost per GPU of this tier's work on each hardware class (0: its "
+    "home class).",
+    "defaultTier": "The tier of Workloads whose ClusterQueue has no tier label.",
+    "vramThresholds": "Per tier, the VRAM share of a GPU a pod should use; VRAM left below "
+    "it counts as stranded.",
+    "vramThresholds[].tier": "The tier.",
+    "vramThresholds[].minUtilization": "Share of each GPU's VRAM (0-1).",
+    "weights": "Weights of the objective terms (each term is also reported on its own in "
+    "the check message).",
+    "weights.tierMismatch": "× class cost per GPU placed off its tier's home class.",
+    "weights.vramStranded": "Per GiB of VRAM stranded below the tier's threshold.",
+    "weights.islandBroken": "Per pristine 8-GPU island (node) first touched.",
+    "weights.domainSpread": "Per extra fabric domain a gang spans, × the level's rank.",
+    "weights.gangSplit": "Per level a gang is split at, × level rank × the gang's GPUs.",
+    "weights.nodeCount": "Per node used (packing workload types: training, batch).",
+    "weights.fragmentation": "Per node left partly used.",
+    "weights.domainFragmentation": "Per GPU left free in the racks a gang touches.",
+    "weights.numaUnaligned": "Per pod that does not fit one NUMA zone.",
+    "weights.spread": "Inference and service gangs: pods on the busiest node.",
+    "weights.fragGradient": "Engine-only: per GPU of fragmentation a gang adds (FGD measure).",
+    "weights.fillOrder": "Engine-only: per node used × its rank in the node order.",
+    "solver": "CP-SAT limits.",
+    "solver.timeLimitSeconds": "Longest solve per gang; the best placement found is used.",
+    "solver.workers": "CP-SAT search workers (1 is fastest on small models).",
+    "solver.maxCandidateNodes": "Above this many candidate nodes, prune to the best domains.",
+    "solver.keptFraction": "...or keep this share of the candidates, whichever is more.",
+    "solver.relativeGap": "Stop within this fraction of optimal (large models only).",
+    "solver.exactBelowNodes": "Models of at most this many nodes are solved to proven optimum.",
+    "numaPolicy": "`single-numa-node`: a pod must fit one NUMA zone; `preferred`: try to; "
+    "`none`: ignore NUMA.",
+    "islandMinGpus": "A node with at least this many GPUs is an island worth keeping whole.",
+    "localityWait": "Hold a gang (Retry) rather than split it across domains of `level`, "
+    "while one domain could hold it. Off when absent.",
+    "localityWait.level": "A topology level above the host.",
+    "localityWait.maxWaitSeconds": "Longest hold; split after it.",
+    "reservationTtlSeconds": "A reservation none of whose pods bound by then is released and "
+    "the gang retried.",
+    "retryAfterSeconds": "Not read by the controller yet: its Retry delay is `nexus-admit run "
+    "--retry-seconds`.",
+}
+
+
+def _schema() -> dict[str, Any]:
+    return PlacementConfig.model_json_schema(by_alias=True)
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in node:
+        return dict(defs[node["$ref"].rsplit("/", 1)[1]])
+    for option in node.get("anyOf") or []:
+        if option.get("type") != "null":
+            return _resolve(option, defs)
+    return node
+
+
+def _walk(node: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[tuple[str, Any]]:
+    """(path, property schema) of every field, depth first, in the model's order."""
+    out = []
+    for name, prop in (node.get("properties") or {}).items():
+        path = f"{prefix}{name}"
+        out.append((path, prop))
+        target = _resolve(prop, defs)
+        if target.get("type") == "object" and "properties" in target:
+            out += _walk(target, defs, f"{path}.")
+        items = target.get("items")
+        if target.get("type") == "array" and isinstance(items, dict):
+            item = _resolve(items, defs)
+            if "properties" in item:
+                out += _walk(item, defs, f"{path}[].")
+    return out
+
+
+def field_paths() -> list[str]:
+    schema = _schema()
+    return [p for p, _ in _walk(schema, schema.get("$defs") or {}, "")]
+
+
+def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return " \\| ".join(f"`{v}`" for v in prop["enum"])
+    target = _resolve(prop, defs)
+    kind = target.get("type", "object")
+    if kind == "array":
+        item = _resolve(target.get("items") or {}, defs)
+        return "list of objects" if "properties" in item else f"list of {item.get('type')}"
+    if kind == "object" and "additionalProperties" in target and "properties" not in target:
+        value = target["additionalProperties"]
+        return f"map of {value.get('type', 'any') if isinstance(value, dict) else 'any'}"
+    return str(kind)
+
+
+def _bounds(prop: dict[str, Any]) -> str:
+    parts = []
+    for key, sign in (
+        ("minimum", "≥"),
+        ("exclusiveMinimum", ">"),
+        ("maximum", "≤"),
+        ("minItems", "items ≥"),
+    ):
+        if key in prop:
+            parts.append(f"{sign} {prop[key]}")
+    return ", ".join(parts)
+
+
+def _default(path: str, defaults: dict[str, Any]) -> str:
+    if "[]" in path:
+        return ""
+    node: Any = defaults
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "absent"
+        node = node[part]
+    text = json.dumps(node, separators=(", ", ": "))
+    return f"`{text}`" if len(text) <= 60 else "see below"
+
+
+def render() -> str:
+    schema = _schema()
+    defs = schema.get("$defs") or {}
+    defaults = PlacementConfig().to_spec()
+    lines = [
+        "# PlacementConfig reference",
+        "",
+        "<!-- Generated by `python -m nexus_admit.kube.config_reference` from the model in",
+        "nexus_admit/model/config.py; tests/kube/test_config_reference.py keeps it current. -->",
+        "",
+        "The spec of a `PlacementConfig` (`scheduling.kubenexus.io/v1alpha1`, cluster-scoped).",
+        "An AdmissionCheck names one in `spec.parameters`; every field may be omitted and then",
+        "takes the default below. The controller reads changes from its watch; an invalid spec",
+        "turns the AdmissionCheck `Active=False` with the reason.",
+        "",
+        "| field | type | bounds | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for path, prop in _walk(schema, defs, ""):
+        meaning = MEANINGS.get(path, "**undocumented**")
+        cells = (f"`{path}`", _type(prop, defs), _bounds(prop), _default(path, defaults), meaning)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## The built-in default",
+        "",
+        "```yaml",
+        *_yaml(defaults).rstrip("\n").splitlines(),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _yaml(spec: dict[str, Any]) -> str:
+    import yaml
+
+    return str(yaml.safe_dump(spec, sort_keys=False, default_flow_style=None, width=88))
+
+
+def main() -> int:
+    DOC.write_text(render())
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The re-list loop: every period, and at the next tick after any failed step (an outage may
+have left a watch gap), until a re-list succeeds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.watches import resync_loop
+from tests.controller.fake_api import FakeApi
+from tests.kube.kube_factories import node
+
+TICK = 0.01
+
+
+class FlakyListApi(FakeApi):
+    """Lists fail `list_failures` times (the apiserver without its etcd), then answer."""
+
+    def __init__(self, list_failures: int = 0) -> None:
+        super().__init__()
+        self.list_failures = list_failures
+        self.lists = 0
+
+    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
+        self.lists += 1
+        if self.list_failures:
+            self.list_failures -= 1
+            raise OSError("connection refused")
+        return super().list(kind)
+
+
+def started_controller(api: FakeApi) -> Context:
+    """A controller whose store still holds node `gone`, deleted while no watch ran."""
+    api.put(node("kept"))
+    ctx = Context(
+        options=RunOptions(webhook=False, tick_seconds=TICK, resync_seconds=3600),
+        api=api,  # type: ignore[arg-type]
+        engine=None,  # type: ignore[arg-type]
+    )
+    for name in ("kept", "gone"):
+        ctx.store.upsert("Node", node(name))
+    return ctx
+
+
+def nodes(ctx: Context) -> set[str]:
+    return {n["metadata"]["name"] for n in ctx.store.items("Node")}
+
+
+def relists(ctx: Context) -> float:
+    return ctx.metrics.relists._value.get()  # type: ignore[attr-defined]
+
+
+async def with_resync_loop(
+    ctx: Context, step: Callable[[], None] | None = None, until: Callable[[], bool] | None = None
+) -> None:
+    """Run the loop for a few ticks, then `step`, then until `until` holds (at most 5 s: a
+    loaded machine runs the re-list's threads late)."""
+    task = asyncio.create_task(resync_loop(ctx))
+    try:
+        await asyncio.sleep(10 * TICK)
+        if step is not None:
+            step()
+        for _ in range(500):
+            if until is None or until():
+                break
+            await asyncio.sleep(TICK)
+        await asyncio.sleep(5 * TICK)  # and no further re-list right after
+    finally:
+        task.cancel()
+
+
+def test_no_relist_before_the_period_while_nothing_failed() -> None:
+    ctx = started_controller(FakeApi())
+    asyncio.run(with_resync_loop(ctx))
+    assert nodes(ctx) == {"kept", "gone"} and relists(ctx) == 0
+
+
+def test_a_failed_step_brings_a_relist_at_the_next_tick() -> None:
+    ctx = started_controller(FakeApi())
+    fail = lambda: ctx.metrics.errors.labels("check").inc()  # noqa: E731
+    asyncio.run(with_resync_loop(ctx, fail, until=lambda: relists(ctx) > 0))
+    assert nodes(ctx) == {"kept"}, "the node deleted during the gap is still in the store"
+    assert relists(ctx) == 1, "one failure, one re-list"
+
+
+def test_a_failed_relist_is_tried_again_until_one_succeeds() -> None:
+    api = FlakyListApi(list_failures=3)
+    ctx = started_controller(api)
+    fail = lambda: ctx.metrics.errors.labels("reserve").inc()  # noqa: E731
+    asyncio.run(with_resync_loop(ctx, fail, until=lambda: relists(ctx) > 0))
+    assert api.list_failures == 0 and relists(ctx) == 1
+    assert nodes(ctx) == {"kept"}
+    assert ctx.metrics.errors.labels("relist")._value.get() == 3  # type: ignore[attr-defined]
