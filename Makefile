@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: install simulate plan-sample bench run demo test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
+.PHONY: install simulate plan-sample bench bench-e2e run demo test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ plan-sample: install
 
 bench: install
 	$(BIN)/nexus-admit bench
+
+## Load benchmark on the real control plane: Kueue alone, then Kueue + nexus-admit, on 1,000
+## KWOK GPU nodes, then a soak (docs/benchmarks.md). Table printed, JSON in reports/bench-e2e/.
+## Options through BENCH_E2E_ARGS, e.g. BENCH_E2E_ARGS='--nodes 100 --workloads 30
+## --soak-minutes 2'. Set NEXUS_E2E_STATE to keep it apart from the tests' cluster.
+bench-e2e: install controlplane
+	$(BIN)/python e2e/bench_e2e/run.py $(BENCH_E2E_ARGS)
 
 ## Everything CI runs: lint, types, layer contract, unit + integration + e2e tests
 ## (the e2e tests build the real control plane from Go modules on first use).

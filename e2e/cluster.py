@@ -18,7 +18,10 @@ configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
 <repo>/.e2e-state; the admin kubeconfig is <state>/kubeconfig.
 
 Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, skip the
-build), NEXUS_CACHE (build cache root, see build.sh).
+build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fleet.yaml
+scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes),
+NEXUS_E2E_NODE_GRACE_SECONDS (node lease duration and node-monitor grace period; unset:
+40 s and the controller-manager's default).
 """
 
 from __future__ import annotations
@@ -97,6 +100,21 @@ class ComponentExited(ClusterError):
 
 def default_state_dir() -> Path:
     return Path(os.environ.get("NEXUS_E2E_STATE") or REPO / ".e2e-state").resolve()
+
+
+def fleet_spec() -> dict[str, Any]:
+    """fleet.yaml, scaled when NEXUS_E2E_FLEET_NODES asks for a larger fleet (bench-e2e)."""
+    spec = fleet_mod.load()
+    nodes = os.environ.get("NEXUS_E2E_FLEET_NODES")
+    return fleet_mod.scaled(spec, int(nodes)) if nodes else spec
+
+
+def node_grace_seconds() -> int | None:
+    """Longer node heartbeats for large fleets on a busy machine (bench-e2e): KWOK renews
+    1,000 leases less often and the node lifecycle controller waits as long before it
+    marks a late node NotReady and taints it."""
+    value = os.environ.get("NEXUS_E2E_NODE_GRACE_SECONDS")
+    return int(value) if value else None
 
 
 def build_binaries() -> Path:
@@ -860,6 +878,11 @@ class Cluster:
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--profiling=false",
+                *(
+                    [f"--node-monitor-grace-period={node_grace_seconds()}s"]
+                    if node_grace_seconds()
+                    else []
+                ),
             ],
         )
 
@@ -875,8 +898,10 @@ class Cluster:
 
         # the fleet while Kueue starts
         t = time.monotonic()
-        spec = fleet_mod.load()
-        self.apply(fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec))
+        spec = fleet_spec()
+        objects = fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec)
+        for i in range(0, len(objects), 250):  # chunks: a 1,000-node fleet in one call times out
+            self.apply(objects[i : i + 250])
         self.timings["fleet-apply"] = round(time.monotonic() - t, 2)
         log(f"fleet applied ({sum(s['nodes'] for s in fleet_mod.summary(spec).values())} nodes)")
 
@@ -894,7 +919,7 @@ class Cluster:
         self._wait(
             "nodes-ready",
             lambda: self._count_ready_nodes() >= total_nodes,
-            120,
+            max(120, total_nodes * 0.3),  # KWOK initialises a 1,000-node fleet in minutes
             ["kwok", "kube-controller-manager"],
         )
         log(f"{total_nodes} fake nodes Ready")
@@ -920,7 +945,7 @@ class Cluster:
             "options": {
                 "manageAllNodes": False,
                 "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
-                "nodeLeaseDurationSeconds": 40,
+                "nodeLeaseDurationSeconds": node_grace_seconds() or 40,
                 "nodeLeaseParallelism": 4,
                 "podPlayStageParallelism": 4,
                 "nodePlayStageParallelism": 4,

@@ -152,6 +152,29 @@ def node_resource_topologies(spec: dict[str, Any] | None = None) -> list[dict[st
     return [nrt_manifest(n) for n in expand(spec or load())]
 
 
+def scaled(spec: dict[str, Any], total_nodes: int) -> dict[str, Any]:
+    """The same fleet with about `total_nodes` nodes: every pool keeps its share of the
+    nodes, its rack size and its racks per block; only the number of racks changes (the
+    load benchmark's 1,000-node fleet is fleet.yaml at a larger size)."""
+    pools = spec["pools"]
+    base = [int(p["racks"]) * int(p["nodesPerRack"]) for p in pools]
+    want = [total_nodes * b / sum(base) for b in base]
+    # whole racks, largest remainders first, so the total lands as close as racks allow
+    racks = [max(1, int(w // int(p["nodesPerRack"]))) for w, p in zip(want, pools, strict=True)]
+    by_remainder = sorted(
+        range(len(pools)),
+        key=lambda i: want[i] - racks[i] * int(pools[i]["nodesPerRack"]),
+        reverse=True,
+    )
+    for i in by_remainder:
+        have = sum(r * int(p["nodesPerRack"]) for r, p in zip(racks, pools, strict=True))
+        if have + int(pools[i]["nodesPerRack"]) <= total_nodes:
+            racks[i] += 1
+    out = dict(spec)
+    out["pools"] = [{**p, "racks": r} for p, r in zip(pools, racks, strict=True)]
+    return out
+
+
 def summary(spec: dict[str, Any] | None = None) -> dict[str, dict[str, int]]:
     """{pool: {"nodes": n, "gpus": g}} — handy for test assertions."""
     out: dict[str, dict[str, int]] = {}

@@ -1,0 +1,810 @@
+#!/usr/bin/env python3
+"""Kueue alone against Kueue + nexus-admit on the real control plane with a large KWOK GPU
+fleet, in one run (what `make bench-e2e` runs).
+
+    NEXUS_E2E_STATE=/tmp/e2e-bench python e2e/bench_e2e/run.py --nodes 1000 --workloads 300
+
+1. The control plane comes up with fleet.yaml scaled to --nodes (or is reused when it
+   already runs with that many nodes), ClusterQueues get quotas for that fleet.
+2. Phase `kueue`: the generated Workloads (Indexed Jobs) go to the Kueue-alone
+   ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
+   running and its webhook is not registered. Wait for every pod Running, check, clean up.
+3. Phase `nexus`: the same Workloads, same arrival pattern, to nexus-gold/silver/bronze
+   with nexus-admit running.
+4. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
+   the controller's RSS is sampled throughout; afterwards no reservation may be left.
+
+Prints a table and writes <out>/bench-e2e.json. Figures are measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+E2E_DIR = Path(__file__).resolve().parent.parent
+if str(E2E_DIR) not in sys.path:
+    sys.path.insert(0, str(E2E_DIR))
+
+import cluster as cluster_mod  # noqa: E402
+import fleet as fleet_mod  # noqa: E402
+from kubernetes import client  # noqa: E402
+from nexus_controller import NexusController  # noqa: E402
+
+from bench_e2e import booking, queues, stats  # noqa: E402
+from bench_e2e import workloads as wl_mod  # noqa: E402
+from bench_e2e.recorder import (  # noqa: E402
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    PodWatcher,
+    ProcSampler,
+    WorkloadWatcher,
+    api_client,
+)
+
+RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
+WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
+NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
+TIERS = wl_mod.TIERS
+
+
+def log(msg: str) -> None:
+    print(f"[bench-e2e {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        os.environ["NEXUS_E2E_FLEET_NODES"] = str(args.nodes)  # read by Cluster.up()
+        # 1,000 fake nodes renewing 40-s leases starve KWOK on a busy 2-core machine: nodes
+        # went NotReady and tainted mid-phase. Heartbeats are not what is measured here.
+        os.environ.setdefault("NEXUS_E2E_NODE_GRACE_SECONDS", str(args.node_grace_seconds))
+        self.cluster = cluster_mod.Cluster()
+        self.spec = fleet_mod.scaled(fleet_mod.load(), args.nodes)
+        self.fleet = fleet_mod.expand(self.spec)
+        self.pools = queues.pool_quotas(self.fleet)
+        self.nc: NexusController | None = None
+
+    # -- set-up -------------------------------------------------------------------------
+    def up(self) -> None:
+        t = time.monotonic()
+        self.cluster.up()
+        self.api = api_client(str(self.cluster.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        have = len(self.core.list_node().items)
+        if have != len(self.fleet):
+            raise SystemExit(
+                f"the cluster in {self.cluster.state} has {have} nodes, not {len(self.fleet)}: "
+                "take it down first (e2e/cluster.py down) or pick another NEXUS_E2E_STATE"
+            )
+        self.nc = NexusController(self.cluster)
+        self.nc.install()
+        self.nc.uninstall_webhook()  # the Kueue-alone phase runs without nexus in the path
+        self.cluster.apply(queues.cluster_queues(self.pools), retries=10)
+        log(f"cluster ready with {have} nodes in {time.monotonic() - t:.0f}s")
+
+    def start_controller(self) -> None:
+        assert self.nc is not None
+        self.cluster.apply([self.nc.webhook_configuration()])
+        self.nc.start()
+        log(f"nexus-admit running (pid {self.nc.proc.pid if self.nc.proc else '?'})")
+
+    def stop_controller(self) -> None:
+        if self.nc is not None:
+            self.nc.stop()
+            self.nc.uninstall_webhook()
+
+    # -- scrapes ------------------------------------------------------------------------
+    def apiserver_metrics(self) -> str:
+        """kube-apiserver's /metrics, read with the admin client certificate."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET", "/metrics", auth_settings=["BearerToken"]
+        )
+        resp = self.api.call_api(method, url, headers)
+        resp.read()
+        return resp.data.decode()
+
+    def controller_metrics(self) -> str:
+        return self.nc.metrics() if self.nc and self.nc.proc else ""
+
+    # -- namespaces -----------------------------------------------------------------------
+    def make_namespace(self, ns: str, queue_prefix: str) -> None:
+        try:
+            self.core.create_namespace({"metadata": {"name": ns}})
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+            log(f"{ns} left over from an earlier run: removing it first")
+            self.remove_namespace(ns)
+            self.core.create_namespace({"metadata": {"name": ns}})
+        for tier in TIERS:
+            self.custom.create_namespaced_custom_object(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                ns,
+                "localqueues",
+                {
+                    "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+                    "kind": "LocalQueue",
+                    "metadata": {"name": tier, "namespace": ns},
+                    "spec": {"clusterQueue": f"{queue_prefix}{tier}"},
+                },
+            )
+
+    def reservations(self, ns: str | None = None) -> list[dict[str, Any]]:
+        if ns:
+            items = self.custom.list_namespaced_custom_object(*RR[:2], ns, RR[2])["items"]
+        else:
+            items = self.custom.list_cluster_custom_object(*RR)["items"]
+        return [r for r in items if not r["metadata"].get("deletionTimestamp")]
+
+    def remove_namespace(self, ns: str, timeout: float = 600) -> float:
+        """Delete the namespace (Jobs, Workloads, pods, reservations go with it); wait until
+        it is gone and no pod or reservation of it is left."""
+        t = time.monotonic()
+        try:
+            self.batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
+        except client.ApiException as e:
+            if e.status != 404:
+                raise
+        self.core.delete_namespace(ns, propagation_policy="Background")
+        # KWOK finishes pod deletions a few per second on a busy machine (2,000 pods took
+        # minutes); between phases nothing is measured, so they go at once
+        self.cluster.kubectl(
+            "delete",
+            "pods",
+            "--all",
+            "-n",
+            ns,
+            "--force",
+            "--grace-period=0",
+            "--wait=false",
+            check=False,
+            timeout=300,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.core.read_namespace(ns)
+            except client.ApiException as e:
+                if e.status == 404:
+                    break
+            time.sleep(2)
+        else:
+            log(f"WARNING: namespace {ns} still there after {timeout:.0f}s")
+        left = self.reservations(ns)
+        if left:
+            log(f"WARNING: {len(left)} reservations left in {ns}")
+        return time.monotonic() - t
+
+    # -- submission -----------------------------------------------------------------------
+    def submit(
+        self,
+        ns: str,
+        works: list[wl_mod.BenchWorkload],
+        times: dict[str, stats.WorkloadTimes],
+        manifest: Any,
+    ) -> None:
+        """Create each Job at its arrival offset: the burst through a few threads at once,
+        the stream one by one on schedule."""
+        t0 = time.time()
+
+        def create(w: wl_mod.BenchWorkload) -> None:
+            for attempt in range(5):
+                try:
+                    self.batch.create_namespaced_job(ns, manifest(w), _preload_content=False)
+                    times[w.name].created = time.time()
+                    return
+                except client.ApiException as e:
+                    if e.status == 409 or attempt == 4:  # exists: an earlier try went through
+                        times[w.name].created = times[w.name].created or time.time()
+                        if e.status != 409:
+                            log(f"create {w.name} failed: {e.status} {e.reason}")
+                        return
+                    time.sleep(0.5)
+
+        burst = [w for w in works if w.arrival_s == 0]
+        with cf.ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, burst))
+        for w in works[len(burst) :]:
+            delay = t0 + w.arrival_s - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            create(w)
+
+    # -- one phase ------------------------------------------------------------------------
+    def run_phase(
+        self,
+        name: str,
+        queue_prefix: str,
+        works: list[wl_mod.BenchWorkload],
+        *,
+        rack_preference: bool,
+        complete_after: str | None = None,
+        controller: bool,
+        timeout: float,
+    ) -> dict[str, Any]:
+        ns = f"bench-{name}"
+        self.make_namespace(ns, queue_prefix)
+        times = {w.name: stats.WorkloadTimes(pods=w.pods) for w in works}
+        kc = str(self.cluster.kubeconfig)
+        watchers = [PodWatcher(kc, ns, times), WorkloadWatcher(kc, ns, times)]
+        for w in watchers:
+            w.start()
+        for w in watchers:
+            w.listed.wait(30)
+        pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
+        sampler = ProcSampler(pid)
+        sampler.start()
+        api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
+        load_start = os.getloadavg()
+
+        def manifest(w: wl_mod.BenchWorkload) -> dict[str, Any]:
+            ttl = 0 if complete_after else None  # the soak: finished Jobs go at once
+            m = wl_mod.job_manifest(
+                w,
+                w.tier,
+                rack_preference=rack_preference and w.tier in queues.TAS_TIERS,
+                complete_after=complete_after,
+                ttl_after_finished_s=ttl,
+            )
+            return m
+
+        log(f"{name}: submitting {len(works)} Workloads ({sum(w.pods for w in works)} pods)")
+        t_start = time.time()
+        submitter = cf.ThreadPoolExecutor(1)
+        submitted = submitter.submit(self.submit, ns, works, times, manifest)
+        deadline = time.monotonic() + timeout
+        last_log = 0.0
+        while time.monotonic() < deadline:
+            done = sum(t.all_running() is not None for t in times.values())
+            if submitted.done() and done == len(works):
+                break
+            if time.monotonic() - last_log > 15:
+                admitted = sum(t.admitted is not None for t in times.values())
+                log(f"{name}: {done}/{len(works)} all Running, {admitted} admitted")
+                last_log = time.monotonic()
+            time.sleep(0.5)
+        submitted.result()
+        t_end = time.time()
+        api_after, ctl_after = self.apiserver_metrics(), self.controller_metrics()
+        load_end = os.getloadavg()
+        checks = self.cluster_checks(ns) if not complete_after else {}
+        checks["not_running"] = self.why_not_running(ns, times)
+        sampler.stop()
+        for w in watchers:
+            w.stop()
+        result = summarize(
+            name, works, times, t_start, t_end, (api_before, api_after), (ctl_before, ctl_after)
+        )
+        result.update(checks)
+        result["controller_process"] = process_summary(sampler.samples)
+        result["load"] = {
+            "loadavg_start": load_start,
+            "loadavg_end": load_end,
+            "load1_mean": stats.percentile([s.load1 for s in sampler.samples], 50),
+            "cpus": os.cpu_count(),
+        }
+        result["watch_errors"] = sum(w.errors for w in watchers)
+        if complete_after:
+            result["drain"] = self.drain(ns)
+        result["cleanup_s"] = round(self.remove_namespace(ns), 1)
+        return result
+
+    def cluster_checks(self, ns: str) -> dict[str, Any]:
+        """Double-booked GPUs (cluster-wide, from bound pods and node allocatable, plus
+        devices held by two reservations) and pods on their planned node (this phase's)."""
+        alloc = {
+            n.metadata.name: int((n.status.allocatable or {}).get(wl_mod.GPU, 0))
+            for n in self.core.list_node().items
+        }
+        raw = json.loads(self.core.list_pod_for_all_namespaces(_preload_content=False).data)
+        bound = [b for p in raw["items"] if (b := booking.bound_pod(p))]
+        rrs = self.reservations()
+        good, total, bad = booking.on_planned_node([b for b in bound if b.namespace == ns], rrs)
+        return {
+            "double_booked_gpus": booking.double_booked_gpus(alloc, bound, rrs),
+            "over_allocated_nodes": booking.over_allocated(alloc, bound),
+            "pods_bound": sum(b.namespace == ns for b in bound),
+            "pods_with_reservation": total,
+            "pods_on_planned_node": good,
+            "pods_off_plan": bad[:20],
+            "reservations_live": len([r for r in rrs if r["metadata"]["namespace"] == ns]),
+        }
+
+    def why_not_running(
+        self, ns: str, times: dict[str, stats.WorkloadTimes], limit: int = 20
+    ) -> list[dict[str, Any]]:
+        """For the Workloads whose pods did not all run: their conditions and checks."""
+        waiting = {n for n, t in times.items() if t.all_running() is None}
+        out = []
+        for wl in self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, ns, "workloads"
+        )["items"]:
+            owner = next((o["name"] for o in wl["metadata"].get("ownerReferences") or []), "")
+            if owner not in waiting:
+                continue
+            status = wl.get("status") or {}
+            out.append(
+                {
+                    "workload": owner,
+                    "conditions": [
+                        f"{c['type']}={c['status']} {c.get('reason', '')}: {c.get('message', '')}"
+                        for c in status.get("conditions") or []
+                    ],
+                    "checks": [
+                        f"{c['name']}={c.get('state')}: {c.get('message', '')}"
+                        for c in status.get("admissionChecks") or []
+                    ],
+                    "pods_running": len(times[owner].pod_running),
+                }
+            )
+            if len(out) >= limit:
+                break
+        return out
+
+    def drain(self, ns: str, timeout: float = 300) -> dict[str, Any]:
+        """The soak's end: wait until every Job finished and went (TTL 0), then count the
+        reservations left anywhere (the controller releases them when Workloads finish)."""
+        t = time.monotonic()
+        deadline = t + timeout
+        while time.monotonic() < deadline:
+            if not self.batch.list_namespaced_job(ns, limit=1).items:
+                break
+            time.sleep(2)
+        jobs_left = len(self.batch.list_namespaced_job(ns).items)
+        while time.monotonic() < deadline and self.reservations():
+            time.sleep(2)
+        return {
+            "jobs_left": jobs_left,
+            "reservations_left": len(self.reservations()),
+            "drain_s": round(time.monotonic() - t, 1),
+        }
+
+
+# ------------------------------------------------------------------ summaries
+
+
+def summarize(
+    name: str,
+    works: list[wl_mod.BenchWorkload],
+    times: dict[str, stats.WorkloadTimes],
+    t_start: float,
+    t_end: float,
+    api: tuple[str, str],
+    ctl: tuple[str, str],
+) -> dict[str, Any]:
+    ts = list(times.values())
+    c2r = stats.create_to_running(ts)
+    burst = [times[w.name] for w in works if w.arrival_s == 0]
+    webhooks = {}
+    for hook in sorted(stats.histogram_label_values(api[1], WEBHOOK_METRIC, "name")):
+        d = stats.bucket_delta(
+            stats.histogram_buckets(api[1], WEBHOOK_METRIC, {"name": hook}),
+            stats.histogram_buckets(api[0], WEBHOOK_METRIC, {"name": hook}),
+        )
+        if stats.histogram_count(d) > 0:
+            webhooks[hook] = {
+                "calls": stats.histogram_count(d),
+                "p50_s": stats.histogram_quantile(0.5, d),
+                "p99_s": stats.histogram_quantile(0.99, d),
+                "buckets": {str(k): v for k, v in sorted(d.items())},
+            }
+    controller: dict[str, Any] = {}
+    if ctl[1]:
+        for metric in (
+            "solve_seconds",
+            "reconcile_seconds",
+            "ungate_seconds",
+            "event_loop_lag_seconds",  # what blocks the webhook and the watches
+        ):
+            full = "nexus_admit_" + metric
+            d = stats.bucket_delta(
+                stats.histogram_buckets(ctl[1], full), stats.histogram_buckets(ctl[0], full)
+            )
+            controller[metric] = {
+                "count": stats.histogram_count(d),
+                "p50_s": stats.histogram_quantile(0.5, d),
+                "p99_s": stats.histogram_quantile(0.99, d),
+            }
+    ungate = stats.ungate_latencies(ts)
+    return {
+        "phase": name,
+        "workloads": len(works),
+        "pods": sum(w.pods for w in works),
+        "wall_s": round(t_end - t_start, 1),
+        "all_running": len(c2r),
+        "admitted": sum(t.admitted is not None for t in ts),
+        "throughput_wl_per_s": stats.throughput([t.created for t in ts], [t.admitted for t in ts]),
+        "burst_throughput_wl_per_s": stats.throughput(
+            [t.created for t in burst], [t.admitted for t in burst]
+        ),
+        "running_throughput_wl_per_s": stats.throughput(
+            [t.created for t in ts], [t.all_running() for t in ts]
+        ),
+        "create_to_running_p50_s": stats.percentile(c2r, 50),
+        "create_to_running_p99_s": stats.percentile(c2r, 99),
+        "create_to_running_max_s": max(c2r, default=None),
+        "ungate_client_p50_s": stats.percentile(ungate, 50),
+        "ungate_client_p99_s": stats.percentile(ungate, 99),
+        "pods_gated": len(ungate),
+        "stages": stats.stage_summary(ts),
+        "webhooks": webhooks,
+        "controller_metrics": controller,
+    }
+
+
+def process_summary(samples: list[Any]) -> dict[str, Any]:
+    live = [s for s in samples if s.rss_mib > 0]
+    if len(live) < 2:
+        return {}
+    wall = live[-1].t - live[0].t
+    cpu = live[-1].cpu_s - live[0].cpu_s
+    return {
+        "cpu_s": round(cpu, 1),
+        "cpu_percent_mean": round(100 * cpu / wall, 1) if wall > 0 else None,
+        "rss_start_mib": round(live[0].rss_mib, 1),
+        "rss_end_mib": round(live[-1].rss_mib, 1),
+        "rss_peak_mib": round(max(s.hwm_mib for s in live), 1),
+        "rss_series_mib": [
+            [round(s.t - live[0].t, 1), round(s.rss_mib, 1)]
+            for s in live[:: max(1, len(live) // 120)]
+        ],
+    }
+
+
+def soak_rss(process: dict[str, Any], warmup_fraction: float = 0.1) -> dict[str, Any]:
+    """RSS growth over the soak, from the end of its warm-up (the first `warmup_fraction`
+    of the samples: caches and the first watch lists fill) to its end."""
+    series = process.get("rss_series_mib") or []
+    if len(series) < 4:
+        return {}
+    start = series[max(1, int(len(series) * warmup_fraction))][1]
+    end = process["rss_end_mib"]
+    return {
+        "rss_after_warmup_mib": start,
+        "rss_end_mib": end,
+        "rss_growth_percent": round(100 * (end - start) / start, 1) if start else None,
+    }
+
+
+# ------------------------------------------------------------------ targets and output
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 15 with the measured value and whether it is met (None: not
+    measured in this run)."""
+    k, n = result["phases"].get("kueue", {}), result["phases"].get("nexus", {})
+    soak = result.get("soak", {})
+    out = []
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    for key, label in (
+        ("throughput_wl_per_s", "admission throughput, whole run"),
+        ("burst_throughput_wl_per_s", "admission throughput, burst"),
+    ):
+        r = ratio(n.get(key), k.get(key))
+        out.append(
+            {
+                "target": f"{label}: nexus ≥ 0.9× Kueue alone",
+                "value": r,
+                "met": None if r is None else r >= 0.9,
+            }
+        )
+    r = ratio(n.get("create_to_running_p99_s"), k.get("create_to_running_p99_s"))
+    out.append(
+        {
+            "target": "p99 create → all Running: nexus ≤ 1.2× Kueue alone",
+            "value": r,
+            "met": None if r is None else r <= 1.2,
+        }
+    )
+    p99 = (n.get("webhooks", {}).get(NEXUS_WEBHOOK) or {}).get("p99_s")
+    out.append(
+        {
+            "target": "nexus pod webhook p99 ≤ 50 ms (apiserver histogram)",
+            "value": p99,
+            "met": None if p99 is None else p99 <= 0.05,
+        }
+    )
+    if n:
+        placed, total = n.get("pods_on_planned_node"), n.get("pods_with_reservation")
+        share = placed / total if total else None
+        out.append(
+            {
+                # of the pods bound when the phase ended (pods_bound says how many that was)
+                "target": "bound pods on their planned node = 100 %",
+                "value": share,
+                "met": None if share is None else placed == total,
+            }
+        )
+    for name, ph in result["phases"].items():
+        out.append(
+            {
+                "target": f"double-booked GPUs = 0 ({name})",
+                "value": ph.get("double_booked_gpus"),
+                "met": ph.get("double_booked_gpus") == 0,
+            }
+        )
+    growth = (soak.get("rss") or {}).get("rss_growth_percent")
+    out.append(
+        {
+            "target": "controller RSS growth over the soak ≤ 10 %",
+            "value": growth,
+            "met": None if growth is None else growth <= 10,
+        }
+    )
+    left = (soak.get("drain") or {}).get("reservations_left")
+    out.append(
+        {
+            "target": "no reservation left behind after the soak",
+            "value": left,
+            "met": None if left is None else left == 0,
+        }
+    )
+    return out
+
+
+def _fmt(v: Any, unit: str = "", digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1000:.0f} ms"
+
+
+def print_report(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    phases = result["phases"]
+    t = Table(
+        title=f"bench-e2e: {result['fleet']['nodes']} KWOK GPU nodes, "
+        f"{result['config']['workloads']} Workloads",
+        show_lines=False,
+    )
+    t.add_column("metric")
+    for name in phases:
+        t.add_column(
+            {"kueue": "Kueue alone", "nexus": "Kueue + nexus"}.get(name, name), justify="right"
+        )
+
+    def row(label: str, fn: Any) -> None:
+        t.add_row(label, *[fn(ph) for ph in phases.values()])
+
+    row("Workloads all Running", lambda p: f"{p['all_running']}/{p['workloads']}")
+    row("pods", lambda p: str(p["pods"]))
+    row("admission throughput (Workloads/s)", lambda p: _fmt(p["throughput_wl_per_s"]))
+    row("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"]))
+    row("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1))
+    row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
+    row(
+        "solve p50 / p99",
+        lambda p: (
+            " / ".join(
+                _ms((p["controller_metrics"].get("solve_seconds") or {}).get(q))
+                for q in ("p50_s", "p99_s")
+            )
+            if p["controller_metrics"]
+            else "–"
+        ),
+    )
+    row(
+        "pod webhook p99 (nexus / Kueue's)",
+        lambda p: " / ".join(
+            [
+                _ms((p["webhooks"].get(NEXUS_WEBHOOK) or {}).get("p99_s")),
+                _ms(
+                    max(
+                        (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),
+                        default=None,
+                    )
+                ),
+            ]
+        ),
+    )
+    row(
+        "ungate p50 / p99 (gate seen → gone)",
+        lambda p: (
+            " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
+            if p["pods_gated"]
+            else "no gates"
+        ),
+    )
+    row(
+        "ungate p99 (controller metric)",
+        lambda p: _ms((p["controller_metrics"].get("ungate_seconds") or {}).get("p99_s")),
+    )
+    row(
+        "controller CPU (mean %, s)",
+        lambda p: (
+            f"{p['controller_process']['cpu_percent_mean']} %, {p['controller_process']['cpu_s']} s"
+            if p["controller_process"]
+            else "–"
+        ),
+    )
+    row(
+        "controller peak RSS",
+        lambda p: (
+            _fmt(p["controller_process"].get("rss_peak_mib"), " MiB", 0)
+            if p["controller_process"]
+            else "–"
+        ),
+    )
+    row(
+        "pods on planned node",
+        lambda p: (
+            f"{p['pods_on_planned_node']}/{p['pods_with_reservation']}"
+            if p.get("pods_with_reservation")
+            else "n/a"
+        ),
+    )
+    row("double-booked GPUs", lambda p: _fmt(p.get("double_booked_gpus")))
+    row("load average (1 min, mean)", lambda p: _fmt(p["load"]["load1_mean"], "", 1))
+    console.print(t)
+
+    if phases:
+        s = Table(title="where the time goes: p50 per stage (s)")
+        s.add_column("stage")
+        for name in phases:
+            s.add_column(name, justify="right")
+        stages: list[str] = []
+        for ph in phases.values():
+            stages += [k for k in ph["stages"] if k not in stages]
+        for st in stages:
+            s.add_row(
+                st,
+                *[_fmt((ph["stages"].get(st) or {}).get("p50"), "", 2) for ph in phases.values()],
+            )
+        console.print(s)
+
+    soak = result.get("soak")
+    if soak:
+        console.print(
+            f"soak: {soak['workloads']} Workloads over {soak['wall_s']:.0f} s, "
+            f"{soak['all_running']} all Running; controller RSS "
+            f"{_fmt(soak['rss'].get('rss_after_warmup_mib'), ' MiB', 0)} after warm-up → "
+            f"{_fmt(soak['rss'].get('rss_end_mib'), ' MiB', 0)} at the end "
+            f"({_fmt(soak['rss'].get('rss_growth_percent'), ' %', 1)}); reservations left "
+            f"{soak.get('drain', {}).get('reservations_left')}"
+        )
+    tt = Table(title="targets (issue 15)")
+    tt.add_column("target")
+    tt.add_column("measured", justify="right")
+    tt.add_column("met")
+    for row_ in result["targets"]:
+        v = row_["value"]
+        tt.add_row(
+            row_["target"],
+            _fmt(v, "", 3) if isinstance(v, float) else _fmt(v),
+            {True: "yes", False: "NO", None: "not measured"}[row_["met"]],
+        )
+    console.print(tt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="e2e/bench_e2e/run.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1000, help="fleet size (fleet.yaml scaled)")
+    ap.add_argument("--workloads", type=int, default=300)
+    ap.add_argument("--burst", type=int, help="Workloads arriving at once (default 1/3)")
+    ap.add_argument(
+        "--stream-per-s", type=float, default=4.0, help="arrival rate of the rest (Workloads/s)"
+    )
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--phases", default="kueue,nexus", help="comma-separated: kueue, nexus")
+    ap.add_argument("--phase-timeout", type=float, default=900)
+    ap.add_argument("--soak-minutes", type=float, default=20, help="0: no soak")
+    ap.add_argument("--soak-workloads", type=int, default=2000)
+    ap.add_argument(
+        "--soak-pod-seconds",
+        type=int,
+        default=30,
+        help="how long a soak pod runs before KWOK completes it",
+    )
+    ap.add_argument(
+        "--node-grace-seconds",
+        type=int,
+        default=900,
+        help="node lease duration and node-monitor grace period of the benchmark's cluster",
+    )
+    ap.add_argument("--out", default="reports/bench-e2e")
+    ap.add_argument("--keep", action="store_true", help="leave the control plane running")
+    args = ap.parse_args(argv)
+    burst = args.workloads // 3 if args.burst is None else args.burst
+
+    bench = Bench(args)
+    tier_gpus = queues.tier_pool_gpus(bench.pools)
+    works = wl_mod.generate(
+        args.workloads, args.seed, tier_gpus, burst=burst, stream_per_s=args.stream_per_s
+    )
+    result: dict[str, Any] = {
+        "config": {**vars(args), "burst": burst},
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+        "fleet": {"nodes": len(bench.fleet), "pools": bench.pools},
+        "demand_gpus": wl_mod.demand_by_tier(works),
+        "phases": {},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "bench-e2e.json"
+
+    def save() -> None:
+        result["targets"] = targets(result)
+        json_path.write_text(json.dumps(result, indent=2, default=str))
+
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    try:
+        bench.up()
+        if "kueue" in phases:
+            result["phases"]["kueue"] = bench.run_phase(
+                "kueue",
+                "",
+                works,
+                rack_preference=True,
+                controller=False,
+                timeout=args.phase_timeout,
+            )
+            save()
+        if "nexus" in phases or args.soak_minutes > 0:
+            bench.start_controller()
+        if "nexus" in phases:
+            result["phases"]["nexus"] = bench.run_phase(
+                "nexus",
+                "nexus-",
+                works,
+                rack_preference=False,
+                controller=True,
+                timeout=args.phase_timeout,
+            )
+            save()
+        if args.soak_minutes > 0 and args.soak_workloads > 0:
+            soak_works = wl_mod.generate(
+                args.soak_workloads,
+                args.seed + 1,
+                tier_gpus,
+                burst=0,
+                stream_per_s=args.soak_workloads / (args.soak_minutes * 60),
+                prefix="soak",
+                pool_budget=None,
+            )
+            soak = bench.run_phase(
+                "soak",
+                "nexus-",
+                soak_works,
+                rack_preference=False,
+                controller=True,
+                complete_after=f"{args.soak_pod_seconds}s",
+                timeout=args.soak_minutes * 60 + args.phase_timeout,
+            )
+            soak["rss"] = soak_rss(soak["controller_process"])
+            result["soak"] = soak
+            save()
+    finally:
+        bench.stop_controller()
+        result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        save()
+        if not args.keep and bench.cluster.started_here:
+            bench.cluster.down()
+    print_report(result)
+    print(f"JSON: {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Figures from recorded timestamps and scraped Prometheus text; no cluster access here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default); None when empty."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class WorkloadTimes:
+    """Client-side wall-clock times (time.time()) of one Workload's milestones."""
+
+    pods: int
+    created: float | None = None  # the Job create call returned
+    quota_reserved: float | None = None
+    check_ready: float | None = None  # our AdmissionCheck Ready (nexus phase only)
+    admitted: float | None = None
+    pod_created: dict[str, float] = field(default_factory=dict)  # pod name -> first seen
+    pod_gated: set[str] = field(default_factory=set)  # seen with a scheduling gate
+    pod_ungated: dict[str, float] = field(default_factory=dict)  # gates seen gone
+    pod_bound: dict[str, float] = field(default_factory=dict)  # nodeName seen
+    pod_running: dict[str, float] = field(default_factory=dict)  # Running seen
+
+    def all_running(self) -> float | None:
+        """When the last of its pods was seen Running (None until all were)."""
+        return self._last(self.pod_running)
+
+    def _last(self, stamps: Mapping[str, float]) -> float | None:
+        return max(stamps.values()) if len(stamps) >= self.pods else None
+
+    def stages(self) -> dict[str, float]:
+        """Seconds spent in each step, for the steps both ends of which were seen."""
+        marks = [
+            ("create→quota reserved", self.created, self.quota_reserved),
+            ("quota reserved→check Ready", self.quota_reserved, self.check_ready),
+            (
+                "check Ready→admitted" if self.check_ready else "quota reserved→admitted",
+                self.check_ready or self.quota_reserved,
+                self.admitted,
+            ),
+            ("admitted→all pods created", self.admitted, self._last(self.pod_created)),
+            (
+                "all pods created→all ungated",
+                self._last(self.pod_created),
+                self._last(self.pod_ungated),
+            ),
+            ("all ungated→all bound", self._last(self.pod_ungated), self._last(self.pod_bound)),
+            ("all bound→all Running", self._last(self.pod_bound), self.all_running()),
+        ]
+        return {name: b - a for name, a, b in marks if a is not None and b is not None}
+
+
+def create_to_running(times: Iterable[WorkloadTimes]) -> list[float]:
+    return [
+        t.all_running() - t.created  # type: ignore[operator]
+        for t in times
+        if t.created is not None and t.all_running() is not None
+    ]
+
+
+def ungate_latencies(times: Iterable[WorkloadTimes]) -> list[float]:
+    """Per pod that was seen gated: first seen (created) to its gates seen gone."""
+    return [
+        t.pod_ungated[p] - t.pod_created[p]
+        for t in times
+        for p in t.pod_gated
+        if p in t.pod_ungated and p in t.pod_created
+    ]
+
+
+def throughput(starts: Iterable[float | None], ends: Iterable[float | None]) -> float | None:
+    """Workloads per second: those that reached the end mark, over the span from the first
+    start to the last end."""
+    s = [x for x in starts if x is not None]
+    e = [x for x in ends if x is not None]
+    if not s or not e:
+        return None
+    span = max(e) - min(s)
+    return len(e) / span if span > 0 else None
+
+
+def stage_summary(times: Iterable[WorkloadTimes]) -> dict[str, dict[str, float | None]]:
+    """p50/p99 of every stage over the Workloads."""
+    per: dict[str, list[float]] = {}
+    for t in times:
+        for name, secs in t.stages().items():
+            per.setdefault(name, []).append(secs)
+    return {
+        name: {"p50": percentile(v, 50), "p99": percentile(v, 99), "n": len(v)}
+        for name, v in per.items()
+    }
+
+
+# ------------------------------------------------------------------ Prometheus histograms
+
+Buckets = dict[float, float]  # upper bound (le) -> cumulative count
+
+
+def histogram_buckets(text: str, name: str, match: Mapping[str, str] | None = None) -> Buckets:
+    """The cumulative buckets of histogram `name` in Prometheus text, summed over every
+    series whose labels include `match`."""
+    out: Buckets = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name != name + "_bucket":
+                continue
+            if match and any(s.labels.get(k) != v for k, v in match.items()):
+                continue
+            le = float(s.labels["le"])
+            out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def histogram_label_values(text: str, name: str, label: str) -> set[str]:
+    return {
+        s.labels[label]
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name + "_bucket" and label in s.labels
+    }
+
+
+def bucket_delta(after: Buckets, before: Buckets) -> Buckets:
+    """What was observed between two scrapes of the same histogram."""
+    return {le: after[le] - before.get(le, 0.0) for le in after}
+
+
+def histogram_quantile(q: float, buckets: Buckets) -> float | None:
+    """Prometheus' histogram_quantile: linear within the bucket holding the q-th observation
+    (0 < q < 1); the highest finite bound when it falls in +Inf; None with no observations."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    total = buckets[bounds[-1]]
+    rank = q * total
+    prev_le, prev_count = 0.0, 0.0
+    for le in bounds:
+        count = buckets[le]
+        if count >= rank:
+            if math.isinf(le):
+                finite = [b for b in bounds if not math.isinf(b)]
+                return finite[-1] if finite else None
+            if count == prev_count:
+                return le
+            return prev_le + (le - prev_le) * (rank - prev_count) / (count - prev_count)
+        prev_le, prev_count = le, count
+    return None
+
+
+def histogram_count(buckets: Buckets) -> float:
+    return max(buckets.values(), default=0.0)

@@ -1,0 +1,95 @@
+"""Figures computed from recorded timestamps and Prometheus text."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench_e2e import stats
+
+PROM = """\
+# HELP webhook_seconds x
+# TYPE webhook_seconds histogram
+webhook_seconds_bucket{name="a",operation="CREATE",le="0.025"} 80
+webhook_seconds_bucket{name="a",operation="CREATE",le="0.1"} 99
+webhook_seconds_bucket{name="a",operation="CREATE",le="+Inf"} 100
+webhook_seconds_sum{name="a",operation="CREATE"} 3
+webhook_seconds_count{name="a",operation="CREATE"} 100
+webhook_seconds_bucket{name="b",operation="CREATE",le="0.025"} 5
+webhook_seconds_bucket{name="b",operation="CREATE",le="0.1"} 5
+webhook_seconds_bucket{name="b",operation="CREATE",le="+Inf"} 5
+webhook_seconds_sum{name="b",operation="CREATE"} 0.1
+webhook_seconds_count{name="b",operation="CREATE"} 5
+"""
+METRIC = "webhook_seconds"
+
+
+def test_percentile_interpolates_like_numpy():
+    assert stats.percentile([], 50) is None
+    assert stats.percentile([3.0], 99) == 3.0
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert stats.percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+
+
+def test_histogram_buckets_filter_and_sum():
+    a = stats.histogram_buckets(PROM, METRIC, {"name": "a"})
+    assert a == {0.025: 80, 0.1: 99, math.inf: 100}
+    both = stats.histogram_buckets(PROM, METRIC)
+    assert both[0.025] == 85 and both[math.inf] == 105
+    assert stats.histogram_label_values(PROM, METRIC, "name") == {"a", "b"}
+
+
+def test_histogram_quantile_and_deltas():
+    a = stats.histogram_buckets(PROM, METRIC, {"name": "a"})
+    # rank 50 of 100 falls in the first bucket: 0 + 0.025 * 50/80
+    assert stats.histogram_quantile(0.5, a) == pytest.approx(0.025 * 50 / 80)
+    # rank 99: the top of the (0.025, 0.1] bucket
+    assert stats.histogram_quantile(0.99, a) == pytest.approx(0.1)
+    # rank 99.5 lands in +Inf: the highest finite bound
+    assert stats.histogram_quantile(0.995, a) == 0.1
+    assert stats.histogram_quantile(0.5, {}) is None
+    before = {0.025: 70.0, 0.1: 70.0, math.inf: 70.0}
+    delta = stats.bucket_delta(a, before)
+    assert delta == {0.025: 10, 0.1: 29, math.inf: 30}
+    assert stats.histogram_count(delta) == 30
+    assert stats.histogram_quantile(0.5, delta) == pytest.approx(0.025 + 0.075 * 5 / 19)
+
+
+def gang(created: float, running: list[float], **marks: float) -> stats.WorkloadTimes:
+    t = stats.WorkloadTimes(pods=len(running), created=created, **marks)
+    for i, r in enumerate(running):
+        t.pod_created[f"p{i}"] = created + 1
+        t.pod_gated.add(f"p{i}")
+        t.pod_ungated[f"p{i}"] = created + 2 + i
+        t.pod_bound[f"p{i}"] = created + 3 + i
+        t.pod_running[f"p{i}"] = r
+    return t
+
+
+def test_create_to_running_is_the_last_pod_and_needs_all():
+    done = gang(10.0, [14.0, 16.0])
+    half = stats.WorkloadTimes(pods=2, created=10.0, pod_running={"p0": 12.0})
+    assert stats.create_to_running([done, half]) == [6.0]
+    assert half.all_running() is None
+
+
+def test_throughput_counts_what_reached_the_end():
+    assert stats.throughput([0.0, 1.0, 2.0], [4.0, None, 5.0]) == pytest.approx(2 / 5)
+    assert stats.throughput([], [1.0]) is None
+    assert stats.throughput([1.0], [1.0]) is None
+
+
+def test_stages_and_ungate():
+    t = gang(0.0, [5.0, 6.0], quota_reserved=0.5, check_ready=0.8, admitted=0.9)
+    s = t.stages()
+    assert s["create→quota reserved"] == 0.5
+    assert s["quota reserved→check Ready"] == pytest.approx(0.3)
+    assert s["check Ready→admitted"] == pytest.approx(0.1)
+    assert s["admitted→all pods created"] == pytest.approx(0.1)
+    assert s["all pods created→all ungated"] == 2.0  # last gate gone at 3, pods seen at 1
+    assert s["all bound→all Running"] == 2.0
+    assert sorted(stats.ungate_latencies([t])) == [1.0, 2.0]
+    plain = gang(0.0, [5.0], quota_reserved=0.5, admitted=0.5)
+    assert "quota reserved→admitted" in plain.stages()
+    summary = stats.stage_summary([t, plain])
+    assert summary["create→quota reserved"]["n"] == 2
