@@ -30,7 +30,7 @@ def test_the_demo_samples_are_placed_and_reported(e2e_cluster: Any, nexus_contro
         for sample in ("llm-pretrain", "chat-serve", "embed-batch"):
             assert sample in text
         rr_table = text.split(f"$ kubectl get rr -n {namespace}\n", 1)[1].splitlines()
-        assert rr_table[0].split() == ["NAME", "WORKLOAD", "PHASE", "NODES", "GPUS", "AGE"]
+        assert rr_table[0].split() == ["NAME", "WORKLOAD", "PHASE", "NODES", "GPUS", "MODE", "AGE"]
         gpus = sorted(int(row.split()[4]) for row in rr_table[1:4])
         assert gpus == [4, 6, 32], rr_table
         print(f"\n[demo] samples placed and Running in {took:.1f}s")
