@@ -133,10 +133,20 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and never handed out before by this process: the kernel may give
+    the same ephemeral port to two calls in a row (seen: a controller's webhook and health
+    ports were equal, and its webhook could not bind)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 # --------------------------------------------------------------------------- PKI
