@@ -430,8 +430,10 @@ async def _preempt(
         mode="preempting",
     )
     if reserved is None:
+        # they keep running; a create whose answer was lost keeps the preemptor's slots
+        # taken too, so theirs come back clamped on top
         for v in plan.victims:
-            placer.hold(by_name[v.name].gang, by_name[v.name].slots)
+            placer.hold(by_name[v.name].gang, by_name[v.name].slots, over=True)
         return True  # the next pass decides again; nothing was evicted
     ctx.metrics.preemptions.labels("preemptor").inc()
     message = victim_message(gang, plan)
@@ -439,8 +441,8 @@ async def _preempt(
         victim = ctx.store.get("Workload", preempted.workload)
         if victim is not None:
             await evict(ctx, victim, message, now)
-    await announce(ctx, workload, f"{plan.describe()}; reservation {object_key(workload)}", now)
     rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
+    await announce(ctx, workload, f"{plan.describe()}; reservation {rr_key}", now)
     await _pending(ctx, workload, check, waiting_message(rr_key, plan.describe(), len(victims)))
     return True
 
