@@ -3,7 +3,8 @@
 Who calls it: `placing.py` and `lifecycle.py`. Server-side apply with our own field manager
 owns exactly the fields of our entry (Kueue's provisioning check does the same), so Kueue's
 and other checks' entries are never touched. An Event goes to the Workload only on a real
-transition (a new state or a new message), so repeated passes do not spam it.
+transition (a new state or a new message), so repeated passes do not spam it; it is posted in
+the background (`ctx.background`), since a lost Event never fails the decision.
 """
 
 from __future__ import annotations
@@ -72,12 +73,16 @@ async def write_check(
     )
     ctx.metrics.placements.labels(outcome.state.value).inc()
     if before.get("state") != outcome.state.value or before.get("message") != outcome.message:
-        await asyncio.to_thread(
-            post_event,
-            ctx.api,
-            workload,
-            outcome.event_reason,
-            outcome.message,
-            event_type=outcome.event_type,
-            now=now,
+        # best effort, so it need not hold up the next decision: the pass awaits it at its end
+        ctx.background.spawn(
+            asyncio.to_thread(
+                post_event,
+                ctx.api,
+                workload,
+                outcome.event_reason,
+                outcome.message,
+                event_type=outcome.event_type,
+                now=now,
+            ),
+            name="event",
         )

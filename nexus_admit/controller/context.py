@@ -18,6 +18,7 @@ from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import Store
+from nexus_admit.controller.tasks import Background
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 
@@ -57,6 +58,11 @@ class Context:
     # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
     ungating: dict[str, str] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # the ungater runs apart from the placing pass, so a gated pod never waits behind
+    # solves: its own wake-up (pods and reservations changed) and its pass in progress
+    ungate_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    ungate_task: asyncio.Task[None] | None = None
+    background: Background = field(default_factory=Background)  # Events, drained per pass
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     synced: bool = False  # every kind listed once: only then may the loop decide anything
     faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
@@ -73,5 +79,10 @@ class Context:
         return self.leader_ready and self.elector.leading()
 
     def poke(self) -> None:
-        """Something changed: run a pass soon."""
+        """Something changed: run a placing pass and an ungating pass soon."""
         self.wake.set()
+        self.ungate_wake.set()
+
+    def poke_ungater(self) -> None:
+        """A pod or a reservation changed: run an ungating pass soon."""
+        self.ungate_wake.set()

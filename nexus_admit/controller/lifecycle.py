@@ -29,6 +29,7 @@ from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, Outcome
+from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
@@ -235,16 +236,18 @@ async def sync_lifecycle(ctx: Context) -> None:
     now = ctx.clock()
     checks = sorted(ctx.checks)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
+    nodes = {str(meta(n).get("name")): n for n in ctx.store.items("Node")}
+    status_writes = []
     for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
         m = meta(rr)
         ns, name = str(m.get("namespace")), str(m.get("name"))
         if m.get("deletionTimestamp"):
             continue
         workload = ctx.store.get("Workload", reservation_workload_key(rr))
-        pods = ctx.store.pods_of_reservation(ns, name, L.LABEL_RESERVATION)
+        pods = ctx.store.pods_of_reservation(ns, name)
         reason = release_reason(rr, workload, checks)
         if reason is None:
-            reason = await _act(ctx, rr, workload, pods, now, checks)
+            reason = await _act(ctx, rr, workload, pods, nodes, now, checks)
         if reason is not None:
             await _release(ctx, rr, workload, reason, now)
             continue
@@ -252,16 +255,20 @@ async def sync_lifecycle(ctx: Context) -> None:
         phases[status["phase"]] += 1
         have = child(rr, "status")
         if have.get("phase") != status["phase"] or have.get("slots") != status["slots"]:
-            try:
-                await asyncio.to_thread(
-                    ctx.api.merge_status, L.KIND_RESOURCE_RESERVATION, name, ns, status
-                )
-            except Exception as e:  # informational; rewritten next pass
-                ctx.metrics.errors.labels("reservation-status").inc()
-                log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
+            status_writes.append(_write_status(ctx, ns, name, status))
+    # informational and independent of each other: together, not one round trip each
+    await gather_bounded(status_writes)
     for phase, n in phases.items():
         ctx.metrics.reservations.labels(phase).set(n)
     await sync_missing(ctx)
+
+
+async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, Any]) -> None:
+    try:
+        await asyncio.to_thread(ctx.api.merge_status, L.KIND_RESOURCE_RESERVATION, name, ns, status)
+    except Exception as e:  # informational; rewritten next pass
+        ctx.metrics.errors.labels("reservation-status").inc()
+        log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
 
 
 async def _act(
@@ -269,6 +276,7 @@ async def _act(
     rr: Mapping[str, Any],
     workload: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]],
+    nodes: Mapping[str, Any],
     now: datetime,
     checks: Sequence[str],
 ) -> str | None:
@@ -302,7 +310,7 @@ async def _act(
                 "gang is placed again"
             )
     if message is None:
-        why = lost_node(rr, pods, {str(meta(n).get("name")): n for n in ctx.store.items("Node")})
+        why = lost_node(rr, pods, nodes)
         if why is not None:
             message = (
                 f"reservation {meta(rr).get('name')} cannot be used: {why}; the gang is "

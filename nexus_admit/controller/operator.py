@@ -30,6 +30,7 @@ from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.tls import ServingCertificate
+from nexus_admit.controller.ungater import run_ungater
 from nexus_admit.controller.webhook import gated_spec, pod_ref, review_pod
 from nexus_admit.controller.webhook_server import GuardedWebhookServer
 from nexus_admit.kube.errors import meta
@@ -97,8 +98,9 @@ def elect(ctx: Context) -> LeaseElector:
         for t in takeover:
             t.cancel()
         takeover.clear()
-        if ctx.pass_task is not None:
-            ctx.pass_task.cancel()
+        for task in (ctx.pass_task, ctx.ungate_task):
+            if task is not None:
+                task.cancel()
 
     elector = LeaseElector(
         ctx.api,
@@ -249,6 +251,7 @@ async def run(options: RunOptions) -> None:
     await watches.initial_list(ctx)
     tasks = [
         asyncio.create_task(run_loop(ctx), name="placing"),
+        asyncio.create_task(run_ungater(ctx), name="ungating"),
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
     ]
@@ -266,8 +269,10 @@ async def run(options: RunOptions) -> None:
             memo=kopf.Memo(ctx=ctx),
         )
     finally:
-        if ctx.pass_task is not None:
-            ctx.pass_task.cancel()
+        for task in (ctx.pass_task, ctx.ungate_task):
+            if task is not None:
+                task.cancel()
+        ctx.background.cancel()
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -7,12 +7,16 @@ Each pass is a short recipe of named steps:
 2. `sync_lifecycle` release reservations whose attempt is over, mark Bound, expire, Retry
                     gangs a bypassing pod displaced (released capacity is free for step 3);
 3. `place_pending` Workloads waiting on our check, in Kueue's order (priority, creation),
-                    each solved against one snapshot that already holds the earlier ones;
-4. `sync_ungating` give gated pods their slots.
+                    each solved against one snapshot that already holds the earlier ones.
+
+Gated pods get their slots from the ungater (`ungater.run_ungater`), a task of its own, so a
+pod never waits for the solves of a pass. Events about a decision go out in the background
+and are awaited at the end of the pass (`ctx.background`).
 
 Level-triggered: a pass reads only the store (the cluster as watched) and the ledger, so a
 repeated or lost event changes nothing, and a restart resumes from the objects. The CP-SAT
-solve runs in a worker thread so watches, the webhook and health checks stay responsive.
+solve, the snapshot and the translation run in worker threads so watches, the webhook and
+health checks stay responsive.
 
 Per Workload (`place_one`), the order of writes follows ARCHITECTURE §2.7: assume in the
 ledger, create the ResourceReservation, then apply the check entry. A refused create (4xx)
@@ -62,7 +66,6 @@ from nexus_admit.controller.preemption import (
     victim_message,
     waiting_message,
 )
-from nexus_admit.controller.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
@@ -123,11 +126,13 @@ async def run_loop(ctx: Context) -> None:
 
 
 async def reconcile(ctx: Context) -> None:
-    await sync_checks(ctx)
-    await sync_lifecycle(ctx)
-    await place_pending(ctx)
-    await sync_ungating(ctx)
-    record_capacity(ctx)
+    try:
+        await sync_checks(ctx)
+        await sync_lifecycle(ctx)
+        await place_pending(ctx)
+        record_capacity(ctx)
+    finally:
+        await ctx.background.drain()
 
 
 CAPACITY_EVERY_SECONDS = 15.0
@@ -202,8 +207,10 @@ async def place_pending(ctx: Context) -> None:
         for w in pending
         if f"{meta(w).get('namespace') or 'default'}/{reservation_name(w)}" not in stored
     }
+    # the translation of a large fleet takes a while: in a thread, so the webhook and the
+    # watches keep being served (the store's objects are replaced, never changed in place)
     try:
-        snapshot = dump.snapshot(exclude_workloads=unreserved, now=now)
+        snapshot = await asyncio.to_thread(dump.snapshot, exclude_workloads=unreserved, now=now)
     except TranslationError as e:
         # a malformed Node or reservation: nothing can be placed safely until it is fixed
         ctx.metrics.errors.labels("snapshot").inc()
@@ -211,8 +218,8 @@ async def place_pending(ctx: Context) -> None:
         return
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
-    kueue = dump.kueue_index()
-    demands = pending_demands(dump, ctx.checks)
+    kueue = await asyncio.to_thread(dump.kueue_index)
+    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
     for wl in pending:
         check = _our_pending_check(wl, ctx)
         if check is None:
@@ -255,7 +262,7 @@ async def place_one(
 
     # 1. translate; malformed input is the user's to fix
     try:
-        gang = dump.gang(workload, config, snapshot, kueue, now=now)
+        gang = await asyncio.to_thread(dump.gang, workload, config, snapshot, kueue, now=now)
     except TranslationError as e:
         await _answer(ctx, workload, check, rejected_input(e))
         return

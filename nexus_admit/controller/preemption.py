@@ -223,11 +223,7 @@ async def progress(
     left = 0
     for v in victims:
         ns, _, rr_name = v.reservation.partition("/")
-        pods = [
-            p
-            for p in ctx.store.pods_of_reservation(ns, rr_name, L.LABEL_RESERVATION)
-            if pod_is_active(p)
-        ]
+        pods = [p for p in ctx.store.pods_of_reservation(ns, rr_name) if pod_is_active(p)]
         holds = ctx.store.get(L.KIND_RESOURCE_RESERVATION, v.reservation) is not None
         if not pods and not holds:
             continue

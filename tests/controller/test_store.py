@@ -49,3 +49,31 @@ def test_dump_answers_the_same_queries_as_a_cluster_dump() -> None:
     s = Store()
     s.upsert("Node", {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "1"}})
     assert s.dump().kind("Node")[0]["metadata"]["name"] == "n1"
+
+
+def reserved_pod(name: str, rv: int, rr: str | None, gated: bool) -> dict[str, object]:
+    labels = {"scheduling.kubenexus.io/reservation": rr} if rr else {}
+    spec = {"schedulingGates": [{"name": "scheduling.kubenexus.io/placement"}]} if gated else {}
+    o = obj(name, rv, spec=spec)
+    o["metadata"]["labels"] = labels  # type: ignore[index]
+    return o
+
+
+def test_the_pod_indexes_follow_labels_gates_deletes_and_relists() -> None:
+    s = Store()
+    s.upsert("Pod", reserved_pod("a", 1, "rr-1", gated=True))
+    s.upsert("Pod", reserved_pod("b", 2, "rr-1", gated=False))
+    s.upsert("Pod", reserved_pod("c", 3, None, gated=True))
+    assert {p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-1")} == {"a", "b"}
+    assert {p["metadata"]["name"] for p in s.gated_pods()} == {"a", "c"}
+    s.upsert("Pod", reserved_pod("a", 4, "rr-1", gated=False))  # ungated
+    s.upsert("Pod", reserved_pod("b", 5, "rr-2", gated=False))  # relabelled
+    assert {p["metadata"]["name"] for p in s.gated_pods()} == {"c"}
+    assert [p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-1")] == ["a"]
+    assert [p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-2")] == ["b"]
+    assert s.pods_of_reservation("other", "rr-2") == []
+    s.delete("Pod", reserved_pod("a", 6, "rr-1", gated=False))
+    assert s.pods_of_reservation("ns", "rr-1") == []
+    s.replace("Pod", [reserved_pod("b", 5, "rr-2", gated=False)], list_version=10)  # c gone
+    assert s.gated_pods() == []
+    assert [p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-2")] == ["b"]

@@ -1,0 +1,112 @@
+"""The ungater pins each gated pod of a reservation to one slot, by rank, once: a pass that
+runs again before the watch shows its patches hands out nothing twice; pods of a reservation
+the store does not hold yet stay gated (a unit test over `FakeApi`; the e2e tests pin real
+pods on the real control plane)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.ungater import sync_ungating
+from nexus_admit.kube import labels as L
+from nexus_admit.placement.policies import make_policy
+from tests.controller.fake_api import FakeApi
+from tests.kube.kube_factories import node, pod, reservation
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def gated_pod(name: str, rank: int, rr: str = "rr-1", uid: str | None = None) -> dict[str, Any]:
+    p = pod(
+        name,
+        None,
+        gpus=8,
+        labels={L.LABEL_RESERVATION: rr, INDEX: str(rank)},
+        spec_extra={"schedulingGates": [{"name": L.GATE_PLACEMENT}]},
+        phase="Pending",
+    )
+    p["metadata"]["uid"] = uid or f"uid-{name}"
+    return p
+
+
+def setup(*pods: dict[str, Any], with_rr: bool = True) -> tuple[Context, FakeApi]:
+    api = FakeApi()
+    for n in ("n0", "n1"):
+        api.put(node(n))
+    if with_rr:
+        api.put(reservation("rr-1", "w", [{"index": 0, "node": "n0"}, {"index": 1, "node": "n1"}]))
+    for p in pods:
+        api.put(p)
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind in ("Node", "Pod", L.KIND_RESOURCE_RESERVATION):
+        ctx.store.replace(kind, *api.list(kind))
+    ctx.synced = True
+    return ctx, api
+
+
+def pinned(api: FakeApi, name: str) -> tuple[str | None, list[Any]]:
+    p = api.get("Pod", name, "default")
+    assert p is not None
+    return p["spec"].get("nodeSelector", {}).get(L.HOSTNAME_LABEL), p["spec"]["schedulingGates"]
+
+
+def test_each_gated_pod_gets_the_slot_of_its_rank_and_loses_the_gate() -> None:
+    ctx, api = setup(gated_pod("p-1", 1), gated_pod("p-0", 0))
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == ("n0", [])
+    assert pinned(api, "p-1") == ("n1", [])
+    assert api.count("patch", "Pod") == 2
+
+
+def test_a_pass_before_the_watch_shows_the_patches_pins_nothing_again() -> None:
+    ctx, api = setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
+    asyncio.run(sync_ungating(ctx))
+    asyncio.run(sync_ungating(ctx))  # the store still shows both pods gated
+    assert api.count("patch", "Pod") == 2
+    ctx.store.replace("Pod", *api.list("Pod"))  # the watch catches up
+    asyncio.run(sync_ungating(ctx))
+    assert api.count("patch", "Pod") == 2
+    assert ctx.store.gated_pods() == []
+
+
+def test_a_replacement_pod_takes_the_slot_its_predecessor_left() -> None:
+    ctx, api = setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
+    asyncio.run(sync_ungating(ctx))
+    ctx.store.replace("Pod", *api.list("Pod"))
+    gone = api.get("Pod", "p-1", "default")
+    assert gone is not None
+    api.objects.pop(("Pod", "default/p-1"))
+    ctx.store.delete("Pod", gone)
+    api.put(gated_pod("p-1b", 1))
+    ctx.store.replace("Pod", *api.list("Pod"))
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-1b") == ("n1", [])
+
+
+def test_pods_of_a_reservation_the_store_does_not_hold_stay_gated() -> None:
+    ctx, api = setup(gated_pod("p-0", 0), with_rr=False)
+    asyncio.run(sync_ungating(ctx))
+    assert api.count("patch", "Pod") == 0
+    assert pinned(api, "p-0") == (None, [{"name": L.GATE_PLACEMENT}])
+
+
+def test_a_failed_patch_leaves_the_slot_free_for_the_next_pass() -> None:
+    ctx, api = setup(gated_pod("p-0", 0))
+    real = api.patch_pod
+    calls = []
+
+    def failing(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise OSError("connection reset")
+        return real(*args)
+
+    api.patch_pod = failing  # type: ignore[method-assign]
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0")[0] is None
+    assert ctx.ungating == {}
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == ("n0", [])
