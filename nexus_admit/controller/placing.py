@@ -35,7 +35,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -220,11 +221,15 @@ async def place_pending(ctx: Context) -> None:
     ctx.ledger.hold_in(placer)
     kueue = await asyncio.to_thread(dump.kueue_index)
     demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
-    for wl in pending:
-        check = _our_pending_check(wl, ctx)
-        if check is None:
-            continue
-        await place_one(ctx, dump, kueue, placer, wl, check, now, demands)
+    writes = WritePipeline(placer)
+    try:
+        for wl in pending:
+            check = _our_pending_check(wl, ctx)
+            if check is None:
+                continue
+            await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes)
+    finally:
+        await writes.flush()
 
 
 def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -245,9 +250,12 @@ async def place_one(
     check: str,
     now: datetime,
     demands: Sequence[tuple[str, int]] = (),
+    writes: WritePipeline | None = None,
 ) -> None:
     """Decide and write the answer for one Workload (steps 1-5 below). `demands`: (tier,
-    GPU milli) of every waiting Workload, for backfill."""
+    GPU milli) of every waiting Workload, for backfill. `writes`: where the reservation and
+    check writes of a feasible placement go, to overlap the next Workload's solve (awaited
+    here when None)."""
     snapshot = placer.snapshot
     if _already_answered(ctx, workload):
         return  # our answer for this quota reservation is written; the watch lags
@@ -301,6 +309,11 @@ async def place_one(
     if config.preemption.enabled:
         gang = restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
     placement = await _solve(ctx, placer, gang, config)
+    if writes is not None and await writes.flush() and placement.feasible:
+        # the previous Workload's write found an earlier reservation of its own, on other
+        # slots than solved: this solve may have used those; solve again with them held
+        placer.undo(gang, tuple(placement.slots))
+        placement = await _solve(ctx, placer, gang, config)
     if gang is not asked:
         placement = kept_off_is_not_never(
             snapshot, asked, placement, config,
@@ -315,15 +328,85 @@ async def place_one(
         await _answer(ctx, workload, check, unplaced(placement, retries, ctx.options.retry_seconds))
         return
     ctx.faults.hit("kill-after-solve")
-    # 5. assume, reserve, answer
-    reserved = await _reserve(ctx, placer, workload, gang, placement, config, now)
-    if reserved is None:
-        return
-    ctx.faults.hit("kill-after-reservation")
-    await _answer(ctx, workload, check, placed(reserved, gang, name, snapshot, levels))
+    # 5. assume, reserve, answer: the writes overlap the next Workload's solve
+    body = _assume(ctx, placer, workload, gang, placement, config, now)
+    commit = _commit(ctx, snapshot, workload, check, gang, placement, body, levels)
+    if writes is None:
+        _settle(placer, await commit)
+    else:
+        writes.start(commit)
 
 
-async def _reserve(
+async def _commit(
+    ctx: Context,
+    snapshot: ClusterSnapshot,
+    workload: Mapping[str, Any],
+    check: str,
+    gang: Gang,
+    placement: Placement,
+    body: dict[str, Any],
+    levels: Sequence[str],
+) -> Reserved:
+    """Create the reservation, then write the check Ready from what it holds."""
+    reserved = await _create_reservation(ctx, snapshot, workload, gang, placement, body)
+    if reserved.placement is not None:
+        ctx.faults.hit("kill-after-reservation")
+        name = reservation_name(workload)
+        outcome = placed(reserved.placement, gang, name, snapshot, levels)
+        await _answer(ctx, workload, check, outcome)
+    return reserved
+
+
+@dataclass(slots=True)
+class Reserved:
+    """What a reservation write came back with. The placer's snapshot is settled from it
+    by the loop (`_settle`), never by the write itself: a solve may be reading it then."""
+
+    gang: Gang
+    solved: tuple[Slot, ...]  # the slots the placer holds for it
+    over: bool  # held clamped on top of what runs there: never given back in this pass
+    placement: Placement | None  # what the reservation holds; None: no answer this pass
+    give_back: bool = False  # nothing holds the solved slots: they are free again
+    found: tuple[Slot, ...] | None = None  # an earlier decision's reservation holds these
+
+
+def _settle(placer: OrderedPlacer, reserved: Reserved) -> bool:
+    """Make the placer's snapshot hold what the write found; True when it now holds slots
+    that a solve made since the write started did not see as taken."""
+    if reserved.give_back and not reserved.over:
+        placer.undo(reserved.gang, reserved.solved)
+    if reserved.found is None:
+        return False
+    if not reserved.over:
+        placer.undo(reserved.gang, reserved.solved)
+    placer.hold(reserved.gang, reserved.found, over=reserved.over)
+    return True
+
+
+class WritePipeline:
+    """At most one feasible placement's writes in flight while the next Workload is solved
+    (two apiserver round trips hidden behind each solve). The placer's capacity is settled
+    from the finished write before the next decision is used (`flush`), so Kueue's order
+    and the one-snapshot rule hold as if the writes had been awaited in turn."""
+
+    def __init__(self, placer: OrderedPlacer) -> None:
+        self.placer = placer
+        self.task: asyncio.Task[Reserved] | None = None
+
+    def start(self, commit: Coroutine[Any, Any, Reserved]) -> None:
+        assert self.task is None, "flush() before starting the next write"
+        self.task = asyncio.create_task(commit, name="reservation-write")
+
+    async def flush(self) -> bool:
+        """Wait for the write in flight, if any, and settle the placer from it; True when
+        the solves made meanwhile may have used capacity it turned out to hold."""
+        task, self.task = self.task, None
+        if task is None:
+            return False
+        return _settle(self.placer, await task)
+
+
+def _assume(
     ctx: Context,
     placer: OrderedPlacer,
     workload: Mapping[str, Any],
@@ -332,14 +415,10 @@ async def _reserve(
     config: PlacementConfig,
     now: datetime,
     annotations: Mapping[str, str] | None = None,
-    over: bool = False,
     mode: str | None = None,
-) -> Placement | None:
-    """Assume the placement (its capacity is taken in `placer` already), create its
-    reservation, and return what the reservation holds (the placement, or the one an earlier
-    decision of this attempt wrote); None when nothing can be answered this pass. `over`:
-    the capacity was held on top of what still runs there (a drain), so it is never given
-    back in this pass: a clamped hold cannot be undone exactly."""
+) -> dict[str, Any]:
+    """Assume the placement in the ledger (its capacity is taken in `placer` already) and
+    return its reservation's body."""
     snapshot = placer.snapshot
     key = object_key(workload)
     ns = str(meta(workload).get("namespace") or "default")
@@ -364,37 +443,76 @@ async def _reserve(
     body["spec"]["decision"]["mode"] = mode or ("borrowed" if borrowed else "placed")
     if borrowed:
         body["metadata"]["labels"] = {L.LABEL_BORROWED: "true"}
+    return body
+
+
+async def _create_reservation(
+    ctx: Context,
+    snapshot: ClusterSnapshot,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    placement: Placement,
+    body: Mapping[str, Any],
+    over: bool = False,
+) -> Reserved:
+    """Create the reservation `_assume` made; what it holds, for `_settle`."""
+    key = object_key(workload)
+    ns = str(meta(workload).get("namespace") or "default")
+    name = reservation_name(workload)
+    rr_key = f"{ns}/{name}"
+    slots = tuple(placement.slots)
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
         ctx.ledger.forget(rr_key)
-        if _refused(e) and not over:  # nothing was written: the capacity is free again
-            placer.undo(gang, slots)
-        # else the answer was lost (timeout, 5xx, dropped connection) and the reservation
-        # may exist: its slots stay taken for the rest of this pass, and the next pass
-        # finds it (or AlreadyExists) and answers from it
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
-        return None
-    if not created:
-        # a decision of this attempt was written before (a create that timed out, a store
-        # that lags): that reservation is the answer, and its slots are what it holds
-        log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
-        ctx.ledger.forget(rr_key)
-        try:
-            found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
-        except Exception as e:  # what it holds is unknown: the solved slots stay taken
-            log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
-            return None
-        if not over:
-            placer.undo(gang, slots)
-        if found is None:
-            return None  # deleted meanwhile: the next pass decides afresh
-        placement = _placement_of(found, gang)
-        slots = tuple(s for s in placement.slots if s.node in snapshot.nodes)
-        ctx.ledger.assume(rr_key, key, gang, slots, time.monotonic())
-        placer.hold(gang, slots, over=over)
-    return placement
+        # refused: nothing was written, the capacity is free again; else the answer was
+        # lost (timeout, 5xx, dropped connection) and the reservation may exist: its slots
+        # stay taken for the rest of this pass, and the next pass finds it (or
+        # AlreadyExists) and answers from it
+        return Reserved(gang, slots, over, None, give_back=_refused(e))
+    if created:
+        return Reserved(gang, slots, over, placement)
+    # a decision of this attempt was written before (a create that timed out, a store that
+    # lags): that reservation is the answer, and its slots are what it holds
+    log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+    ctx.ledger.forget(rr_key)
+    try:
+        found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+    except Exception as e:  # what it holds is unknown: the solved slots stay taken
+        log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
+        return Reserved(gang, slots, over, None)
+    if found is None:  # deleted meanwhile: the next pass decides afresh
+        return Reserved(gang, slots, over, None, give_back=True)
+    held = _placement_of(found, gang)
+    kept = tuple(s for s in held.slots if s.node in snapshot.nodes)
+    ctx.ledger.assume(rr_key, key, gang, kept, time.monotonic())
+    return Reserved(gang, slots, over, held, found=kept)
+
+
+async def _reserve(
+    ctx: Context,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    placement: Placement,
+    config: PlacementConfig,
+    now: datetime,
+    annotations: Mapping[str, str] | None = None,
+    over: bool = False,
+    mode: str | None = None,
+) -> Placement | None:
+    """Assume the placement (its capacity is taken in `placer` already), create its
+    reservation, and return what the reservation holds (the placement, or the one an earlier
+    decision of this attempt wrote); None when nothing can be answered this pass. `over`:
+    the capacity was held on top of what still runs there (a drain), so it is never given
+    back in this pass: a clamped hold cannot be undone exactly."""
+    body = _assume(ctx, placer, workload, gang, placement, config, now, annotations, mode)
+    reserved = await _create_reservation(ctx, placer.snapshot, workload, gang, placement, body,
+                                         over)
+    _settle(placer, reserved)
+    return reserved.placement
 
 
 async def _preempt(

@@ -325,3 +325,80 @@ def test_a_stale_deleted_event_of_a_reservation_does_not_free_its_gpus() -> None
     run(ctx)
     assert check_of(api, "u")["state"] == "Retry", "w holds all three nodes"
     assert len(api.of_kind(RR)) == 1
+
+
+def two_nodes(*workloads: dict[str, Any]) -> FakeApi:
+    api = FakeApi()
+    for n in ("n0", "n1"):
+        api.put(node(n))
+    api.put(cluster_queue("cq", "gold"))
+    api.put(admission_check("nexus"))
+    for w in workloads:
+        api.put(w)
+    return api
+
+
+def slot_nodes(rr: dict[str, Any]) -> set[str]:
+    return {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+
+
+def test_a_reservation_write_overlaps_the_next_workloads_solve() -> None:
+    """w's reservation create cannot finish until v's solve has started: with the writes
+    awaited in turn this pass would never get there (the create gives up after 5 s)."""
+    import threading
+
+    api = two_nodes(
+        pending("w", pods=1, gpus=8), pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z")
+    )
+    second_solve = threading.Event()
+    real_create = api.create
+    overlapped: list[bool] = []
+
+    def create(kind: str, body: Any) -> bool:
+        if kind == RR and body["metadata"]["name"].startswith("w-"):
+            overlapped.append(second_solve.wait(timeout=5))
+        return real_create(kind, body)
+
+    api.create = create  # type: ignore[method-assign]
+    ctx, engine = controller(api)
+    inner = engine.place
+
+    def place(*args: Any) -> Any:
+        if engine.calls == 1:
+            second_solve.set()
+        return inner(*args)
+
+    engine.place = place  # type: ignore[method-assign]
+    run(ctx)
+    assert overlapped == [True]
+    assert check_of(api, "w")["state"] == "Ready" and check_of(api, "v")["state"] == "Ready"
+    w_rr, v_rr = sorted(api.of_kind(RR), key=lambda r: r["metadata"]["name"], reverse=True)
+    assert slot_nodes(w_rr).isdisjoint(slot_nodes(v_rr))
+
+
+def test_an_earlier_reservation_found_on_other_nodes_makes_the_next_solve_run_again() -> None:
+    """w's create finds a reservation of its attempt on the other node (written earlier, not
+    watched yet). v was solved meanwhile, against w's solved node: it is solved again, so the
+    two never share a node."""
+    api = two_nodes(
+        pending("w", pods=1, gpus=8), pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z")
+    )
+    real_create = api.create
+
+    def create_elsewhere(kind: str, body: Any) -> bool:
+        if kind == RR and body["metadata"]["name"].startswith("w-"):
+            other = copy.deepcopy(body)
+            for ps in other["spec"]["podSets"]:
+                for s in ps["slots"]:
+                    s["node"] = {"n0": "n1", "n1": "n0"}[s["node"]]
+            real_create(kind, other)
+            return False  # AlreadyExists
+        return real_create(kind, body)
+
+    api.create = create_elsewhere  # type: ignore[method-assign]
+    ctx, engine = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready" and check_of(api, "v")["state"] == "Ready"
+    by_name = {r["metadata"]["name"][0]: r for r in api.of_kind(RR)}
+    assert slot_nodes(by_name["w"]).isdisjoint(slot_nodes(by_name["v"]))
+    assert engine.calls == 3  # w, v, and v again
