@@ -70,6 +70,8 @@ class Context:
     # leader, and re-listed since it became one (a follower's watches may lag)
     leader_ready: bool = False
     pass_task: asyncio.Task[None] | None = None  # the reconcile pass running now, if any
+    # the loop that owns the store; the webhook's thread hands it what it fetched
+    loop: asyncio.AbstractEventLoop | None = None
 
     def acting(self) -> bool:
         """May this replica decide and write? Always without leader election; with it,
@@ -82,6 +84,19 @@ class Context:
         """Something changed: run a placing pass and an ungating pass soon."""
         self.wake.set()
         self.ungate_wake.set()
+
+    def call_in_loop(self, fn: Callable[..., object], *args: object) -> None:
+        """Run `fn(*args)` on the loop that owns the store: now when called there (or when
+        no loop is known, as in unit tests), else as soon as that loop gets to it."""
+        loop = self.loop
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if loop is None or loop is here or loop.is_closed():
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
 
     def poke_ungater(self) -> None:
         """A pod or a reservation changed: run an ungating pass soon."""

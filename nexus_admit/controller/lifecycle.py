@@ -232,13 +232,20 @@ def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> boo
     return any((p.get("spec") or {}).get("nodeName") for p in pods)
 
 
+# reservations looked at between two turns of the event loop: a few milliseconds of work,
+# so a webhook call never waits for a whole pass over hundreds of reservations
+YIELD_EVERY = 16
+
+
 async def sync_lifecycle(ctx: Context) -> None:
     now = ctx.clock()
     checks = sorted(ctx.checks)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
     nodes = {str(meta(n).get("name")): n for n in ctx.store.items("Node")}
     status_writes = []
-    for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
+    for i, rr in enumerate(ctx.store.items(L.KIND_RESOURCE_RESERVATION)):
+        if i % YIELD_EVERY == YIELD_EVERY - 1:
+            await asyncio.sleep(0)  # let the webhook and the watches in between
         m = meta(rr)
         ns, name = str(m.get("namespace")), str(m.get("name"))
         if m.get("deletionTimestamp"):

@@ -131,7 +131,7 @@ async def reconcile(ctx: Context) -> None:
         await sync_checks(ctx)
         await sync_lifecycle(ctx)
         await place_pending(ctx)
-        record_capacity(ctx)
+        await record_capacity(ctx)
     finally:
         await ctx.background.drain()
 
@@ -139,14 +139,17 @@ async def reconcile(ctx: Context) -> None:
 CAPACITY_EVERY_SECONDS = 15.0
 
 
-def record_capacity(ctx: Context) -> None:
+async def record_capacity(ctx: Context) -> None:
     """GPUs free / held by reservations / taken by bound pods, and pristine 8-GPU nodes, at
-    most every 15 s (a snapshot of a large fleet is not free)."""
+    most every 15 s and in a thread (two snapshots of a large fleet are not free)."""
     tick = time.monotonic()
     if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
         return
     ctx.capacity_recorded = tick
-    dump = ctx.store.dump()
+    await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump())
+
+
+def _record_capacity(ctx: Context, dump: ClusterDump) -> None:
     try:
         with_rr = dump.snapshot(now=ctx.clock())
         pods_only = ClusterDump(

@@ -11,10 +11,10 @@ longer holds (unless an event newer than the list already updated it), the way a
 re-list does. Events carry a resourceVersion; one older than what the store holds is stale
 (a duplicate or out-of-order delivery) and is ignored.
 
-Two indexes over pods are kept up to date on every change, because the loop asks them on
-every pass and a scan of every pod per reservation grows with pods × reservations (300
+Indexes over pods are kept up to date on every change, because the loop asks them on every
+pass and a scan of every pod per reservation grows with pods × reservations (300
 reservations × 2,000 pods on the load benchmark): pods by the reservation their label names,
-and the pods that carry our scheduling gate (the ungater's whole work list).
+the pods that carry our scheduling gate (the ungater's whole work list), and pod uids.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class Store:
         default_factory=dict
     )
     _gated_pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod key → pod
+    _pod_uids: set[str] = field(default_factory=set)
 
     def _put(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         bucket = self.objects.setdefault(kind, {})
@@ -112,6 +113,9 @@ class Store:
                 self._pods_by_reservation.setdefault(ref, {})[key] = obj
             if _gated(obj):
                 self._gated_pods[key] = obj
+            uid = meta(obj).get("uid")
+            if uid:
+                self._pod_uids.add(str(uid))
         bucket[key] = obj
         self.generation += 1
 
@@ -132,6 +136,7 @@ class Store:
                 if not pods:
                     del self._pods_by_reservation[ref]
         self._gated_pods.pop(key, None)
+        self._pod_uids.discard(str(meta(pod).get("uid")))
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> bool:
         """Add or update; False (and nothing changes) when the event is stale."""
@@ -192,6 +197,10 @@ class Store:
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods whose reservation label names `namespace/name` (from the index)."""
         return list(self._pods_by_reservation.get((namespace, name), {}).values())
+
+    def has_pod(self, uid: str) -> bool:
+        """A pod with this uid is in the store (from the index)."""
+        return uid in self._pod_uids
 
     def gated_pods(self) -> list[dict[str, Any]]:
         """The pods that carry our scheduling gate (from the index)."""

@@ -120,9 +120,7 @@ async def sync_ungating(ctx: Context) -> None:
     pods admitted without one. Reads the store's index of gated pods only, so a pass costs
     what is waiting, not the size of the cluster."""
     gated = ctx.store.gated_pods()
-    if ctx.ungating:
-        live = {str(meta(p).get("uid")) for p in ctx.store.items("Pod")}
-        ctx.ungating = {u: s for u, s in ctx.ungating.items() if u in live}
+    ctx.ungating = {u: s for u, s in ctx.ungating.items() if ctx.store.has_pod(u)}
     if not gated:
         return
     lifts = [

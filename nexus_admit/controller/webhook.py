@@ -10,13 +10,14 @@ Workload's label onto a pod is denied with a message that says why.
 
 `decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
 created a moment ago (Kueue unsuspends a Job within milliseconds of our Ready) is fetched
-from the API before a pod is denied for lack of it.
+from the API before a pod is denied for lack of it. It runs on the webhook's own thread
+(`webhook_thread.py`): it reads the store and never writes it there.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,8 +147,11 @@ def decide(
     return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
 
 
+Lookup = Callable[[str, str], Mapping[str, Any] | None]  # (kind, key) → object
+
+
 def queued_under_check(
-    pod: Mapping[str, Any], namespace: str, store: Store, checks: Collection[str]
+    pod: Mapping[str, Any], namespace: str, store: Store | Lookup, checks: Collection[str]
 ) -> bool:
     """A plain pod (no owner) queued in a LocalQueue whose ClusterQueue lists one of our
     checks. Kueue adds the reservation label to such pods only when it lifts its own
@@ -157,9 +161,10 @@ def queued_under_check(
     queue = child(m, "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
     if not queue or m.get("ownerReferences"):
         return False
-    lq = store.get("LocalQueue", f"{namespace}/{queue}")
+    get = store.get if isinstance(store, Store) else store
+    lq = get("LocalQueue", f"{namespace}/{queue}")
     cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
-    cq = store.get("ClusterQueue", str(cq_name)) if cq_name else None
+    cq = get("ClusterQueue", str(cq_name)) if cq_name else None
     strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
     names = {
         str(c.get("name")) for c in strategy.get("admissionChecks") or [] if isinstance(c, Mapping)
@@ -167,23 +172,34 @@ def queued_under_check(
     return bool(names & set(checks))
 
 
-async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> None:
-    """Fetch the pod's LocalQueue and ClusterQueue when the watch has not brought them yet
-    (a queue created a moment before its first pod)."""
+async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Lookup:
+    """The store, with the pod's LocalQueue and ClusterQueue fetched when the watch has not
+    brought them yet (a queue created a moment before its first pod). What was fetched
+    goes to the store through its own loop: this runs on the webhook's thread."""
+    fetched: dict[tuple[str, str], Mapping[str, Any]] = {}
+
+    def lookup(kind: str, key: str) -> Mapping[str, Any] | None:
+        return fetched.get((kind, key)) or ctx.store.get(kind, key)
+
+    def keep(kind: str, key: str, obj: Mapping[str, Any]) -> None:
+        fetched[(kind, key)] = {"kind": kind, **obj}
+        ctx.call_in_loop(ctx.store.upsert, kind, fetched[(kind, key)])
+
     queue = child(meta(pod), "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
     if not queue or meta(pod).get("ownerReferences"):
-        return
-    lq = ctx.store.get("LocalQueue", f"{namespace}/{queue}")
+        return lookup
+    lq = lookup("LocalQueue", f"{namespace}/{queue}")
     if lq is None:
         lq = await asyncio.to_thread(ctx.api.get, "LocalQueue", str(queue), namespace)
         if lq is None:
-            return
-        ctx.store.upsert("LocalQueue", {"kind": "LocalQueue", **lq})
+            return lookup
+        keep("LocalQueue", f"{namespace}/{queue}", lq)
     cq_name = str(child(lq, "spec").get("clusterQueue") or "")
-    if cq_name and ctx.store.get("ClusterQueue", cq_name) is None:
+    if cq_name and lookup("ClusterQueue", cq_name) is None:
         cq = await asyncio.to_thread(ctx.api.get, "ClusterQueue", cq_name)
         if cq is not None:
-            ctx.store.upsert("ClusterQueue", {"kind": "ClusterQueue", **cq})
+            keep("ClusterQueue", cq_name, cq)
+    return lookup
 
 
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
@@ -193,11 +209,11 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
         return GateAnswer(False, malformed)
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name:
-        await _fill_queue(ctx, pod, namespace)
+        lookup = await _fill_queue(ctx, pod, namespace)
         # our checks as the store shows them, not ctx.checks: that is refreshed by the
         # loop's passes, which only the leader runs, and every replica serves the webhook
         ours = our_check_names(ctx.store.items("AdmissionCheck"))
-        if queued_under_check(pod, namespace, ctx.store, ours):
+        if queued_under_check(pod, namespace, lookup, ours):
             gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)

@@ -1,8 +1,7 @@
-"""Fuzz: the pod webhook over HTTPS, served the way `nexus-admit run` serves it: the server
-object and the handler registry come from `controller/operator.py`, and kopf's own admission
-machinery sits between them (wired here as kopf's `running.py` wires it, since kopf offers no
-public way to run only the webhook). The server listens on 127.0.0.1 with a throwaway
-certificate; no cluster is needed. The handler's store holds a reservation and its
+"""Fuzz: the pod webhook over HTTPS, served the way `nexus-admit run` serves it: the
+`WebhookThread` that `controller/operator.py` builds (kopf's admission machinery between the
+guarded server and our handler, on a thread of its own). The server listens on 127.0.0.1
+with a throwaway certificate; no cluster is needed. The handler's store holds a reservation and its
 Workload, so well-formed reviews reach every branch of the decision.
 
 Bodies: bytes that are not JSON, JSON that is not an object, AdmissionReviews with fields
@@ -18,25 +17,20 @@ gets a patch gets exactly our gate added.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import copy
 import datetime as dt
-import functools
 import http.client
 import ipaddress
 import json
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import kopf
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -44,11 +38,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from hypothesis import given
 from hypothesis import strategies as st
-from kopf._cogs.structs import references
-from kopf._core.engines import admission, indexing
-from kopf._core.reactor import inventory
 
-from nexus_admit.controller.operator import WEBHOOK_PATH, handler_registry, operator_settings
+from nexus_admit.controller.operator import WEBHOOK_PATH, webhook_thread
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.kube import labels as L
 from tests.fuzz.test_fuzz_inputs import FUZZ, JUNK, WEBHOOK_POD, _webhook_ctx, mutated
@@ -116,30 +107,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _serve(options: RunOptions, up: threading.Event, stop: asyncio.Event) -> None:
-    """The webhook server with kopf's admission function in front of our handler."""
-    settings = operator_settings(options)
-    insights = references.Insights()
-    insights.webhook_resources.add(references.Resource("", "v1", "pods", kind="Pod"))
-    webhook_fn = functools.partial(
-        admission.serve_admission_request,
-        settings=settings,
-        registry=handler_registry(options),
-        insights=insights,
-        memories=inventory.ResourceMemories(),
-        memobase=kopf.Memo(ctx=_webhook_ctx()),
-        indices=indexing.OperatorIndexers().indices,
-    )
-    assert settings.admission.server is not None
-    serving = settings.admission.server(webhook_fn)
-    await serving.__anext__()  # listening
-    up.set()
-    try:
-        await stop.wait()
-    finally:
-        await serving.aclose()
-
-
 @dataclass
 class Webhook:
     port: int
@@ -182,21 +149,14 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
         webhook_cert=str(crt),
         webhook_key=str(key),
     )
-    loop = asyncio.new_event_loop()
-    up, stop = threading.Event(), asyncio.Event()
-    server = threading.Thread(
-        target=loop.run_until_complete, args=(_serve(options, up, stop),), daemon=True
-    )
+    server = webhook_thread(options, _webhook_ctx())
     server.start()
-    assert up.wait(30), "the webhook server did not start"
     hook = Webhook(options.webhook_port, ssl.create_default_context(cafile=str(crt)))
     yield hook
     if hook.conn is not None:
         hook.conn.close()  # else the server waits for the kept-alive connection to end
-    loop.call_soon_threadsafe(stop.set)
-    server.join(10)
-    with contextlib.suppress(RuntimeError):
-        loop.close()
+    server.stop()
+    assert not server._thread.is_alive()
 
 
 # ---------------------------------------------------------------- what an answer is
