@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
@@ -23,7 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus_admit.controller import watches
-from nexus_admit.controller.api import RESOURCES, KubeApi, load_api_client
+from nexus_admit.controller.api import KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
@@ -32,10 +33,9 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.tls import ServingCertificate
 from nexus_admit.controller.ungater import run_ungater
-from nexus_admit.controller.webhook import gated_spec, pod_ref, review_pod
+from nexus_admit.controller.webhook import answer_review
 from nexus_admit.controller.webhook_server import GuardedWebhookServer
 from nexus_admit.controller.webhook_thread import WebhookThread
-from nexus_admit.kube.errors import meta
 from nexus_admit.placement.policies import make_policy
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
     "handler_registry",
     "operator_settings",
     "run",
-    "webhook_registry",
     "webhook_thread",
 ]
 
@@ -141,32 +140,6 @@ def handler_registry(options: RunOptions) -> kopf.OperatorRegistry:
     return registry
 
 
-def webhook_registry() -> kopf.OperatorRegistry:
-    """What the webhook's thread serves (`webhook_thread.py`): the pod gate."""
-    registry = kopf.OperatorRegistry()
-    pods = RESOURCES["Pod"]
-
-    @kopf.on.mutate(
-        pods.group,
-        pods.version,
-        pods.plural,
-        id=WEBHOOK_ID,
-        operations={"CREATE"},
-        side_effects=False,
-        registry=registry,
-    )
-    async def gate(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-        pod = dict(body)
-        namespace = str(meta(pod).get("namespace") or "default")
-        answer = await review_pod(memo.ctx, pod, namespace)
-        if not answer.allowed:
-            raise kopf.AdmissionError(f"{pod_ref(pod, namespace)}: {answer.message}", code=403)
-        if answer.add_gate:
-            patch.spec["schedulingGates"] = gated_spec(pod)
-
-    return registry
-
-
 def webhook_thread(
     options: RunOptions, ctx: Context, cert: ServingCertificate | None = None
 ) -> WebhookThread:
@@ -175,8 +148,7 @@ def webhook_thread(
         if not (options.webhook_cert and options.webhook_key):
             raise ValueError("the webhook needs --webhook-cert and --webhook-key")
         cert = ServingCertificate(options.webhook_cert, options.webhook_key)
-    settings = kopf.OperatorSettings()
-    settings.admission.server = GuardedWebhookServer(
+    server = GuardedWebhookServer(
         addr=options.webhook_addr,
         port=options.webhook_port,
         context=cert.context,  # the live context tls.py reloads in place
@@ -184,11 +156,10 @@ def webhook_thread(
         pkeyfile=cert.keyfile,
         file_check_interval=_KOPF_FILE_CHECK_SECONDS,
     )
-    settings.admission.managed = None  # the chart / e2e harness registers the webhook
     return WebhookThread(
-        settings,
-        webhook_registry(),
-        kopf.Memo(ctx=ctx),
+        server,
+        WEBHOOK_ID,
+        functools.partial(answer_review, ctx),
         cert,
         options.webhook_cert_check_seconds,
     )

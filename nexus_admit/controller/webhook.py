@@ -17,6 +17,8 @@ from the API before a pod is denied for lack of it. It runs on the webhook's own
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,9 @@ from nexus_admit.kube.workload import our_check_names
 
 __all__ = [
     "GateAnswer",
+    "answer_review",
     "decide",
+    "gate_patch",
     "gated_spec",
     "malformed_gates",
     "pod_ref",
@@ -231,3 +235,46 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
     answer = decide(pod, namespace, rr, workload)
     ctx.metrics.webhook_requests.labels("gated" if answer.allowed else "denied").inc()
     return answer
+
+
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+
+
+def _review(uid: str, response: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": REVIEW_API_VERSION,
+        "kind": "AdmissionReview",
+        "response": {"uid": uid, **response},
+    }
+
+
+def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The JSON patch that adds our gate to the pod's (well-formed) scheduling gates."""
+    if not isinstance(pod.get("spec"), Mapping):
+        return [{"op": "add", "path": "/spec", "value": {"schedulingGates": gated_spec(pod)}}]
+    return [{"op": "add", "path": "/spec/schedulingGates", "value": gated_spec(pod)}]
+
+
+async def answer_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
+    """The AdmissionReview response to a pod review that `webhook_server.review_problem`
+    passed: allowed, allowed with our gate added (a JSON patch), or denied with a message
+    that starts with the pod and says why. Only CREATE is gated; an UPDATE passes."""
+    request = review["request"]
+    uid = str(request["uid"])
+    pod = request["object"]
+    namespace = str(request.get("namespace") or meta(pod).get("namespace") or "default")
+    if request.get("operation") != "CREATE":
+        return _review(uid, {"allowed": True})
+    try:
+        answer = await review_pod(ctx, pod, namespace)
+    except Exception as e:  # the API behind a lookup failed: the creator retries
+        ctx.metrics.webhook_requests.labels("error").inc()
+        message = f"{pod_ref(pod, namespace)}: could not check its reservation label: {e}"
+        return _review(uid, {"allowed": False, "status": {"code": 503, "message": message}})
+    if not answer.allowed:
+        message = f"{pod_ref(pod, namespace)}: {answer.message}"
+        return _review(uid, {"allowed": False, "status": {"code": 403, "message": message}})
+    if not answer.add_gate:
+        return _review(uid, {"allowed": True})
+    patch = base64.b64encode(json.dumps(gate_patch(pod)).encode()).decode("ascii")
+    return _review(uid, {"allowed": True, "patchType": "JSONPatch", "patch": patch})

@@ -6,56 +6,51 @@ gang passes this webhook at creation, and the Job controller creates a gang's po
 at a time, each waiting for its answer, so the webhook's latency is the gang's pod-creation
 time. On the main loop it waited behind kopf's processing of watch events and the placing
 pass's synchronous steps (p99 0.83 s on the 1,000-node load benchmark). Here it waits for
-the GIL at most (5 ms switch interval), not for the loop.
+the GIL at most, not for the loop.
 
-What runs here: kopf's admission function (`serve_admission_request`, as kopf's own
-`running.py` wires it; kopf offers no public way to run only the webhook, hence the private
-imports, pinned by `kopf>=1.45,<2`) in front of our handler registry, behind the
-`GuardedWebhookServer`, and the certificate watch, so that reloading the certificate and
-TLS handshakes happen on the same thread. The handler reads the store (plain dict reads)
-and hands anything it fetched to the main loop (`Context.call_in_loop`), which alone
-writes the store.
+What runs here: the `GuardedWebhookServer` (kopf's TLS server, every request checked
+first), which hands each review to `answer` (`webhook.answer_review`): kopf's own admission
+machinery is not in the path, since it cost ~5 ms of CPU per pod for what is one JSON patch;
+and the certificate watch, so that reloading the certificate and TLS handshakes happen on
+the same thread. The answer reads the store (plain dict reads) and hands anything it
+fetched to the main loop (`Context.call_in_loop`), which alone writes the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import kopf
-from kopf._cogs.structs import references
-from kopf._core.engines import admission, indexing
-from kopf._core.reactor import inventory
+from kopf._core.engines import admission  # the error kopf's server maps to 404
 
 from nexus_admit.controller.tls import ServingCertificate
 
-__all__ = ["WebhookThread"]
+__all__ = ["Answer", "WebhookThread"]
 
 log = logging.getLogger("nexus_admit.webhook")
 
-POD = references.Resource("", "v1", "pods", kind="Pod", namespaced=True)
+Answer = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]  # review → response
 
 
 class WebhookThread:
-    """Serves `registry`'s admission handlers with `settings.admission.server`."""
+    """Serves `answer` at /`webhook_id` with `server`; any other path is answered 404."""
 
     def __init__(
         self,
-        settings: kopf.OperatorSettings,
-        registry: kopf.OperatorRegistry,
-        memo: kopf.Memo,
+        server: kopf.WebhookServer,
+        webhook_id: str,
+        answer: Answer,
         cert: ServingCertificate | None = None,
         cert_check_seconds: float = 10.0,
     ) -> None:
-        if settings.admission.server is None:
-            raise ValueError("the webhook thread needs settings.admission.server")
-        self.settings = settings
-        self.registry = registry
-        self.memo = memo
+        self.server = server
+        self.webhook_id = webhook_id
+        self.answer = answer
         self.cert = cert
         self.cert_check_seconds = cert_check_seconds
         self.listening = threading.Event()
@@ -94,20 +89,13 @@ class WebhookThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        insights = references.Insights()
-        insights.webhook_resources.add(POD)
-        serve = functools.partial(
-            admission.serve_admission_request,
-            settings=self.settings,
-            registry=self.registry,
-            insights=insights,
-            memories=inventory.ResourceMemories(),
-            memobase=cast(Any, self.memo),  # kopf's AnyMemo is a private alias
-            indices=indexing.OperatorIndexers().indices,
-        )
-        server = self.settings.admission.server
-        assert server is not None  # checked in __init__
-        serving: Any = server(serve)
+
+        async def serve(review: Mapping[str, Any], *, webhook: str | None, **_: Any) -> Any:
+            if webhook != self.webhook_id:
+                raise admission.UnknownResourceError(f"no webhook at /{webhook}")
+            return await self.answer(review)
+
+        serving: Any = self.server(cast(Any, serve))  # kopf's WebhookFn, loosely typed
         await serving.__anext__()  # bound and listening
         watch = None
         if self.cert is not None:

@@ -3,12 +3,20 @@ reservation's own Workload (table-driven)."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import copy
+import json
 from typing import Any
 
+import jsonpatch
 import pytest
 
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import Store
 from nexus_admit.controller.webhook import (
+    answer_review,
     decide,
     gated_spec,
     malformed_gates,
@@ -17,6 +25,7 @@ from nexus_admit.controller.webhook import (
     review_pod,
 )
 from nexus_admit.kube import labels as L
+from tests.controller.fake_api import FakeApi
 
 WL = {
     "metadata": {
@@ -158,3 +167,79 @@ def test_a_follower_replica_gates_a_queued_plain_pod_too() -> None:
     }
     answer = asyncio.run(review_pod(ctx, plain, "t"))
     assert answer.allowed and answer.add_gate
+
+
+def review(the_pod: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "namespace": "t", "operation": operation, "object": the_pod},
+    }
+
+
+def answered(ctx: Any, the_pod: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    response = asyncio.run(answer_review(ctx, review(the_pod, operation)))
+    assert response["apiVersion"] == "admission.k8s.io/v1" and response["kind"] == "AdmissionReview"
+    assert response["response"]["uid"] == "u-1"
+    return dict(response["response"])
+
+
+def patched(the_pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    assert response["patchType"] == "JSONPatch"
+    ops = jsonpatch.JsonPatch(json.loads(base64.b64decode(response["patch"])))
+    return dict(ops.apply(copy.deepcopy(the_pod)))
+
+
+def webhook_ctx(api: Any = None) -> Context:
+    ctx = Context(options=RunOptions(webhook=False), api=api or FakeApi(), engine=None)  # type: ignore[arg-type]
+    ctx.store.upsert(L.KIND_RESOURCE_RESERVATION, RR)
+    ctx.store.upsert("Workload", WL)
+    return ctx
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="no-gates"),
+        pytest.param({"schedulingGates": [{"name": "other"}]}, id="another-gate"),
+        pytest.param(None, id="no-spec"),
+    ],
+)
+def test_an_admitted_pod_gets_exactly_our_gate_added(spec: dict[str, Any] | None) -> None:
+    the_pod = pod()
+    if spec is None:
+        del the_pod["spec"]
+    else:
+        the_pod["spec"] = spec
+    response = answered(webhook_ctx(), the_pod)
+    assert response["allowed"] is True
+    before = (spec or {}).get("schedulingGates", [])
+    assert patched(the_pod, response)["spec"]["schedulingGates"] == [
+        *before,
+        {"name": L.GATE_PLACEMENT},
+    ]
+
+
+def test_a_denial_starts_with_the_pod_and_says_why() -> None:
+    response = answered(webhook_ctx(), pod(owner_uid="other-job"))
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert response["status"]["message"].startswith("Pod t/p: the pod is not part of Workload")
+
+
+def test_an_update_passes_untouched() -> None:
+    response = answered(webhook_ctx(), pod(), operation="UPDATE")
+    assert response == {"uid": "u-1", "allowed": True}
+
+
+def test_an_api_failure_behind_a_lookup_is_a_503_that_names_the_pod() -> None:
+    class Down(FakeApi):
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            raise OSError("connection refused")
+
+    ctx = webhook_ctx(Down())
+    ctx.store = Store()  # the reservation must be fetched: the API is down
+    response = answered(ctx, pod())
+    assert response["allowed"] is False and response["status"]["code"] == 503
+    assert response["status"]["message"].startswith("Pod t/p: could not check")
+    assert "connection refused" in response["status"]["message"]

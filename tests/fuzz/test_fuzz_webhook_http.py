@@ -1,7 +1,7 @@
 """Fuzz: the pod webhook over HTTPS, served the way `nexus-admit run` serves it: the
-`WebhookThread` that `controller/operator.py` builds (kopf's admission machinery between the
-guarded server and our handler, on a thread of its own). The server listens on 127.0.0.1
-with a throwaway certificate; no cluster is needed. The handler's store holds a reservation and its
+`WebhookThread` that `controller/operator.py` builds (the guarded server in front of
+`webhook.answer_review`, on a thread of its own). The server listens on 127.0.0.1 with a
+throwaway certificate; no cluster is needed. The handler's store holds a reservation and its
 Workload, so well-formed reviews reach every branch of the decision.
 
 Bodies: bytes that are not JSON, JSON that is not an object, AdmissionReviews with fields
