@@ -57,6 +57,8 @@ class Context:
     answered: dict[str, str] = field(default_factory=dict)
     # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
     ungating: dict[str, str] = field(default_factory=dict)
+    # reservation "namespace/name" → monotonic time its status was last written
+    status_written: dict[str, float] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # the ungater runs apart from the placing pass, so a gated pod never waits behind
     # solves: its own wake-up (pods and reservations changed) and its pass in progress

@@ -12,6 +12,7 @@ from nexus_admit.controller.lifecycle import (
     missing_reservation,
     release_reason,
     reservation_status,
+    status_due,
     unpinned_pod,
     unschedulable_pin,
 )
@@ -238,3 +239,27 @@ def tenant_pod(
 def test_unpinned_pod(the_pod, says) -> None:
     got = unpinned_pod(RR, [the_pod])
     assert (got is None) if says is None else (got is not None and says in got), got
+
+
+@pytest.mark.parametrize(
+    ("have", "want", "last", "due"),
+    [
+        pytest.param({"phase": "Reserved"}, {"phase": "Bound", "slots": []}, 99.0, True,
+                     id="phase-change-at-once"),
+        pytest.param({"phase": "Reserved", "slots": []}, {"phase": "Reserved", "slots": []},
+                     None, False, id="nothing-changed"),
+        pytest.param({"phase": "Reserved", "slots": []},
+                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, None, True,
+                     id="first-claims"),
+        pytest.param({"phase": "Reserved", "slots": []},
+                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 95.0, False,
+                     id="claims-within-the-period"),
+        pytest.param({"phase": "Reserved", "slots": []},
+                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 89.0, True,
+                     id="claims-after-the-period"),
+    ],
+)
+def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
+    have: dict[str, Any], want: dict[str, Any], last: float | None, due: bool
+) -> None:
+    assert status_due(have, want, last, now=100.0) is due
