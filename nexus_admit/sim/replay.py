@@ -95,6 +95,7 @@ from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
+    PreemptionPlan,
     RunningGang,
     kept_off_is_not_never,
     owners_waiting,
@@ -115,6 +116,7 @@ __all__ = [
     "MODEL_NOTES",
     "POOLS",
     "TOR_LABEL",
+    "DrainHold",
     "Job",
     "ReplayResult",
     "ReplayScenario",
@@ -122,6 +124,7 @@ __all__ = [
     "compare",
     "generate_jobs",
     "load_fabric",
+    "may_preempt",
     "replay_config",
     "run_replay",
     "run_replays",
@@ -172,6 +175,58 @@ def preemption_mode(policy_name: str) -> tuple[str, str | None]:
     if policy_name.endswith(QUOTA_PREEMPT):
         return policy_name[: -len(QUOTA_PREEMPT)], "quota"
     return policy_name, None
+
+
+def may_preempt(mode: str | None, tier: str, *, fits_quota: bool, cohort_room: bool,
+                preempted: bool) -> bool:
+    """Whether a gang may evict running gangs in this scheduling cycle. Kueue's quota
+    preemption ("quota") reclaims only a queue's nominal quota. Placement-level preemption
+    ("placement") acts, as the controller does, on every gang Kueue reserved quota for,
+    nominal or borrowed (the cohort has room): it decides where, Kueue has decided whether.
+    The lowest tier evicts no one; one preemption per cycle, as Kueue admits one head at a
+    time."""
+    if mode is None or preempted or tier == TIERS[-1]:
+        return False
+    return fits_quota or (mode == "placement" and cohort_room)
+
+
+@dataclass
+class DrainHold:
+    """Drain-to-fit in the replay (`+drain`), as an extension of localityWait: a Gold or
+    Silver gang that localityWait holds back (it waits for one aggregation domain) and has
+    waited `drainAfterSeconds` gets the nodes of `plan_drain`'s placement kept free of new
+    placements, which is what the controller's draining reservation holds (its slots, not
+    the whole domain). One gang at a time, the first in Kueue's order. The drain ends when
+    the gang is placed or is no longer held: its hold ran out (the engine may now split it)
+    or it went back to the queue for quota. Seeds 1-10 (docs/simulator.md): a drain kept
+    until the gang was placed held GPUs idle for hours and cost 2.6 points of effective
+    throughput; keeping the whole domain free cost Gold wait for no shorter big-gang wait."""
+
+    job: int | None = None
+    nodes: frozenset[str] = frozenset()
+
+    def kept_out(self, job: int) -> frozenset[str]:
+        """The nodes `job` must keep off: the drain of another gang."""
+        return self.nodes if self.job is not None and self.job != job else frozenset()
+
+    def release(self, job: int) -> None:
+        if job == self.job:
+            self.job, self.nodes = None, frozenset()
+
+    def end_cycle(self, held: Sequence[tuple[int, Gang]],
+                  plan: Callable[[Gang], PreemptionPlan | None]) -> None:
+        """After a scheduling cycle: `held` are the gangs localityWait held in it, in Kueue's
+        order. A drain whose gang is not among them ends; with none left, the first of them
+        that `plan` finds nodes for gets them."""
+        if self.job is not None and all(i != self.job for i, _ in held):
+            self.release(self.job)
+        if self.job is not None:
+            return
+        for i, gang in held:
+            found = plan(gang)
+            if found is not None:
+                self.job, self.nodes = i, frozenset(s.node for s in found.placement.slots)
+                return
 
 
 @dataclass(frozen=True)
@@ -519,7 +574,8 @@ def run_replay(
     ends_at: dict[int, float] = {}  # its departure (an evicted run's event is stale)
     index = {j.name: i for i, j in enumerate(jobs)}
     evictions = completed = 0
-    draining: dict[int, frozenset[str]] = {}  # job -> the nodes drained for it
+    drain_hold = DrainHold()  # +drain: the nodes kept free for one held gang
+    drain_after = config.preemption.drain_after_seconds if preempt_mode == "placement" else None
     wake_at: dict[int, float] = {}  # job -> when its locality hold ends
     rejected = 0
     placements = 0
@@ -616,6 +672,7 @@ def run_replay(
         attempts = 0
         preempted = False  # one preemption per cycle, as Kueue admits one head at a time
         owners = frozenset[str]()
+        held_back: list[tuple[int, Gang]] = []  # Gold/Silver gangs localityWait held, in order
         if preempt_mode == "placement":
             owners = owners_waiting(snap, config,
                                     ((jobs[i].tier, jobs[i].gpu_milli_total) for i in pending))
@@ -623,11 +680,11 @@ def run_replay(
             job = jobs[i]
             need = job.gpu_milli_total
             fits_quota = usage[job.tier] + need <= quota[job.tier]
-            can_preempt = (preempt_mode is not None and not preempted and fits_quota
-                           and job.tier != TIERS[-1])
+            borrow = sum(usage.values()) + need <= cohort
+            can_preempt = may_preempt(preempt_mode, job.tier, fits_quota=fits_quota,
+                                      cohort_room=borrow, preempted=preempted)
             if need > free_gpu and not can_preempt:
                 continue
-            borrow = sum(usage.values()) + need <= cohort
             if not (fits_quota or borrow):
                 continue
             if attempts >= scn.attempts_per_cycle:
@@ -636,7 +693,7 @@ def run_replay(
             gang = asked = job.gang(waited_hours=now - job.arrival)
             if preempt_mode == "placement":
                 gang = restrict_borrowing(snap, gang, config, owners)
-                kept_out = frozenset().union(*(n for k, n in draining.items() if k != i))
+                kept_out = drain_hold.kept_out(i)
                 if kept_out:
                     gang = _avoid(gang, snap, kept_out)
             if preempt_mode == "quota" and can_preempt and not (borrow and need <= free_gpu):
@@ -666,17 +723,15 @@ def run_replay(
                         free_gpu += jobs[index[v.name]].gpu_milli_total
                     placement = plan.placement
                     placer.hold(gang, placement.slots)
-                elif not draining and job.pods > 1:
-                    on_cluster = [RunningGang(g, tuple(sl)) for k, (g, sl, _) in running.items()]
-                    drain = plan_drain(policy, snap, gang, on_cluster, config)
-                    if drain is not None:
-                        draining[i] = drain.nodes
+            if (drain_after is not None and placement.retry_after_seconds is not None
+                    and job.pods > 1 and job.tier != TIERS[-1]):
+                held_back.append((i, gang))  # localityWait holds it: a drain may help
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
                 if not placement.retryable:
                     pending.remove(i)
-                    draining.pop(i, None)
+                    drain_hold.release(i)
                     rejected += 1
                 elif placement.retry_after_seconds is not None:
                     # a deliberate hold: be back when it ends even if nothing else happens
@@ -687,7 +742,7 @@ def run_replay(
                         heapq.heappush(events, (wake, 2, "retry", i))
                 continue
             pending.remove(i)
-            draining.pop(i, None)
+            drain_hold.release(i)
             used_nodes = {s.node for s in placement.slots}
             tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
                     for n in used_nodes}
@@ -706,6 +761,12 @@ def run_replay(
             ends_at[i] = now + job.duration / factor
             account(job, gang, placement.slots, factor, +1)
             heapq.heappush(events, (ends_at[i], 0, "depart", i))
+        if drain_after is not None:
+            t0 = time.perf_counter()
+            drain_hold.end_cycle(held_back, lambda g: plan_drain(
+                policy, snap, g, [RunningGang(rg, tuple(sl)) for rg, sl, _ in running.values()],
+                config))
+            place_seconds += time.perf_counter() - t0
 
     while events:
         t, _, kind, i = heapq.heappop(events)
