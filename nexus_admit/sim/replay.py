@@ -116,6 +116,7 @@ __all__ = [
     "MODEL_NOTES",
     "POOLS",
     "TOR_LABEL",
+    "WAIT_REASONS",
     "DrainHold",
     "Job",
     "ReplayResult",
@@ -484,12 +485,30 @@ class ReplayResult:
     lost_gpu_hours: float = 0.0
     completed: int = 0  # runs that finished (an evicted run finishes only when re-run)
     delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
+    # group -> why its jobs waited -> hours, summed over the group's jobs (see WAIT_REASONS)
+    wait_hours: dict[str, dict[str, float]] = field(default_factory=dict)
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
     series_islands: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Why a queued job did not start in a scheduling cycle; the time until the next cycle counts
+# for that reason (ReplayResult.wait_hours, every wait, re-runs after an eviction too):
+#   quota    Kueue would not admit it: neither its queue's nominal quota nor the cohort has
+#            room (the cohort's quota is the cluster's GPU count, so this is also "fewer
+#            free GPUs in total than it needs"), and it may not preempt
+#   hold     it had quota; localityWait held it for one aggregation domain
+#   no room  it had quota; no placement now (fragmentation, hardware kept off by backfill
+#            or a drain, no victims to evict)
+#   queue    not tried: the cycle's attempts ran out before its turn
+WAIT_REASONS = ("quota", "hold", "no room", "queue")
+
+
+def _groups(job: Job) -> tuple[str, str]:
+    return f"tier:{job.tier}", f"size:{_size_group(job)}"
 
 
 def _size_group(job: Job) -> str:
@@ -581,6 +600,8 @@ def run_replay(
     placements = 0
     place_seconds = 0.0
     acc: dict[str, float] = defaultdict(float)
+    why: dict[int, str] = {}  # queued job -> why it did not start in the last cycle
+    waited: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(WAIT_REASONS, 0.0))
     series_t: list[float] = []
     series_alloc: list[float] = []
     series_islands: list[int] = []
@@ -590,6 +611,10 @@ def run_replay(
 
     def integrate(until: float) -> None:
         nonlocal now
+        if until > now:
+            for i in pending:
+                for group in _groups(jobs[i]):
+                    waited[group][why.get(i, "queue")] += until - now
         dt = min(until, end_window) - now
         if dt > 0:
             gold_waiting = any(jobs[i].tier == "gold" for i in pending)
@@ -683,11 +708,11 @@ def run_replay(
             borrow = sum(usage.values()) + need <= cohort
             can_preempt = may_preempt(preempt_mode, job.tier, fits_quota=fits_quota,
                                       cohort_room=borrow, preempted=preempted)
-            if need > free_gpu and not can_preempt:
-                continue
-            if not (fits_quota or borrow):
+            if (need > free_gpu and not can_preempt) or not (fits_quota or borrow):
+                why[i] = "quota"
                 continue
             if attempts >= scn.attempts_per_cycle:
+                why.update((k, "queue") for k in order[order.index(i):])
                 break
             attempts += 1
             gang = asked = job.gang(waited_hours=now - job.arrival)
@@ -729,6 +754,7 @@ def run_replay(
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
+                why[i] = "hold" if placement.retry_after_seconds is not None else "no room"
                 if not placement.retryable:
                     pending.remove(i)
                     drain_hold.release(i)
@@ -742,6 +768,7 @@ def run_replay(
                         heapq.heappush(events, (wake, 2, "retry", i))
                 continue
             pending.remove(i)
+            why.pop(i, None)
             drain_hold.release(i)
             used_nodes = {s.node for s in placement.slots}
             tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
@@ -843,6 +870,7 @@ def run_replay(
         slowdown_overhead=round(100.0 * (acc["alloc"] - eff_hours) / (capacity * window), 2),
         evictions=evictions, lost_gpu_hours=round(acc["lost_gpu_hours"], 1), completed=completed,
         delay={k: _stats(v) for k, v in sorted(delays.items())},
+        wait_hours={g: {r: round(h, 2) for r, h in w.items()} for g, w in sorted(waited.items())},
         series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )
 

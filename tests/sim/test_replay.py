@@ -303,3 +303,20 @@ def test_the_replay_drains_only_for_gold_and_silver_gangs_locality_wait_holds(
         assert 600.0 <= gang.waited_seconds < rp.REPLAY_LOCALITY_WAIT_SECONDS
     assert result.pending_at_end == 0
     assert all(n.is_pristine() for n in snapshots[-1])
+
+
+@pytest.mark.parametrize("policy", ["tas-bestfit", "nexus"])
+def test_wait_hours_split_every_delay_by_why_the_job_waited(policy: str) -> None:
+    """Without evictions every hour a job waited before its start is counted once, under
+    one reason; only nexus's localityWait holds gangs."""
+    scn = replace(SMALL, mix=(0.6, 0.2, 0.2), load=1.6)
+    r = rp.run_replay(policy, scn, drain=True)
+    assert r.pending_at_end == 0 and r.evictions == 0
+    for group, st in r.delay.items():
+        if group == "all":
+            continue
+        assert set(r.wait_hours.get(group, {})) <= set(rp.WAIT_REASONS)
+        total = sum(r.wait_hours.get(group, {}).values())
+        assert total == pytest.approx(st["n"] * st["mean"], abs=0.01 * st["n"] + 0.02)
+    holds = sum(w["hold"] for w in r.wait_hours.values())
+    assert (holds > 0) if policy == "nexus" else holds == 0
