@@ -18,13 +18,14 @@ Modelling assumptions:
 * Jobs run longer by 1/factor. Without preemption a job runs to completion once admitted.
   `nexus+preempt` runs nexus with placement-level preemption and backfill (PlacementConfig
   `preemption`: Bronze and Silver borrow a higher tier's hardware only while that tier has
-  nothing waiting that its free hardware could hold; a Gold or Silver gang that fits its
-  nominal quota but not the cluster evicts the cheapest whole borrowed gangs of lower tiers
-  inside one domain it needs: at most 8, each run for at least 10 minutes, together at
-  most 8 GPU-hours of work lost). `nexus+preempt+drain` adds drain-to-fit: a multi-pod
-  Gold or Silver gang still waiting after 2 h has the domain with the fewest GPUs busy on
-  the nodes it needs kept free of new placements (one such domain at a time) until it
-  fits.
+  nothing waiting that its free hardware could hold; a Gold or Silver gang that has quota,
+  nominal or borrowed, but no place evicts the cheapest whole borrowed gangs of lower tiers
+  inside one domain it needs, as the controller does: at most 8, each run for at least 10
+  minutes, together at most 8 GPU-hours of work lost). `nexus+preempt+drain` adds
+  drain-to-fit as an extension of localityWait: a multi-pod Gold or Silver gang that the
+  hold has kept waiting for 2 h has the nodes its drain placement needs (in the domain with
+  the fewest GPUs busy) kept free of new placements, one gang at a time, until it is placed
+  or its hold ends.
   `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy: a
   gang that fits its nominal quota while the cohort is full evicts borrowing workloads of
   lower priority, lowest priority and most recently started first, until the quota and
@@ -95,6 +96,7 @@ from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
+    PreemptionPlan,
     RunningGang,
     kept_off_is_not_never,
     owners_waiting,
@@ -115,6 +117,8 @@ __all__ = [
     "MODEL_NOTES",
     "POOLS",
     "TOR_LABEL",
+    "WAIT_REASONS",
+    "DrainHold",
     "Job",
     "ReplayResult",
     "ReplayScenario",
@@ -122,6 +126,7 @@ __all__ = [
     "compare",
     "generate_jobs",
     "load_fabric",
+    "may_preempt",
     "replay_config",
     "run_replay",
     "run_replays",
@@ -158,7 +163,10 @@ DRAIN = "+drain"  # after +preempt: drain-to-fit too
 REPLAY_DRAIN_AFTER = 7200.0
 QUOTA_PREEMPT = "+quota-preempt"
 # at most 8 GPU-hours of work lost per preemption: on seeds 1-3 a 32 or 128 GPU-h budget
-# lost 1-3 points of effective throughput for no lower Gold wait
+# lost 1-3 points of effective throughput for no lower Gold wait. Checked again once gangs
+# on borrowed quota could preempt too (seeds 1-10): 4 GPU-h raised the Gold wait; 16 and 32
+# lowered it by 0.01-0.03 h on the mean but raised the big-gang p95 and lost 3.6x and 8.6x
+# the work
 REPLAY_PREEMPTION = Preemption(enabled=True, max_victims_per_gang=8, min_run_seconds=600.0,
                                max_lost_gpu_hours=8.0)
 
@@ -172,6 +180,58 @@ def preemption_mode(policy_name: str) -> tuple[str, str | None]:
     if policy_name.endswith(QUOTA_PREEMPT):
         return policy_name[: -len(QUOTA_PREEMPT)], "quota"
     return policy_name, None
+
+
+def may_preempt(mode: str | None, tier: str, *, fits_quota: bool, cohort_room: bool,
+                preempted: bool) -> bool:
+    """Whether a gang may evict running gangs in this scheduling cycle. Kueue's quota
+    preemption ("quota") reclaims only a queue's nominal quota. Placement-level preemption
+    ("placement") acts, as the controller does, on every gang Kueue reserved quota for,
+    nominal or borrowed (the cohort has room): it decides where, Kueue has decided whether.
+    The lowest tier evicts no one; one preemption per cycle, as Kueue admits one head at a
+    time."""
+    if mode is None or preempted or tier == TIERS[-1]:
+        return False
+    return fits_quota or (mode == "placement" and cohort_room)
+
+
+@dataclass
+class DrainHold:
+    """Drain-to-fit in the replay (`+drain`), as an extension of localityWait: a Gold or
+    Silver gang that localityWait holds back (it waits for one aggregation domain) and has
+    waited `drainAfterSeconds` gets the nodes of `plan_drain`'s placement kept free of new
+    placements, which is what the controller's draining reservation holds (its slots, not
+    the whole domain). One gang at a time, the first in Kueue's order. The drain ends when
+    the gang is placed or is no longer held: its hold ran out (the engine may now split it)
+    or it went back to the queue for quota. Seeds 1-10 (docs/simulator.md): a drain kept
+    until the gang was placed held GPUs idle for hours and cost 2.6 points of effective
+    throughput; keeping the whole domain free cost Gold wait for no shorter big-gang wait."""
+
+    job: int | None = None
+    nodes: frozenset[str] = frozenset()
+
+    def kept_out(self, job: int) -> frozenset[str]:
+        """The nodes `job` must keep off: the drain of another gang."""
+        return self.nodes if self.job is not None and self.job != job else frozenset()
+
+    def release(self, job: int) -> None:
+        if job == self.job:
+            self.job, self.nodes = None, frozenset()
+
+    def end_cycle(self, held: Sequence[tuple[int, Gang]],
+                  plan: Callable[[Gang], PreemptionPlan | None]) -> None:
+        """After a scheduling cycle: `held` are the gangs localityWait held in it, in Kueue's
+        order. A drain whose gang is not among them ends; with none left, the first of them
+        that `plan` finds nodes for gets them."""
+        if self.job is not None and all(i != self.job for i, _ in held):
+            self.release(self.job)
+        if self.job is not None:
+            return
+        for i, gang in held:
+            found = plan(gang)
+            if found is not None:
+                self.job, self.nodes = i, frozenset(s.node for s in found.placement.slots)
+                return
 
 
 @dataclass(frozen=True)
@@ -429,12 +489,30 @@ class ReplayResult:
     lost_gpu_hours: float = 0.0
     completed: int = 0  # runs that finished (an evicted run finishes only when re-run)
     delay: dict[str, dict[str, float]] = field(default_factory=dict)  # group -> mean/p95 h
+    # group -> why its jobs waited -> hours, summed over the group's jobs (see WAIT_REASONS)
+    wait_hours: dict[str, dict[str, float]] = field(default_factory=dict)
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
     series_islands: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# Why a queued job did not start in a scheduling cycle; the time until the next cycle counts
+# for that reason (ReplayResult.wait_hours, every wait, re-runs after an eviction too):
+#   quota    Kueue would not admit it: neither its queue's nominal quota nor the cohort has
+#            room (the cohort's quota is the cluster's GPU count, so this is also "fewer
+#            free GPUs in total than it needs"), and it may not preempt
+#   hold     it had quota; localityWait held it for one aggregation domain
+#   no room  it had quota; no placement now (fragmentation, hardware kept off by backfill
+#            or a drain, no victims to evict)
+#   queue    not tried: the cycle's attempts ran out before its turn
+WAIT_REASONS = ("quota", "hold", "no room", "queue")
+
+
+def _groups(job: Job) -> tuple[str, str]:
+    return f"tier:{job.tier}", f"size:{_size_group(job)}"
 
 
 def _size_group(job: Job) -> str:
@@ -519,12 +597,15 @@ def run_replay(
     ends_at: dict[int, float] = {}  # its departure (an evicted run's event is stale)
     index = {j.name: i for i, j in enumerate(jobs)}
     evictions = completed = 0
-    draining: dict[int, frozenset[str]] = {}  # job -> the nodes drained for it
+    drain_hold = DrainHold()  # +drain: the nodes kept free for one held gang
+    drain_after = config.preemption.drain_after_seconds if preempt_mode == "placement" else None
     wake_at: dict[int, float] = {}  # job -> when its locality hold ends
     rejected = 0
     placements = 0
     place_seconds = 0.0
     acc: dict[str, float] = defaultdict(float)
+    why: dict[int, str] = {}  # queued job -> why it did not start in the last cycle
+    waited: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(WAIT_REASONS, 0.0))
     series_t: list[float] = []
     series_alloc: list[float] = []
     series_islands: list[int] = []
@@ -534,6 +615,10 @@ def run_replay(
 
     def integrate(until: float) -> None:
         nonlocal now
+        if until > now:
+            for i in pending:
+                for group in _groups(jobs[i]):
+                    waited[group][why.get(i, "queue")] += until - now
         dt = min(until, end_window) - now
         if dt > 0:
             gold_waiting = any(jobs[i].tier == "gold" for i in pending)
@@ -616,6 +701,7 @@ def run_replay(
         attempts = 0
         preempted = False  # one preemption per cycle, as Kueue admits one head at a time
         owners = frozenset[str]()
+        held_back: list[tuple[int, Gang]] = []  # Gold/Silver gangs localityWait held, in order
         if preempt_mode == "placement":
             owners = owners_waiting(snap, config,
                                     ((jobs[i].tier, jobs[i].gpu_milli_total) for i in pending))
@@ -623,20 +709,20 @@ def run_replay(
             job = jobs[i]
             need = job.gpu_milli_total
             fits_quota = usage[job.tier] + need <= quota[job.tier]
-            can_preempt = (preempt_mode is not None and not preempted and fits_quota
-                           and job.tier != TIERS[-1])
-            if need > free_gpu and not can_preempt:
-                continue
             borrow = sum(usage.values()) + need <= cohort
-            if not (fits_quota or borrow):
+            can_preempt = may_preempt(preempt_mode, job.tier, fits_quota=fits_quota,
+                                      cohort_room=borrow, preempted=preempted)
+            if (need > free_gpu and not can_preempt) or not (fits_quota or borrow):
+                why[i] = "quota"
                 continue
             if attempts >= scn.attempts_per_cycle:
+                why.update((k, "queue") for k in order[order.index(i):])
                 break
             attempts += 1
             gang = asked = job.gang(waited_hours=now - job.arrival)
             if preempt_mode == "placement":
                 gang = restrict_borrowing(snap, gang, config, owners)
-                kept_out = frozenset().union(*(n for k, n in draining.items() if k != i))
+                kept_out = drain_hold.kept_out(i)
                 if kept_out:
                     gang = _avoid(gang, snap, kept_out)
             if preempt_mode == "quota" and can_preempt and not (borrow and need <= free_gpu):
@@ -666,17 +752,16 @@ def run_replay(
                         free_gpu += jobs[index[v.name]].gpu_milli_total
                     placement = plan.placement
                     placer.hold(gang, placement.slots)
-                elif not draining and job.pods > 1:
-                    on_cluster = [RunningGang(g, tuple(sl)) for k, (g, sl, _) in running.items()]
-                    drain = plan_drain(policy, snap, gang, on_cluster, config)
-                    if drain is not None:
-                        draining[i] = drain.nodes
+            if (drain_after is not None and placement.retry_after_seconds is not None
+                    and job.pods > 1 and job.tier != TIERS[-1]):
+                held_back.append((i, gang))  # localityWait holds it: a drain may help
             place_seconds += time.perf_counter() - t0
             placements += 1
             if not placement.feasible:
+                why[i] = "hold" if placement.retry_after_seconds is not None else "no room"
                 if not placement.retryable:
                     pending.remove(i)
-                    draining.pop(i, None)
+                    drain_hold.release(i)
                     rejected += 1
                 elif placement.retry_after_seconds is not None:
                     # a deliberate hold: be back when it ends even if nothing else happens
@@ -687,7 +772,8 @@ def run_replay(
                         heapq.heappush(events, (wake, 2, "retry", i))
                 continue
             pending.remove(i)
-            draining.pop(i, None)
+            why.pop(i, None)
+            drain_hold.release(i)
             used_nodes = {s.node for s in placement.slots}
             tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL]
                     for n in used_nodes}
@@ -706,6 +792,12 @@ def run_replay(
             ends_at[i] = now + job.duration / factor
             account(job, gang, placement.slots, factor, +1)
             heapq.heappush(events, (ends_at[i], 0, "depart", i))
+        if drain_after is not None:
+            t0 = time.perf_counter()
+            drain_hold.end_cycle(held_back, lambda g: plan_drain(
+                policy, snap, g, [RunningGang(rg, tuple(sl)) for rg, sl, _ in running.values()],
+                config))
+            place_seconds += time.perf_counter() - t0
 
     while events:
         t, _, kind, i = heapq.heappop(events)
@@ -782,6 +874,7 @@ def run_replay(
         slowdown_overhead=round(100.0 * (acc["alloc"] - eff_hours) / (capacity * window), 2),
         evictions=evictions, lost_gpu_hours=round(acc["lost_gpu_hours"], 1), completed=completed,
         delay={k: _stats(v) for k, v in sorted(delays.items())},
+        wait_hours={g: {r: round(h, 2) for r, h in w.items()} for g, w in sorted(waited.items())},
         series_t=series_t, series_alloc=series_alloc, series_islands=series_islands,
     )
 

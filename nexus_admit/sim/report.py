@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from nexus_admit.sim.openb import OpenbRun
-from nexus_admit.sim.replay import standing
+from nexus_admit.sim.replay import WAIT_REASONS, standing
 from nexus_admit.sim.study import LABELS
 
 log = logging.getLogger("nexus_admit.sim.report")
@@ -233,6 +233,11 @@ REPLAY_ROWS = (
 )
 
 
+# the groups whose waits the table splits by reason (sim/replay.py WAIT_REASONS), summed
+# over the group's jobs: Gold, and the biggest gangs
+WAIT_ROWS = ("tier:gold", "size:64-256 GPUs")
+
+
 def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
     """Rows: metrics (incl. delays by tier and size), columns: policies, for the first
     scenario: the mean over its seeds (what the across-seeds ranking compares; one seed
@@ -266,6 +271,15 @@ def replay_table(results: Sequence[Any]) -> tuple[list[str], list[list[str]]]:
             cells.append(f"{mean([s.get('mean', 0.0) for s in stats]):.2f}/"
                          f"{mean([s.get('p95', 0.0) for s in stats]):.2f}")
         body.append([f"delay h mean/p95 {g.split(':', 1)[-1]}", *cells])
+    for g in WAIT_ROWS:
+        if not any(g in r.wait_hours for rs in by_policy.values() for r in rs):
+            continue
+        cells = []
+        for p in policies:
+            hours = [r.wait_hours.get(g, {}) for r in by_policy[p]]
+            cells.append("/".join(f"{mean([h.get(why, 0.0) for h in hours]):.1f}"
+                                  for why in WAIT_REASONS))
+        body.append([f"waited h {g.split(':', 1)[-1]}: {'/'.join(WAIT_REASONS)}", *cells])
     return header, body
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.model import GPU_WHOLE, Placement, SolveStatus
+from nexus_admit.model import GPU_WHOLE, Gang, Placement, PodSet, Slot, SolveStatus
 from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.preemption import PreemptionPlan
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.stats import verdict
@@ -207,3 +208,115 @@ def test_evictions_give_back_what_the_victims_held(policy: str) -> None:
     assert all(n.is_pristine() and n.free_cpu_milli == n.cpu_milli for n in snapshots[-1])
     plain = rp.run_replay(rp.preemption_mode(policy)[0], scn, drain=True)
     assert plain.evictions == 0 and plain.lost_gpu_hours == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "tier", "fits_quota", "cohort_room", "preempted", "may"),
+    [
+        ("placement", "gold", True, True, False, True),
+        ("placement", "gold", False, True, False, True),
+        ("placement", "silver", False, False, False, False),
+        ("quota", "gold", True, True, False, True),
+        ("quota", "gold", False, True, False, False),
+        ("placement", "bronze", True, True, False, False),
+        ("placement", "gold", True, True, True, False),
+        (None, "gold", True, True, False, False),
+    ],
+    ids=["placement-nominal", "placement-borrowed", "placement-no-room", "quota-nominal",
+         "quota-borrowed", "lowest-tier", "one-per-cycle", "off"],
+)
+def test_placement_preemption_follows_the_reserved_quota_kueues_only_the_nominal(
+        mode: str | None, tier: str, fits_quota: bool, cohort_room: bool, preempted: bool,
+        may: bool) -> None:
+    """Kueue reclaims only nominal quota; placement-level preemption, like the controller,
+    acts for any gang Kueue reserved quota for, borrowed included."""
+    assert rp.may_preempt(mode, tier, fits_quota=fits_quota, cohort_room=cohort_room,
+                          preempted=preempted) is may
+
+
+def _drain_plan(gang: Gang, *nodes: str) -> PreemptionPlan:
+    slots = [Slot("workers", k, n, (0,), 0) for k, n in enumerate(nodes)]
+    placement = Placement(gang.name, "nexus", True, SolveStatus.OPTIMAL, slots=slots)
+    # the domain holds more nodes than the placement needs
+    return PreemptionPlan(placement, (), rp.AGG_LABEL, ("P1",), 0, 1,
+                          frozenset({*nodes, "spare-1", "spare-2"}))
+
+
+def _gang(name: str) -> Gang:
+    return Gang(name, (PodSet("workers", 2, gpus=8),), tier="gold")
+
+
+def test_a_drain_keeps_others_off_only_the_nodes_its_gang_needs_one_gang_at_a_time() -> None:
+    hold = rp.DrainHold()
+    asked: list[str] = []
+
+    def plan(gang: Gang) -> PreemptionPlan | None:
+        asked.append(gang.name)
+        return None if gang.name == "a" else _drain_plan(gang, "n1", "n2")
+
+    # the first held gang in order with a drain placement gets it
+    hold.end_cycle([(1, _gang("a")), (2, _gang("b")), (3, _gang("c"))], plan)
+    assert asked == ["a", "b"] and hold.job == 2
+    assert hold.kept_out(3) == {"n1", "n2"}  # not the rest of the domain
+    assert hold.kept_out(2) == frozenset()  # its own gang may use them
+    # one drain at a time: while b is still held, nobody else gets one
+    hold.end_cycle([(3, _gang("c")), (2, _gang("b"))], plan)
+    assert hold.job == 2 and asked == ["a", "b"]
+    # placed: the nodes are free for everyone at once
+    hold.release(2)
+    assert hold.job is None and hold.kept_out(3) == frozenset()
+
+
+def test_a_drain_ends_when_its_gang_is_no_longer_held() -> None:
+    hold = rp.DrainHold()
+    hold.end_cycle([(2, _gang("b"))], lambda g: _drain_plan(g, "n1", "n2"))
+    assert hold.job == 2
+    # b's hold ran out (the engine may split it now) or it went back for quota; c is held
+    hold.end_cycle([(3, _gang("c"))], lambda g: _drain_plan(g, "n3", "n4"))
+    assert hold.job == 3 and hold.kept_out(2) == {"n3", "n4"}
+    hold.end_cycle([], lambda g: _drain_plan(g, "n5", "n6"))
+    assert hold.job is None and hold.kept_out(3) == frozenset()
+
+
+def test_the_replay_drains_only_for_gold_and_silver_gangs_locality_wait_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With +drain, drains are planned only for multi-pod Gold and Silver gangs still
+    inside their localityWait, and the replay still gives back every GPU."""
+    monkeypatch.setattr(rp, "REPLAY_DRAIN_AFTER", 600.0)
+    planned: list[Gang] = []
+    real = rp.plan_drain
+
+    def recording(*args: Any) -> PreemptionPlan | None:
+        found = real(*args)
+        if found is not None:
+            planned.append(args[2])
+        return found
+
+    monkeypatch.setattr(rp, "plan_drain", recording)
+    snapshots: list[TrackedSnapshot] = []
+    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6,
+                            mix=(0.6, 0.2, 0.2), time_limit=0.5)
+    result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
+    assert planned, "no drain in this scenario: the test no longer exercises drains"
+    for gang in planned:
+        assert gang.tier in ("gold", "silver") and gang.pod_count > 1
+        assert 600.0 <= gang.waited_seconds < rp.REPLAY_LOCALITY_WAIT_SECONDS
+    assert result.pending_at_end == 0
+    assert all(n.is_pristine() for n in snapshots[-1])
+
+
+@pytest.mark.parametrize("policy", ["tas-bestfit", "nexus"])
+def test_wait_hours_split_every_delay_by_why_the_job_waited(policy: str) -> None:
+    """Without evictions every hour a job waited before its start is counted once, under
+    one reason; only nexus's localityWait holds gangs."""
+    scn = replace(SMALL, mix=(0.6, 0.2, 0.2), load=1.6)
+    r = rp.run_replay(policy, scn, drain=True)
+    assert r.pending_at_end == 0 and r.evictions == 0
+    for group, st in r.delay.items():
+        if group == "all":
+            continue
+        assert set(r.wait_hours.get(group, {})) <= set(rp.WAIT_REASONS)
+        total = sum(r.wait_hours.get(group, {}).values())
+        assert total == pytest.approx(st["n"] * st["mean"], abs=0.01 * st["n"] + 0.02)
+    holds = sum(w["hold"] for w in r.wait_hours.values())
+    assert (holds > 0) if policy == "nexus" else holds == 0

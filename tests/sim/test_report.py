@@ -20,6 +20,7 @@ def _result(policy: str, seed: int, throughput: float, delay: float, admitted: i
         scenario="s", seed=seed, policy=policy, jobs=10, admitted=admitted, rejected=0,
         pending_at_end=0, placements=admitted, multinode_gangs=0,
         delay={"tier:gold": {"n": 1, "mean": delay, "p95": 2 * delay}}, **zero,
+        wait_hours={"tier:gold": {"quota": delay, "hold": 0.5, "no room": 0.0, "queue": 0.0}},
         effective_throughput=throughput,
     )
 
@@ -33,6 +34,8 @@ def test_replay_table_shows_the_mean_over_seeds() -> None:
     assert rows["effective throughput %"] == ["45.00", "25.00"]
     assert rows["admitted"] == ["10", "9.50"]  # whole numbers stay whole
     assert rows["delay h mean/p95 gold"] == ["2.00/4.00", "2.00/4.00"]
+    assert rows["waited h gold: quota/hold/no room/queue"] == ["2.0/0.5/0.0/0.0"] * 2
+    assert not [r for r in rows if r.startswith("waited h 64")]  # no such group here
     assert replay_table_title(results) == "gang replay s, mean over seeds 7, 11 (4 runs)"
 
 
