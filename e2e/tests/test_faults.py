@@ -121,15 +121,17 @@ def unanswered(custom, core, ns: str) -> list[str]:
             want = sum(ps["count"] for ps in wl["spec"]["podSets"])
             slots = slot_nodes(rr)
             pods = pods_by_rr.get(rr_name, [])
+            # bound, not Running: Running is KWOK's status write, which KWOK does not retry
+            # when it fails in an etcd outage (seen: a pod bound on its slot as etcd went
+            # down stayed Pending); where the pod is bound is what nexus decides
             placed = [
                 p
                 for p in pods
                 if p.spec.node_name
-                and p.status.phase == "Running"
                 and p.spec.node_name == slots.get((p.metadata.annotations or {}).get(SLOT, ""))
             ]
             if len(placed) != want:
-                out.append(f"{name}: Admitted, {len(placed)}/{want} pods Running on their slots")
+                out.append(f"{name}: Admitted, {len(placed)}/{want} pods bound on their slots")
         elif entry.get("state") == "Retry":
             continue
         elif quota_time(wl) is None and name in retried:
