@@ -46,6 +46,7 @@ from bench_e2e.recorder import (  # noqa: E402
     ProcSampler,
     WorkloadWatcher,
     api_client,
+    proc_cpu_seconds,
 )
 
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
@@ -103,6 +104,20 @@ class Bench:
             self.nc.uninstall_webhook()
 
     # -- scrapes ------------------------------------------------------------------------
+    def process_cpu(self, controller_pid: int | None) -> dict[str, float | None]:
+        """CPU seconds so far of every control-plane process, the controller and this
+        benchmark (None: not running)."""
+        pids = {k: v.get("pid") for k, v in self.cluster.info().get("components", {}).items()}
+        pids["nexus-admit"] = controller_pid
+        pids["bench-e2e (this script)"] = os.getpid()
+        out: dict[str, float | None] = {}
+        for name, p in pids.items():
+            try:
+                out[name] = proc_cpu_seconds(int(p)) if p else None
+            except (FileNotFoundError, ProcessLookupError, ValueError):
+                out[name] = None
+        return out
+
     def apiserver_metrics(self) -> str:
         """kube-apiserver's /metrics, read with the admin client certificate."""
         method, url, headers, _, _ = self.api.param_serialize(
@@ -244,6 +259,7 @@ class Bench:
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
         sampler = ProcSampler(pid)
         sampler.start()
+        cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
         api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
         load_start = os.getloadavg()
 
@@ -276,6 +292,7 @@ class Bench:
         submitted.result()
         t_end = time.time()
         api_after, ctl_after = self.apiserver_metrics(), self.controller_metrics()
+        cpu_after, cpu_wall = self.process_cpu(pid), time.monotonic() - cpu_t0
         load_end = os.getloadavg()
         checks = self.cluster_checks(ns) if not complete_after else {}
         checks["not_running"] = self.why_not_running(ns, times)
@@ -287,6 +304,9 @@ class Bench:
         )
         result.update(checks)
         result["controller_process"] = process_summary(sampler.samples)
+        # where the machine's CPU went: every component, the controller, this benchmark
+        result["cpu_by_process"] = stats.cpu_by_process(cpu_before, cpu_after, cpu_wall)
+        result["cpu_wall_s"] = round(cpu_wall, 1)
         result["load"] = {
             "loadavg_start": load_start,
             "loadavg_end": load_end,
@@ -672,6 +692,28 @@ def print_report(result: dict[str, Any]) -> None:
                 *[_fmt((ph["stages"].get(st) or {}).get("p50"), "", 2) for ph in phases.values()],
             )
         console.print(s)
+
+    if phases:
+        c = Table(title="CPU by process over the phase (s, % of one core)")
+        c.add_column("process")
+        for name in phases:
+            c.add_column(name, justify="right")
+        procs: list[str] = []
+        for ph in phases.values():
+            procs += [k for k in ph.get("cpu_by_process", {}) if k not in procs]
+        for proc in procs:
+            c.add_row(
+                proc,
+                *[
+                    (
+                        f"{u['cpu_s']:.0f} s, {u['core_percent']:.0f} %"
+                        if (u := ph.get("cpu_by_process", {}).get(proc))
+                        else "–"
+                    )
+                    for ph in phases.values()
+                ],
+            )
+        console.print(c)
 
     soak = result.get("soak")
     if soak:

@@ -162,3 +162,21 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
 
 def histogram_count(buckets: Buckets) -> float:
     return max(buckets.values(), default=0.0)
+
+
+def cpu_by_process(
+    before: Mapping[str, float | None], after: Mapping[str, float | None], wall_s: float
+) -> dict[str, dict[str, float]]:
+    """CPU seconds each process used between two readings, and its share of one core over
+    `wall_s`; a process missing from either reading (not running then) is left out."""
+    out = {}
+    for name, end in after.items():
+        start = before.get(name)
+        if start is None or end is None:
+            continue
+        used = max(0.0, end - start)
+        out[name] = {
+            "cpu_s": round(used, 1),
+            "core_percent": round(100 * used / wall_s, 1) if wall_s > 0 else 0.0,
+        }
+    return out

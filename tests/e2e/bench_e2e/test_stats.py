@@ -93,3 +93,15 @@ def test_stages_and_ungate():
     assert "quota reserved→admitted" in plain.stages()
     summary = stats.stage_summary([t, plain])
     assert summary["create→quota reserved"]["n"] == 2
+
+
+def test_cpu_by_process_leaves_out_what_did_not_run_throughout() -> None:
+    got = stats.cpu_by_process(
+        {"kube-apiserver": 10.0, "nexus-admit": None, "kueue": 3.0},
+        {"kube-apiserver": 40.0, "nexus-admit": 9.0, "kueue": 3.5, "etcd": 2.0},
+        wall_s=60,
+    )
+    assert got == {
+        "kube-apiserver": {"cpu_s": 30.0, "core_percent": 50.0},
+        "kueue": {"cpu_s": 0.5, "core_percent": 0.8},
+    }
