@@ -138,11 +138,16 @@ def run(
         )
         raise typer.Exit(EXIT_OPTIONS)
     from nexus_admit.controller.tls import CertificateError
+    from nexus_admit.controller.webhook_thread import WebhookStartError
 
     try:
         asyncio.run(run_operator(options))
     except CertificateError as e:
         typer.echo(f"error: --webhook-cert/--webhook-key: {e}", err=True)
+        raise typer.Exit(EXIT_OPTIONS) from None
+    except WebhookStartError as e:
+        where = f"{options.webhook_addr}:{options.webhook_port}"
+        typer.echo(f"error: --webhook-addr/--webhook-port {where}: cannot serve: {e}", err=True)
         raise typer.Exit(EXIT_OPTIONS) from None
 
 

@@ -208,6 +208,8 @@ async def _lag_probe(ctx: Context, interval: float = 0.25) -> None:
 
 async def _health_server(ctx: Context, hook: list[WebhookThread]) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
+        if hook and not hook[0].alive():  # it does not come back: let the kubelet restart us
+            return web.Response(status=500, text="webhook server stopped")
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:

@@ -30,11 +30,15 @@ from kopf._core.engines import admission  # the error kopf's server maps to 404
 
 from nexus_admit.controller.tls import ServingCertificate
 
-__all__ = ["Answer", "WebhookThread"]
+__all__ = ["Answer", "WebhookStartError", "WebhookThread"]
 
 log = logging.getLogger("nexus_admit.webhook")
 
 Answer = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]  # review → response
+
+
+class WebhookStartError(RuntimeError):
+    """The webhook server could not listen (the address taken, a bad certificate)."""
 
 
 class WebhookThread:
@@ -63,9 +67,9 @@ class WebhookThread:
         """Start serving; returns once the server listens, raises if it cannot."""
         self._thread.start()
         if not self.listening.wait(timeout):
-            raise RuntimeError(f"the webhook server did not listen within {timeout:.0f}s")
+            raise WebhookStartError(f"the webhook server did not listen within {timeout:.0f}s")
         if self._failed is not None:
-            raise RuntimeError(f"the webhook server did not start: {self._failed}")
+            raise WebhookStartError(str(self._failed)) from self._failed
 
     def stop(self, timeout: float = 10.0) -> None:
         loop, stop = self._loop, self._stop

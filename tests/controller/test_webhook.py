@@ -243,3 +243,26 @@ def test_an_api_failure_behind_a_lookup_is_a_503_that_names_the_pod() -> None:
     assert response["allowed"] is False and response["status"]["code"] == 503
     assert response["status"]["message"].startswith("Pod t/p: could not check")
     assert "connection refused" in response["status"]["message"]
+
+
+def test_a_webhook_that_cannot_listen_says_so_at_start(tmp_path: Any) -> None:
+    """The port is taken: start() raises with the reason instead of leaving a replica that
+    looks up but answers no pod."""
+    import socket
+
+    from nexus_admit.controller.operator import webhook_thread
+    from nexus_admit.controller.webhook_thread import WebhookStartError
+    from tests.fuzz.test_fuzz_webhook_http import _throwaway_cert
+
+    crt, key = _throwaway_cert(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        options = RunOptions(
+            webhook_addr="127.0.0.1", webhook_port=port, webhook_cert=str(crt), webhook_key=str(key)
+        )
+        server = webhook_thread(options, webhook_ctx())
+        with pytest.raises(WebhookStartError, match="ddress"):
+            server.start(timeout=10)
+        assert not server.alive()
