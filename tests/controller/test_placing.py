@@ -44,9 +44,9 @@ def pending(name: str, pods: int = 2, gpus: int = 4, created: str = QR) -> dict[
     return w
 
 
-def cluster(*workloads: dict[str, Any]) -> FakeApi:
+def cluster(*workloads: dict[str, Any], nodes: tuple[str, ...] = ("n0", "n1", "n2")) -> FakeApi:
     api = FakeApi()
-    for n in ("n0", "n1", "n2"):
+    for n in nodes:
         api.put(node(n))
     api.put(cluster_queue("cq", "gold"))
     api.put(admission_check("nexus"))
@@ -328,14 +328,7 @@ def test_a_stale_deleted_event_of_a_reservation_does_not_free_its_gpus() -> None
 
 
 def two_nodes(*workloads: dict[str, Any]) -> FakeApi:
-    api = FakeApi()
-    for n in ("n0", "n1"):
-        api.put(node(n))
-    api.put(cluster_queue("cq", "gold"))
-    api.put(admission_check("nexus"))
-    for w in workloads:
-        api.put(w)
-    return api
+    return cluster(*workloads, nodes=("n0", "n1"))
 
 
 def slot_nodes(rr: dict[str, Any]) -> set[str]:
