@@ -99,7 +99,3 @@ class Context:
             fn(*args)
         else:
             loop.call_soon_threadsafe(fn, *args)
-
-    def poke_ungater(self) -> None:
-        """A pod or a reservation changed: run an ungating pass soon."""
-        self.ungate_wake.set()

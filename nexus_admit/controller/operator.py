@@ -124,7 +124,7 @@ def elect(ctx: Context) -> LeaseElector:
     return elector
 
 
-def handler_registry(options: RunOptions) -> kopf.OperatorRegistry:
+def handler_registry() -> kopf.OperatorRegistry:
     """What kopf runs on the main loop: the watches that feed the store."""
     registry = kopf.OperatorRegistry()
     watches.register(registry)
@@ -283,7 +283,7 @@ async def run(options: RunOptions) -> None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:
         await kopf.operator(
-            registry=handler_registry(options),
+            registry=handler_registry(),
             settings=operator_settings(),
             clusterwide=True,
             standalone=True,
