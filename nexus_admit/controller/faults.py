@@ -11,7 +11,8 @@ is a comparison and a return.
 Points:
   kill-after-solve        a feasible placement is solved, nothing is written yet
   kill-after-reservation  the ResourceReservation is created, the check is not yet Ready
-  kill-while-ungating     a gated pod was pinned (its patch returned); others may not be
+  kill-while-ungating     a gated pod's pin patch is about to go out (it stays gated); the
+                          patches started before it may or may not have landed
 """
 
 from __future__ import annotations

@@ -178,6 +178,9 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
     hostname = str(labels.get(L.HOSTNAME_LABEL) or slot.node)
     uid = str(m.get("uid") or "")
     ctx.ungating[uid] = slot.key
+    # before the patch goes out: a pass's patches run concurrently, so after one returned
+    # the others may all have landed; here this pod, at least, is still gated
+    ctx.faults.hit("kill-while-ungating")
     try:
         await asyncio.to_thread(
             ctx.api.patch_pod,
@@ -192,7 +195,6 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
             "could not pin pod %s/%s to %s: %s", m.get("namespace"), m.get("name"), slot.node, e
         )
         return
-    ctx.faults.hit("kill-while-ungating")
     created = parse_time(m.get("creationTimestamp"))
     if created is not None:
         ctx.metrics.ungate_seconds.observe(max(0.0, (ctx.clock() - created).total_seconds()))
