@@ -34,11 +34,20 @@ if str(E2E_DIR) not in sys.path:
 
 import cluster as cluster_mod  # noqa: E402
 
+from nexus_admit.kube.labels import GATE_PLACEMENT as GATE  # noqa: E402
+from nexus_admit.kube.pod_gate_policy import (  # noqa: E402
+    TRUSTED_POD_CREATORS,
+    pod_gate_binding,
+    pod_gate_policy,
+    untrusted_creator_condition,
+)
+
 REPO = E2E_DIR.parent
 MANIFEST = E2E_DIR / "manifests" / "nexus.yaml"
 CHECK_NAME = "nexus-placement"
 TIER_QUEUES = ("nexus-gold", "nexus-silver", "nexus-bronze")
 WEBHOOK_CONFIG = "nexus-admit"
+POD_GATE_POLICY = "nexus-admit-pod-gate"
 RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SYSTEM_NAMESPACES_EXCLUDED = {
@@ -66,6 +75,8 @@ class NexusController:
         self.cluster = cluster
         self.name = name
         self.extra_args = list(extra_args)
+        self.webhook_config_name = WEBHOOK_CONFIG
+        self.policy_name = POD_GATE_POLICY
         self.proc: subprocess.Popen | None = None
         self.webhook_port = cluster_mod.free_port()
         self.health_port = cluster_mod.free_port()
@@ -145,7 +156,7 @@ class NexusController:
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": WEBHOOK_CONFIG},
+            "metadata": {"name": self.webhook_config_name},
             "webhooks": [
                 {
                     # pods that carry a reservation label (Kueue put it on a Job's template)
@@ -154,6 +165,8 @@ class NexusController:
                     "objectSelector": {
                         "matchExpressions": [{"key": RESERVATION_LABEL, "operator": "Exists"}]
                     },
+                    # the Job controller's pods are gated by the policy (pod_gate_policy.py)
+                    "matchConditions": [untrusted_creator_condition()],
                 },
                 {
                     # plain pods queued in Kueue: gated at creation (see controller/webhook.py)
@@ -186,18 +199,64 @@ class NexusController:
             "crd/placementconfigs.scheduling.kubenexus.io",
         )
         self.cluster.apply(MANIFEST.read_text(), retries=10)
-        self.cluster.apply([self.webhook_configuration()])
+        self.register_admission()
+
+    def admission_objects(self) -> list[dict[str, Any]]:
+        """The policy that gates the Job controller's pods, its binding, and the webhook."""
+        return [
+            pod_gate_policy(self.policy_name),
+            pod_gate_binding(self.policy_name, SYSTEM_NAMESPACES_EXCLUDED),
+            self.webhook_configuration(),
+        ]
+
+    def register_admission(self) -> None:
+        self.cluster.apply(self.admission_objects())
+        self._wait_pod_gate_policy()
 
     def uninstall_webhook(self) -> None:
         """Without the controller its webhook would refuse every pod it selects (it fails
-        closed), so it goes when the controller goes."""
-        self.cluster.kubectl(
-            "delete",
-            "mutatingwebhookconfiguration",
-            WEBHOOK_CONFIG,
-            "--ignore-not-found",
-            check=False,
-        )
+        closed), so it goes when the controller goes, and the gating policy with it."""
+        for kind, name in (
+            ("mutatingwebhookconfiguration", self.webhook_config_name),
+            ("mutatingadmissionpolicybinding", self.policy_name),
+            ("mutatingadmissionpolicy", self.policy_name),
+        ):
+            self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+
+    def _wait_pod_gate_policy(self, timeout: float = 30.0) -> None:
+        """The apiserver applies a new policy a moment after it is created: wait until a
+        server-side dry run of a labelled pod, created as the Job controller (which the
+        webhook skips), comes back gated."""
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "pod-gate-probe-", "labels": {RESERVATION_LABEL: "probe"}},
+            "spec": {"containers": [{"name": "c", "image": "probe"}]},
+        }
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.cluster.kubectl(
+                "create",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-n",
+                "default",
+                f"--as={TRUSTED_POD_CREATORS[0]}",
+                "-f",
+                "-",
+                input=json.dumps(probe),
+                check=False,
+            )
+            gates = json.loads(r.stdout or "{}").get("spec", {}).get("schedulingGates") or []
+            if r.returncode == 0 and any(g.get("name") == GATE for g in gates):
+                return
+            if time.monotonic() > deadline:
+                raise cluster_mod.ClusterError(
+                    f"the pod gate policy did not gate a dry-run pod within {timeout:.0f} s: "
+                    f"{r.stderr.strip() or gates}"
+                )
+            time.sleep(0.3)
 
     # -- process ------------------------------------------------------------------------
     def argv(self) -> list[str]:

@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ from bench_e2e.recorder import (  # noqa: E402
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
+# the Job controller's pods are gated in the apiserver by our MutatingAdmissionPolicy
+POLICY_METRIC = "apiserver_mutating_admission_policy_check_duration_seconds"
 TIERS = wl_mod.TIERS
 
 
@@ -94,7 +97,7 @@ class Bench:
 
     def start_controller(self) -> None:
         assert self.nc is not None
-        self.cluster.apply([self.nc.webhook_configuration()])
+        self.nc.register_admission()
         self.nc.start()
         log(f"nexus-admit running (pid {self.nc.proc.pid if self.nc.proc else '?'})")
 
@@ -393,6 +396,38 @@ class Bench:
 # ------------------------------------------------------------------ summaries
 
 
+def _admission_histograms(api: tuple[str, str], metric: str, label: str) -> dict[str, Any]:
+    """Per webhook (or policy) of the apiserver's admission histogram: calls, p50, p99 over
+    the phase (the difference of the scrapes before and after it)."""
+    out = {}
+    for value in sorted(stats.histogram_label_values(api[1], metric, label)):
+        d = stats.bucket_delta(
+            stats.histogram_buckets(api[1], metric, {label: value}),
+            stats.histogram_buckets(api[0], metric, {label: value}),
+        )
+        if stats.histogram_count(d) > 0:
+            out[value] = {
+                "calls": stats.histogram_count(d),
+                "p50_s": stats.histogram_quantile(0.5, d),
+                "p99_s": stats.histogram_quantile(0.99, d),
+                "buckets": {str(k): v for k, v in sorted(d.items())},
+            }
+    return out
+
+
+def gate_p99(phase: Mapping[str, Any]) -> float | None:
+    """The slowest p99 of what adds our gate at pod creation: the webhook and the policy."""
+    p99s = [
+        h.get("p99_s")
+        for h in [
+            (phase.get("webhooks") or {}).get(NEXUS_WEBHOOK),
+            *(phase.get("admission_policies") or {}).values(),
+        ]
+        if h and h.get("p99_s") is not None
+    ]
+    return max(p99s, default=None)
+
+
 def summarize(
     name: str,
     works: list[wl_mod.BenchWorkload],
@@ -405,19 +440,8 @@ def summarize(
     ts = list(times.values())
     c2r = stats.create_to_running(ts)
     burst = [times[w.name] for w in works if w.arrival_s == 0]
-    webhooks = {}
-    for hook in sorted(stats.histogram_label_values(api[1], WEBHOOK_METRIC, "name")):
-        d = stats.bucket_delta(
-            stats.histogram_buckets(api[1], WEBHOOK_METRIC, {"name": hook}),
-            stats.histogram_buckets(api[0], WEBHOOK_METRIC, {"name": hook}),
-        )
-        if stats.histogram_count(d) > 0:
-            webhooks[hook] = {
-                "calls": stats.histogram_count(d),
-                "p50_s": stats.histogram_quantile(0.5, d),
-                "p99_s": stats.histogram_quantile(0.99, d),
-                "buckets": {str(k): v for k, v in sorted(d.items())},
-            }
+    webhooks = _admission_histograms(api, WEBHOOK_METRIC, "name")
+    policies = _admission_histograms(api, POLICY_METRIC, "policy")
     controller: dict[str, Any] = {}
     if ctl[1]:
         for metric in (
@@ -458,6 +482,7 @@ def summarize(
         "pods_gated": len(ungate),
         "stages": stats.stage_summary(ts),
         "webhooks": webhooks,
+        "admission_policies": policies,
         "controller_metrics": controller,
     }
 
@@ -529,10 +554,10 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "met": None if r is None else r <= 1.2,
         }
     )
-    p99 = (n.get("webhooks", {}).get(NEXUS_WEBHOOK) or {}).get("p99_s")
+    p99 = gate_p99(n) if n else None
     out.append(
         {
-            "target": "nexus pod webhook p99 ≤ 50 ms (apiserver histogram)",
+            "target": "nexus pod gating p99 ≤ 50 ms (apiserver histograms: webhook, policy)",
             "value": p99,
             "met": None if p99 is None else p99 <= 0.05,
         }
@@ -625,10 +650,20 @@ def print_report(result: dict[str, Any]) -> None:
         ),
     )
     row(
-        "pod webhook p99 (nexus / Kueue's)",
+        "nexus webhook calls / gate policy calls",
+        lambda p: " / ".join(
+            str(int(h["calls"])) if h else "0"
+            for h in (
+                p["webhooks"].get(NEXUS_WEBHOOK),
+                next(iter((p.get("admission_policies") or {}).values()), None),
+            )
+        ),
+    )
+    row(
+        "pod gating p99 (nexus webhook, policy / Kueue's webhooks)",
         lambda p: " / ".join(
             [
-                _ms((p["webhooks"].get(NEXUS_WEBHOOK) or {}).get("p99_s")),
+                _ms(gate_p99(p)),
                 _ms(
                     max(
                         (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),

@@ -311,6 +311,7 @@ class ServiceAccountController(NexusController):
             extra_args=["--leader-elect", f"--lease-namespace={NS}", f"--lease-name={LEASE}"],
         )
         self.sa_kubeconfig = kubeconfig
+        self.webhook_config_name = self.policy_name = f"{RELEASE}-e2e-local"
         self.log_file.unlink(missing_ok=True)  # this run's log only
 
     def argv(self) -> list[str]:
@@ -322,11 +323,6 @@ class ServiceAccountController(NexusController):
     def check_active(self) -> bool:
         check = kubectl_json(self.cluster, "get", "admissionchecks.kueue.x-k8s.io", CHECK)
         return bool(check) and condition(check, "Active") == "True"
-
-    def webhook_configuration(self) -> dict[str, Any]:
-        config = super().webhook_configuration()
-        config["metadata"]["name"] = f"{RELEASE}-e2e-local"
-        return config
 
 
 def token_kubeconfig(cluster: Any, path: Path) -> Path:
@@ -419,7 +415,7 @@ def sa_controller(
         ]
     )
     nc = ServiceAccountController(e2e_cluster, kubeconfig)
-    e2e_cluster.apply([nc.webhook_configuration()])
+    nc.register_admission()
     t0 = time.monotonic()
     try:
         nc.start()
@@ -427,9 +423,7 @@ def sa_controller(
         yield nc
     finally:
         nc.stop()
-        e2e_cluster.kubectl(
-            "delete", "mutatingwebhookconfiguration", f"{RELEASE}-e2e-local", "--ignore-not-found"
-        )
+        nc.uninstall_webhook()
         delete_kueue_objects(e2e_cluster)
 
 

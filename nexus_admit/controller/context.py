@@ -57,6 +57,8 @@ class Context:
     answered: dict[str, str] = field(default_factory=dict)
     # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
     ungating: dict[str, str] = field(default_factory=dict)
+    # pods with a reservation label that are not part of its Workload, already told so
+    refused_pods: set[str] = field(default_factory=set)
     # reservation "namespace/name" → monotonic time its status was last written
     status_written: dict[str, float] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)

@@ -13,6 +13,12 @@ The slots a pod holds are read back from the pods themselves, so a restart needs
 memory; `ctx.ungating` only covers our own patches until the watch shows them, so a pass in
 between does not hand the same slot out twice (Kueue TAS's ungater keeps the same kind of
 expectations).
+
+Only a pod that is part of the reservation's Workload gets a slot (`webhook.foreign_reason`):
+pods created by trusted controllers (the Job controller) are gated in the apiserver by a
+MutatingAdmissionPolicy and never reach the webhook, so a Job template that copies another
+Workload's reservation label yields pods that stay gated here, with a Warning Event on each
+that says why. Such a pod holds no slot, even if it claims one in its annotations.
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.events import post_event
 from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.webhook import foreign_reason
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.quantity import parse_time
@@ -111,8 +119,10 @@ async def run_ungater(ctx: Context) -> None:
             continue
         if task.exception() is not None:  # one bad pass must not stop the ungater
             ctx.metrics.errors.labels("ungate").inc()
-            log.error("ungating pass failed; retrying on the next event or tick",
-                      exc_info=task.exception())
+            log.error(
+                "ungating pass failed; retrying on the next event or tick",
+                exc_info=task.exception(),
+            )
 
 
 async def sync_ungating(ctx: Context) -> None:
@@ -121,6 +131,7 @@ async def sync_ungating(ctx: Context) -> None:
     what is waiting, not the size of the cluster."""
     gated = ctx.store.gated_pods()
     ctx.ungating = {u: s for u, s in ctx.ungating.items() if ctx.store.has_pod(u)}
+    ctx.refused_pods = {u for u in ctx.refused_pods if ctx.store.has_pod(u)}
     if not gated:
         return
     lifts = [
@@ -138,7 +149,7 @@ async def sync_ungating(ctx: Context) -> None:
         rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{ns}/{name}")
         if rr is None or meta(rr).get("deletionTimestamp"):
             continue  # not seen yet (the next event brings it), or being released
-        pods = ctx.store.pods_of_reservation(ns, name)
+        pods = _members(ctx, ns, rr)
         views = _views(ctx, pods, rr)
         uids = {str(meta(p).get("uid")) for p in pods}
         taken = {slot for uid, slot in ctx.ungating.items() if uid in uids}
@@ -150,6 +161,37 @@ async def sync_ungating(ctx: Context) -> None:
             ctx.ungating[str(meta(by_name[pod_name]).get("uid") or "")] = slot.key
         pins.extend(_pin(ctx, by_name[pod_name], slot) for pod_name, slot in chosen.items())
     await gather_bounded([*lifts, *pins])
+
+
+def _members(ctx: Context, namespace: str, rr: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pods with the reservation's label that are part of its Workload. Any other pod
+    with that label is refused once, with a Warning Event on it, and left gated."""
+    workload = ctx.store.get("Workload", reservation_workload_key(rr))
+    members: list[Mapping[str, Any]] = []
+    for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
+        reason = foreign_reason(pod, namespace, rr, workload)
+        if reason is None:
+            members.append(pod)
+            continue
+        uid = str(meta(pod).get("uid") or "")
+        if L.GATE_PLACEMENT in _gates(pod) and uid not in ctx.refused_pods:
+            ctx.refused_pods.add(uid)
+            ctx.metrics.errors.labels("foreign-pod").inc()
+            log.warning("pod %s/%s stays gated: %s", namespace, meta(pod).get("name"), reason)
+            ctx.background.spawn(
+                asyncio.to_thread(
+                    post_event,
+                    ctx.api,
+                    {"apiVersion": "v1", "kind": "Pod", **pod},
+                    "PlacementDenied",
+                    f"not ungated: {reason}",
+                    event_type="Warning",
+                    now=ctx.clock(),
+                    action="Ungate",
+                ),
+                name="refused-pod-event",
+            )
+    return members
 
 
 async def _lift(ctx: Context, pod: Mapping[str, Any]) -> None:

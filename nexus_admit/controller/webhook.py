@@ -34,6 +34,7 @@ __all__ = [
     "GateAnswer",
     "answer_review",
     "decide",
+    "foreign_reason",
     "gate_patch",
     "gated_spec",
     "malformed_gates",
@@ -111,44 +112,55 @@ def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
     return annotations.get(L.KUEUE_WORKLOAD_ANNOTATION) == wm.get("name")
 
 
+def foreign_reason(
+    pod: Mapping[str, Any],
+    namespace: str,
+    reservation: Mapping[str, Any] | None,
+    workload: Mapping[str, Any] | None,
+) -> str | None:
+    """Why the pod may not use the reservation its label names, or None when it may: the
+    reservation must exist in its namespace and belong to a live Workload the pod is part
+    of. The webhook denies such a pod; the ungater never gives it a slot (a pod created by
+    a trusted controller is gated in the apiserver and reaches only the ungater)."""
+    rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
+    if reservation is None:
+        return (
+            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
+            f"{L.LABEL_RESERVATION} does not exist; nexus-admit sets that label through Kueue, "
+            "remove it from the pod"
+        )
+    if workload is None or (
+        reservation_workload_uid(reservation)
+        and reservation_workload_uid(reservation) != meta(workload).get("uid")
+    ):
+        return (
+            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
+            f"{L.LABEL_RESERVATION} belongs to Workload "
+            f"{reservation_workload_key(reservation)}, which no longer exists"
+        )
+    if not _belongs(pod, workload):
+        return (
+            f"the pod is not part of Workload {reservation_workload_key(reservation)}, which "
+            f"ResourceReservation {namespace}/{rr_name} (pod label {L.LABEL_RESERVATION}) "
+            "belongs to: a pod cannot use another Workload's reservation"
+        )
+    return None
+
+
 def decide(
     pod: Mapping[str, Any],
     namespace: str,
     reservation: Mapping[str, Any] | None,
     workload: Mapping[str, Any] | None,
 ) -> GateAnswer:
-    m = meta(pod)
-    rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
-    gates = _gate_names(pod)
-    if not rr_name:
+    if not child(meta(pod), "labels").get(L.LABEL_RESERVATION):
         return GateAnswer(True)
-    if reservation is None:
-        return GateAnswer(
-            False,
-            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
-            f"{L.LABEL_RESERVATION} does not exist; nexus-admit sets that label through Kueue, "
-            "remove it from the pod",
-        )
-    if workload is None or (
-        reservation_workload_uid(reservation)
-        and reservation_workload_uid(reservation) != meta(workload).get("uid")
-    ):
-        return GateAnswer(
-            False,
-            f"ResourceReservation {namespace}/{rr_name} named by the pod label "
-            f"{L.LABEL_RESERVATION} belongs to Workload "
-            f"{reservation_workload_key(reservation)}, which no longer exists",
-        )
-    if not _belongs(pod, workload):
-        return GateAnswer(
-            False,
-            f"the pod is not part of Workload {reservation_workload_key(reservation)}, which "
-            f"ResourceReservation {namespace}/{rr_name} (pod label {L.LABEL_RESERVATION}) "
-            "belongs to: a pod cannot use another Workload's reservation",
-        )
+    foreign = foreign_reason(pod, namespace, reservation, workload)
+    if foreign is not None:
+        return GateAnswer(False, foreign)
     if child(pod, "spec").get("nodeName"):
         return GateAnswer(False, "a pod with a reservation label must not set spec.nodeName")
-    return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
+    return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in _gate_names(pod))
 
 
 Lookup = Callable[[str, str], Mapping[str, Any] | None]  # (kind, key) → object

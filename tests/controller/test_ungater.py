@@ -1,6 +1,7 @@
 """The ungater pins each gated pod of a reservation to one slot, by rank, once: a pass that
 runs again before the watch shows its patches hands out nothing twice; pods of a reservation
-the store does not hold yet stay gated (a unit test over `FakeApi`; the e2e tests pin real
+the store does not hold yet stay gated; a pod that is not part of the reservation's Workload
+never gets a slot and is told why once (a unit test over `FakeApi`; the e2e tests pin real
 pods on the real control plane)."""
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from nexus_admit.controller.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
-from tests.kube.kube_factories import node, pod, reservation
+from tests.kube.kube_factories import node, pod, pod_set, reservation, workload
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-def gated_pod(name: str, rank: int, rr: str = "rr-1", uid: str | None = None) -> dict[str, Any]:
+def gated_pod(
+    name: str, rank: int, rr: str = "rr-1", uid: str | None = None, owner_uid: str = "u"
+) -> dict[str, Any]:
     p = pod(
         name,
         None,
@@ -29,6 +32,9 @@ def gated_pod(name: str, rank: int, rr: str = "rr-1", uid: str | None = None) ->
         phase="Pending",
     )
     p["metadata"]["uid"] = uid or f"uid-{name}"
+    # the Job both the pod and Workload "w" belong to (kube_factories' owner uid)
+    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                         "uid": owner_uid, "controller": True}]
     return p
 
 
@@ -38,10 +44,11 @@ def setup(*pods: dict[str, Any], with_rr: bool = True) -> tuple[Context, FakeApi
         api.put(node(n))
     if with_rr:
         api.put(reservation("rr-1", "w", [{"index": 0, "node": "n0"}, {"index": 1, "node": "n1"}]))
+    api.put(workload("w", [pod_set("main", 2, gpus=8)]))
     for p in pods:
         api.put(p)
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
-    for kind in ("Node", "Pod", L.KIND_RESOURCE_RESERVATION):
+    for kind in ("Node", "Pod", "Workload", L.KIND_RESOURCE_RESERVATION):
         ctx.store.replace(kind, *api.list(kind))
     ctx.synced = True
     return ctx, api
@@ -110,3 +117,34 @@ def test_a_failed_patch_leaves_the_slot_free_for_the_next_pass() -> None:
     assert ctx.ungating == {}
     asyncio.run(sync_ungating(ctx))
     assert pinned(api, "p-0") == ("n0", [])
+
+
+def test_a_pod_of_another_job_with_the_label_stays_gated_and_is_told_why_once() -> None:
+    intruder = gated_pod("intruder", 0, owner_uid="other-job")
+    # it even claims the first slot in its annotations: a refused pod holds no slot
+    intruder["metadata"]["annotations"] = {L.ANN_SLOT: "main/0"}
+    ctx, api = setup(intruder, gated_pod("p-0", 0))
+
+    async def two_passes() -> None:
+        await sync_ungating(ctx)
+        await sync_ungating(ctx)
+        await ctx.background.drain()
+
+    asyncio.run(two_passes())
+    assert pinned(api, "intruder") == (None, [{"name": L.GATE_PLACEMENT}])
+    assert pinned(api, "p-0") == ("n0", [])
+    events, _ = api.list("Event")
+    assert len(events) == 1
+    (event,) = events
+    assert event["type"] == "Warning" and event["reason"] == "PlacementDenied"
+    assert event["regarding"]["name"] == "intruder"
+    assert "not part of Workload default/w" in event["note"]
+
+
+def test_pods_of_a_workload_that_is_gone_stay_gated() -> None:
+    ctx, api = setup(gated_pod("p-0", 0))
+    gone = ctx.store.get("Workload", "default/w")
+    assert gone is not None
+    ctx.store.delete("Workload", gone)
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == (None, [{"name": L.GATE_PLACEMENT}])
