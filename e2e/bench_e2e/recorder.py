@@ -146,6 +146,8 @@ class WorkloadWatcher(_Watcher):
         t = next((self.times[o["name"]] for o in owners if o.get("name") in self.times), None)
         if t is None:
             return
+        if t.workload_seen is None:
+            t.workload_seen = now
         if t.quota_reserved is None and _condition_true(wl, "QuotaReserved"):
             t.quota_reserved = now
         if t.admitted is None and _condition_true(wl, "Admitted"):

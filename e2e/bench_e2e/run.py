@@ -317,6 +317,11 @@ class Bench:
             "cpus": os.cpu_count(),
         }
         result["watch_errors"] = sum(w.errors for w in watchers)
+        # each Workload's milestones, in arrival order: where a stage's time went, and when
+        result["timeline"] = [
+            {"name": w.name, "tier": w.tier, "pods": w.pods, **times[w.name].timeline(t_start)}
+            for w in works
+        ]
         if complete_after:
             result["drain"] = self.drain(ns)
         result["cleanup_s"] = round(self.remove_namespace(ns), 1)

@@ -25,6 +25,7 @@ class WorkloadTimes:
 
     pods: int
     created: float | None = None  # the Job create call returned
+    workload_seen: float | None = None  # Kueue's Workload for it first seen
     quota_reserved: float | None = None
     check_ready: float | None = None  # our AdmissionCheck Ready (nexus phase only)
     admitted: float | None = None
@@ -37,6 +38,26 @@ class WorkloadTimes:
     def all_running(self) -> float | None:
         """When the last of its pods was seen Running (None until all were)."""
         return self._last(self.pod_running)
+
+    def _first(self, stamps: Mapping[str, float]) -> float | None:
+        return min(stamps.values(), default=None)
+
+    def timeline(self, t0: float) -> dict[str, float | None]:
+        """Its milestones in seconds since `t0` (the phase's start), for plots and triage."""
+
+        def rel(t: float | None) -> float | None:
+            return None if t is None else round(t - t0, 3)
+
+        return {
+            "created": rel(self.created),
+            "workload_seen": rel(self.workload_seen),
+            "quota_reserved": rel(self.quota_reserved),
+            "check_ready": rel(self.check_ready),
+            "admitted": rel(self.admitted),
+            "first_pod_created": rel(self._first(self.pod_created)),
+            "all_pods_created": rel(self._last(self.pod_created)),
+            "all_running": rel(self.all_running()),
+        }
 
     def _last(self, stamps: Mapping[str, float]) -> float | None:
         return max(stamps.values()) if len(stamps) >= self.pods else None
@@ -51,7 +72,8 @@ class WorkloadTimes:
                 self.check_ready or self.quota_reserved,
                 self.admitted,
             ),
-            ("admitted→all pods created", self.admitted, self._last(self.pod_created)),
+            ("admitted→first pod created", self.admitted, self._first(self.pod_created)),
+            ("first→all pods created", self._first(self.pod_created), self._last(self.pod_created)),
             (
                 "all pods created→all ungated",
                 self._last(self.pod_created),

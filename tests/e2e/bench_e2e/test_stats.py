@@ -85,12 +85,25 @@ def test_stages_and_ungate():
     assert s["create→quota reserved"] == 0.5
     assert s["quota reserved→check Ready"] == pytest.approx(0.3)
     assert s["check Ready→admitted"] == pytest.approx(0.1)
-    assert s["admitted→all pods created"] == pytest.approx(0.1)
+    assert s["admitted→first pod created"] == pytest.approx(0.1)
+    assert s["first→all pods created"] == 0.0
     assert s["all pods created→all ungated"] == 2.0  # last gate gone at 3, pods seen at 1
     assert s["all bound→all Running"] == 2.0
     assert sorted(stats.ungate_latencies([t])) == [1.0, 2.0]
     plain = gang(0.0, [5.0], quota_reserved=0.5, admitted=0.5)
     assert "quota reserved→admitted" in plain.stages()
+    t.pod_created["p1"] = 1.5  # the Job controller's second batch
+    assert t.stages()["first→all pods created"] == 0.5
+    assert t.timeline(-1.0) == {
+        "created": 1.0,
+        "workload_seen": None,
+        "quota_reserved": 1.5,
+        "check_ready": 1.8,
+        "admitted": 1.9,
+        "first_pod_created": 2.0,
+        "all_pods_created": 2.5,
+        "all_running": 7.0,
+    }
     summary = stats.stage_summary([t, plain])
     assert summary["create→quota reserved"]["n"] == 2
 
