@@ -121,6 +121,28 @@ class PodWatcher(_Watcher):
                 t.pod_running.setdefault(name, now)
 
 
+class JobWatcher(_Watcher):
+    """The Jobs (named after our Workloads): when Kueue unsuspended each, which splits the
+    wait for its first pod between Kueue's job reconciler and the Job controller."""
+
+    def __init__(self, kubeconfig: str, namespace: str, times: dict[str, WorkloadTimes]):
+        super().__init__(kubeconfig, namespace)
+        self.batch = client.BatchV1Api(self.api)
+        self.times = times
+
+    def list_raw(self) -> dict[str, Any]:
+        r = self.batch.list_namespaced_job(self.namespace, _preload_content=False)
+        return json.loads(r.data)
+
+    def watch_func(self) -> Any:
+        return self.batch.list_namespaced_job
+
+    def seen(self, job: dict[str, Any], now: float) -> None:
+        t = self.times.get(job["metadata"]["name"])
+        if t is not None and t.unsuspended is None and not (job.get("spec") or {}).get("suspend"):
+            t.unsuspended = now
+
+
 class WorkloadWatcher(_Watcher):
     """Kueue Workloads, matched to ours by the Job that owns them (same name)."""
 

@@ -43,6 +43,7 @@ from bench_e2e import workloads as wl_mod  # noqa: E402
 from bench_e2e.recorder import (  # noqa: E402
     KUEUE_GROUP,
     KUEUE_VERSION,
+    JobWatcher,
     PodWatcher,
     ProcSampler,
     WorkloadWatcher,
@@ -254,7 +255,11 @@ class Bench:
         self.make_namespace(ns, queue_prefix)
         times = {w.name: stats.WorkloadTimes(pods=w.pods) for w in works}
         kc = str(self.cluster.kubeconfig)
-        watchers = [PodWatcher(kc, ns, times), WorkloadWatcher(kc, ns, times)]
+        watchers = [
+            PodWatcher(kc, ns, times),
+            WorkloadWatcher(kc, ns, times),
+            JobWatcher(kc, ns, times),
+        ]
         for w in watchers:
             w.start()
         for w in watchers:

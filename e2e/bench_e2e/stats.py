@@ -29,6 +29,7 @@ class WorkloadTimes:
     quota_reserved: float | None = None
     check_ready: float | None = None  # our AdmissionCheck Ready (nexus phase only)
     admitted: float | None = None
+    unsuspended: float | None = None  # Kueue unsuspended the Job
     pod_created: dict[str, float] = field(default_factory=dict)  # pod name -> first seen
     pod_gated: set[str] = field(default_factory=set)  # seen with a scheduling gate
     pod_ungated: dict[str, float] = field(default_factory=dict)  # gates seen gone
@@ -54,6 +55,7 @@ class WorkloadTimes:
             "quota_reserved": rel(self.quota_reserved),
             "check_ready": rel(self.check_ready),
             "admitted": rel(self.admitted),
+            "unsuspended": rel(self.unsuspended),
             "first_pod_created": rel(self._first(self.pod_created)),
             "all_pods_created": rel(self._last(self.pod_created)),
             "all_running": rel(self.all_running()),
@@ -72,7 +74,8 @@ class WorkloadTimes:
                 self.check_ready or self.quota_reserved,
                 self.admitted,
             ),
-            ("admitted→first pod created", self.admitted, self._first(self.pod_created)),
+            ("admitted→Job unsuspended", self.admitted, self.unsuspended),
+            ("Job unsuspended→first pod created", self.unsuspended, self._first(self.pod_created)),
             ("first→all pods created", self._first(self.pod_created), self._last(self.pod_created)),
             (
                 "all pods created→all ungated",
