@@ -450,6 +450,9 @@ def summarize(
     ts = list(times.values())
     c2r = stats.create_to_running(ts)
     burst = [times[w.name] for w in works if w.arrival_s == 0]
+    requests = stats.counter_delta(
+        api[1], api[0], "apiserver_request_total", ("verb", "resource", "subresource", "code")
+    )
     webhooks = _admission_histograms(api, WEBHOOK_METRIC, "name")
     policies = _admission_histograms(api, POLICY_METRIC, "policy")
     controller: dict[str, Any] = {}
@@ -493,6 +496,12 @@ def summarize(
         "stages": stats.stage_summary(ts),
         "webhooks": webhooks,
         "admission_policies": policies,
+        # what the apiserver served in the phase, most first: who loads it, and conflicts
+        "api_requests": [
+            {"verb": v, "resource": r, "subresource": sub, "code": code, "count": n}
+            for (v, r, sub, code), n in sorted(requests.items(), key=lambda kv: -kv[1])
+            if v != "WATCH"
+        ][:40],
         "controller_metrics": controller,
     }
 

@@ -149,6 +149,24 @@ def histogram_buckets(text: str, name: str, match: Mapping[str, str] | None = No
     return out
 
 
+def counter_delta(
+    after: str, before: str, name: str, by: tuple[str, ...]
+) -> dict[tuple[str, ...], float]:
+    """Counter `name` increased between two scrapes, summed per value of the labels `by`."""
+
+    def sums(text: str) -> dict[tuple[str, ...], float]:
+        out: dict[tuple[str, ...], float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in (name, name + "_total"):
+                    key = tuple(s.labels.get(k, "") for k in by)
+                    out[key] = out.get(key, 0.0) + s.value
+        return out
+
+    b = sums(before)
+    return {k: v - b.get(k, 0.0) for k, v in sums(after).items() if v - b.get(k, 0.0) > 0}
+
+
 def histogram_label_values(text: str, name: str, label: str) -> set[str]:
     return {
         s.labels[label]

@@ -119,3 +119,17 @@ def test_cpu_by_process_leaves_out_what_did_not_run_throughout() -> None:
         "kube-apiserver": {"cpu_s": 30.0, "core_percent": 50.0},
         "kueue": {"cpu_s": 0.5, "core_percent": 0.8},
     }
+
+
+def test_counter_delta_sums_per_label_and_drops_what_did_not_move() -> None:
+    before = (
+        'apiserver_request_total{verb="PATCH",resource="pods",code="200"} 5\n'
+        'apiserver_request_total{verb="GET",resource="jobs",code="200"} 7\n'
+    )
+    after = (
+        'apiserver_request_total{verb="PATCH",resource="pods",code="200"} 9\n'
+        'apiserver_request_total{verb="PATCH",resource="pods",code="409"} 2\n'
+        'apiserver_request_total{verb="GET",resource="jobs",code="200"} 7\n'
+    )
+    got = stats.counter_delta(after, before, "apiserver_request_total", ("verb", "resource"))
+    assert got == {("PATCH", "pods"): 6.0}
