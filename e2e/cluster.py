@@ -66,6 +66,16 @@ COMPONENTS = [
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 KUEUE_NAMESPACE = "kueue-system"
+# Kueue's reconciler workers per kind, from the configuration Kueue ships
+KUEUE_GROUP_KIND_CONCURRENCY = {
+    "Job.batch": 5,
+    "Pod": 5,
+    "Workload.kueue.x-k8s.io": 10,
+    "LocalQueue.kueue.x-k8s.io": 5,
+    "Cohort.kueue.x-k8s.io": 1,
+    "ClusterQueue.kueue.x-k8s.io": 5,
+    "ResourceFlavor.kueue.x-k8s.io": 1,
+}
 # CRDs whose conversion webhook Kueue's own kustomization enables
 # (config/components/crd/kustomization.yaml, the webhook_in_* patches).
 KUEUE_CONVERSION_CRDS = {
@@ -1021,6 +1031,10 @@ class Cluster:
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "manageJobsWithoutQueueName": False,
+            # as Kueue ships it (config/components/manager/controller_manager_config.yaml and
+            # its helm chart): without this, controller-runtime runs every reconciler with one
+            # worker, and a burst of Jobs queues behind Kueue's single Job reconciler
+            "controller": {"groupKindConcurrency": KUEUE_GROUP_KIND_CONCURRENCY},
             "clientConnection": {"qps": 300, "burst": 500},
             "integrations": {"frameworks": KUEUE_FRAMEWORKS},
             "featureGates": {"VisibilityOnDemand": False},

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.charts.helm import CHART, bin_dir, render  # noqa: E402
+from tests.charts.helm import CHART, POLICY_API, bin_dir, render  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
@@ -139,6 +139,7 @@ def test_rendered_manifests_are_accepted_by_the_apiserver(
         namespace=NS,
         tmp=tmp_path,
         include_crds=True,
+        api_versions=[POLICY_API],  # what this 1.36 apiserver serves: the gate policy too
     )
     sent = [o for o in objects if o["kind"] not in NOT_SERVED]
     skipped = sorted({o["kind"] for o in objects} - {o["kind"] for o in sent})
@@ -191,6 +192,14 @@ def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
     assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME] * 2
     secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
     assert secret and mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    # helm asked this 1.36 apiserver what it serves: the policy gates the Job controller's pods
+    policy = kubectl_json(e2e_cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-pod-gate")
+    binding = kubectl_json(
+        e2e_cluster, "get", "mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate"
+    )
+    assert policy and binding
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == NO_NAMESPACE
+    assert mwc["webhooks"][0]["matchConditions"][0]["name"] == "untrusted-creator"
     svc = kubectl_json(e2e_cluster, "get", "service", "-n", NS, FULLNAME)
     assert svc and {p["name"] for p in svc["spec"]["ports"]} == {"webhook", "metrics"}
     _state["ca"] = secret["data"]["ca.crt"]
@@ -556,6 +565,8 @@ def test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds(
         ("clusterrole", FULLNAME),
         ("clusterrolebinding", FULLNAME),
         ("mutatingwebhookconfiguration", FULLNAME),
+        ("mutatingadmissionpolicy", f"{FULLNAME}-pod-gate"),
+        ("mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate"),
         ("admissionchecks.kueue.x-k8s.io", CHECK),
         ("placementconfigs.scheduling.kubenexus.io", CONFIG),
         ("serviceaccount", f"{FULLNAME}", "-n", NS),

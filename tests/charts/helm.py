@@ -27,6 +27,8 @@ CHART = ROOT / "charts" / "nexus-admit"
 SCHEMA = CHART / "values.schema.json"
 # the helm binary built without version ldflags reports Kubernetes v1.20 to templates
 KUBE_VERSION = "1.36.0"
+# what a 1.36 cluster serves and helm's built-in capabilities lack (webhook.gateMode: auto)
+POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 
 
 @functools.cache
@@ -60,9 +62,18 @@ def render(
     namespace: str = "nexus-system",
     tmp: Path | None = None,
     include_crds: bool = False,
+    api_versions: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """`helm template` with `values` (a values file), as a list of objects."""
-    r = template(values, release=release, namespace=namespace, tmp=tmp, include_crds=include_crds)
+    """`helm template` with `values` (a values file), as a list of objects. `api_versions`:
+    what the cluster serves beyond helm's built-in set (`.Capabilities.APIVersions`)."""
+    r = template(
+        values,
+        release=release,
+        namespace=namespace,
+        tmp=tmp,
+        include_crds=include_crds,
+        api_versions=api_versions,
+    )
     if r.returncode != 0:
         raise AssertionError(f"helm template failed:\n{r.stderr}")
     return [d for d in yaml.safe_load_all(r.stdout) if d]
@@ -75,9 +86,12 @@ def template(
     namespace: str = "nexus-system",
     tmp: Path | None = None,
     include_crds: bool = False,
+    api_versions: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     args = ["template", release, str(CHART), "--namespace", namespace]
     args += ["--kube-version", KUBE_VERSION]
+    for v in api_versions:
+        args += ["--api-versions", v]
     if include_crds:
         args.append("--include-crds")
     if values:

@@ -17,9 +17,15 @@ from typing import Any
 import pytest
 import yaml
 
+from nexus_admit.kube.pod_gate_policy import (
+    pod_gate_binding,
+    pod_gate_policy,
+    untrusted_creator_condition,
+)
 from nexus_admit.model import PlacementConfig
 from tests.charts.helm import (
     CHART,
+    POLICY_API,
     ROOT,
     SCHEMA,
     by_kind,
@@ -226,8 +232,9 @@ def test_deployment_runs_the_controller_with_restricted_pod_security(
     assert env["NEXUS_LEADER_IDENTITY"] == "metadata.name"
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
-    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == (
-        deploy["spec"]["selector"]["matchLabels"]
+    assert (
+        anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        == (deploy["spec"]["selector"]["matchLabels"])
     )
     assert one(default_objects, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
@@ -336,17 +343,18 @@ def harness_webhooks(tmp_path: Path) -> list[dict[str, Any]]:
     finally:
         sys.path.remove(str(ROOT / "e2e"))
     (tmp_path / "ca.crt").write_text("x")
-    stub = SimpleNamespace(cluster=SimpleNamespace(pki=tmp_path), webhook_port=1)
+    stub = SimpleNamespace(
+        cluster=SimpleNamespace(pki=tmp_path), webhook_port=1, webhook_config_name="harness"
+    )
     hooks: list[dict[str, Any]] = NexusController.webhook_configuration(stub)["webhooks"]
     return hooks
 
 
-def test_webhooks_are_the_harness_webhooks_behind_a_service(
-    default_objects: list[dict[str, Any]], tmp_path: Path
-) -> None:
-    mwc = one(default_objects, "MutatingWebhookConfiguration")
-    secret = one(default_objects, "Secret")
-    service = one(default_objects, "Service")
+def test_webhooks_are_the_harness_webhooks_behind_a_service(tmp_path: Path) -> None:
+    objects = render(api_versions=[POLICY_API])  # a 1.36 cluster: the policy gates
+    mwc = one(objects, "MutatingWebhookConfiguration")
+    secret = one(objects, "Secret")
+    service = one(objects, "Service")
     expected = harness_webhooks(tmp_path)
     assert [h["name"] for h in mwc["webhooks"]] == [h["name"] for h in expected]
     for hook, want in zip(mwc["webhooks"], expected, strict=True):
@@ -367,6 +375,47 @@ def test_webhooks_are_the_harness_webhooks_behind_a_service(
         assert expr["values"] == ["kube-system", "kueue-system", NS]
     ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
     assert ports == {"webhook": (443, "webhook"), "metrics": (8080, "health")}
+
+
+def test_gate_policy_is_the_controllers_own_and_sees_the_webhooks_namespaces() -> None:
+    objects = render(api_versions=[POLICY_API])
+    policy = one(objects, "MutatingAdmissionPolicy")
+    binding = one(objects, "MutatingAdmissionPolicyBinding")
+    name = policy["metadata"]["name"]
+    assert policy["spec"] == pod_gate_policy(name)["spec"]
+    assert binding["spec"]["policyName"] == name
+    webhook_namespaces = one(objects, "MutatingWebhookConfiguration")["webhooks"][0][
+        "namespaceSelector"
+    ]
+    assert binding["spec"] == pod_gate_binding(name, webhook_namespaces)["spec"]
+
+
+@pytest.mark.parametrize(
+    ("gate_mode", "api_versions", "by_policy"),
+    [
+        ("auto", [], False),  # a cluster without the API: every labelled pod to the webhook
+        ("auto", [POLICY_API], True),
+        ("webhook", [POLICY_API], False),
+        ("policy", [], True),
+    ],
+)
+def test_gate_mode_picks_the_policy_or_the_webhook(
+    gate_mode: str, api_versions: list[str], by_policy: bool, tmp_path: Path
+) -> None:
+    objects = render({"webhook": {"gateMode": gate_mode}}, tmp=tmp_path, api_versions=api_versions)
+    hooks = {h["name"]: h for h in one(objects, "MutatingWebhookConfiguration")["webhooks"]}
+    assert bool(by_kind(objects, "MutatingAdmissionPolicy")) == by_policy
+    assert bool(by_kind(objects, "MutatingAdmissionPolicyBinding")) == by_policy
+    conditions = hooks["pod-gate.scheduling.kubenexus.io"].get("matchConditions")
+    assert conditions == ([untrusted_creator_condition()] if by_policy else None)
+    assert "matchConditions" not in hooks["queued-pod-gate.scheduling.kubenexus.io"]
+
+
+def test_trusted_pod_creators_reach_the_webhooks_condition(tmp_path: Path) -> None:
+    users = ["system:serviceaccount:kube-system:job-controller", "system:serviceaccount:x:y"]
+    objects = render({"webhook": {"gateMode": "policy", "trustedPodCreators": users}}, tmp=tmp_path)
+    hook = one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
+    assert hook["matchConditions"] == [untrusted_creator_condition(users)]
 
 
 def test_generated_certificate_serves_the_service_name_and_chains_to_the_ca_bundle(

@@ -49,3 +49,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "nexus-admit.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/* "true" when a MutatingAdmissionPolicy adds the scheduling gate (webhook.gateMode). */}}
+{{- define "nexus-admit.gateByPolicy" -}}
+{{- $mode := .Values.webhook.gateMode | default "auto" }}
+{{- if or (eq $mode "policy") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")) }}true{{ end }}
+{{- end }}
+
+{{/* The namespaces whose pods the webhook and the gate policy see. */}}
+{{- define "nexus-admit.podNamespaceSelector" -}}
+{{- if .Values.webhook.namespaceSelector }}
+{{- toYaml .Values.webhook.namespaceSelector }}
+{{- else }}
+matchExpressions:
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values:
+  {{- range (append .Values.webhook.excludedNamespaces .Release.Namespace | uniq) }}
+  - {{ . }}
+  {{- end }}
+{{- end }}
+{{- end }}
