@@ -350,13 +350,16 @@ async def _commit(
     body: dict[str, Any],
     levels: Sequence[str],
 ) -> Reserved:
-    """Create the reservation, then write the check Ready from what it holds."""
+    """Create the reservation, then write the check Ready from what it holds. The check
+    write goes out in the background (awaited at the end of the pass): only the create
+    settles capacity, so the next decision waits for one round trip, not two. A check
+    write that fails is written again from the reservation by the next pass."""
     reserved = await _create_reservation(ctx, snapshot, workload, gang, placement, body)
     if reserved.placement is not None:
         ctx.faults.hit("kill-after-reservation")
         name = reservation_name(workload)
         outcome = placed(reserved.placement, gang, name, snapshot, levels)
-        await _answer(ctx, workload, check, outcome)
+        ctx.background.spawn(_answer(ctx, workload, check, outcome), name="check-write")
     return reserved
 
 
