@@ -42,10 +42,13 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+from cachetools import LRUCache
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
@@ -608,6 +611,42 @@ def topologies_from_objects(topologies: Iterable[Obj]) -> dict[str, tuple[str, .
     return out
 
 
+# The controller rebuilds its snapshot every pass, and a fleet's Nodes, NRTs and
+# ResourceSlices rarely change between two passes: one translation per version of the
+# objects (uid and resourceVersion of each), copied out since the snapshot mutates its
+# nodes. Objects without a version (a dump file, a test) are translated every time.
+# Locked: snapshots are built in worker threads.
+_NODE_CACHE: LRUCache[tuple[tuple[str, str], ...], tuple[Node, dict[int, int]]] = LRUCache(
+    maxsize=20000
+)
+_NODE_LOCK = threading.Lock()
+
+
+def _version(obj: Obj | None) -> tuple[str, str] | None:
+    m = obj.get("metadata") if obj is not None else None
+    if not isinstance(m, Mapping) or not m.get("uid") or not m.get("resourceVersion"):
+        return None
+    return (str(m["uid"]), str(m["resourceVersion"]))
+
+
+def _translated_node(
+    obj: Obj, nrt: Obj | None, resource_slices: Sequence[Obj]
+) -> tuple[Node, dict[int, int]]:
+    versions = [_version(o) for o in (obj, *resource_slices)]
+    nrt_version = _version(nrt) if nrt is not None else ("", "")
+    if any(v is None for v in versions) or nrt_version is None:
+        return node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
+    key = tuple(v for v in (*versions, nrt_version) if v is not None)
+    with _NODE_LOCK:
+        cached = _NODE_CACHE.get(key)
+    if cached is None:
+        cached = node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
+        with _NODE_LOCK:
+            _NODE_CACHE[key] = cached
+    node, avail = cached
+    return node.copy(), dict(avail)
+
+
 def build_snapshot(
     nodes: Iterable[Obj],
     pods: Iterable[Obj] = (),
@@ -638,9 +677,7 @@ def build_snapshot(
     replicas: dict[str, int] = {}
     for obj in nodes:
         name = str(meta(obj).get("name") or "")
-        node, avail = node_from_object(
-            obj, nrt=nrt_by_node.get(name), resource_slices=slices_by_node.get(name, ())
-        )
+        node, avail = _translated_node(obj, nrt_by_node.get(name), slices_by_node.get(name, ()))
         if node.name in model_nodes:
             raise TranslationError(object_ref(obj), "metadata.name", "duplicate Node name")
         model_nodes[node.name] = node

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from cachetools import LRUCache
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Obj, TranslationError, child, mapping, meta, object_ref
@@ -131,9 +134,33 @@ def neighbour_order(
     return out
 
 
+# A pass reads the slots of every live reservation several times (per pod, per node); one
+# version of a reservation always holds the same slots. Keyed by uid and resourceVersion,
+# so objects without them (files, tests) are parsed every time. Locked: the snapshot is
+# built in a worker thread while the loop reads slots too.
+_SLOTS_CACHE: LRUCache[tuple[str, str], tuple[ReservedSlot, ...]] = LRUCache(maxsize=8192)
+_SLOTS_LOCK = threading.Lock()
+
+
 def reservation_slots(rr: Obj) -> list[ReservedSlot]:
     """Every slot a reservation holds, malformed entries skipped (the snapshot builder
     reports them with the field when it counts capacity)."""
+    m = rr.get("metadata")
+    uid = m.get("uid") if isinstance(m, Mapping) else None
+    version = m.get("resourceVersion") if isinstance(m, Mapping) else None
+    if not uid or not version:
+        return _parse_slots(rr)
+    key = (str(uid), str(version))
+    with _SLOTS_LOCK:
+        cached = _SLOTS_CACHE.get(key)
+    if cached is None:
+        cached = tuple(_parse_slots(rr))
+        with _SLOTS_LOCK:
+            _SLOTS_CACHE[key] = cached
+    return list(cached)
+
+
+def _parse_slots(rr: Obj) -> list[ReservedSlot]:
     out: list[ReservedSlot] = []
     spec = rr.get("spec")
     pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None

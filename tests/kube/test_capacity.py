@@ -304,3 +304,19 @@ def test_free_capacity_property(pods_spec: list[tuple[int, int, str]]) -> None:
     assert n.free_pods == 110 - len(live)
     assert n.gpu_count - n.free_whole_gpus == min(8, sum(g for _, g in live))
     assert all(0 <= f <= GPU_WHOLE for f in n.gpu_free)
+
+
+def test_a_cached_node_translation_is_a_fresh_copy_per_snapshot() -> None:
+    """Snapshots are built every pass from mostly unchanged Nodes: the translation is
+    reused per resourceVersion, but what one snapshot subtracts never reaches the next."""
+    from nexus_admit.kube.cluster import build_snapshot
+    from tests.kube.kube_factories import node, pod
+
+    n = node("n0", gpus=8)
+    n["metadata"].update(uid="uid-n0", resourceVersion="7")
+    busy = pod("p", "n0", gpus=4)
+    assert build_snapshot([n], [busy]).nodes["n0"].free_whole_gpus == 4
+    assert build_snapshot([n]).nodes["n0"].free_whole_gpus == 8
+    relabelled = {**n, "metadata": {**n["metadata"], "resourceVersion": "8",
+                                    "labels": {**n["metadata"].get("labels", {}), "x": "y"}}}
+    assert build_snapshot([relabelled]).nodes["n0"].labels["x"] == "y"

@@ -80,3 +80,18 @@ def test_a_negative_device_index_in_a_slot_is_refused_not_an_index_error() -> No
     }
     with pytest.raises(TranslationError, match="gpus"):
         build_snapshot([node("n0", gpus=2)], [], [rr])
+
+
+def test_slots_of_one_reservation_version_are_read_once_and_a_new_version_again() -> None:
+    from nexus_admit.kube.reservations import reservation_slots
+    from tests.kube.kube_factories import reservation
+
+    rr = reservation("rr-c", "w", [{"index": 0, "node": "n0", "gpus": [0]}])
+    rr["metadata"].update(uid="uid-rr-c", resourceVersion="1")
+    first = reservation_slots(rr)
+    first.clear()  # a caller's list is its own
+    assert [s.node for s in reservation_slots(rr)] == ["n0"]
+    moved = {**rr, "metadata": {**rr["metadata"], "resourceVersion": "2"}}
+    moved["spec"] = {**rr["spec"], "podSets": [{"name": "main", "slots": [{"node": "n1"}]}]}
+    assert [s.node for s in reservation_slots(moved)] == ["n1"]
+    assert [s.node for s in reservation_slots(rr)] == ["n0"]
