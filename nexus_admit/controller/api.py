@@ -87,17 +87,27 @@ class NotLeading(RuntimeError):
     """A write refused before it was sent: this replica does not hold the leader Lease."""
 
 
+# Blocking API calls run in worker threads (`asyncio.to_thread`): the ungater's pin
+# patches, status writes and Events go out many at a time, and the placing loop's own
+# calls must never queue behind them. `operator.run` sizes the loop's executor to this, and
+# the client keeps as many connections (urllib3 would otherwise keep 5 per core and open a
+# new TLS connection for every request above that).
+API_THREADS = 32
+
+
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
     """A client for `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+    cfg = client.Configuration()
+    cfg.connection_pool_maxsize = API_THREADS
     api: client.ApiClient
     if kubeconfig:
-        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        api = config.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
         return api
     try:
-        api = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        api = config.new_client_from_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except config.ConfigException:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        api = client.ApiClient()
+        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        api = client.ApiClient(cfg)
     return api
 
 

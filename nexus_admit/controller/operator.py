@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -24,7 +25,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus_admit.controller import watches
-from nexus_admit.controller.api import KubeApi, load_api_client
+from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
@@ -247,6 +248,9 @@ async def run(options: RunOptions) -> None:
     elector = elect(ctx) if options.leader_elect else None
     ctx.metrics.leader.set(0 if elector else 1)
     ctx.loop = asyncio.get_running_loop()
+    # room for every concurrent API call (see api.API_THREADS): the default, 4 + cores
+    # threads, let a burst of pod pins hold up the placing loop's reservation writes
+    ctx.loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
     hook: list[WebhookThread] = []  # started once the store is synced
     runner = await _health_server(ctx, hook)
     log.info(
