@@ -612,13 +612,13 @@ def topologies_from_objects(topologies: Iterable[Obj]) -> dict[str, tuple[str, .
 
 
 # The controller rebuilds its snapshot every pass, and a fleet's Nodes, NRTs and
-# ResourceSlices rarely change between two passes: one translation per version of the
-# objects (uid and resourceVersion of each), copied out since the snapshot mutates its
-# nodes. Objects without a version (a dump file, a test) are translated every time.
-# Locked: snapshots are built in worker threads.
-_NODE_CACHE: LRUCache[tuple[tuple[str, str], ...], tuple[Node, dict[int, int]]] = LRUCache(
-    maxsize=20000
-)
+# ResourceSlices rarely change between two passes: one translation per node, reused while
+# the versions (uid and resourceVersion) of its objects stay the same and replaced when
+# they change, copied out since the snapshot mutates its nodes. Objects without a version
+# (a dump file, a test) are translated every time. Locked: snapshots are built in worker
+# threads.
+_NodeVersions = tuple[tuple[str, str], ...]
+_NODE_CACHE: LRUCache[str, tuple[_NodeVersions, Node, dict[int, int]]] = LRUCache(maxsize=65536)
 _NODE_LOCK = threading.Lock()
 
 
@@ -634,17 +634,18 @@ def _translated_node(
 ) -> tuple[Node, dict[int, int]]:
     versions = [_version(o) for o in (obj, *resource_slices)]
     nrt_version = _version(nrt) if nrt is not None else ("", "")
-    if any(v is None for v in versions) or nrt_version is None:
+    name = str(meta(obj).get("name") or "")
+    if not name or any(v is None for v in versions) or nrt_version is None:
         return node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
     key = tuple(v for v in (*versions, nrt_version) if v is not None)
     with _NODE_LOCK:
-        cached = _NODE_CACHE.get(key)
-    if cached is None:
-        cached = node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
+        hit = _NODE_CACHE.get(name)
+    if hit is None or hit[0] != key:
+        node, avail = node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
+        hit = (key, node, avail)
         with _NODE_LOCK:
-            _NODE_CACHE[key] = cached
-    node, avail = cached
-    return node.copy(), dict(avail)
+            _NODE_CACHE[name] = hit
+    return hit[1].copy(), dict(hit[2])
 
 
 def build_snapshot(

@@ -135,10 +135,10 @@ def neighbour_order(
 
 
 # A pass reads the slots of every live reservation several times (per pod, per node); one
-# version of a reservation always holds the same slots. Keyed by uid and resourceVersion,
-# so objects without them (files, tests) are parsed every time. Locked: the snapshot is
-# built in a worker thread while the loop reads slots too.
-_SLOTS_CACHE: LRUCache[tuple[str, str], tuple[ReservedSlot, ...]] = LRUCache(maxsize=8192)
+# version of a reservation always holds the same slots. One entry per reservation (uid),
+# replaced when its resourceVersion changes; objects without them (files, tests) are parsed
+# every time. Locked: the snapshot is built in a worker thread while the loop reads too.
+_SLOTS_CACHE: LRUCache[str, tuple[str, tuple[ReservedSlot, ...]]] = LRUCache(maxsize=65536)
 _SLOTS_LOCK = threading.Lock()
 
 
@@ -150,14 +150,13 @@ def reservation_slots(rr: Obj) -> list[ReservedSlot]:
     version = m.get("resourceVersion") if isinstance(m, Mapping) else None
     if not uid or not version:
         return _parse_slots(rr)
-    key = (str(uid), str(version))
     with _SLOTS_LOCK:
-        cached = _SLOTS_CACHE.get(key)
-    if cached is None:
-        cached = tuple(_parse_slots(rr))
+        hit = _SLOTS_CACHE.get(str(uid))
+    if hit is None or hit[0] != str(version):
+        hit = (str(version), tuple(_parse_slots(rr)))
         with _SLOTS_LOCK:
-            _SLOTS_CACHE[key] = cached
-    return list(cached)
+            _SLOTS_CACHE[str(uid)] = hit
+    return list(hit[1])
 
 
 def _parse_slots(rr: Obj) -> list[ReservedSlot]:
