@@ -56,6 +56,7 @@ from nexus_admit.controller.outcome import (
     rejected_input,
     unplaced,
 )
+from nexus_admit.controller.owners import OWNER_KIND, fetch_owner_jobs, prune_owner_jobs
 from nexus_admit.controller.preemption import (
     PreemptedVictim,
     announce,
@@ -187,8 +188,13 @@ async def place_pending(ctx: Context) -> None:
     active = {n for n, v in ctx.checks.items() if v.config is not None}
     if not active:
         return
+    prune_owner_jobs(ctx)
     dump = ctx.store.dump()
     pending = dump.pending_workloads(active)
+    # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
+    unread = await fetch_owner_jobs(ctx, pending)
+    if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
+        dump = ctx.store.dump()
     # answers the watch has shown (the check left Pending, or a new attempt) need no guard
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
@@ -228,7 +234,7 @@ async def place_pending(ctx: Context) -> None:
     try:
         for wl in pending:
             check = _our_pending_check(wl, ctx)
-            if check is None:
+            if check is None or object_key(wl) in unread:
                 continue
             await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes)
     finally:

@@ -27,13 +27,12 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
 
-__all__ = ["WATCHED_KINDS", "Store", "resource_version"]
+__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
 
-# every kind the controller reads; the names are the `kind` of the objects (as in a dump)
+# every kind the controller watches; the names are the `kind` of the objects (as in a dump)
 WATCHED_KINDS = (
     "Node",
     "Pod",
-    "Job",
     "Workload",
     "LocalQueue",
     "ClusterQueue",
@@ -45,6 +44,9 @@ WATCHED_KINDS = (
     "ResourceReservation",
     "PlacementConfig",
 )
+
+# read on demand and kept while needed (`owners.py`): a Workload's Job
+FETCHED_KINDS = ("Job",)
 
 
 def resource_version(obj: Mapping[str, Any]) -> int | None:
@@ -91,7 +93,7 @@ class Store:
     touches it."""
 
     objects: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {k: {} for k in WATCHED_KINDS}
+        default_factory=lambda: {k: {} for k in (*WATCHED_KINDS, *FETCHED_KINDS)}
     )
     # deleted keys with the resourceVersion of their deletion, so a late ADDED/MODIFIED of
     # the same object (a stale event) cannot bring it back
@@ -151,6 +153,10 @@ class Store:
         self._put(kind, key, dict(obj))
         self.tombstones.pop((kind, key), None)
         return True
+
+    def forget(self, kind: str, key: str) -> None:
+        """Drop an object read on demand (no watch brings its deletion, so no tombstone)."""
+        self._drop(kind, key)
 
     def delete(self, kind: str, obj: Mapping[str, Any]) -> bool:
         key = _key(obj)

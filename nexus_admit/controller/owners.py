@@ -1,0 +1,83 @@
+"""The Jobs that own pending Workloads, read on demand instead of watched.
+
+Who calls it: `placing.place_pending`, before it translates the Workloads of a pass. The
+translation needs one field of a Job, `spec.completionMode` (an Indexed Job's pods carry
+their rank), and it never changes after creation; a watch would bring every Job status
+change (one per pod created, ready, finished) to the controller and the apiserver would
+serialise each for it. So a Workload's Job is read once, trimmed to that field, and kept in
+the store while a Workload refers to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.kube.errors import child, meta, object_key
+
+__all__ = ["OWNER_KIND", "fetch_owner_jobs", "prune_owner_jobs", "trimmed_job"]
+
+log = logging.getLogger("nexus_admit.owners")
+OWNER_KIND = "Job"
+
+
+def trimmed_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What the translation reads of a Job: its identity and completion mode."""
+    m = meta(job)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": OWNER_KIND,
+        "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in m},
+        "spec": {"completionMode": child(job, "spec").get("completionMode") or "NonIndexed"},
+    }
+
+
+def _job_refs(workload: Mapping[str, Any]) -> list[tuple[str, str]]:
+    ns = str(meta(workload).get("namespace") or "default")
+    refs = meta(workload).get("ownerReferences")
+    return [
+        (ns, str(r.get("name")))
+        for r in (refs if isinstance(refs, list) else [])
+        if isinstance(r, Mapping) and r.get("kind") == OWNER_KIND and r.get("name")
+    ]
+
+
+async def fetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> set[str]:
+    """Read the Jobs of `workloads` the store lacks. Returns the keys ("ns/name") of the
+    Workloads whose Job could not be read (an API error, not a missing Job): they wait for
+    the next pass rather than be placed as if their Job were not Indexed."""
+    missing: dict[tuple[str, str], list[str]] = {}
+    for w in workloads:
+        key = object_key(w)
+        for ns, name in _job_refs(w):
+            if ctx.store.get(OWNER_KIND, f"{ns}/{name}") is None:
+                missing.setdefault((ns, name), []).append(key)
+    if not missing:
+        return set()
+
+    async def one(ns: str, name: str) -> bool:
+        try:
+            job = await asyncio.to_thread(ctx.api.get, OWNER_KIND, name, ns)
+        except Exception as e:  # ApiException, OSError, urllib3's own errors
+            ctx.metrics.errors.labels("owner").inc()
+            log.warning("could not read Job %s/%s; its Workload waits a pass: %s", ns, name, e)
+            return False
+        if job is not None:  # gone: the Workload is translated without it
+            ctx.store.upsert(OWNER_KIND, trimmed_job(job))
+        return True
+
+    done = await asyncio.gather(*(one(ns, name) for ns, name in missing))
+    return {w for ok, keys in zip(done, missing.values(), strict=True) if not ok for w in keys}
+
+
+def prune_owner_jobs(ctx: Context) -> None:
+    """Forget the Jobs no Workload in the store refers to any more."""
+    wanted = {f"{ns}/{name}" for w in ctx.store.items("Workload") for ns, name in _job_refs(w)}
+    for job in ctx.store.items(OWNER_KIND):
+        m = meta(job)
+        key = f"{m.get('namespace')}/{m.get('name')}"
+        if key not in wanted:
+            ctx.store.forget(OWNER_KIND, key)

@@ -1,0 +1,83 @@
+"""A pending Workload's Job is read once, trimmed to its completion mode, kept while a
+Workload refers to it; a Job the API cannot return holds its Workload back a pass (a unit
+test over `FakeApi`; the e2e tests place Indexed Jobs on the real control plane)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.owners import fetch_owner_jobs, prune_owner_jobs
+from nexus_admit.placement.policies import make_policy
+from tests.controller.fake_api import FakeApi
+from tests.kube.kube_factories import pod_set, workload
+
+
+def job(name: str, mode: str = "Indexed") -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "uid": "u", "labels": {"a": "b"}},
+        "spec": {"completionMode": mode, "parallelism": 8, "template": {"spec": {}}},
+        "status": {"active": 8},
+    }
+
+
+def setup() -> tuple[Context, FakeApi, dict[str, Any]]:
+    api = FakeApi()
+    api.put(job("w"))
+    wl = api.put(workload("w", [pod_set("main", 8)]))
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    ctx.store.upsert("Workload", wl)
+    return ctx, api, wl
+
+
+def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
+    ctx, api, wl = setup()
+    reads = []
+    real = api.get
+
+    def counting(*args: Any) -> Any:
+        reads.append(args)
+        return real(*args)
+
+    api.get = counting  # type: ignore[method-assign]
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert reads == [("Job", "w", "default")]
+    (kept,) = ctx.store.items("Job")
+    assert kept["spec"] == {"completionMode": "Indexed"}
+    assert "status" not in kept and "labels" not in kept["metadata"]
+    # the translation sees it: an Indexed Job's 8-pod Workload is a training gang
+    dump = ctx.store.dump()
+    assert dump.kueue_index().owner_of(wl) == kept
+
+
+def test_a_job_the_api_cannot_return_holds_its_workload_back() -> None:
+    ctx, api, wl = setup()
+
+    def down(*_: Any) -> Any:
+        raise OSError("connection refused")
+
+    api.get = down  # type: ignore[method-assign]
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == {"default/w"}
+    assert ctx.store.items("Job") == []
+
+
+def test_a_deleted_job_is_not_waited_for() -> None:
+    ctx, api, wl = setup()
+    del api.objects[("Job", "default/w")]
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert ctx.store.items("Job") == []
+
+
+def test_a_job_no_workload_refers_to_is_forgotten() -> None:
+    ctx, _, wl = setup()
+    asyncio.run(fetch_owner_jobs(ctx, [wl]))
+    prune_owner_jobs(ctx)
+    assert len(ctx.store.items("Job")) == 1
+    ctx.store.delete("Workload", wl)
+    prune_owner_jobs(ctx)
+    assert ctx.store.items("Job") == []
