@@ -2,11 +2,13 @@
 reservation exists in its namespace and belongs to its Workload; such a pod gets our
 scheduling gate, so it waits until the ungater gives it a slot. It writes nothing.
 
-Who calls it: `operator.py` registers `review_pod` behind kopf's admission server for pod
-CREATE requests; the MutatingWebhookConfiguration selects only pods with the reservation
-label, or with Kueue's queue label (plain pods, see `queued_under_check`), so no other pod
-ever reaches it. A tenant who copies another
-Workload's label onto a pod is denied with a message that says why.
+Who calls it: `webhook_thread.py` answers pod CREATE reviews with `answer_review`; the
+MutatingWebhookConfiguration selects only pods with the reservation label, or with Kueue's
+queue label (plain pods, see `queued_under_check`), so no other pod ever reaches it. Where
+the apiserver gates labelled pods itself (`kube/pod_gate_policy.py`), pods created by the
+trusted controllers skip this webhook, and the ungater makes the same ownership check
+(`foreign_reason`) before it gives a pod a slot. A tenant who copies another Workload's
+label onto a pod is denied with a message that says why.
 
 `decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
 created a moment ago (Kueue unsuspends a Job within milliseconds of our Ready) is fetched
