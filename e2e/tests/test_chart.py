@@ -239,7 +239,7 @@ MUST = [
     ("watch", "nodes"),
     ("watch", "pods", "--all-namespaces"),
     ("patch", "pods", "-n", "default"),
-    ("watch", "jobs.batch", "--all-namespaces"),
+    ("get", "jobs.batch", "-n", "default"),  # a Workload's Job, read on demand
     ("watch", "workloads.kueue.x-k8s.io", "--all-namespaces"),
     ("get", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("patch", "workloads.kueue.x-k8s.io", "--subresource=status", "-n", "default"),
@@ -278,6 +278,7 @@ MUST_NOT = [
     ("patch", "clusterqueues.kueue.x-k8s.io"),
     ("patch", "placementconfigs.scheduling.kubenexus.io"),
     ("patch", "jobs.batch", "-n", "default"),
+    ("watch", "jobs.batch", "--all-namespaces"),  # read on demand, never watched
     ("create", "events", "-n", "default"),  # core Events: kopf's posting is off
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("create", "customresourcedefinitions.apiextensions.k8s.io"),
