@@ -243,7 +243,7 @@ async def sync_lifecycle(ctx: Context) -> None:
     now = ctx.clock()
     checks = sorted(ctx.checks)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
-    nodes = {str(meta(n).get("name")): n for n in ctx.store.items("Node")}
+    nodes = ctx.store.by_key("Node")  # read only: keyed by name, as lost_node asks
     status_writes = []
     tick = time.monotonic()
     live = {object_key(rr) for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}

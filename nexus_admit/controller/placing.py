@@ -96,6 +96,7 @@ from nexus_admit.placement.preemption import (
     restrict_borrowing,
 )
 from nexus_admit.placement.sequence import OrderedPlacer
+from nexus_admit.placement.tracking import TrackedSnapshot
 
 __all__ = ["place_pending", "reconcile", "run_loop"]
 
@@ -226,7 +227,9 @@ async def place_pending(ctx: Context) -> None:
         ctx.metrics.errors.labels("snapshot").inc()
         log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
         return
-    placer = OrderedPlacer(ctx.engine, snapshot)
+    # tracked: the engine keeps what it derived of each node between this pass's Workloads
+    # and re-reads only the nodes the pass's own placements changed
+    placer = OrderedPlacer(ctx.engine, TrackedSnapshot(snapshot.nodes, snapshot.kueue_topologies))
     ctx.ledger.hold_in(placer)
     kueue = await asyncio.to_thread(dump.kueue_index)
     demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from nexus_admit.kube import labels as L
@@ -104,7 +105,6 @@ class Store:
         default_factory=dict
     )
     _gated_pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod key → pod
-    _pod_uids: set[str] = field(default_factory=set)
 
     def _put(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         bucket = self.objects.setdefault(kind, {})
@@ -115,9 +115,6 @@ class Store:
                 self._pods_by_reservation.setdefault(ref, {})[key] = obj
             if _gated(obj):
                 self._gated_pods[key] = obj
-            uid = meta(obj).get("uid")
-            if uid:
-                self._pod_uids.add(str(uid))
         bucket[key] = obj
         self.generation += 1
 
@@ -138,7 +135,6 @@ class Store:
                 if not pods:
                     del self._pods_by_reservation[ref]
         self._gated_pods.pop(key, None)
-        self._pod_uids.discard(str(meta(pod).get("uid")))
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> bool:
         """Add or update; False (and nothing changes) when the event is stale."""
@@ -192,6 +188,11 @@ class Store:
     def get(self, kind: str, key: str) -> dict[str, Any] | None:
         return self.objects.get(kind, {}).get(key)
 
+    def by_key(self, kind: str) -> Mapping[str, dict[str, Any]]:
+        """The store's own objects of `kind` by key ('namespace/name', or the name of a
+        cluster-scoped object): a live view, not a copy; readers must not change it."""
+        return MappingProxyType(self.objects.get(kind, {}))
+
     def items(self, kind: str) -> list[dict[str, Any]]:
         return list(self.objects.get(kind, {}).values())
 
@@ -203,10 +204,6 @@ class Store:
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods whose reservation label names `namespace/name` (from the index)."""
         return list(self._pods_by_reservation.get((namespace, name), {}).values())
-
-    def has_pod(self, uid: str) -> bool:
-        """A pod with this uid is in the store (from the index)."""
-        return uid in self._pod_uids
 
     def gated_pods(self) -> list[dict[str, Any]]:
         """The pods that carry our scheduling gate (from the index)."""

@@ -130,8 +130,12 @@ async def sync_ungating(ctx: Context) -> None:
     pods admitted without one. Reads the store's index of gated pods only, so a pass costs
     what is waiting, not the size of the cluster."""
     gated = ctx.store.gated_pods()
-    ctx.ungating = {u: s for u, s in ctx.ungating.items() if ctx.store.has_pod(u)}
-    ctx.refused_pods = {u for u in ctx.refused_pods if ctx.store.has_pod(u)}
+    # a claim is needed only while the store still shows the pod gated (its patch in
+    # flight or failed); once the watch shows it ungated, its pin says which slot it has.
+    # Kept for every pod ever patched, this walk grew with the cluster, on every pod event
+    still_gated = {str(meta(p).get("uid")) for p in gated}
+    ctx.ungating = {u: s for u, s in ctx.ungating.items() if u in still_gated}
+    ctx.refused_pods &= still_gated
     if not gated:
         return
     lifts = [

@@ -47,6 +47,8 @@ class OrderedPlacer:
         kept = [s for s in slots if s.node in self.snapshot.nodes]
         if over:
             apply_slots(self.snapshot, gang, kept, clamp=True)
+            if isinstance(self.snapshot, TrackedSnapshot):
+                self.snapshot.touch(s.node for s in kept)
         elif isinstance(self.snapshot, TrackedSnapshot):
             self.snapshot.apply(gang, kept)
         else:

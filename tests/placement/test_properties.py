@@ -25,6 +25,7 @@ from nexus_admit.model import (
 )
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fragmentation import PodShape, TypicalPod, WorkloadDistribution
+from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
 from nexus_admit.placement.policies import make_policy, policy_names
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.validate import violations
@@ -170,6 +171,65 @@ def test_engine_reaches_the_oracle_optimum_and_its_model_objective_is_the_oracle
     w = config.weights
     rounding = 0.001 * (w.vram_stranded + w.frag_gradient + w.fill_order)
     assert placement.objective == pytest.approx(value / 1000, abs=rounding)
+
+
+@st.composite
+def one_pod_cases(draw: st.DrawFn) -> tuple[ClusterSnapshot, Gang, PlacementConfig]:
+    """Oracle cases cut to one pod, with fragGradient off: the gangs the engine places by
+    costing every candidate node instead of solving a model (`CpSatEngine._scans`)."""
+    snap, gang, config = draw(oracle_cases())
+    one = Gang(gang.name, (replace(gang.pod_sets[0], count=1),), tier=gang.tier,
+               workload_type=gang.workload_type, required_level=gang.required_level,
+               preferred_level=gang.preferred_level, numa_policy=gang.numa_policy)
+    weights = config.weights.model_copy(update={"frag_gradient": 0})
+    return snap, one, config.model_copy(update={"weights": weights})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=one_pod_cases())
+def test_one_pod_scan_reaches_the_oracle_optimum(
+    case: tuple[ClusterSnapshot, Gang, PlacementConfig],
+) -> None:
+    snap, gang, config = case
+    engine = CpSatEngine(0, workload=_MIX)
+    assert engine._scans(prepare(snap, gang, config))
+    judge = oracle.Oracle(snap, gang, config)
+    best = judge.best()
+    placement = engine.place(snap, gang, config)
+    event("feasible" if best is not None else "infeasible")
+    if best is None:
+        assert not placement.feasible
+        return
+    assert placement.feasible, placement.reason
+    problems, value = judge.check(placement.slots)
+    assert problems == []
+    assert value == best
+    assert placement.status == "optimal"
+    assert placement.model_objective == placement.objective
+    assert "costed exactly" in placement.explanation[-1]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=one_pod_cases())
+def test_one_pod_scan_bound_never_exceeds_a_nodes_cost(
+    case: tuple[ClusterSnapshot, Gang, PlacementConfig],
+) -> None:
+    """The scan stops at the first candidate whose lower bound cannot beat the best cost
+    found: that is sound only if the bound is below every node's real cost."""
+    snap, gang, config = case
+    engine = CpSatEngine(0, workload=_MIX)
+    problem = prepare(snap, gang, config)
+    if problem.impossible:
+        return
+    weights = term_weights(problem)
+    ps = gang.pod_sets[0]
+    for name in problem.candidates[ps.name]:
+        slots = engine._slots(problem, {(ps.name, name): 1})
+        if isinstance(slots, str):
+            continue
+        cost = weighted_objective(problem, evaluate_terms(problem, slots)) + sum(
+            w * v for v, w in engine._order_values(problem, slots).values())
+        assert engine._scan_lower_bound(problem, name, weights) <= cost + 1e-9, name
 
 
 LOCALITY_WAIT = CONFIG.model_copy(

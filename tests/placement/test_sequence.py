@@ -32,3 +32,17 @@ def test_a_tracked_snapshot_logs_the_nodes_it_changes() -> None:
     assert placement.feasible and snap.change_log == ["a"]
     placer.undo(gang("g", 1), placement.slots)
     assert snap.change_log == ["a", "a"] and snap.nodes["a"].free_whole_gpus == 8
+
+
+def test_a_clamped_hold_on_a_tracked_snapshot_is_logged_so_the_engine_rereads_the_node() -> None:
+    snap = TrackedSnapshot.of([gpu_node("a"), gpu_node("b")])
+    placer = OrderedPlacer(make_policy("nexus"), snap)
+    first = placer.place(gang("first", 1), PlacementConfig())
+    taken = first.slots[0].node
+    # a reservation found on the other node, held on top of what the snapshot counts
+    other = "b" if taken == "a" else "a"
+    held = [s.__class__(s.pod_set, s.index, other, s.gpu_indices, s.numa_zone) for s in first.slots]
+    placer.hold(gang("found", 1), held, over=True)
+    assert snap.change_log[-1] == other
+    # the engine's node memo must see that node as full now
+    assert not placer.place(gang("third", 1), PlacementConfig()).feasible
