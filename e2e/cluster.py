@@ -818,7 +818,8 @@ class Cluster:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
-                "--profiling=false",
+                # NEXUS_E2E_PROFILING=1 serves /debug/pprof (where the benchmark's CPU goes)
+                f"--profiling={str(os.environ.get('NEXUS_E2E_PROFILING') == '1').lower()}",
                 f"--cert-dir={pki / 'apiserver-generated'}",
                 "--event-ttl=1h",
                 f"--requestheader-client-ca-file={pki / 'ca.crt'}",

@@ -68,6 +68,8 @@ class Context:
     ungate_task: asyncio.Task[None] | None = None
     background: Background = field(default_factory=Background)  # Events, drained per pass
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
+    lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step
+    lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
     synced: bool = False  # every kind listed once: only then may the loop decide anything
     faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
     elector: LeaseElector | None = None  # None: no leader election, this process acts

@@ -112,8 +112,11 @@ async def run_loop(ctx: Context) -> None:
         if not ctx.synced or not ctx.acting():
             continue  # a follower keeps its store warm and decides nothing
         started = time.perf_counter()
+        lifecycle = _lifecycle_due(ctx)
         # a task of its own, so losing the lease can cancel the pass mid-way
-        ctx.pass_task = asyncio.create_task(reconcile(ctx), name="reconcile-pass")
+        ctx.pass_task = asyncio.create_task(
+            reconcile(ctx, lifecycle=lifecycle), name="reconcile-pass"
+        )
         await asyncio.wait({ctx.pass_task})
         task, ctx.pass_task = ctx.pass_task, None
         if task.cancelled():
@@ -128,10 +131,36 @@ async def run_loop(ctx: Context) -> None:
         ctx.metrics.pass_seconds.observe(time.perf_counter() - started)
 
 
-async def reconcile(ctx: Context) -> None:
+# In a burst, events arrive faster than passes end and every pass would walk every
+# reservation and its pods again; the placing step needs no fresher view of them than this
+# (a released attempt's capacity waits at most this long)
+LIFECYCLE_EVERY_SECONDS = 1.0
+
+
+def _lifecycle_due(ctx: Context) -> bool:
+    """Does this pass include the reservation lifecycle? When not, a wake-up is set for
+    when it is due, so a change that comes in between is still acted on then."""
+    now = time.monotonic()
+    due = ctx.lifecycle_synced + LIFECYCLE_EVERY_SECONDS
+    if now >= due:
+        ctx.lifecycle_synced = now
+        return True
+    if not ctx.lifecycle_wake_set:
+        ctx.lifecycle_wake_set = True
+
+        def wake() -> None:
+            ctx.lifecycle_wake_set = False
+            ctx.wake.set()
+
+        asyncio.get_running_loop().call_later(due - now, wake)
+    return False
+
+
+async def reconcile(ctx: Context, *, lifecycle: bool = True) -> None:
     try:
         await sync_checks(ctx)
-        await sync_lifecycle(ctx)
+        if lifecycle:
+            await sync_lifecycle(ctx)
         await place_pending(ctx)
         await record_capacity(ctx)
     finally:

@@ -67,7 +67,7 @@ from nexus_admit.kube.quantity import (
     parse_quantity,
     parse_time,
 )
-from nexus_admit.kube.requests import pod_requests
+from nexus_admit.kube.requests import PodRequests, pod_requests
 from nexus_admit.kube.reservations import reservation_is_live, reservation_workload_key, slot_key
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
 
@@ -441,11 +441,32 @@ def _gpu_share(units: int, fraction: int | None, replicas: int) -> tuple[int, in
     return units, 0
 
 
+# A pod's requests, translated once per version (uid and resourceVersion): a pass's snapshot
+# reads every bound pod, and a burst runs passes back to back. Errors are not kept.
+_POD_CACHE: LRUCache[str, tuple[str, PodRequests]] = LRUCache(maxsize=65536)
+_POD_LOCK = threading.Lock()
+
+
+def _pod_requests(pod: Obj) -> PodRequests:
+    version = _version(pod)
+    if version is None:
+        return pod_requests(pod, pod.get("spec"))
+    uid, rv = version
+    with _POD_LOCK:
+        hit = _POD_CACHE.get(uid)
+    if hit is not None and hit[0] == rv:
+        return hit[1]
+    req = pod_requests(pod, pod.get("spec"))
+    with _POD_LOCK:
+        _POD_CACHE[uid] = (rv, req)
+    return req
+
+
 def _pod_claim(
     pod: Obj, node: Node, replicas: int, rr_slots: Mapping[tuple[str, str, str], Mapping[str, Any]]
 ) -> _Claim:
     m = meta(pod)
-    req = pod_requests(pod, pod.get("spec"))
+    req = _pod_requests(pod)
     annotations = mapping(pod, m.get("annotations"), "metadata.annotations")
     fraction = gpu_fraction_milli(pod, annotations, "metadata.annotations")
     whole, share = _gpu_share(req.gpus, fraction, replicas)

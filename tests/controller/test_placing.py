@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from nexus_admit.controller import watches
+from nexus_admit.controller import placing, watches
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
@@ -395,3 +395,27 @@ def test_an_earlier_reservation_found_on_other_nodes_makes_the_next_solve_run_ag
     by_name = {r["metadata"]["name"][0]: r for r in api.of_kind(RR)}
     assert slot_nodes(by_name["w"]).isdisjoint(slot_nodes(by_name["v"]))
     assert engine.calls == 3  # w, v, and v again
+
+
+def test_the_lifecycle_runs_at_most_once_a_second_and_a_skipped_one_wakes_the_loop() -> None:
+    """Back-to-back passes in a burst skip the walk over every reservation, and the loop is
+    woken when it is due, so a change seen in between is acted on then, not at the tick."""
+    ctx, _ = controller(cluster())
+
+    async def scenario() -> tuple[bool, bool, bool, bool]:
+        first = placing._lifecycle_due(ctx)
+        second = placing._lifecycle_due(ctx)
+        ctx.wake.clear()
+        await asyncio.wait_for(ctx.wake.wait(), timeout=placing.LIFECYCLE_EVERY_SECONDS + 1)
+        return first, second, ctx.lifecycle_wake_set, placing._lifecycle_due(ctx)
+
+    first, second, still_set, after = asyncio.run(scenario())
+    assert first and not second
+    assert not still_set and after
+
+
+def test_a_pass_without_the_lifecycle_still_places() -> None:
+    api = cluster(pending("w1"))
+    ctx, engine = controller(api)
+    asyncio.run(reconcile(ctx, lifecycle=False))
+    assert engine.calls == 1 and check_of(api, "w1")["state"] == "Ready"

@@ -320,3 +320,20 @@ def test_a_cached_node_translation_is_a_fresh_copy_per_snapshot() -> None:
     relabelled = {**n, "metadata": {**n["metadata"], "resourceVersion": "8",
                                     "labels": {**n["metadata"].get("labels", {}), "x": "y"}}}
     assert build_snapshot([relabelled]).nodes["n0"].labels["x"] == "y"
+
+
+def test_a_pods_requests_are_translated_once_per_version() -> None:
+    """Every pass reads every bound pod: its requests are kept per uid and resourceVersion,
+    and a new version (an in-place resize) is read again."""
+    from nexus_admit.kube.cluster import build_snapshot
+    from tests.kube.kube_factories import node, pod
+
+    n = node("n0", gpus=8)
+    p = pod("p", "n0", gpus=2)
+    p["metadata"].update(uid="uid-cached-pod", resourceVersion="1")
+    assert build_snapshot([n], [p]).nodes["n0"].free_whole_gpus == 6
+    # the same version is not read again: a changed body under it would not be seen
+    same = {**p, "spec": {**p["spec"], "containers": [container(gpus=4)]}}
+    assert build_snapshot([n], [same]).nodes["n0"].free_whole_gpus == 6
+    resized = {**same, "metadata": {**p["metadata"], "resourceVersion": "2"}}
+    assert build_snapshot([n], [resized]).nodes["n0"].free_whole_gpus == 4
