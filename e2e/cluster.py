@@ -968,7 +968,10 @@ class Cluster:
                 "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
                 "nodeLeaseDurationSeconds": node_grace_seconds() or 40,
                 "nodeLeaseParallelism": 4,
-                "podPlayStageParallelism": 4,
+                # KWOK stands in for every node's kubelet: its default of 4 workers for all
+                # pod status updates of a 1,000-node fleet queues them behind one another,
+                # where real kubelets write in parallel
+                "podPlayStageParallelism": 16,
                 "nodePlayStageParallelism": 4,
                 "enablePodsOnNodeSyncStreamWatch": True,
                 "cidr": POD_CIDR,

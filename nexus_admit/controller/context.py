@@ -66,10 +66,12 @@ class Context:
     # solves: its own wake-up (pods and reservations changed) and its pass in progress
     ungate_wake: asyncio.Event = field(default_factory=asyncio.Event)
     ungate_task: asyncio.Task[None] | None = None
-    background: Background = field(default_factory=Background)  # Events, drained per pass
+    background: Background = field(default_factory=Background)  # check writes, Events
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step
     lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
+    # Job reads in flight ("namespace/name"), shared by the passes that wait on them
+    job_reads: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
     synced: bool = False  # every kind listed once: only then may the loop decide anything
     faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
     elector: LeaseElector | None = None  # None: no leader election, this process acts

@@ -19,7 +19,7 @@ from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.workload import workload_template_requests
 from nexus_admit.model import GPU_WHOLE
 
-__all__ = ["pending_demands", "pending_gpus_by_tier"]
+__all__ = ["pending_demands", "pending_gpus_by_tier", "waiting_workloads"]
 
 
 def _uses_check(cq: Mapping[str, Any], checks: Collection[str]) -> bool:
@@ -36,17 +36,27 @@ def _done(workload: Mapping[str, Any]) -> bool:
     return states.get("Admitted") == "True" or states.get("Finished") == "True"
 
 
-def pending_demands(dump: ClusterDump, checks: Collection[str]) -> list[tuple[str, int]]:
-    """(tier, GPUs in milli-GPUs) of every waiting Workload, one entry each."""
+def waiting_workloads(
+    dump: ClusterDump, checks: Collection[str]
+) -> list[tuple[dict[str, Any], Mapping[str, Any]]]:
+    """(Workload, its ClusterQueue) of every active Workload not yet admitted or finished
+    in a ClusterQueue that uses one of `checks`."""
     kueue = dump.kueue_index()
-    out: list[tuple[str, int]] = []
+    out = []
     for wl in dump.kind("Workload"):
         if _done(wl) or child(wl, "spec").get("active") is False:
             continue
         cq_name = kueue.cluster_queue_name(wl)
         cq = kueue.cluster_queues.get(cq_name) if cq_name else None
-        if cq is None or not _uses_check(cq, checks):
-            continue
+        if cq is not None and _uses_check(cq, checks):
+            out.append((wl, cq))
+    return out
+
+
+def pending_demands(dump: ClusterDump, checks: Collection[str]) -> list[tuple[str, int]]:
+    """(tier, GPUs in milli-GPUs) of every waiting Workload, one entry each."""
+    out: list[tuple[str, int]] = []
+    for wl, cq in waiting_workloads(dump, checks):
         tier = str((meta(cq).get("labels") or {}).get(L.LABEL_TIER) or "default")
         try:
             per_pod = workload_template_requests(wl)

@@ -13,12 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.kube.errors import child, meta, object_key
 
-__all__ = ["OWNER_KIND", "fetch_owner_jobs", "prune_owner_jobs", "trimmed_job"]
+__all__ = [
+    "OWNER_KIND",
+    "fetch_owner_jobs",
+    "prefetch_owner_jobs",
+    "prune_owner_jobs",
+    "trimmed_job",
+]
 
 log = logging.getLogger("nexus_admit.owners")
 OWNER_KIND = "Job"
@@ -45,32 +52,61 @@ def _job_refs(workload: Mapping[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+async def _read_job(ctx: Context, ns: str, name: str) -> bool:
+    try:
+        job = await asyncio.to_thread(ctx.api.get, OWNER_KIND, name, ns)
+    except Exception as e:  # ApiException, OSError, urllib3's own errors
+        ctx.metrics.errors.labels("owner").inc()
+        log.warning("could not read Job %s/%s; its Workload waits a pass: %s", ns, name, e)
+        return False
+    if job is not None:  # gone: the Workload is translated without it
+        ctx.store.upsert(OWNER_KIND, trimmed_job(job))
+    return True
+
+
+def _forget_read(ctx: Context, key: str, _: object) -> None:
+    ctx.job_reads.pop(key, None)
+
+
+_Reads = dict[str, tuple[asyncio.Task[bool], list[str]]]
+
+
+def _reads(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> _Reads:
+    """A read of every Job of `workloads` the store lacks ("ns/name" → the read and the
+    Workloads that wait on it); a read already in flight is shared, not sent twice."""
+    out: _Reads = {}
+    for w in workloads:
+        for ns, name in _job_refs(w):
+            key = f"{ns}/{name}"
+            if ctx.store.get(OWNER_KIND, key) is not None:
+                continue
+            if key not in out:
+                task = ctx.job_reads.get(key)
+                if task is None:
+                    task = asyncio.create_task(_read_job(ctx, ns, name), name="read-job")
+                    ctx.job_reads[key] = task
+                    task.add_done_callback(partial(_forget_read, ctx, key))
+                out[key] = (task, [])
+            out[key][1].append(object_key(w))
+    return out
+
+
+def prefetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> None:
+    """Start reading the Jobs of Workloads still waiting for quota, without waiting: by the
+    time Kueue reserves it, the pass that places the Workload finds its Job in the store
+    instead of waiting a round trip for it."""
+    _reads(ctx, workloads)
+
+
 async def fetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> set[str]:
     """Read the Jobs of `workloads` the store lacks. Returns the keys ("ns/name") of the
     Workloads whose Job could not be read (an API error, not a missing Job): they wait for
     the next pass rather than be placed as if their Job were not Indexed."""
-    missing: dict[tuple[str, str], list[str]] = {}
-    for w in workloads:
-        key = object_key(w)
-        for ns, name in _job_refs(w):
-            if ctx.store.get(OWNER_KIND, f"{ns}/{name}") is None:
-                missing.setdefault((ns, name), []).append(key)
-    if not missing:
+    reads = _reads(ctx, workloads)
+    if not reads:
         return set()
-
-    async def one(ns: str, name: str) -> bool:
-        try:
-            job = await asyncio.to_thread(ctx.api.get, OWNER_KIND, name, ns)
-        except Exception as e:  # ApiException, OSError, urllib3's own errors
-            ctx.metrics.errors.labels("owner").inc()
-            log.warning("could not read Job %s/%s; its Workload waits a pass: %s", ns, name, e)
-            return False
-        if job is not None:  # gone: the Workload is translated without it
-            ctx.store.upsert(OWNER_KIND, trimmed_job(job))
-        return True
-
-    done = await asyncio.gather(*(one(ns, name) for ns, name in missing))
-    return {w for ok, keys in zip(done, missing.values(), strict=True) if not ok for w in keys}
+    done = await asyncio.gather(*(task for task, _ in reads.values()))
+    return {w for ok, (_, keys) in zip(done, reads.values(), strict=True) if not ok for w in keys}
 
 
 def prune_owner_jobs(ctx: Context) -> None:

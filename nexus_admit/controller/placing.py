@@ -10,8 +10,9 @@ Each pass is a short recipe of named steps:
                     each solved against one snapshot that already holds the earlier ones.
 
 Gated pods get their slots from the ungater (`ungater.run_ungater`), a task of its own, so a
-pod never waits for the solves of a pass. Events about a decision go out in the background
-and are awaited at the end of the pass (`ctx.background`).
+pod never waits for the solves of a pass. Check writes and Events go out in the background
+(`ctx.background`); the loop's next pass does not wait for them (a Workload whose answer is
+in flight is marked answered, `_answer`).
 
 Level-triggered: a pass reads only the store (the cluster as watched) and the ledger, so a
 repeated or lost event changes nothing, and a restart resumes from the objects. The CP-SAT
@@ -44,7 +45,7 @@ from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier
+from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.outcome import (
@@ -56,7 +57,12 @@ from nexus_admit.controller.outcome import (
     rejected_input,
     unplaced,
 )
-from nexus_admit.controller.owners import OWNER_KIND, fetch_owner_jobs, prune_owner_jobs
+from nexus_admit.controller.owners import (
+    OWNER_KIND,
+    fetch_owner_jobs,
+    prefetch_owner_jobs,
+    prune_owner_jobs,
+)
 from nexus_admit.controller.preemption import (
     PreemptedVictim,
     announce,
@@ -115,7 +121,7 @@ async def run_loop(ctx: Context) -> None:
         lifecycle = _lifecycle_due(ctx)
         # a task of its own, so losing the lease can cancel the pass mid-way
         ctx.pass_task = asyncio.create_task(
-            reconcile(ctx, lifecycle=lifecycle), name="reconcile-pass"
+            reconcile(ctx, lifecycle=lifecycle, drain=False), name="reconcile-pass"
         )
         await asyncio.wait({ctx.pass_task})
         task, ctx.pass_task = ctx.pass_task, None
@@ -156,7 +162,10 @@ def _lifecycle_due(ctx: Context) -> bool:
     return False
 
 
-async def reconcile(ctx: Context, *, lifecycle: bool = True) -> None:
+async def reconcile(ctx: Context, *, lifecycle: bool = True, drain: bool = True) -> None:
+    """One pass. `drain`: wait for the check writes and Events it started (tests, and
+    anything that reads the cluster right after); the loop does not, so the next pass
+    places the Workloads Kueue reserved meanwhile one round trip sooner."""
     try:
         await sync_checks(ctx)
         if lifecycle:
@@ -164,7 +173,8 @@ async def reconcile(ctx: Context, *, lifecycle: bool = True) -> None:
         await place_pending(ctx)
         await record_capacity(ctx)
     finally:
-        await ctx.background.drain()
+        if drain:
+            await ctx.background.drain()
 
 
 CAPACITY_EVERY_SECONDS = 15.0
@@ -221,6 +231,12 @@ async def place_pending(ctx: Context) -> None:
     prune_owner_jobs(ctx)
     dump = ctx.store.dump()
     pending = dump.pending_workloads(active)
+    # the Jobs of Workloads still waiting for quota in our queues are read ahead
+    placing_now = {object_key(w) for w in pending}
+    prefetch_owner_jobs(
+        ctx,
+        (w for w, _ in waiting_workloads(dump, active) if object_key(w) not in placing_now),
+    )
     # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
     unread = await fetch_owner_jobs(ctx, pending)
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
@@ -389,7 +405,7 @@ async def _commit(
     levels: Sequence[str],
 ) -> Reserved:
     """Create the reservation, then write the check Ready from what it holds. The check
-    write goes out in the background (awaited at the end of the pass): only the create
+    write goes out in the background (not awaited by the loop): only the create
     settles capacity, so the next decision waits for one round trip, not two. A check
     write that fails is written again from the reservation by the next pass."""
     reserved = await _create_reservation(ctx, snapshot, workload, gang, placement, body)
@@ -734,15 +750,19 @@ async def _solve(
 
 
 async def _answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
+    # claimed before the write: a pass that starts while it is in flight (the loop does not
+    # wait for the writes of the pass before) must not answer, nor post its Event, again
+    uid = str(meta(workload).get("uid") or "")
+    attempt = attempt_key(workload)
+    if uid:
+        ctx.answered[uid] = attempt
     try:
         await write_check(ctx, workload, check, outcome)
     except Exception as e:  # ApiException, OSError, urllib3's own: written again next pass
+        if uid and ctx.answered.get(uid) == attempt:
+            del ctx.answered[uid]
         ctx.metrics.errors.labels("check").inc()
         log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
-        return
-    uid = str(meta(workload).get("uid") or "")
-    if uid:
-        ctx.answered[uid] = attempt_key(workload)
 
 
 def _placement_of(rr: Mapping[str, Any], gang: Gang) -> Placement:

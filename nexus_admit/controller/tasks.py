@@ -39,9 +39,9 @@ async def gather_bounded(aws: Iterable[Awaitable[T]], limit: int = DEFAULT_LIMIT
 
 @dataclass
 class Background:
-    """Best-effort writes (Events) that need not delay the decision they describe: started
-    at once, awaited by `drain()` at the end of the pass that started them, so a pass never
-    leaves work behind and a test sees every write once the pass returns."""
+    """Writes that need not delay the next decision (check answers, Events): started at
+    once, at most `limit` at a time. `drain()` waits for them (a test's pass); the placing
+    loop does not wait for them between passes, and a stopping controller cancels them."""
 
     limit: int = DEFAULT_LIMIT
     _running: set[asyncio.Task[None]] = field(default_factory=set)

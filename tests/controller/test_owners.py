@@ -9,7 +9,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.owners import fetch_owner_jobs, prune_owner_jobs
+from nexus_admit.controller.owners import fetch_owner_jobs, prefetch_owner_jobs, prune_owner_jobs
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import pod_set, workload
@@ -81,3 +81,54 @@ def test_a_job_no_workload_refers_to_is_forgotten() -> None:
     ctx.store.delete("Workload", wl)
     prune_owner_jobs(ctx)
     assert ctx.store.items("Job") == []
+
+
+def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again() -> None:
+    """A Workload still waiting for quota has its Job read ahead (not waited for); the
+    pass that places it later finds it in the store, and two passes asking at once send
+    one read."""
+    ctx, api, wl = setup()
+    reads = []
+    real = api.get
+
+    def counting(*args: Any) -> Any:
+        reads.append(args)
+        return real(*args)
+
+    api.get = counting  # type: ignore[method-assign]
+
+    async def scenario() -> set[str]:
+        prefetch_owner_jobs(ctx, [wl])
+        assert len(ctx.job_reads) == 1  # in flight
+        unread = await fetch_owner_jobs(ctx, [wl])  # waits on the same read
+        assert await fetch_owner_jobs(ctx, [wl]) == set()  # in the store now
+        return unread
+
+    assert asyncio.run(scenario()) == set()
+    assert reads == [("Job", "w", "default")]
+    assert ctx.job_reads == {}
+
+
+def test_a_pass_reads_the_jobs_of_workloads_still_waiting_for_quota() -> None:
+    from nexus_admit.controller.placing import reconcile
+    from tests.kube.kube_factories import admission_check, cluster_queue, local_queue
+
+    api = FakeApi()
+    cq = cluster_queue("cq", "gold")
+    cq["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": "nexus"}]}
+    for obj in (cq, local_queue("default", "q", "cq"), admission_check("nexus"), job("w")):
+        api.put(obj)
+    queued = api.put(workload("w", [pod_set("main", 8)], cluster_queue=None, conditions={}))
+    queued["status"].pop("admissionChecks")
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind in ("ClusterQueue", "LocalQueue", "AdmissionCheck", "Workload"):
+        ctx.store.replace(kind, *api.list(kind))
+    ctx.synced = True
+
+    async def scenario() -> None:
+        await reconcile(ctx)
+        await asyncio.gather(*ctx.job_reads.values())
+
+    asyncio.run(scenario())
+    (kept,) = ctx.store.items("Job")
+    assert kept["spec"] == {"completionMode": "Indexed"}

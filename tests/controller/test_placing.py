@@ -419,3 +419,43 @@ def test_a_pass_without_the_lifecycle_still_places() -> None:
     ctx, engine = controller(api)
     asyncio.run(reconcile(ctx, lifecycle=False))
     assert engine.calls == 1 and check_of(api, "w1")["state"] == "Ready"
+
+
+def test_a_pass_that_starts_while_a_check_write_is_in_flight_does_not_answer_again() -> None:
+    """The loop does not wait for a pass's check writes: the Workload is marked answered
+    before its write goes out, so the next pass neither writes nor posts its Event twice;
+    a write that fails gives the mark back, and the pass after answers."""
+    import threading
+
+    api = cluster(pending("w1"))
+    ctx, _ = controller(api)
+    gate = threading.Event()
+    real = api.apply_status
+    applies: list[str] = []
+    fail = [True]
+
+    def slow(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        if kind != "Workload":  # the AdmissionCheck's Active condition
+            return real(kind, body)
+        applies.append(kind)
+        gate.wait(10)
+        if fail[0]:
+            raise ApiException(status=500, reason="etcd leader changed")
+        return real(kind, body)
+
+    api.apply_status = slow  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await reconcile(ctx, drain=False)
+        watch(ctx, api)  # the reservation is seen, the check is still Pending
+        await reconcile(ctx, drain=False)
+        assert applies == ["Workload"]
+        gate.set()
+        await ctx.background.drain()
+        fail[0] = False
+        await reconcile(ctx)  # the failed answer is written again, from the reservation
+
+    asyncio.run(scenario())
+    assert applies == ["Workload", "Workload"]
+    assert check_of(api, "w1")["state"] == "Ready"
+    assert len(api.list(RR)[0]) == 1
