@@ -66,6 +66,8 @@ class Context:
     # solves: its own wake-up (pods and reservations changed) and its pass in progress
     ungate_wake: asyncio.Event = field(default_factory=asyncio.Event)
     ungate_task: asyncio.Task[None] | None = None
+    # the ungater's pin patches in flight (its loop does not wait for a pass's patches)
+    ungate_writes: Background = field(default_factory=lambda: Background(limit=16))
     background: Background = field(default_factory=Background)  # check writes, Events
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step

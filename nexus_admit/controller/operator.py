@@ -108,6 +108,8 @@ def elect(ctx: Context) -> LeaseElector:
         for task in (ctx.pass_task, ctx.ungate_task):
             if task is not None:
                 task.cancel()
+        ctx.ungate_writes.cancel()
+        ctx.ungating.clear()  # its claims die with the patches: the next leader re-reads pods
 
     elector = LeaseElector(
         ctx.api,
@@ -321,6 +323,7 @@ async def run(options: RunOptions) -> None:
             if task is not None:
                 task.cancel()
         ctx.background.cancel()
+        ctx.ungate_writes.cancel()
         for t in tasks:
             t.cancel()
         for t in tasks:

@@ -112,7 +112,9 @@ async def run_ungater(ctx: Context) -> None:
         if not ctx.synced or not ctx.acting():
             continue  # a follower patches nothing
         # a task of its own, so losing the lease can cancel it mid-way
-        ctx.ungate_task = asyncio.create_task(sync_ungating(ctx), name="ungating-pass")
+        ctx.ungate_task = asyncio.create_task(
+            sync_ungating(ctx, wait=False), name="ungating-pass"
+        )
         await asyncio.wait({ctx.ungate_task})
         task, ctx.ungate_task = ctx.ungate_task, None
         if task.cancelled():
@@ -125,10 +127,17 @@ async def run_ungater(ctx: Context) -> None:
             )
 
 
-async def sync_ungating(ctx: Context) -> None:
+# pin patches in flight at once: the pods of a gang are created together and each waits for
+# its own patch (the client keeps `api.API_THREADS` connections)
+UNGATE_CONCURRENCY = 16
+
+
+async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     """Give every gated pod of a live reservation its slot, and lift our gate from plain
     pods admitted without one. Reads the store's index of gated pods only, so a pass costs
-    what is waiting, not the size of the cluster."""
+    what is waiting, not the size of the cluster. `wait`: await the patches (tests); the
+    ungater's loop does not, so a pod created while a gang's patches are in flight gets
+    its own at once instead of after the whole batch (its claim keeps the next pass off)."""
     gated = ctx.store.gated_pods()
     # a claim is needed only while the store still shows the pod gated (its patch in
     # flight or failed); once the watch shows it ungated, its pin says which slot it has.
@@ -138,11 +147,12 @@ async def sync_ungating(ctx: Context) -> None:
     ctx.refused_pods &= still_gated
     if not gated:
         return
-    lifts = [
-        _lift(ctx, pod)
-        for pod in gated
-        if unpinned_release(pod) and str(meta(pod).get("uid")) not in ctx.ungating
-    ]
+    lifts = []
+    for pod in gated:
+        uid = str(meta(pod).get("uid"))
+        if unpinned_release(pod) and uid not in ctx.ungating:
+            ctx.ungating[uid] = ""  # claimed now: the patch may start after the next pass
+            lifts.append(_lift(ctx, pod))
     reservations: dict[tuple[str, str], None] = {}  # in pod order, once each
     for pod in gated:
         name = (meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION)
@@ -164,7 +174,11 @@ async def sync_ungating(ctx: Context) -> None:
         for pod_name, slot in chosen.items():
             ctx.ungating[str(meta(by_name[pod_name]).get("uid") or "")] = slot.key
         pins.extend(_pin(ctx, by_name[pod_name], slot) for pod_name, slot in chosen.items())
-    await gather_bounded([*lifts, *pins])
+    if wait:
+        await gather_bounded([*lifts, *pins], UNGATE_CONCURRENCY)
+        return
+    for patch in [*lifts, *pins]:
+        ctx.ungate_writes.spawn(patch, name="pin-patch")
 
 
 def _members(ctx: Context, namespace: str, rr: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -201,11 +215,13 @@ def _members(ctx: Context, namespace: str, rr: Mapping[str, Any]) -> list[Mappin
 async def _lift(ctx: Context, pod: Mapping[str, Any]) -> None:
     m = meta(pod)
     patch = {"spec": {"schedulingGates": [{"$patch": "delete", "name": L.GATE_PLACEMENT}]}}
-    ctx.ungating[str(m.get("uid"))] = ""
     try:
         await asyncio.to_thread(
             ctx.api.patch_pod, str(m.get("name")), str(m.get("namespace")), patch
         )
+    except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
+        ctx.ungating.pop(str(m.get("uid")), None)
+        raise
     except Exception as e:
         ctx.ungating.pop(str(m.get("uid")), None)
         ctx.metrics.errors.labels("ungate").inc()
@@ -234,6 +250,9 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
             str(m.get("namespace")),
             pin_patch(slot, hostname),
         )
+    except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
+        ctx.ungating.pop(uid, None)
+        raise
     except Exception as e:  # the pod stays gated; the next pass tries again
         ctx.ungating.pop(uid, None)
         ctx.metrics.errors.labels("ungate").inc()

@@ -148,3 +148,34 @@ def test_pods_of_a_workload_that_is_gone_stay_gated() -> None:
     ctx.store.delete("Workload", gone)
     asyncio.run(sync_ungating(ctx))
     assert pinned(api, "p-0") == (None, [{"name": L.GATE_PLACEMENT}])
+
+
+def test_the_loops_passes_do_not_wait_for_patches_and_never_send_one_twice() -> None:
+    """The ungater's loop starts the patches of a pass and goes on: a pass that runs while
+    they are in flight (the store still shows the pods gated) sends nothing again, and a
+    pod created meanwhile gets its own patch at once."""
+    import threading
+
+    ctx, api = setup(gated_pod("p-0", 0))
+    gate = threading.Event()
+    real = api.patch_pod
+
+    def slow(*args: Any) -> Any:
+        gate.wait(10)
+        return real(*args)
+
+    api.patch_pod = slow  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await sync_ungating(ctx, wait=False)  # p-0's patch in flight
+        api.put(gated_pod("p-1", 1))
+        ctx.store.replace("Pod", *api.list("Pod"))
+        await sync_ungating(ctx, wait=False)  # p-1 only
+        assert set(ctx.ungating.values()) == {"main/0", "main/1"}
+        gate.set()
+        await ctx.ungate_writes.drain()
+
+    asyncio.run(scenario())
+    assert api.count("patch", "Pod") == 2
+    assert pinned(api, "p-0") == ("n0", [])
+    assert pinned(api, "p-1") == ("n1", [])
