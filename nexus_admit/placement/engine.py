@@ -19,6 +19,9 @@ Large clusters are reduced before the solve, in two steps:
    where one domain holds the gang, ranked by a greedy cost estimate, plus the densest
    racks of the best parent domains when spreading over several may pay. This is a
    heuristic; placements found after it report `feasible`, not `optimal`.
+
+A one-pod gang needs no model (`_scan_single`): after the symmetry reduction every node left
+is costed, cheapest lower bound first, until no bound can beat the best (exact).
 """
 
 from __future__ import annotations
