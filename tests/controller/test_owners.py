@@ -34,9 +34,9 @@ def setup() -> tuple[Context, FakeApi, dict[str, Any]]:
     return ctx, api, wl
 
 
-def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
-    ctx, api, wl = setup()
-    reads = []
+def count_reads(api: FakeApi) -> list[tuple[Any, ...]]:
+    """The API's GETs, recorded as they are made."""
+    reads: list[tuple[Any, ...]] = []
     real = api.get
 
     def counting(*args: Any) -> Any:
@@ -44,6 +44,12 @@ def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
         return real(*args)
 
     api.get = counting  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
+    ctx, api, wl = setup()
+    reads = count_reads(api)
     assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
     assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
     assert reads == [("Job", "w", "default")]
@@ -88,14 +94,7 @@ def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again()
     pass that places it later finds it in the store, and two passes asking at once send
     one read."""
     ctx, api, wl = setup()
-    reads = []
-    real = api.get
-
-    def counting(*args: Any) -> Any:
-        reads.append(args)
-        return real(*args)
-
-    api.get = counting  # type: ignore[method-assign]
+    reads = count_reads(api)
 
     async def scenario() -> set[str]:
         prefetch_owner_jobs(ctx, [wl])

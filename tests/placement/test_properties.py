@@ -19,6 +19,7 @@ from nexus_admit.model import (
     NumaPolicy,
     NumaZone,
     ObjectiveWeights,
+    Placement,
     PlacementConfig,
     PodSet,
     WorkloadType,
@@ -142,6 +143,25 @@ _MIX = WorkloadDistribution(tuple(
     TypicalPod(PodShape(m.cpu, m.share, m.gpus), m.popularity) for m in oracle.MIX))
 
 
+def _judged_optimal(
+    snap: ClusterSnapshot, gang: Gang, config: PlacementConfig, placement: Placement
+) -> int | None:
+    """Asserts the placement is feasible exactly when brute force finds one, sound, at the
+    oracle's optimum and said `optimal`; returns that optimum (None when infeasible)."""
+    judge = oracle.Oracle(snap, gang, config)
+    best = judge.best()
+    event("feasible" if best is not None else "infeasible")
+    if best is None:
+        assert not placement.feasible
+        return None
+    assert placement.feasible, placement.reason
+    problems, value = judge.check(placement.slots)
+    assert problems == []
+    assert value == best
+    assert placement.status == "optimal"
+    return value
+
+
 # 83-89 % of the examples are feasible and compared (1,666 of 2,000 with
 # --hypothesis-seed=11, 268 of 300 with seed 5; `event` counts them, see
 # pytest --hypothesis-show-statistics); the test takes ≈ 5-7 s
@@ -153,18 +173,10 @@ def test_engine_reaches_the_oracle_optimum_and_its_model_objective_is_the_oracle
     """The engine places exactly when brute force can, soundly, at the brute-force optimum,
     says `optimal`, and the solver's own objective is the oracle's value of its slots."""
     snap, gang, config = case
-    judge = oracle.Oracle(snap, gang, config)
-    best = judge.best()
     placement = CpSatEngine(seed, workload=_MIX).place(snap, gang, config)
-    event("feasible" if best is not None else "infeasible")
-    if best is None:
-        assert not placement.feasible
+    value = _judged_optimal(snap, gang, config, placement)
+    if value is None:
         return
-    assert placement.feasible, placement.reason
-    problems, value = judge.check(placement.slots)
-    assert problems == []
-    assert value == best
-    assert placement.status == "optimal"
     assert placement.model_objective is not None
     assert round(placement.model_objective * 1000) == value
     # the reported terms are rounded per term, the model's coefficients per pod or node
@@ -193,18 +205,9 @@ def test_one_pod_scan_reaches_the_oracle_optimum(
     snap, gang, config = case
     engine = CpSatEngine(0, workload=_MIX)
     assert engine._scans(prepare(snap, gang, config))
-    judge = oracle.Oracle(snap, gang, config)
-    best = judge.best()
     placement = engine.place(snap, gang, config)
-    event("feasible" if best is not None else "infeasible")
-    if best is None:
-        assert not placement.feasible
+    if _judged_optimal(snap, gang, config, placement) is None:
         return
-    assert placement.feasible, placement.reason
-    problems, value = judge.check(placement.slots)
-    assert problems == []
-    assert value == best
-    assert placement.status == "optimal"
     assert placement.model_objective == placement.objective
     assert "costed exactly" in placement.explanation[-1]
 
