@@ -42,13 +42,10 @@ from __future__ import annotations
 import logging
 import math
 import re
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-from cachetools import LRUCache
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
@@ -69,6 +66,7 @@ from nexus_admit.kube.quantity import (
 )
 from nexus_admit.kube.requests import PodRequests, pod_requests
 from nexus_admit.kube.reservations import reservation_is_live, reservation_workload_key, slot_key
+from nexus_admit.kube.versioned import VersionedCache
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
 
 _log = logging.getLogger(__name__)
@@ -442,9 +440,8 @@ def _gpu_share(units: int, fraction: int | None, replicas: int) -> tuple[int, in
 
 
 # A pod's requests, translated once per version (uid and resourceVersion): a pass's snapshot
-# reads every bound pod, and a burst runs passes back to back. Errors are not kept.
-_POD_CACHE: LRUCache[str, tuple[str, PodRequests]] = LRUCache(maxsize=65536)
-_POD_LOCK = threading.Lock()
+# reads every bound pod, and a burst runs passes back to back.
+_POD_REQUESTS: VersionedCache[PodRequests] = VersionedCache()
 
 
 def _pod_requests(pod: Obj) -> PodRequests:
@@ -452,14 +449,7 @@ def _pod_requests(pod: Obj) -> PodRequests:
     if version is None:
         return pod_requests(pod, pod.get("spec"))
     uid, rv = version
-    with _POD_LOCK:
-        hit = _POD_CACHE.get(uid)
-    if hit is not None and hit[0] == rv:
-        return hit[1]
-    req = pod_requests(pod, pod.get("spec"))
-    with _POD_LOCK:
-        _POD_CACHE[uid] = (rv, req)
-    return req
+    return _POD_REQUESTS.get(uid, rv, lambda: pod_requests(pod, pod.get("spec")))
 
 
 def _pod_claim(
@@ -632,15 +622,11 @@ def topologies_from_objects(topologies: Iterable[Obj]) -> dict[str, tuple[str, .
     return out
 
 
-# The controller rebuilds its snapshot every pass, and a fleet's Nodes, NRTs and
-# ResourceSlices rarely change between two passes: one translation per node, reused while
-# the versions (uid and resourceVersion) of its objects stay the same and replaced when
-# they change, copied out since the snapshot mutates its nodes. Objects without a version
-# (a dump file, a test) are translated every time. Locked: snapshots are built in worker
-# threads.
-_NodeVersions = tuple[tuple[str, str], ...]
-_NODE_CACHE: LRUCache[str, tuple[_NodeVersions, Node, dict[int, int]]] = LRUCache(maxsize=65536)
-_NODE_LOCK = threading.Lock()
+# A fleet's Nodes, NRTs and ResourceSlices rarely change between two passes: one
+# translation per node, reused while the versions (uid and resourceVersion) of its objects
+# stay the same, copied out since the snapshot mutates its nodes. Objects without a
+# version (a dump file, a test) are translated every time.
+_NODES: VersionedCache[tuple[Node, dict[int, int]]] = VersionedCache()
 
 
 def _version(obj: Obj | None) -> tuple[str, str] | None:
@@ -659,14 +645,10 @@ def _translated_node(
     if not name or any(v is None for v in versions) or nrt_version is None:
         return node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
     key = tuple(v for v in (*versions, nrt_version) if v is not None)
-    with _NODE_LOCK:
-        hit = _NODE_CACHE.get(name)
-    if hit is None or hit[0] != key:
-        node, avail = node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
-        hit = (key, node, avail)
-        with _NODE_LOCK:
-            _NODE_CACHE[name] = hit
-    return hit[1].copy(), dict(hit[2])
+    node, avail = _NODES.get(
+        name, key, lambda: node_from_object(obj, nrt=nrt, resource_slices=resource_slices)
+    )
+    return node.copy(), dict(avail)
 
 
 def build_snapshot(

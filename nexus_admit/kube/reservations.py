@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cachetools import LRUCache
-
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Obj, TranslationError, child, mapping, meta, object_ref
 from nexus_admit.kube.quantity import format_quantity, parse_time
+from nexus_admit.kube.versioned import VersionedCache
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Gang, Placement, Slot
 
 __all__ = [
@@ -135,11 +133,9 @@ def neighbour_order(
 
 
 # A pass reads the slots of every live reservation several times (per pod, per node); one
-# version of a reservation always holds the same slots. One entry per reservation (uid),
-# replaced when its resourceVersion changes; objects without them (files, tests) are parsed
-# every time. Locked: the snapshot is built in a worker thread while the loop reads too.
-_SLOTS_CACHE: LRUCache[str, tuple[str, tuple[ReservedSlot, ...]]] = LRUCache(maxsize=65536)
-_SLOTS_LOCK = threading.Lock()
+# version of a reservation always holds the same slots. Objects without a uid and
+# resourceVersion (files, tests) are parsed every time.
+_SLOTS: VersionedCache[tuple[ReservedSlot, ...]] = VersionedCache()
 
 
 def reservation_slots(rr: Obj) -> list[ReservedSlot]:
@@ -150,13 +146,7 @@ def reservation_slots(rr: Obj) -> list[ReservedSlot]:
     version = m.get("resourceVersion") if isinstance(m, Mapping) else None
     if not uid or not version:
         return _parse_slots(rr)
-    with _SLOTS_LOCK:
-        hit = _SLOTS_CACHE.get(str(uid))
-    if hit is None or hit[0] != str(version):
-        hit = (str(version), tuple(_parse_slots(rr)))
-        with _SLOTS_LOCK:
-            _SLOTS_CACHE[str(uid)] = hit
-    return list(hit[1])
+    return list(_SLOTS.get(str(uid), str(version), lambda: tuple(_parse_slots(rr))))
 
 
 def _parse_slots(rr: Obj) -> list[ReservedSlot]:
