@@ -26,7 +26,9 @@ Modelling assumptions:
   hold has kept waiting for 2 h has the nodes its drain placement needs (in the domain with
   the fewest GPUs busy) kept free of new placements, one gang at a time, until it is placed
   or its hold ends.
-  `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy: a
+  `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy (also
+  after `+preempt` or `+preempt+drain`: Kueue's ClusterQueue preemption and nexus's are
+  set independently, and a cluster runs both, one preemption per cycle of either kind): a
   gang that fits its nominal quota while the cohort is full evicts borrowing workloads of
   lower priority, lowest priority and most recently started first, until the quota and
   the cluster's free GPU count have room, whatever the fabric (it frees quota, not a
@@ -171,15 +173,19 @@ REPLAY_PREEMPTION = Preemption(enabled=True, max_victims_per_gang=8, min_run_sec
                                max_lost_gpu_hours=8.0)
 
 
-def preemption_mode(policy_name: str) -> tuple[str, str | None]:
-    """(base policy, "placement" | "drain" | "quota" | None) of a replay policy name."""
+def preemption_mode(policy_name: str) -> tuple[str, str | None, bool]:
+    """(base policy, placement-level mode "placement" | "drain" | None, Kueue's quota
+    preemption on) of a replay policy name. `+quota-preempt` goes last and combines with
+    the others: Kueue's ClusterQueue preemption and nexus's placement-level preemption are
+    configured independently, and a cluster runs both."""
+    quota = policy_name.endswith(QUOTA_PREEMPT)
+    if quota:
+        policy_name = policy_name[: -len(QUOTA_PREEMPT)]
     if policy_name.endswith(PREEMPT + DRAIN):
-        return policy_name[: -len(PREEMPT + DRAIN)], "drain"
+        return policy_name[: -len(PREEMPT + DRAIN)], "drain", quota
     if policy_name.endswith(PREEMPT):
-        return policy_name[: -len(PREEMPT)], "placement"
-    if policy_name.endswith(QUOTA_PREEMPT):
-        return policy_name[: -len(QUOTA_PREEMPT)], "quota"
-    return policy_name, None
+        return policy_name[: -len(PREEMPT)], "placement", quota
+    return policy_name, None, quota
 
 
 def may_preempt(mode: str | None, tier: str, *, fits_quota: bool, cohort_room: bool,
@@ -188,8 +194,8 @@ def may_preempt(mode: str | None, tier: str, *, fits_quota: bool, cohort_room: b
     preemption ("quota") reclaims only a queue's nominal quota. Placement-level preemption
     ("placement") acts, as the controller does, on every gang Kueue reserved quota for,
     nominal or borrowed (the cohort has room): it decides where, Kueue has decided whether.
-    The lowest tier evicts no one; one preemption per cycle, as Kueue admits one head at a
-    time."""
+    The lowest tier evicts no one; one preemption per cycle, of either kind, as Kueue
+    admits one head at a time."""
     if mode is None or preempted or tier == TIERS[-1]:
         return False
     return fits_quota or (mode == "placement" and cohort_room)
@@ -569,7 +575,7 @@ def run_replay(
         snapshot_out.append(snap)
     capacity = snap.total_gpus
     jobs = generate_jobs(scn, capacity)
-    base_policy, preempt_mode = preemption_mode(policy_name)
+    base_policy, preempt_mode, quota_preempt = preemption_mode(policy_name)
     config = config or replay_config(scn)
     if preempt_mode in ("placement", "drain"):
         pre = REPLAY_PREEMPTION
@@ -712,7 +718,11 @@ def run_replay(
             borrow = sum(usage.values()) + need <= cohort
             can_preempt = may_preempt(preempt_mode, job.tier, fits_quota=fits_quota,
                                       cohort_room=borrow, preempted=preempted)
-            if (need > free_gpu and not can_preempt) or not (fits_quota or borrow):
+            can_reclaim = quota_preempt and may_preempt(
+                "quota", job.tier, fits_quota=fits_quota, cohort_room=borrow,
+                preempted=preempted)
+            if (need > free_gpu and not (can_preempt or can_reclaim)) or not (
+                    fits_quota or borrow):
                 why[i] = "quota"
                 continue
             if attempts >= scn.attempts_per_cycle:
@@ -725,7 +735,7 @@ def run_replay(
                 kept_out = drain_hold.kept_out(i)
                 if kept_out:
                     gang = _avoid(gang, snap, kept_out)
-            if preempt_mode == "quota" and can_preempt and not (borrow and need <= free_gpu):
+            if can_reclaim and not (borrow and need <= free_gpu):
                 victims = quota_victims(job, need)
                 if victims is not None:
                     preempted = True
@@ -740,7 +750,7 @@ def run_replay(
                     "kept off hardware a waiting higher tier owns or a domain drained for "
                     "another gang")
             if (not placement.feasible and placement.retryable and can_preempt
-                    and preempt_mode == "placement"):
+                    and not preempted and preempt_mode == "placement"):
                 on_cluster = [RunningGang(g, tuple(sl), ran_seconds=3600.0 * (now - run_start[k]),
                                           priority=PRIORITY[jobs[k].tier])
                               for k, (g, sl, _) in running.items()]

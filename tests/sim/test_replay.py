@@ -188,13 +188,28 @@ def test_only_slowed_down_gangs_hold_gpus_beyond_their_work(policy: str) -> None
 
 
 def test_preemption_suffixes_name_the_mode() -> None:
-    assert rp.preemption_mode("nexus") == ("nexus", None)
-    assert rp.preemption_mode("nexus+preempt") == ("nexus", "placement")
-    assert rp.preemption_mode("tas-bestfit+quota-preempt") == ("tas-bestfit", "quota")
-    assert rp.preemption_mode("nexus+preempt+drain") == ("nexus", "drain")
+    assert rp.preemption_mode("nexus") == ("nexus", None, False)
+    assert rp.preemption_mode("nexus+preempt") == ("nexus", "placement", False)
+    assert rp.preemption_mode("tas-bestfit+quota-preempt") == ("tas-bestfit", None, True)
+    assert rp.preemption_mode("nexus+preempt+drain") == ("nexus", "drain", False)
+    assert rp.preemption_mode("nexus+preempt+drain+quota-preempt") == ("nexus", "drain", True)
 
 
-@pytest.mark.parametrize("policy", ["nexus+preempt", "tas-bestfit+quota-preempt"])
+def test_kueue_quota_preemption_combines_with_placement_preemption() -> None:
+    """`+quota-preempt` after `+preempt+drain`: both kinds evict (a cluster configures
+    Kueue's ClusterQueue preemption and nexus's independently), so the combination evicts
+    more runs than placement-level preemption alone on the same trace."""
+    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6, time_limit=0.5)
+    placement_only = rp.run_replay("nexus+preempt+drain", scn, drain=True)
+    quota_only = rp.run_replay("nexus+quota-preempt", scn, drain=True)
+    both = rp.run_replay("nexus+preempt+drain+quota-preempt", scn, drain=True)
+    assert placement_only.evictions > 0 and quota_only.evictions > 0
+    assert both.evictions > placement_only.evictions
+    assert both.lost_gpu_hours > placement_only.lost_gpu_hours
+
+
+@pytest.mark.parametrize(
+    "policy", ["nexus+preempt", "tas-bestfit+quota-preempt", "nexus+preempt+drain+quota-preempt"])
 def test_evictions_give_back_what_the_victims_held(policy: str) -> None:
     """An evicted run releases its slots and queues again: the cluster still drains to
     fully free, every job is accounted for once, and the lost work is reported."""
