@@ -149,6 +149,16 @@ def histogram_buckets(text: str, name: str, match: Mapping[str, str] | None = No
     return out
 
 
+def histogram_sum(text: str, name: str) -> float:
+    """The `_sum` of histogram `name` in Prometheus text, over every series."""
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name + "_sum"
+    )
+
+
 def counter_delta(
     after: str, before: str, name: str, by: tuple[str, ...]
 ) -> dict[tuple[str, ...], float]:

@@ -30,6 +30,13 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.reservation_wait_seconds = Histogram(
+            _P + "reservation_wait_seconds",
+            "How long placing waited, after a Workload's solve, for the previous "
+            "Workload's reservation create to come back (one is in flight at a time).",
+            buckets=_SOLVE_BUCKETS,
+            registry=r,
+        )
         self.placements = Counter(
             _P + "placements", "Placement decisions written, by outcome.", ["outcome"], registry=r
         )

@@ -48,6 +48,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import sync_lifecycle
+from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.outcome import (
     CheckState,
     Outcome,
@@ -252,7 +253,9 @@ async def place_pending(ctx: Context) -> None:
     ctx.ledger.settle(
         lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )
-    if not pending:
+    if not any(_needs_decision(ctx, w, stored) for w in pending if object_key(w) not in unread):
+        # every one is answered already (the watch has not shown it) or waits for its Job:
+        # a pass for each of their events would rebuild the snapshot of the whole fleet
         return
     now = ctx.clock()
     # a pending Workload's reservation of this very attempt (we died or failed before its
@@ -286,7 +289,17 @@ async def place_pending(ctx: Context) -> None:
                 continue
             await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes)
     finally:
-        await writes.flush()
+        await writes.flush(ctx.metrics)
+
+
+def _needs_decision(ctx: Context, workload: Mapping[str, Any], stored: set[str]) -> bool:
+    """Could `place_one` do anything for this pending Workload? Not when its answer is
+    written (or going out) or its reservation was created in this run and is not watched
+    yet: the same early returns as `place_one`'s, checked before the snapshot is built."""
+    if _our_pending_check(workload, ctx) is None or _already_answered(ctx, workload):
+        return False
+    rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
+    return not (rr_key in ctx.ledger.assumed and rr_key not in stored)
 
 
 def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -366,7 +379,7 @@ async def place_one(
     if config.preemption.enabled:
         gang = restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
     placement = await _solve(ctx, placer, gang, config)
-    if writes is not None and await writes.flush() and placement.feasible:
+    if writes is not None and await writes.flush(ctx.metrics) and placement.feasible:
         # the previous Workload's write found an earlier reservation of its own, on other
         # slots than solved: this solve may have used those; solve again with them held
         placer.undo(gang, tuple(placement.slots))
@@ -457,13 +470,19 @@ class WritePipeline:
         assert self.task is None, "flush() before starting the next write"
         self.task = asyncio.create_task(commit, name="reservation-write")
 
-    async def flush(self) -> bool:
+    async def flush(self, metrics: Metrics | None = None) -> bool:
         """Wait for the write in flight, if any, and settle the placer from it; True when
-        the solves made meanwhile may have used capacity it turned out to hold."""
+        the solves made meanwhile may have used capacity it turned out to hold. `metrics`:
+        record how long the wait was (the part of the create's round trip the solve did
+        not hide)."""
         task, self.task = self.task, None
         if task is None:
             return False
-        return _settle(self.placer, await task)
+        started = time.perf_counter()
+        reserved = await task
+        if metrics is not None:
+            metrics.reservation_wait_seconds.observe(time.perf_counter() - started)
+        return _settle(self.placer, reserved)
 
 
 def _assume(

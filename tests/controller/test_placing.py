@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
+import pytest
 
 from nexus_admit.controller import placing, watches
 from nexus_admit.controller.api import ApiException
@@ -97,6 +98,37 @@ def test_a_repeated_event_and_passes_before_the_watch_catches_up_reserve_once() 
     assert api.count("create", RR) == 1
     assert api.count("apply", "Workload") == 1
     assert engine.calls == 1
+
+
+def test_passes_before_the_watch_shows_the_answer_build_no_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between our answer and the watch showing it, each event of the Workload runs a pass;
+    with nothing left to decide, none of them rebuilds the snapshot of the fleet. Once a new
+    Workload needs a decision, the next pass builds one again."""
+    from nexus_admit.kube.dump import ClusterDump
+
+    builds: list[int] = []
+    real = ClusterDump.snapshot
+
+    def counting(self: ClusterDump, *args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ClusterDump, "snapshot", counting)
+    api = cluster(pending("w"))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    before = len(builds)
+    watch(ctx, api, (RR,))  # the reservation is seen, the Ready not yet
+    run(ctx)
+    run(ctx)
+    assert len(builds) == before
+    api.put(pending("v", created="2026-11-25T10:00:01Z"))
+    watch(ctx, api, ("Workload",))
+    run(ctx)
+    assert len(builds) == before + 1 and check_of(api, "v")["state"] == "Ready"
 
 
 def test_a_stale_pending_event_after_ready_changes_nothing_after_a_restart() -> None:
@@ -367,6 +399,32 @@ def test_a_reservation_write_overlaps_the_next_workloads_solve() -> None:
     assert check_of(api, "w")["state"] == "Ready" and check_of(api, "v")["state"] == "Ready"
     w_rr, v_rr = sorted(api.of_kind(RR), key=lambda r: r["metadata"]["name"], reverse=True)
     assert slot_nodes(w_rr).isdisjoint(slot_nodes(v_rr))
+
+
+def test_the_wait_for_a_reservation_create_the_solve_did_not_hide_is_measured() -> None:
+    """What an operator reads to tell a slow apiserver from a slow engine: w's create takes
+    0.3 s, far longer than v's solve, and the loop's wait for it shows in
+    nexus_admit_reservation_wait_seconds (v's own create is waited for at the pass's end)."""
+    import time as _time
+
+    api = two_nodes(
+        pending("w", pods=1, gpus=8), pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z")
+    )
+    real_create = api.create
+
+    def create(kind: str, body: Any) -> bool:
+        if kind == RR and body["metadata"]["name"].startswith("w-"):
+            _time.sleep(0.3)
+        return real_create(kind, body)
+
+    api.create = create  # type: ignore[method-assign]
+    ctx, _ = controller(api)
+    run(ctx)
+    samples = {s.name: s.value for m in ctx.metrics.reservation_wait_seconds.collect()
+               for s in m.samples}
+    assert samples["nexus_admit_reservation_wait_seconds_count"] == 2
+    assert samples["nexus_admit_reservation_wait_seconds_sum"] >= 0.2
+    assert check_of(api, "w")["state"] == "Ready" and check_of(api, "v")["state"] == "Ready"
 
 
 def test_an_earlier_reservation_found_on_other_nodes_makes_the_next_solve_run_again() -> None:

@@ -39,6 +39,11 @@ def test_histogram_buckets_filter_and_sum():
     assert stats.histogram_label_values(PROM, METRIC, "name") == {"a", "b"}
 
 
+def test_histogram_sum_adds_every_series():
+    assert stats.histogram_sum(PROM, METRIC) == pytest.approx(3.1)
+    assert stats.histogram_sum(PROM, "absent_seconds") == 0
+
+
 def test_histogram_quantile_and_deltas():
     a = stats.histogram_buckets(PROM, METRIC, {"name": "a"})
     # rank 50 of 100 falls in the first bucket: 0 + 0.025 * 50/80
