@@ -246,6 +246,62 @@ def test_gold_gang_evicts_the_fewest_borrowed_bronze_of_one_rack_through_kueue(
             assert not nodes & gold_nodes, f"{v} placed on the Gold gang's nodes"
 
 
+def set_queue_stop(custom_objects, ns: str, queue: str, policy: str) -> None:
+    """Hold a LocalQueue (Kueue reserves no quota for its Workloads, which stay queued) or
+    let it through again (`None`)."""
+    custom_objects.patch_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", queue, {"spec": {"stopPolicy": policy}})
+
+
+def test_a_waiting_gold_workload_keeps_bronze_off_the_h100s_until_it_runs(
+    preempt_namespace: str, batch_v1, core_v1, custom_objects
+) -> None:
+    """Backfill: the A100 and L40S pools are full, and a Gold 4 x 8-GPU gang waits in its
+    queue (held, so Kueue has reserved no quota for it) that the free H100s could hold. A
+    Bronze gang that could only borrow the H100s is kept off them, and its Retry says so;
+    once the Gold gang is let through and runs on the H100s, nothing of Gold waits and the
+    Bronze gang is placed there as borrowed capacity."""
+    ns = preempt_namespace
+    with BoundWatch(core_v1):
+        fill_outside_the_check(batch_v1, core_v1, ns)
+        set_queue_stop(custom_objects, ns, "preempt-gold", "Hold")
+        batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=4, gpus=8))
+        wait_for("the Gold Workload queued", lambda: workload(custom_objects, ns, "gold"),
+                 timeout=60)
+        batch_v1.create_namespaced_job(ns, job("bronze", "preempt-bronze", pods=1, gpus=8))
+
+        def kept_off() -> client.CoreV1Event | None:
+            wl = workload(custom_objects, ns, "bronze")
+            for e in events(core_v1, ns, "PlacementRetry"):
+                if wl and e.involved_object.name == wl["metadata"]["name"] and \
+                        "preemption.backfill" in (e.message or ""):
+                    return e
+            return None
+
+        note = wait_for("the Bronze gang kept off the H100s", kept_off, timeout=120)
+        assert "waiting higher tier" in (note.message or ""), note.message
+        assert not running(core_v1, ns, "bronze", 1)
+        assert not (workload(custom_objects, ns, "gold") or {}).get("status", {}).get(
+            "admission"), "the held Gold Workload was admitted"
+        # Gold let through: it runs on the H100s, and then Bronze may borrow them
+        set_queue_stop(custom_objects, ns, "preempt-gold", "None")
+        gold_pods = wait_for("the Gold gang running",
+                             lambda: running(core_v1, ns, "gold", 4), timeout=180)
+        gold_nodes = {p.spec.node_name for p in gold_pods}
+        assert {core_v1.read_node(n).metadata.labels[PRODUCT] for n in gold_nodes} == {H100}
+        bronze_pods = wait_for("the Bronze gang running on an H100",
+                               lambda: running(core_v1, ns, "bronze", 1), timeout=300)
+        node = bronze_pods[0].spec.node_name
+        assert core_v1.read_node(node).metadata.labels[PRODUCT] == H100
+        assert node not in gold_nodes
+        bronze = entry(workload(custom_objects, ns, "bronze"))
+        rr = custom_objects.get_namespaced_custom_object(
+            RR_GROUP, RR_VERSION, ns, RR_PLURAL, bronze["podSetUpdates"][0]["labels"][RESERVATION])
+        assert rr["spec"]["decision"]["mode"] == "borrowed"
+        assert (rr["metadata"].get("labels") or {}).get(BORROWED) == "true"
+        assert "borrowed" in bronze["message"], bronze["message"]
+
+
 def set_preemption(custom_objects, **fields: Any) -> None:
     custom_objects.patch_cluster_custom_object(
         RR_GROUP, RR_VERSION, "placementconfigs", "e2e-preempt",

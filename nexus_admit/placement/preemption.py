@@ -185,17 +185,19 @@ def restrict_borrowing(snapshot: ClusterSnapshot, gang: Gang, config: PlacementC
 
 def kept_off_is_not_never(snapshot: ClusterSnapshot, original: Gang, placement: Placement,
                           config: PlacementConfig, why: str) -> Placement:
-    """A gang kept off some nodes for a while (backfill, a drained domain) that then cannot
-    ever fit is only waiting: answer Retry, not Rejected, unless the gang as the user asked
-    for it could never fit either."""
-    if placement.status is not SolveStatus.IMPOSSIBLE:
+    """The answer for a gang kept off some nodes for a while (backfill, a drained domain):
+    when it does not fit, its reason starts with `why` (the user reads it in the check
+    message and the Retry Event). One that then cannot ever fit is only waiting: Retry, not
+    Rejected, unless the gang as the user asked for it could never fit either."""
+    if placement.feasible:
         return placement
-    try:
-        if prepare(snapshot, original, config).impossible:
+    if placement.status is SolveStatus.IMPOSSIBLE:
+        try:
+            if prepare(snapshot, original, config).impossible:
+                return placement
+        except ValueError:
             return placement
-    except ValueError:
-        return placement
-    placement.status = SolveStatus.INFEASIBLE
+        placement.status = SolveStatus.INFEASIBLE
     placement.reason = f"{why}; {placement.reason}"
     return placement
 

@@ -29,6 +29,7 @@ from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
     RunningGang,
     is_borrowed,
+    kept_off_is_not_never,
     owners_waiting,
     plan_drain,
     plan_preemption,
@@ -184,6 +185,40 @@ def test_backfill_keeps_lower_tiers_off_hardware_whose_owner_waits() -> None:
     assert restrict_borrowing(snap, silver, cfg, ["bronze"]) == silver
     assert restrict_borrowing(snap, bronze, config(backfill=False), ["gold"]) == bronze
     assert restrict_borrowing(snap, bronze, config(enabled=False), ["gold"]) == bronze
+
+
+WHY = "kept off the hardware a waiting higher tier owns (preemption.backfill)"
+
+
+def test_a_gang_kept_off_that_does_not_fit_now_says_why() -> None:
+    """Bronze kept off the free H100 while Gold waits, with its own L40S taken: Retry,
+    and the reason names backfill first, so the user knows why the free H100 was not used."""
+    snap = snapshot(gpu_node("h0"), gpu_node("l0", gpu=L40S))
+    run(snap, "other", "l0", 8)
+    bronze = Gang("ns/b", (PodSet("w", 1, gpus=8),), tier="bronze")
+    cfg = config()
+    kept = restrict_borrowing(snap, bronze, cfg, ["gold"])
+    placement = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
+    assert not placement.feasible and placement.retryable
+    assert placement.reason.startswith(WHY + "; "), placement.reason
+
+
+def test_a_gang_kept_off_everything_that_fits_waits_but_one_that_never_fits_is_rejected() -> None:
+    """Kept off the only node with room of its kind: only waiting (Retry). A gang that could
+    not fit even as asked stays Rejected, without the backfill note."""
+    snap = snapshot(gpu_node("h0"), gpu_node("l0", gpu=L40S, gpus=4))
+    cfg = config()
+    bronze = Gang("ns/b", (PodSet("w", 1, gpus=8),), tier="bronze")
+    kept = restrict_borrowing(snap, bronze, cfg, ["gold"])
+    placement = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
+    assert placement.retryable and placement.reason.startswith(WHY)
+    huge = Gang("ns/h", (PodSet("w", 1, gpus=16),), tier="bronze")
+    never = kept_off_is_not_never(
+        snap, huge, ENGINE.place(snap, restrict_borrowing(snap, huge, cfg, ["gold"]), cfg),
+        cfg, WHY)
+    assert not never.retryable and WHY not in never.reason
+    fits = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, bronze, cfg), cfg, WHY)
+    assert fits.feasible and not fits.reason
 
 
 def test_config_refuses_eviction_upwards_and_unknown_tiers() -> None:
