@@ -22,12 +22,7 @@ from nexus_admit.controller.tasks import Background
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 
-__all__ = ["POD_PASS_DELAY_SECONDS", "CheckView", "Context", "utc_now"]
-
-# A pod change reaches the placing pass only through its lifecycle step, which runs at most
-# once a second: a pod event wakes the pass within this long, not at once. At 1.5 Workloads
-# a second (about 50 pod events a second) a pass per event was most of the controller's CPU.
-POD_PASS_DELAY_SECONDS = 1.0
+__all__ = ["CheckView", "Context", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -77,7 +72,6 @@ class Context:
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
     lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step
     lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
-    pod_wake_set: bool = False  # a pod changed: a pass is due within POD_PASS_DELAY_SECONDS
     # Job reads in flight ("namespace/name"), shared by the passes that wait on them
     job_reads: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
     synced: bool = False  # every kind listed once: only then may the loop decide anything
@@ -96,26 +90,10 @@ class Context:
             return True
         return self.leader_ready and self.elector.leading()
 
-    def poke(self, kind: str | None = None) -> None:
-        """Something changed (an object of `kind`; None: anything): run an ungating pass
-        soon, and a placing pass at once, or for a Pod within `POD_PASS_DELAY_SECONDS`."""
-        self.ungate_wake.set()
-        if kind != "Pod":
-            self.wake.set()
-            return
-        if self.pod_wake_set:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop to wait on (a test's direct call): at once
-            self.wake.set()
-            return
-        self.pod_wake_set = True
-        loop.call_later(POD_PASS_DELAY_SECONDS, self._pod_wake)
-
-    def _pod_wake(self) -> None:
-        self.pod_wake_set = False
+    def poke(self) -> None:
+        """Something changed: run a placing pass and an ungating pass soon."""
         self.wake.set()
+        self.ungate_wake.set()
 
     def call_in_loop(self, fn: Callable[..., object], *args: object) -> None:
         """Run `fn(*args)` on the loop that owns the store: now when called there (or when

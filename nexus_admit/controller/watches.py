@@ -40,7 +40,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
             else:
                 changed = ctx.store.upsert(_kind, obj)
             if changed:
-                ctx.poke(_kind)
+                ctx.poke()
 
         kopf.on.event(res.group, res.version, res.plural, id=f"watch-{kind}", registry=registry)(
             on_event
