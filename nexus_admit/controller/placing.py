@@ -253,7 +253,11 @@ async def place_pending(ctx: Context) -> None:
     ctx.ledger.settle(
         lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )
-    if not any(_needs_decision(ctx, w, stored) for w in pending if object_key(w) not in unread):
+    if not any(
+        _our_pending_check(w, ctx) is not None and _needs_decision(ctx, w)
+        for w in pending
+        if object_key(w) not in unread
+    ):
         # every one is answered already (the watch has not shown it) or waits for its Job:
         # a pass for each of their events would rebuild the snapshot of the whole fleet
         return
@@ -292,14 +296,18 @@ async def place_pending(ctx: Context) -> None:
         await writes.flush(ctx.metrics)
 
 
-def _needs_decision(ctx: Context, workload: Mapping[str, Any], stored: set[str]) -> bool:
-    """Could `place_one` do anything for this pending Workload? Not when its answer is
-    written (or going out) or its reservation was created in this run and is not watched
-    yet: the same early returns as `place_one`'s, checked before the snapshot is built."""
-    if _our_pending_check(workload, ctx) is None or _already_answered(ctx, workload):
+def _needs_decision(ctx: Context, workload: Mapping[str, Any]) -> bool:
+    """Is there anything to decide for this pending Workload? Not when its answer is
+    written (or going out), nor when its reservation was created in this run and the watch
+    has not brought it yet (its check is written again once it does). `place_pending` asks
+    before it builds the snapshot, `place_one` before anything else."""
+    if _already_answered(ctx, workload):
         return False
     rr_key = f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"
-    return not (rr_key in ctx.ledger.assumed and rr_key not in stored)
+    return not (
+        rr_key in ctx.ledger.assumed
+        and ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key) is None
+    )
 
 
 def _already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -327,14 +335,11 @@ async def place_one(
     check writes of a feasible placement go, to overlap the next Workload's solve (awaited
     here when None)."""
     snapshot = placer.snapshot
-    if _already_answered(ctx, workload):
-        return  # our answer for this quota reservation is written; the watch lags
+    if not _needs_decision(ctx, workload):
+        return
     ns = str(meta(workload).get("namespace") or "default")
     name = reservation_name(workload)
-    rr_key = f"{ns}/{name}"
-    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
-    if rr_key in ctx.ledger.assumed and existing is None:
-        return  # written earlier in this run; its check is written again once the watch shows it
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{ns}/{name}")
     config = ctx.checks[check].config
     assert config is not None  # only active checks reach here
 
