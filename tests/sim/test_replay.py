@@ -3,6 +3,7 @@ double booking, everything released), the slowdown model, and the report."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -335,3 +336,35 @@ def test_wait_hours_split_every_delay_by_why_the_job_waited(policy: str) -> None
         assert total == pytest.approx(st["n"] * st["mean"], abs=0.01 * st["n"] + 0.02)
     holds = sum(w["hold"] for w in r.wait_hours.values())
     assert (holds > 0) if policy == "nexus" else holds == 0
+
+
+def test_a_drain_yields_only_to_a_placement_on_its_nodes() -> None:
+    hold = rp.DrainHold()
+    hold.end_cycle([(2, _gang("b"))], lambda g: _drain_plan(g, "n1", "n2"))
+    hold.yield_to([Slot("workers", 0, "n3")])
+    assert hold.job == 2  # placed elsewhere: the drain goes on
+    hold.yield_to([Slot("workers", 0, "n3"), Slot("workers", 1, "n2")])
+    assert hold.job is None and hold.kept_out(3) == frozenset()
+
+
+def test_a_drain_never_makes_a_gang_wait_that_has_no_place_off_its_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gang kept off a drain's nodes that then has no place is placed on them, and the
+    drain is planned again; the replay still gives back every GPU."""
+    monkeypatch.setattr(rp, "REPLAY_DRAIN_AFTER", 600.0)
+    yielded: list[tuple[int | None, frozenset[str], list[Slot]]] = []
+    real = rp.DrainHold.yield_to
+
+    def recording(self: rp.DrainHold, slots: Sequence[Slot]) -> None:
+        yielded.append((self.job, self.nodes, list(slots)))
+        real(self, slots)
+
+    monkeypatch.setattr(rp.DrainHold, "yield_to", recording)
+    snapshots: list[TrackedSnapshot] = []
+    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6,
+                            mix=(0.6, 0.2, 0.2), time_limit=0.5)
+    result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
+    on_drain = [y for y in yielded if any(s.node in y[1] for s in y[2])]
+    assert on_drain, "no gang needed a drain's nodes: the test no longer exercises yielding"
+    assert result.pending_at_end == 0
+    assert all(n.is_pristine() for n in snapshots[-1])
