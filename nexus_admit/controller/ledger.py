@@ -33,6 +33,9 @@ class Assumed:
 @dataclass(slots=True)
 class Ledger:
     assumed: dict[str, Assumed] = field(default_factory=dict)
+    # creates of this pass whose answer was lost: the reservation may exist, so its slots
+    # stay taken until the pass ends (the next pass's snapshot shows it or not)
+    unsure: dict[str, Assumed] = field(default_factory=dict)
 
     def assume(
         self, reservation: str, workload: str, gang: Gang, slots: tuple[Slot, ...], now: float
@@ -42,13 +45,25 @@ class Ledger:
     def forget(self, reservation: str) -> None:
         self.assumed.pop(reservation, None)
 
+    def lost(self, reservation: str) -> None:
+        """The create's answer was lost: no longer assumed, but possibly written."""
+        a = self.assumed.pop(reservation, None)
+        if a is not None:
+            self.unsure[reservation] = a
+
+    def new_pass(self) -> None:
+        self.unsure.clear()
+
     def settle(self, counted: Callable[[Assumed], bool]) -> None:
         """Drop the assumptions the cluster's own objects now account for."""
         for key in [k for k, a in self.assumed.items() if counted(a)]:
             del self.assumed[key]
 
-    def hold_in(self, placer: OrderedPlacer) -> None:
-        """Take every outstanding assumption's capacity from the placer's snapshot."""
-        for a in self.assumed.values():
+    def hold_in(self, placer: OrderedPlacer, skip: frozenset[str] = frozenset()) -> None:
+        """Take every outstanding assumption's capacity (and this pass's unsure creates')
+        from the placer's snapshot, but the reservations in `skip`."""
+        for a in (*self.assumed.values(), *self.unsure.values()):
+            if a.reservation in skip:
+                continue
             # a preemptor's or a drain's slots overlap pods that are still leaving
             placer.hold(a.gang, a.slots, over=True)

@@ -49,6 +49,7 @@ from nexus_admit.kube.reservations import (
 __all__ = [
     "lost_node",
     "missing_reservation",
+    "release",
     "release_reason",
     "reservation_status",
     "status_due",
@@ -261,7 +262,7 @@ async def sync_lifecycle(ctx: Context) -> None:
         if reason is None:
             reason = await _act(ctx, rr, workload, pods, nodes, now, checks)
         if reason is not None:
-            await _release(ctx, rr, workload, reason, now)
+            await release(ctx, rr, workload, reason, now)
             continue
         status = reservation_status(rr, pods)
         phases[status["phase"]] += 1
@@ -395,13 +396,15 @@ async def sync_missing(ctx: Context) -> None:
             await _retry(ctx, workload, [check], message)
 
 
-async def _release(
+async def release(
     ctx: Context,
     rr: Mapping[str, Any],
     workload: Mapping[str, Any] | None,
     reason: str,
     now: datetime,
-) -> None:
+) -> bool:
+    """Delete a reservation, with an Event on its Workload saying why; False when the
+    delete failed (the reservation may still hold its capacity)."""
     m = meta(rr)
     ns, name = str(m.get("namespace")), str(m.get("name"))
     try:
@@ -409,7 +412,7 @@ async def _release(
     except Exception as e:
         ctx.metrics.errors.labels("release").inc()
         log.warning("could not release reservation %s/%s: %s", ns, name, e)
-        return
+        return False
     ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)  # free for this very pass
     log.info("released reservation %s/%s: %s", ns, name, reason)
     if workload is not None:
@@ -422,3 +425,4 @@ async def _release(
             now=now,
             action="Release",
         )
+    return True

@@ -47,7 +47,7 @@ from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.lifecycle import sync_lifecycle
+from nexus_admit.controller.lifecycle import release, sync_lifecycle
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.outcome import (
     CheckState,
@@ -68,6 +68,7 @@ from nexus_admit.controller.preemption import (
     PreemptedVictim,
     announce,
     evict,
+    is_drain,
     preempted_victims,
     preempts_annotation,
     progress,
@@ -81,11 +82,13 @@ from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
+    reservation_is_live,
     reservation_name,
     reservation_object,
     reservation_slots,
+    reservation_workload_key,
 )
-from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims
+from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims, workload_tier
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
@@ -247,6 +250,7 @@ async def place_pending(ctx: Context) -> None:
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
+    ctx.ledger.new_pass()
     # an assumption ends once the snapshot counts its reservation, or when two full
     # re-lists have not brought it (released, or never made: a failed pass must not leave
     # its Workload waiting on it for ever)
@@ -291,7 +295,8 @@ async def place_pending(ctx: Context) -> None:
             check = _our_pending_check(wl, ctx)
             if check is None or object_key(wl) in unread:
                 continue
-            await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes)
+            await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes,
+                            frozenset(unreserved))
     finally:
         await writes.flush(ctx.metrics)
 
@@ -329,11 +334,13 @@ async def place_one(
     now: datetime,
     demands: Sequence[tuple[str, int]] = (),
     writes: WritePipeline | None = None,
+    unreserved: frozenset[str] = frozenset(),
 ) -> None:
     """Decide and write the answer for one Workload (steps 1-5 below). `demands`: (tier,
     GPU milli) of every waiting Workload, for backfill. `writes`: where the reservation and
     check writes of a feasible placement go, to overlap the next Workload's solve (awaited
-    here when None)."""
+    here when None). `unreserved`: the Workloads whose reservations the pass's snapshot
+    leaves out (see `place_pending`)."""
     snapshot = placer.snapshot
     if not _needs_decision(ctx, workload):
         return
@@ -394,6 +401,16 @@ async def place_one(
             snapshot, asked, placement, config,
             "kept off the hardware a waiting higher tier owns (preemption.backfill)",
         )
+    if not placement.feasible and placement.retryable and config.preemption.enabled:
+        through = await _through_drains(ctx, dump, kueue, placer, workload, gang, config, now,
+                                        unreserved)
+        if through is not None:
+            # held clamped over the drain's hold: written at once, never given back this pass
+            reserved = await _reserve(ctx, placer, workload, gang, through, config, now,
+                                      over=True)
+            if reserved is not None:
+                await _answer(ctx, workload, check, placed(reserved, gang, name, snapshot, levels))
+            return
     if not placement.feasible:
         if placement.retryable and await _preempt(
             ctx, dump, kueue, placer, workload, check, gang, config, now
@@ -548,7 +565,10 @@ async def _create_reservation(
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
-        ctx.ledger.forget(rr_key)
+        if _refused(e):
+            ctx.ledger.forget(rr_key)
+        else:
+            ctx.ledger.lost(rr_key)
         ctx.metrics.errors.labels("reserve").inc()
         log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
         # refused: nothing was written, the capacity is free again; else the answer was
@@ -561,12 +581,13 @@ async def _create_reservation(
     # a decision of this attempt was written before (a create that timed out, a store that
     # lags): that reservation is the answer, and its slots are what it holds
     log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
-    ctx.ledger.forget(rr_key)
     try:
         found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
     except Exception as e:  # what it holds is unknown: the solved slots stay taken
+        ctx.ledger.lost(rr_key)
         log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
         return Reserved(gang, slots, over, None)
+    ctx.ledger.forget(rr_key)
     if found is None:  # deleted meanwhile: the next pass decides afresh
         return Reserved(gang, slots, over, None, give_back=True)
     held = _placement_of(found, gang)
@@ -699,6 +720,93 @@ async def _drain(
     await announce(ctx, workload, f"{text}; reservation {rr_key}", now)
     await _pending(ctx, workload, check, waiting_message(rr_key, text, len(waited_for)))
     return True
+
+
+async def _through_drains(
+    ctx: Context,
+    dump: ClusterDump,
+    kueue: KueueIndex,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    config: PlacementConfig,
+    now: datetime,
+    unreserved: frozenset[str],
+) -> Placement | None:
+    """A drain never makes a Workload of a higher tier wait that has no place off the
+    drain's slots (the drained gang would hold up a higher priority): solve again as if
+    no such drain held capacity. When that places the gang on a drain's
+    slots the drain is withdrawn (its reservation released, with an Event; its Workload
+    drains again on its next pass) and the placement returned, its capacity held in
+    `placer`; None otherwise. The second snapshot is the pass's one rebuilt without the
+    drains, with every capacity this run promised held again, so it is never freer than
+    the pass's snapshot anywhere else."""
+    own = object_key(workload)
+    drains = {
+        object_key(rr): rr
+        for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION)
+        if is_drain(rr)
+        and reservation_is_live(rr, now)
+        and reservation_workload_key(rr) != own
+        and _yields_to(ctx, kueue, rr, gang, config)
+    }
+    if not drains:
+        return None
+    draining = {reservation_workload_key(rr) for rr in drains.values()}
+    try:
+        bare = await asyncio.to_thread(
+            dump.snapshot, exclude_workloads=unreserved | draining, now=now
+        )
+    except TranslationError:
+        return None  # the pass's snapshot was built from the same objects: not reached
+    side = OrderedPlacer(ctx.engine, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
+    ctx.ledger.hold_in(side, skip=frozenset(drains))
+    placement = await _solve(ctx, side, gang, config)
+    if not placement.feasible:
+        return None
+    used = {s.node for s in placement.slots}
+    crossed = [rr for rr in drains.values() if any(s.node in used for s in reservation_slots(rr))]
+    if not crossed:
+        return None  # its lack of room was not the drains'
+    for rr in crossed:
+        drained = ctx.store.get("Workload", reservation_workload_key(rr))
+        reason = (
+            f"drain withdrawn: Workload {own} (tier {gang.tier}) had no place off its "
+            "nodes and is placed there; this Workload drains again on its next pass"
+        )
+        if not await release(ctx, rr, drained, reason, now):
+            return None
+        ctx.ledger.forget(object_key(rr))
+        ctx.metrics.preemptions.labels("drain-yielded").inc()
+    placer.hold(gang, tuple(placement.slots), over=True)
+    names = ", ".join(reservation_workload_key(rr) for rr in crossed)
+    placement.explanation.append(
+        f"placed on nodes drained for {names}: no place off them; the drain was withdrawn"
+    )
+    return placement
+
+
+def _yields_to(
+    ctx: Context, kueue: KueueIndex, rr: Mapping[str, Any], gang: Gang, config: PlacementConfig
+) -> bool:
+    """Whether the drain `rr` gives way to `gang`: its Workload still waits on our check in
+    the attempt the reservation is for, unanswered (a drain that ended in a Ready answer,
+    also one the watch has not shown yet, holds a running gang's slots), and `gang` is of
+    a higher tier. A drain is kept against its own and lower tiers, so a stream of their
+    small jobs cannot starve the gang it drains for."""
+    drained = ctx.store.get("Workload", reservation_workload_key(rr))
+    if (
+        drained is None
+        or _our_pending_check(drained, ctx) is None
+        or _already_answered(ctx, drained)
+        or meta(rr).get("name") != reservation_name(drained)
+    ):
+        return False
+    try:
+        tier = workload_tier(drained, kueue, config)
+    except TranslationError:
+        return False
+    return config.tier_rank(gang.tier) < config.tier_rank(tier)
 
 
 async def _preemption_done(

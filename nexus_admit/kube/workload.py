@@ -61,6 +61,7 @@ __all__ = [
     "tas_pod_sets",
     "tier_claims",
     "workload_template_requests",
+    "workload_tier",
     "workload_to_gang",
 ]
 
@@ -374,7 +375,8 @@ def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
 # ---------------------------------------------------------------- gang
 
 
-def _tier(workload: Obj, kueue: KueueIndex, config: PlacementConfig) -> str:
+def workload_tier(workload: Obj, kueue: KueueIndex, config: PlacementConfig) -> str:
+    """The tier of the Workload's ClusterQueue (label), else the config's default."""
     cq_name = kueue.cluster_queue_name(workload)
     cq = kueue.cluster_queues.get(cq_name) if cq_name else None
     if cq is None:
@@ -754,7 +756,7 @@ def workload_to_gang(
         return Gang(
             name=key,
             pod_sets=tuple(pod_sets),
-            tier=_tier(workload, kueue, config),
+            tier=workload_tier(workload, kueue, config),
             workload_type=wtype,
             required_level=one(required, L.ANN_REQUIRED_TOPOLOGY),
             preferred_level=one(preferred, L.ANN_PREFERRED_TOPOLOGY),

@@ -25,9 +25,9 @@ Modelling assumptions:
   drain-to-fit as an extension of localityWait: a multi-pod Gold or Silver gang that the
   hold has kept waiting for 2 h has the nodes its drain placement needs (in the domain with
   the fewest GPUs busy) kept free of new placements, one gang at a time, until it is placed
-  or its hold ends. A drain never makes another gang wait: one with no place off those
-  nodes is placed on them, and the drain is planned again (the controller withdraws the
-  draining reservation).
+  or its hold ends. A drain never makes a gang of a higher tier wait: one with no place
+  off those nodes is placed on them, and the drain is planned again (the controller
+  withdraws the draining reservation).
   `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy (also
   after `+preempt` or `+preempt+drain`: Kueue's ClusterQueue preemption and nexus's are
   set independently, and a cluster runs both, one preemption per cycle of either kind): a
@@ -211,12 +211,12 @@ class DrainHold:
     placements, which is what the controller's draining reservation holds (its slots, not
     the whole domain). One gang at a time, the first in Kueue's order. The drain ends when
     the gang is placed or is no longer held: its hold ran out (the engine may now split it)
-    or it went back to the queue for quota. It yields to a gang that has no place off its
-    nodes (`yield_to`). Seeds 1-10 (docs/simulator.md): a drain kept until the gang was
-    placed held GPUs idle for hours and cost 2.6 points of effective throughput; keeping
-    the whole domain free cost Gold wait for no shorter big-gang wait. Seeds 1-30: a drain
-    that made such gangs wait cost 0.35 ± 0.30 points of effective throughput against one
-    that yields, for no shorter wait."""
+    or it went back to the queue for quota. It yields to a gang of a higher tier that has
+    no place off its nodes (`yield_to`): a lower priority's drain must not hold up a
+    higher one; against its own and lower tiers it holds, so their stream of small jobs
+    cannot starve its gang. Seeds 1-10 (docs/simulator.md): a drain kept until the gang
+    was placed held GPUs idle for hours and cost 2.6 points of effective throughput;
+    keeping the whole domain free cost Gold wait for no shorter big-gang wait."""
 
     job: int | None = None
     nodes: frozenset[str] = frozenset()
@@ -230,8 +230,8 @@ class DrainHold:
             self.job, self.nodes = None, frozenset()
 
     def yield_to(self, slots: Sequence[Slot]) -> None:
-        """A gang with no other place was placed on `slots`: a drain they touch ends, and
-        the end of the cycle plans one again."""
+        """A higher tier's gang with no other place was placed on `slots`: a drain they
+        touch ends, and the end of the cycle plans one again."""
         if self.job is not None and any(s.node in self.nodes for s in slots):
             self.release(self.job)
 
@@ -756,8 +756,9 @@ def run_replay(
                         free_gpu += jobs[k].gpu_milli_total
             t0 = time.perf_counter()
             placement = placer.place(gang, config)
-            if kept_out and not placement.feasible:
-                # a drain never makes a gang wait that has no place off its nodes
+            if (kept_out and not placement.feasible and drain_hold.job is not None
+                    and PRIORITY[job.tier] > PRIORITY[jobs[drain_hold.job].tier]):
+                # a drain never makes a higher tier wait that has no place off its nodes
                 gang = restrict_borrowing(snap, asked, config, owners)
                 placement = placer.place(gang, config)
                 if placement.feasible:

@@ -36,6 +36,25 @@ def test_forget_gives_capacity_back_and_a_gone_node_is_skipped() -> None:
     assert not ledger.assumed
 
 
+def test_a_lost_create_holds_its_slots_for_the_rest_of_its_pass_only() -> None:
+    """A create whose answer was lost may have been made: a second snapshot of the same
+    pass (the one a drain's yield solves on) must hold it, the next pass's must not."""
+    gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
+    ledger = Ledger()
+    ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "n1", tuple(range(8)), 0),), 0.0)
+    ledger.assume("ns/drain", "ns/d", gang, (Slot("main", 0, "n2", tuple(range(8)), 0),), 0.0)
+    ledger.lost("ns/rr")
+    assert "ns/rr" not in ledger.assumed  # the next pass decides it afresh
+    same_pass = placer_for("n1", "n2")
+    ledger.hold_in(same_pass, skip=frozenset({"ns/drain"}))
+    assert same_pass.snapshot.nodes["n1"].free_whole_gpus == 0
+    assert same_pass.snapshot.nodes["n2"].free_whole_gpus == 8  # skipped
+    ledger.new_pass()
+    next_pass = placer_for("n1")
+    ledger.hold_in(next_pass)
+    assert next_pass.snapshot.nodes["n1"].free_whole_gpus == 8
+
+
 def _config():  # type: ignore[no-untyped-def]
     from nexus_admit.model import PlacementConfig
 

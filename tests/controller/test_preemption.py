@@ -200,3 +200,86 @@ def test_a_gang_that_waited_past_drain_after_holds_the_nodes_as_they_free_up() -
     watch(ctx, api)
     run(ctx)
     assert check_of(api, "gold")["state"] == "Ready"
+
+
+def draining_silver(api: FakeApi) -> Context:
+    """A Silver 2 x 8 gang drains h0 and h1 (b0 and b1 run there); then b0 finishes, and
+    h0 is free but held by the drain."""
+    api.put(cluster_queue("silver", "silver"))
+    silver = workload("silver", [pod_set(count=2, gpus=8)], cluster_queue="silver", created=T)
+    silver["status"]["conditions"][0]["lastTransitionTime"] = T
+    api.put(silver)
+    api.delete("Workload", "gold", "default")
+    ctx = start(api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "silver"]
+    assert rr["metadata"]["annotations"][L.ANN_DRAIN] == "true"
+    api.delete("Pod", "b0-0", "default")
+    b0 = api.get("Workload", "b0", "default")
+    assert b0 is not None
+    b0["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    api.put(b0)
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "silver")["state"] == "Pending"  # b1 still runs on h1
+    return ctx
+
+
+def late(api: FakeApi, queue: str) -> None:
+    """A later 1 x 8 Workload: the only free GPUs are the drained h0's."""
+    api.put(workload("late", [pod_set(count=1, gpus=8)], cluster_queue=queue,
+                     created="2026-11-25T09:30:00Z"))
+
+
+def draining(api: FakeApi) -> list[dict[str, Any]]:
+    return [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "silver"]
+
+
+def test_a_drain_yields_to_a_higher_tier_that_has_no_place_off_its_nodes() -> None:
+    api = cluster(mayEvict={"gold": [], "silver": []}, drainAfterSeconds=600)
+    ctx = draining_silver(api)
+    late(api, "gold")
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "late")["state"] == "Ready"
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "late"]
+    assert [s["node"] for s in rr["spec"]["podSets"][0]["slots"]] == ["h0"]
+    assert "the drain was withdrawn" in check_of(api, "late")["message"]
+    # the drain's reservation is gone, and its Workload is told why
+    assert not draining(api)
+    notes = [e["note"] for e in api.of_kind("Event") if e["regarding"]["name"] == "silver"]
+    assert any("drain withdrawn: Workload default/late (tier gold)" in n for n in notes)
+    # the next pass drains again, off late's slot: nothing is over-booked
+    watch(ctx, api)
+    run(ctx)
+    (rr,) = draining(api)
+    assert rr["metadata"]["annotations"][L.ANN_DRAIN] == "true"
+    assert "h0" not in {s["node"] for s in rr["spec"]["podSets"][0]["slots"]}
+    waited = {v["workload"] for v in json.loads(rr["metadata"]["annotations"][L.ANN_PREEMPTS])}
+    assert "default/b1" in waited
+    assert check_of(api, "silver")["state"] == "Pending"
+
+
+def test_a_drain_holds_against_its_own_tier_and_below() -> None:
+    for queue in ("silver", "bronze"):
+        api = cluster(mayEvict={"gold": [], "silver": []}, drainAfterSeconds=600)
+        ctx = draining_silver(api)
+        (before,) = draining(api)
+        late(api, queue)
+        watch(ctx, api)
+        run(ctx)
+        assert check_of(api, "late")["state"] == "Retry", queue
+        assert draining(api) == [before], queue
+        assert "h0" in {s["node"] for s in before["spec"]["podSets"][0]["slots"]}
+
+
+def test_a_workload_with_a_place_off_the_drain_leaves_the_drain_alone() -> None:
+    api = cluster(mayEvict={"gold": [], "silver": []}, drainAfterSeconds=600)
+    ctx = draining_silver(api)
+    api.put(node("h2"))
+    late(api, "gold")
+    watch(ctx, api)
+    run(ctx)
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "late"]
+    assert [s["node"] for s in rr["spec"]["podSets"][0]["slots"]] == ["h2"]
+    assert draining(api)

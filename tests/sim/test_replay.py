@@ -347,10 +347,11 @@ def test_a_drain_yields_only_to_a_placement_on_its_nodes() -> None:
     assert hold.job is None and hold.kept_out(3) == frozenset()
 
 
-def test_a_drain_never_makes_a_gang_wait_that_has_no_place_off_its_nodes(
+def test_a_drain_never_makes_a_higher_tier_wait_that_has_no_place_off_its_nodes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A gang kept off a drain's nodes that then has no place is placed on them, and the
-    drain is planned again; the replay still gives back every GPU."""
+    """A gang of a higher tier kept off a drain's nodes that then has no place is placed
+    on them, and the drain is planned again; never one of the drain's tier or below. The
+    replay still gives back every GPU."""
     monkeypatch.setattr(rp, "REPLAY_DRAIN_AFTER", 600.0)
     yielded: list[tuple[int | None, frozenset[str], list[Slot]]] = []
     real = rp.DrainHold.yield_to
@@ -366,5 +367,8 @@ def test_a_drain_never_makes_a_gang_wait_that_has_no_place_off_its_nodes(
     result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
     on_drain = [y for y in yielded if any(s.node in y[1] for s in y[2])]
     assert on_drain, "no gang needed a drain's nodes: the test no longer exercises yielding"
+    # only Gold yields, so only a Silver gang's drain ever gives way
+    jobs = rp.generate_jobs(scn, snapshots[-1].total_gpus)
+    assert {jobs[job].tier for job, _, _ in on_drain if job is not None} == {"silver"}
     assert result.pending_at_end == 0
     assert all(n.is_pristine() for n in snapshots[-1])
