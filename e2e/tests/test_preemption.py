@@ -308,6 +308,34 @@ def set_preemption(custom_objects, **fields: Any) -> None:
         {"spec": {"preemption": fields}})
 
 
+def fill_for_a_drain(batch_v1, core_v1, ns: str) -> list[str]:
+    """A100 and L40S full; the first H100 rack has 2 free nodes and 3 Bronze 2 x 8 gangs
+    that run for 120 s, the other racks are full of Bronze gangs that finish after 40 s.
+    The H100 racks, sorted."""
+    fill_outside_the_check(batch_v1, core_v1, ns)
+    racks = sorted({n.metadata.labels[RACK] for n in core_v1.list_node().items
+                    if n.metadata.labels.get(PRODUCT) == H100})
+    shapes = [(racks[0], "120s")] * 3 + [(r, "40s") for r in racks[1:] for _ in range(4)]
+    names = []
+    for i, (rack, finish) in enumerate(shapes):
+        name = f"bronze-{i:02d}"
+        spec = job(name, "preempt-bronze", pods=2, gpus=8, finish_after=finish)
+        spec.spec.template.spec.node_selector = {RACK: rack}
+        batch_v1.create_namespaced_job(ns, spec)
+        names.append(name)
+    wait_for("15 gangs on the H100s",
+             lambda: all(running(core_v1, ns, n, 2) for n in names), timeout=300)
+    return racks
+
+
+def draining(custom_objects, ns: str) -> dict[str, Any] | None:
+    for r in custom_objects.list_namespaced_custom_object(
+            RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]:
+        if r["spec"]["decision"].get("mode") == "draining":
+            return r
+    return None
+
+
 def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
     preempt_namespace: str, batch_v1, core_v1, custom_objects
 ) -> None:
@@ -321,29 +349,10 @@ def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
     set_preemption(custom_objects, mayEvict={"gold": []}, drainAfterSeconds=5)
     try:
         with BoundWatch(core_v1):
-            fill_outside_the_check(batch_v1, core_v1, ns)
-            racks = sorted({n.metadata.labels[RACK] for n in core_v1.list_node().items
-                            if n.metadata.labels.get(PRODUCT) == H100})
-            shapes = [(racks[0], "120s")] * 3 + [(r, "40s") for r in racks[1:] for _ in range(4)]
-            names = []
-            for i, (rack, finish) in enumerate(shapes):
-                name = f"bronze-{i:02d}"
-                spec = job(name, "preempt-bronze", pods=2, gpus=8, finish_after=finish)
-                spec.spec.template.spec.node_selector = {RACK: rack}
-                batch_v1.create_namespaced_job(ns, spec)
-                names.append(name)
-            wait_for("15 gangs on the H100s",
-                     lambda: all(running(core_v1, ns, n, 2) for n in names), timeout=300)
+            racks = fill_for_a_drain(batch_v1, core_v1, ns)
             batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=4, gpus=8))
-
-            def draining() -> dict[str, Any] | None:
-                for r in custom_objects.list_namespaced_custom_object(
-                        RR_GROUP, RR_VERSION, ns, RR_PLURAL)["items"]:
-                    if r["spec"]["decision"].get("mode") == "draining":
-                        return r
-                return None
-
-            rr = wait_for("a draining reservation for the Gold gang", draining, timeout=120)
+            rr = wait_for("a draining reservation for the Gold gang",
+                          lambda: draining(custom_objects, ns), timeout=120)
             held = {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
             assert {core_v1.read_node(n).metadata.labels[RACK] for n in held} == {racks[0]}
             gold = workload(custom_objects, ns, "gold")
@@ -371,5 +380,44 @@ def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
             notes = " ".join(e.message or "" for e in events(core_v1, ns, "Preempting"))
             assert "draining" in notes, notes
             assert not events(core_v1, ns, "PlacementPreempted"), "a drain evicts nothing"
+    finally:
+        set_preemption(custom_objects, mayEvict={"gold": ["bronze"]}, drainAfterSeconds=None)
+
+
+def test_a_silver_drain_gives_way_to_a_gold_job_with_no_other_place(
+    preempt_namespace: str, batch_v1, core_v1, custom_objects
+) -> None:
+    """Silver and Gold may evict nothing. A Silver 4 x 8-GPU gang drains the first rack (its
+    2 free nodes held for it). A Gold 1 x 8 job arrives while those are the only free GPUs:
+    a lower tier's drain must not hold up a higher one, so the Gold job runs on a drained
+    node, the draining reservation is released and the Silver Workload told why, and the
+    Silver gang runs once the Gold job (30 s) and the rack's gangs are done; no GPU is
+    over-booked at any moment."""
+    ns = preempt_namespace
+    set_preemption(custom_objects, mayEvict={"gold": [], "silver": []}, drainAfterSeconds=5)
+    try:
+        with BoundWatch(core_v1):
+            fill_for_a_drain(batch_v1, core_v1, ns)
+            batch_v1.create_namespaced_job(ns, job("silver", "preempt-silver", pods=4, gpus=8))
+            rr = wait_for("a draining reservation for the Silver gang",
+                          lambda: draining(custom_objects, ns), timeout=120)
+            held = {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+            batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=1, gpus=8,
+                                                   finish_after="30s"))
+            (gold_pod,) = wait_for("the Gold job running",
+                                   lambda: running(core_v1, ns, "gold", 1), timeout=180)
+            assert gold_pod.spec.node_name in held, (gold_pod.spec.node_name, held)
+            assert "the drain was withdrawn" in entry(workload(custom_objects, ns, "gold"))[
+                "message"]
+            silver = workload(custom_objects, ns, "silver")
+            assert silver is not None
+            notes = [e.message or "" for e in events(core_v1, ns, "PlacementReleased")
+                     if e.involved_object.name == silver["metadata"]["name"]]
+            assert any("drain withdrawn: Workload" in n and "(tier gold)" in n
+                       for n in notes), notes
+            # it drains again (a drain stays where it was planned until the Workloads it
+            # waits for are gone, the Gold job among them) and runs
+            wait_for("the Silver gang running",
+                     lambda: running(core_v1, ns, "silver", 4), timeout=300)
     finally:
         set_preemption(custom_objects, mayEvict={"gold": ["bronze"]}, drainAfterSeconds=None)

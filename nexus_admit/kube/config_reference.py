@@ -82,7 +82,8 @@ MEANINGS: dict[str, str] = {
     "preemption.backfill": "Keep a lower tier off a hardware class whose owning tier has a "
     "Workload waiting that the class's free GPUs could hold.",
     "preemption.drainAfterSeconds": "A multi-pod gang waiting this long gets a reservation of "
-    "intent on the freest domain, held as the Workloads there finish. Unset: off.",
+    "intent on the freest domain, held as the Workloads there finish; it gives way only to a "
+    "higher tier with no other place. Unset: off.",
     "preemption.weights": "What evicting one Workload costs; the cheapest victim set wins.",
     "preemption.weights.victim": "Per Workload evicted (fewest victims first).",
     "preemption.weights.lostGpuHour": "Per GPU-hour a victim has run so far.",
