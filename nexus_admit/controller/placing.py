@@ -735,12 +735,12 @@ async def _through_drains(
 ) -> Placement | None:
     """A drain never makes a Workload of a higher tier wait that has no place off the
     drain's slots (the drained gang would hold up a higher priority): solve again as if
-    no such drain held capacity. When that places the gang on a drain's
-    slots the drain is withdrawn (its reservation released, with an Event; its Workload
-    drains again on its next pass) and the placement returned, its capacity held in
-    `placer`; None otherwise. The second snapshot is the pass's one rebuilt without the
-    drains, with every capacity this run promised held again, so it is never freer than
-    the pass's snapshot anywhere else."""
+    no such drain held capacity. When that places the gang on a drain's slots the drain
+    is withdrawn (its reservation released, with an Event; its Workload drains again on
+    its next pass) and the placement returned, its capacity held in `placer`; None
+    otherwise. The second snapshot is the pass's one rebuilt without those drains, with
+    everything this run has promised held again, so it is never freer than the pass's
+    snapshot anywhere else."""
     own = object_key(workload)
     drains = {
         object_key(rr): rr
