@@ -308,14 +308,14 @@ def set_preemption(custom_objects, **fields: Any) -> None:
         {"spec": {"preemption": fields}})
 
 
-def fill_for_a_drain(batch_v1, core_v1, ns: str) -> list[str]:
+def fill_for_a_drain(batch_v1, core_v1, ns: str, first: str, rest: str) -> list[str]:
     """A100 and L40S full; the first H100 rack has 2 free nodes and 3 Bronze 2 x 8 gangs
-    that run for 120 s, the other racks are full of Bronze gangs that finish after 40 s.
+    that run for `first`, the other racks are full of Bronze gangs that run for `rest`.
     The H100 racks, sorted."""
     fill_outside_the_check(batch_v1, core_v1, ns)
     racks = sorted({n.metadata.labels[RACK] for n in core_v1.list_node().items
                     if n.metadata.labels.get(PRODUCT) == H100})
-    shapes = [(racks[0], "120s")] * 3 + [(r, "40s") for r in racks[1:] for _ in range(4)]
+    shapes = [(racks[0], first)] * 3 + [(r, rest) for r in racks[1:] for _ in range(4)]
     names = []
     for i, (rack, finish) in enumerate(shapes):
         name = f"bronze-{i:02d}"
@@ -340,16 +340,16 @@ def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
     preempt_namespace: str, batch_v1, core_v1, custom_objects
 ) -> None:
     """Drain-to-fit: Gold may evict nothing here. One rack has 2 free nodes and 3 Bronze
-    gangs that run for 120 s; the other racks are full of Bronze gangs that finish after
-    40 s. After 5 s of waiting the Gold gang gets a reservation of intent (mode draining) on
-    4 nodes of the rack with the fewest GPUs busy: the 2 free nodes stay free while later
-    jobs land on the other racks as they empty, and the Gold gang runs there once the long
-    gangs finish."""
+    gangs that run for 40 s; the other racks are full of Bronze gangs that run for 80 s.
+    After 5 s of waiting the Gold gang gets a reservation of intent (mode draining) on 4
+    nodes of the rack with the fewest GPUs busy: later Bronze jobs are refused the 2 free
+    nodes, the Gold gang runs there once the rack's gangs finish, and the later jobs run on
+    the other racks as they empty."""
     ns = preempt_namespace
     set_preemption(custom_objects, mayEvict={"gold": []}, drainAfterSeconds=5)
     try:
         with BoundWatch(core_v1):
-            racks = fill_for_a_drain(batch_v1, core_v1, ns)
+            racks = fill_for_a_drain(batch_v1, core_v1, ns, first="40s", rest="80s")
             batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=4, gpus=8))
             rr = wait_for("a draining reservation for the Gold gang",
                           lambda: draining(custom_objects, ns), timeout=120)
@@ -376,7 +376,10 @@ def test_a_gold_gang_that_waited_drains_a_rack_and_late_jobs_keep_off_it(
                 assert wl and wl["metadata"]["name"] in refused, f"{name} was never refused"
             gold_pods = wait_for("the Gold gang running",
                                  lambda: running(core_v1, ns, "gold", 4), timeout=300)
-            assert {p.spec.node_name for p in gold_pods} == held
+            # on the drained rack: the held nodes, or (its gangs leaving one pass apart)
+            # nodes there that freed first, the drain given up for them
+            assert {core_v1.read_node(p.spec.node_name).metadata.labels[RACK]
+                    for p in gold_pods} == {racks[0]}
             notes = " ".join(e.message or "" for e in events(core_v1, ns, "Preempting"))
             assert "draining" in notes, notes
             assert not events(core_v1, ns, "PlacementPreempted"), "a drain evicts nothing"
@@ -391,19 +394,18 @@ def test_a_silver_drain_gives_way_to_a_gold_job_with_no_other_place(
     2 free nodes held for it). A Gold 1 x 8 job arrives while those are the only free GPUs:
     a lower tier's drain must not hold up a higher one, so the Gold job runs on a drained
     node, the draining reservation is released and the Silver Workload told why, and the
-    Silver gang runs once the Gold job (30 s) and the rack's gangs are done; no GPU is
+    Silver gang runs once another rack empties (the Gold job never ends); no GPU is
     over-booked at any moment."""
     ns = preempt_namespace
     set_preemption(custom_objects, mayEvict={"gold": [], "silver": []}, drainAfterSeconds=5)
     try:
         with BoundWatch(core_v1):
-            fill_for_a_drain(batch_v1, core_v1, ns)
+            fill_for_a_drain(batch_v1, core_v1, ns, first="120s", rest="40s")
             batch_v1.create_namespaced_job(ns, job("silver", "preempt-silver", pods=4, gpus=8))
             rr = wait_for("a draining reservation for the Silver gang",
                           lambda: draining(custom_objects, ns), timeout=120)
             held = {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
-            batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=1, gpus=8,
-                                                   finish_after="30s"))
+            batch_v1.create_namespaced_job(ns, job("gold", "preempt-gold", pods=1, gpus=8))
             (gold_pod,) = wait_for("the Gold job running",
                                    lambda: running(core_v1, ns, "gold", 1), timeout=180)
             assert gold_pod.spec.node_name in held, (gold_pod.spec.node_name, held)
@@ -415,9 +417,14 @@ def test_a_silver_drain_gives_way_to_a_gold_job_with_no_other_place(
                      if e.involved_object.name == silver["metadata"]["name"]]
             assert any("drain withdrawn: Workload" in n and "(tier gold)" in n
                        for n in notes), notes
-            # it drains again (a drain stays where it was planned until the Workloads it
-            # waits for are gone, the Gold job among them) and runs
-            wait_for("the Silver gang running",
-                     lambda: running(core_v1, ns, "silver", 4), timeout=300)
+            # it drains again; the Gold job never ends, and the gang runs where it fits
+            # first (a drain waits only while its gang fits nowhere else)
+            silver_pods = wait_for("the Silver gang running",
+                                   lambda: running(core_v1, ns, "silver", 4), timeout=300)
+            assert gold_pod.spec.node_name not in {p.spec.node_name for p in silver_pods}
+            # drained again on the first rack (the freest, the Gold job among what it waits
+            # for), it ran as soon as it fitted elsewhere
+            message = entry(workload(custom_objects, ns, "silver"))["message"]
+            assert "placed before its drain ended" in message, message
     finally:
         set_preemption(custom_objects, mayEvict={"gold": ["bronze"]}, drainAfterSeconds=None)

@@ -378,6 +378,21 @@ async def place_one(
     #    hold its capacity and answer from it, never solve twice
     if existing is not None:  # the snapshot counts it already (see place_pending)
         victims = preempted_victims(existing)
+        if (
+            victims
+            and is_drain(existing)
+            and config.preemption.enabled
+            and not (await progress(ctx, existing, victims, config, now)).done
+        ):
+            # a drain waits only while the gang fits nowhere else
+            kept = restrict_borrowing(
+                snapshot, gang, config, owners_waiting(snapshot, config, demands)
+            )
+            moved = await _off_the_drain(ctx, dump, placer, workload, kept, existing, config,
+                                         now, unreserved)
+            if moved is not None:
+                await _answer(ctx, workload, check, placed(moved, kept, name, snapshot, levels))
+                return
         if victims and not await _preemption_done(ctx, workload, check, existing, victims,
                                                   config, now):
             return
@@ -752,17 +767,10 @@ async def _through_drains(
     }
     if not drains:
         return None
-    draining = {reservation_workload_key(rr) for rr in drains.values()}
-    try:
-        bare = await asyncio.to_thread(
-            dump.snapshot, exclude_workloads=unreserved | draining, now=now
-        )
-    except TranslationError:
-        return None  # the pass's snapshot was built from the same objects: not reached
-    side = OrderedPlacer(ctx.engine, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
-    ctx.ledger.hold_in(side, skip=frozenset(drains))
-    placement = await _solve(ctx, side, gang, config)
-    if not placement.feasible:
+    draining = frozenset(reservation_workload_key(rr) for rr in drains.values())
+    placement = await _solve_without(ctx, dump, gang, config, now, unreserved | draining,
+                                     frozenset(drains))
+    if placement is None:
         return None
     used = {s.node for s in placement.slots}
     crossed = [rr for rr in drains.values() if any(s.node in used for s in reservation_slots(rr))]
@@ -784,6 +792,63 @@ async def _through_drains(
         f"placed on nodes drained for {names}: no place off them; the drain was withdrawn"
     )
     return placement
+
+
+async def _solve_without(
+    ctx: Context,
+    dump: ClusterDump,
+    gang: Gang,
+    config: PlacementConfig,
+    now: datetime,
+    workloads: frozenset[str],
+    reservations: frozenset[str],
+) -> Placement | None:
+    """Solve `gang` on a second snapshot of the pass: the pass's objects without the
+    reservations of `workloads`, with everything this run has promised held again but
+    `reservations`. Never freer than the pass's snapshot but where those reservations
+    were. The feasible placement (taking nothing in the pass's placer), else None."""
+    try:
+        bare = await asyncio.to_thread(dump.snapshot, exclude_workloads=workloads, now=now)
+    except TranslationError:
+        return None  # the pass's snapshot was built from the same objects: not reached
+    side = OrderedPlacer(ctx.engine, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
+    ctx.ledger.hold_in(side, skip=reservations)
+    placement = await _solve(ctx, side, gang, config)
+    return placement if placement.feasible else None
+
+
+async def _off_the_drain(
+    ctx: Context,
+    dump: ClusterDump,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    rr: Mapping[str, Any],
+    config: PlacementConfig,
+    now: datetime,
+    unreserved: frozenset[str],
+) -> Placement | None:
+    """A draining gang that fits now without its drain (elsewhere, or where Workloads it
+    waited for have left) is placed at once: the draining reservation is released and one
+    with the new placement written under the same name. What the new reservation holds,
+    or None when it still has to wait (or a write failed: the next pass looks again)."""
+    rr_key = object_key(rr)
+    placement = await _solve_without(
+        ctx, dump, gang, config, now, unreserved | {object_key(workload)}, frozenset({rr_key})
+    )
+    if placement is None:
+        return None
+    if not await release(ctx, rr, workload, "drain ended: the gang fits now without it", now):
+        return None
+    ctx.ledger.forget(rr_key)
+    ctx.metrics.preemptions.labels("drain-moved").inc()
+    # the pass's placer still holds the drain's slots, clamped: this comes on top
+    placer.hold(gang, tuple(placement.slots), over=True)
+    placement.explanation.append(
+        "placed before its drain ended: it fits now without waiting for the Workloads the "
+        "drain waited for"
+    )
+    return await _reserve(ctx, placer, workload, gang, placement, config, now, over=True)
 
 
 def _yields_to(

@@ -276,10 +276,34 @@ def test_a_drain_holds_against_its_own_tier_and_below() -> None:
 def test_a_workload_with_a_place_off_the_drain_leaves_the_drain_alone() -> None:
     api = cluster(mayEvict={"gold": [], "silver": []}, drainAfterSeconds=600)
     ctx = draining_silver(api)
-    api.put(node("h2"))
-    late(api, "gold")
+    (before,) = draining(api)
+    api.put(node("h2", gpus=4))  # room for a 4-GPU job, not for a Silver pod
+    api.put(workload("late", [pod_set(count=1, gpus=4)], cluster_queue="gold",
+                     created="2026-11-25T09:30:00Z"))
     watch(ctx, api)
     run(ctx)
     (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "late"]
     assert [s["node"] for s in rr["spec"]["podSets"][0]["slots"]] == ["h2"]
-    assert draining(api)
+    assert draining(api) == [before]
+
+
+def test_a_draining_gang_that_fits_elsewhere_runs_there_at_once() -> None:
+    """A drain waits only while its gang fits nowhere else: once it does (here two new
+    nodes), its reservation is released and one for the new place written, Ready."""
+    api = cluster(mayEvict={"gold": [], "silver": []}, drainAfterSeconds=600)
+    ctx = draining_silver(api)
+    (before,) = draining(api)
+    for n in ("h2", "h3"):
+        api.put(node(n))
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "silver")["state"] == "Ready"
+    (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "silver"]
+    assert rr["metadata"]["name"] == before["metadata"]["name"]  # the attempt's name
+    assert L.ANN_DRAIN not in (rr["metadata"].get("annotations") or {})
+    assert rr["spec"]["decision"]["mode"] != "draining"
+    nodes = {s["node"] for s in rr["spec"]["podSets"][0]["slots"]}
+    assert "h1" not in nodes  # b1 still runs there
+    assert "placed before its drain ended" in check_of(api, "silver")["message"]
+    notes = [e["note"] for e in api.of_kind("Event") if e["regarding"]["name"] == "silver"]
+    assert any("drain ended: the gang fits now without it" in n for n in notes)
