@@ -83,8 +83,8 @@ class Metrics:
         )
         self.preemptions = Counter(
             _P + "preemptions",
-            "Placement-level preemption: preemptors placed, victims evicted, drains started "
-            "and given way, preemptions given up.",
+            "Placement-level preemption: preemptors placed, victims evicted, drains started, "
+            "given way and left for a place that fits, preemptions given up.",
             ["role"],
             registry=r,
         )

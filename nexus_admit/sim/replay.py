@@ -74,7 +74,7 @@ import heapq
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,18 @@ def may_preempt(mode: str | None, tier: str, *, fits_quota: bool, cohort_room: b
     if mode is None or preempted or tier == TIERS[-1]:
         return False
     return fits_quota or (mode == "placement" and cohort_room)
+
+
+def quota_room(usage: Mapping[str, float], quota: Mapping[str, float], cohort: float,
+               tier: str, need: float, draining: tuple[str, float] | None
+               ) -> tuple[bool, bool]:
+    """(within the tier's nominal quota, within the cohort's) for a gang of `tier` asking
+    `need`, Kueue's way. `draining` (tier, GPUs) is another gang's drain: it keeps the
+    quota Kueue reserved for it, as the controller's draining Workload does (its check
+    stays Pending). Seeds 1-60: counting it raised the Gold mean wait by 0.025 ± 0.021 h."""
+    held_tier, held = draining if draining is not None else (tier, 0.0)
+    fits = usage[tier] + need + (held if held_tier == tier else 0.0) <= quota[tier]
+    return fits, sum(usage.values()) + held + need <= cohort
 
 
 @dataclass
@@ -725,8 +737,10 @@ def run_replay(
         for i in order:
             job = jobs[i]
             need = job.gpu_milli_total
-            fits_quota = usage[job.tier] + need <= quota[job.tier]
-            borrow = sum(usage.values()) + need <= cohort
+            d = drain_hold.job
+            fits_quota, borrow = quota_room(
+                usage, quota, cohort, job.tier, need,
+                (jobs[d].tier, jobs[d].gpu_milli_total) if d is not None and d != i else None)
             can_preempt = may_preempt(preempt_mode, job.tier, fits_quota=fits_quota,
                                       cohort_room=borrow, preempted=preempted)
             can_reclaim = quota_preempt and may_preempt(

@@ -200,7 +200,8 @@ def test_kueue_quota_preemption_combines_with_placement_preemption() -> None:
     """`+quota-preempt` after `+preempt+drain`: both kinds evict (a cluster configures
     Kueue's ClusterQueue preemption and nexus's independently), so the combination evicts
     more runs than placement-level preemption alone on the same trace."""
-    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6, time_limit=0.5)
+    # a trace where both kinds evict (seed 1 stopped being one once a drain kept its quota)
+    scn = rp.ReplayScenario(name="tiny", seed=13, hosts=16, jobs=60, load=1.6, time_limit=0.5)
     placement_only = rp.run_replay("nexus+preempt+drain", scn, drain=True)
     quota_only = rp.run_replay("nexus+quota-preempt", scn, drain=True)
     both = rp.run_replay("nexus+preempt+drain+quota-preempt", scn, drain=True)
@@ -362,7 +363,8 @@ def test_a_drain_never_makes_a_higher_tier_wait_that_has_no_place_off_its_nodes(
 
     monkeypatch.setattr(rp.DrainHold, "yield_to", recording)
     snapshots: list[TrackedSnapshot] = []
-    scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6,
+    # a trace with a Gold gang that has no place off a Silver drain (seeds 1-30: 19 and 23)
+    scn = rp.ReplayScenario(name="tiny", seed=23, hosts=16, jobs=60, load=1.6,
                             mix=(0.6, 0.2, 0.2), time_limit=0.5)
     result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
     on_drain = [y for y in yielded if any(s.node in y[1] for s in y[2])]
@@ -372,3 +374,14 @@ def test_a_drain_never_makes_a_higher_tier_wait_that_has_no_place_off_its_nodes(
     assert {jobs[job].tier for job, _, _ in on_drain if job is not None} == {"silver"}
     assert result.pending_at_end == 0
     assert all(n.is_pristine() for n in snapshots[-1])
+
+
+def test_a_draining_gang_keeps_its_quota() -> None:
+    usage = {"gold": 0.0, "silver": 60.0, "bronze": 0.0}
+    quota = {"gold": 40.0, "silver": 80.0, "bronze": 20.0}
+    cohort = 140.0
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, None) == (True, True)
+    # a Silver gang drains with 16 GPUs of Silver quota: another Silver gang must borrow
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, ("silver", 16.0)) == (False, True)
+    # a Gold drain takes Gold's quota, and the cohort's room from everyone
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, ("gold", 70.0)) == (True, False)
