@@ -25,9 +25,9 @@ Modelling assumptions:
   drain-to-fit as an extension of localityWait: a multi-pod Gold or Silver gang that the
   hold has kept waiting for 2 h has the nodes its drain placement needs (in the domain with
   the fewest GPUs busy) kept free of new placements, one gang at a time, until it is placed
-  or its hold ends. A drain never makes a gang of a higher tier wait: one with no place
-  off those nodes is placed on them, and the drain is planned again (the controller
-  withdraws the draining reservation).
+  or its hold ends, keeping its quota meanwhile (`quota_room`). A drain never makes a gang
+  of a higher tier wait: one with no place off those nodes is placed on them, and the drain
+  is planned again (the controller withdraws the draining reservation).
   `<policy>+quota-preempt` is Kueue's own quota preemption in front of that policy (also
   after `+preempt` or `+preempt+drain`: Kueue's ClusterQueue preemption and nexus's are
   set independently, and a cluster runs both, one preemption per cycle of either kind): a
