@@ -61,6 +61,9 @@ class Context:
     refused_pods: set[str] = field(default_factory=set)
     # reservation "namespace/name" → monotonic time its status was last written
     status_written: dict[str, float] = field(default_factory=dict)
+    # draining reservation "namespace/name" → monotonic time its gang was last solved
+    # without it (placing._off_the_drain)
+    drain_checked: dict[str, float] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # the ungater runs apart from the placing pass, so a gated pod never waits behind
     # solves: its own wake-up (pods and reservations changed) and its pass in progress

@@ -112,6 +112,8 @@ __all__ = ["place_pending", "reconcile", "run_loop"]
 
 log = logging.getLogger("nexus_admit.placing")
 
+DRAIN_RECHECK_SECONDS = 10.0  # how often a draining gang is solved as if it did not drain
+
 
 async def run_loop(ctx: Context) -> None:
     """Run a pass whenever something changed, and at least every tick (TTLs, holds)."""
@@ -250,6 +252,7 @@ async def place_pending(ctx: Context) -> None:
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
+    ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
     ctx.ledger.new_pass()
     # an assumption ends once the snapshot counts its reservation, or when two full
     # re-lists have not brought it (released, or never made: a failed pass must not leave
@@ -382,6 +385,7 @@ async def place_one(
             victims
             and is_drain(existing)
             and config.preemption.enabled
+            and _drain_check_due(ctx, existing)
             and not (await progress(ctx, existing, victims, config, now)).done
         ):
             # a drain waits only while the gang fits nowhere else
@@ -815,6 +819,16 @@ async def _solve_without(
     ctx.ledger.hold_in(side, skip=reservations)
     placement = await _solve(ctx, side, gang, config)
     return placement if placement.feasible else None
+
+
+def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
+    """At most one solve without a drain per DRAIN_RECHECK_SECONDS: each rebuilds the
+    fleet's snapshot, and passes come on every event; a drain waits minutes to hours."""
+    key, tick = object_key(rr), time.monotonic()
+    if tick - ctx.drain_checked.get(key, float("-inf")) < DRAIN_RECHECK_SECONDS:
+        return False
+    ctx.drain_checked[key] = tick
+    return True
 
 
 async def _off_the_drain(
