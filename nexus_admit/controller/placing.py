@@ -272,11 +272,11 @@ async def place_pending(ctx: Context) -> None:
     # a pending Workload's reservation of this very attempt (we died or failed before its
     # Ready) holds capacity for every Workload of the pass, also those earlier in order;
     # older attempts' reservations are released by lifecycle before this step
-    unreserved = {
+    unreserved = frozenset(
         object_key(w)
         for w in pending
         if f"{meta(w).get('namespace') or 'default'}/{reservation_name(w)}" not in stored
-    }
+    )
     # the translation of a large fleet takes a while: in a thread, so the webhook and the
     # watches keep being served (the store's objects are replaced, never changed in place)
     try:
@@ -299,7 +299,7 @@ async def place_pending(ctx: Context) -> None:
             if check is None or object_key(wl) in unread:
                 continue
             await place_one(ctx, dump, kueue, placer, wl, check, now, demands, writes,
-                            frozenset(unreserved))
+                            unreserved)
     finally:
         await writes.flush(ctx.metrics)
 
@@ -389,9 +389,7 @@ async def place_one(
             and not (await progress(ctx, existing, victims, config, now)).done
         ):
             # a drain waits only while the gang fits nowhere else
-            kept = restrict_borrowing(
-                snapshot, gang, config, owners_waiting(snapshot, config, demands)
-            )
+            kept = _backfilled(snapshot, gang, config, demands)
             moved = await _off_the_drain(ctx, dump, placer, workload, kept, existing, config,
                                          now, unreserved)
             if moved is not None:
@@ -407,8 +405,7 @@ async def place_one(
     #    Backfill: a lower tier keeps off hardware whose owning tier has a Workload waiting
     #    that it could hold
     asked = gang
-    if config.preemption.enabled:
-        gang = restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
+    gang = _backfilled(snapshot, gang, config, demands)
     placement = await _solve(ctx, placer, gang, config)
     if writes is not None and await writes.flush(ctx.metrics) and placement.feasible:
         # the previous Workload's write found an earlier reservation of its own, on other
@@ -446,6 +443,19 @@ async def place_one(
         _settle(placer, await commit)
     else:
         writes.start(commit)
+
+
+def _backfilled(
+    snapshot: ClusterSnapshot,
+    gang: Gang,
+    config: PlacementConfig,
+    demands: Sequence[tuple[str, int]],
+) -> Gang:
+    """`gang` kept off the hardware whose owning tier has a Workload waiting that it could
+    hold (backfill; only with preemption on)."""
+    if not config.preemption.enabled:
+        return gang
+    return restrict_borrowing(snapshot, gang, config, owners_waiting(snapshot, config, demands))
 
 
 async def _commit(
