@@ -32,8 +32,8 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
+from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.tls import ServingCertificate
 from nexus_admit.controller.ungater import run_ungater
 from nexus_admit.controller.webhook import answer_review

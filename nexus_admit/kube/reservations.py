@@ -36,6 +36,7 @@ __all__ = [
     "parse_slot_key",
     "reservation_attempt",
     "reservation_is_live",
+    "reservation_key",
     "reservation_name",
     "reservation_object",
     "reservation_slots",
@@ -269,3 +270,8 @@ def reservation_object(
             },
         },
     }
+
+
+def reservation_key(workload: Obj) -> str:
+    """The 'namespace/name' of the reservation of the Workload's current attempt."""
+    return f"{meta(workload).get('namespace') or 'default'}/{reservation_name(workload)}"

@@ -109,7 +109,7 @@ def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again()
 
 
 def test_a_pass_reads_the_jobs_of_workloads_still_waiting_for_quota() -> None:
-    from nexus_admit.controller.placing import reconcile
+    from nexus_admit.controller.loop.cycle import reconcile
     from tests.kube.kube_factories import admission_check, cluster_queue, local_queue
 
     api = FakeApi()

@@ -13,11 +13,12 @@ from typing import Any
 import kopf
 import pytest
 
-from nexus_admit.controller import placing, watches
+from nexus_admit.controller import watches
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.loop import cycle
+from nexus_admit.controller.loop.cycle import reconcile
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.placing import reconcile
 from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
@@ -461,11 +462,11 @@ def test_the_lifecycle_runs_at_most_once_a_second_and_a_skipped_one_wakes_the_lo
     ctx, _ = controller(cluster())
 
     async def scenario() -> tuple[bool, bool, bool, bool]:
-        first = placing._lifecycle_due(ctx)
-        second = placing._lifecycle_due(ctx)
+        first = cycle.lifecycle_due(ctx)
+        second = cycle.lifecycle_due(ctx)
         ctx.wake.clear()
-        await asyncio.wait_for(ctx.wake.wait(), timeout=placing.LIFECYCLE_EVERY_SECONDS + 1)
-        return first, second, ctx.lifecycle_wake_set, placing._lifecycle_due(ctx)
+        await asyncio.wait_for(ctx.wake.wait(), timeout=cycle.LIFECYCLE_EVERY_SECONDS + 1)
+        return first, second, ctx.lifecycle_wake_set, cycle.lifecycle_due(ctx)
 
     first, second, still_set, after = asyncio.run(scenario())
     assert first and not second

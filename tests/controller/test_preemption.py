@@ -1,4 +1,4 @@
-"""The controller's side of preemption (controller/preemption.py and placing.py) over
+"""The controller's side of preemption (controller/preemption/ and controller/loop/) over
 `FakeApi`: what is written, in which order, and what a later pass or a restart does with
 it. e2e/tests/test_preemption.py proves the same through Kueue on the real control plane.
 """
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.controller import placing
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.preemption import preempted_victims
+from nexus_admit.controller.loop import place
+from nexus_admit.controller.preemption.victims import preempted_victims
 from nexus_admit.kube import labels as L
 from tests.controller.fake_api import FakeApi
 from tests.controller.test_placing import check_of, controller, run, watch
@@ -304,7 +304,7 @@ def test_a_draining_gang_that_fits_elsewhere_runs_there_at_once(
     run(ctx)
     assert check_of(api, "silver")["state"] == "Pending"  # checked moments ago
     assert draining(api) == [before]
-    monkeypatch.setattr(placing, "DRAIN_RECHECK_SECONDS", 0.0)
+    monkeypatch.setattr(place, "DRAIN_RECHECK_SECONDS", 0.0)
     watch(ctx, api)
     run(ctx)
     assert check_of(api, "silver")["state"] == "Ready"

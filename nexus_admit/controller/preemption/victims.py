@@ -1,9 +1,10 @@
 """Placement-level preemption through Kueue: evict the cheapest whole gangs of lower tiers in
 one domain so that a waiting gang fits there, and hold the freed capacity for it.
 
-Who calls it: `placing.py`, for a Workload that does not fit now while its PlacementConfig
-has `preemption.enabled`. The victims are chosen by `placement.preemption.plan_preemption`
-(the same code the simulator runs). Everything is recorded in the cluster, so a restarted
+Who calls it: `controller/loop` and `preemption/apply.py`, for a Workload that does not fit
+now while its PlacementConfig has `preemption.enabled`. The victims are chosen by
+`placement.preemption.plan_preemption`, through `placement.decide` (the replay's decision
+too). Everything is recorded in the cluster, so a restarted
 controller carries on from the objects alone:
 
 1. The preemptor's ResourceReservation is written at once with its slots in the domain and
@@ -108,7 +109,7 @@ def _ready_on_our_check(workload: Mapping[str, Any], checks: Sequence[str]) -> b
 
 
 def running_gangs(
-    ctx: Context,
+    checks: Sequence[str],
     dump: ClusterDump,
     snapshot: ClusterSnapshot,
     kueue: KueueIndex,
@@ -118,11 +119,13 @@ def running_gangs(
     """Every admitted Workload holding a live reservation of ours, as preemption sees it,
     and the reservation key of each (by Workload key). Workloads admitted without our
     check, still waiting, or whose pod sets no longer translate are left out: never victims.
-    """
-    checks = sorted(ctx.checks)
+    Reads the pass's `dump` only (objects replaced, never changed in place), so it may run
+    in the solver's thread while the loop goes on."""
+    checks = sorted(checks)
+    workloads = {object_key(w): w for w in dump.kind("Workload")}
     out: list[RunningGang] = []
     reservations: dict[str, str] = {}
-    for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
+    for rr in dump.kind(L.KIND_RESOURCE_RESERVATION):
         if meta(rr).get("deletionTimestamp"):
             continue
         try:
@@ -132,7 +135,7 @@ def running_gangs(
             continue
         wl_key = str(child(child(rr, "spec"), "workloadRef").get("name") or "")
         ns = str(meta(rr).get("namespace") or "default")
-        workload = ctx.store.get("Workload", f"{ns}/{wl_key}")
+        workload = workloads.get(f"{ns}/{wl_key}")
         if workload is None or not _ready_on_our_check(workload, checks):
             continue
         admitted = _condition_time(workload, "Admitted")

@@ -1,0 +1,231 @@
+"""The controller's loop: one pass decides everything that changed, in a fixed order.
+
+Who calls it: `operator.py` runs `run_loop` as a background task next to kopf's watches.
+Each pass is a short recipe of named steps:
+
+1. `sync_checks`    our AdmissionChecks' Active condition and PlacementConfigs;
+2. `sync_lifecycle` release reservations whose attempt is over, mark Bound, expire, Retry
+                    gangs a bypassing pod displaced (released capacity is free for step 3);
+3. `place_pending`  Workloads waiting on our check, in Kueue's order (priority, creation),
+                    each decided (`place.place_one`) against one snapshot that already
+                    holds the earlier ones.
+
+Gated pods get their slots from the ungater, a task of its own, so a pod never waits for
+the solves of a pass. Check writes and Events go out in the background (`ctx.background`);
+the loop's next pass does not wait for them (a Workload whose answer is in flight is marked
+answered, `writes.answer`).
+
+Level-triggered: a pass reads only the store (the cluster as watched) and the ledger, so a
+repeated or lost event changes nothing, and a restart resumes from the objects. The CP-SAT
+solve, the snapshot and the translation run in worker threads so watches, the webhook and
+health checks stay responsive. A pending Workload's reservation of its current attempt
+counts in the snapshot like any other, so no Workload earlier in Kueue's order is placed on
+its GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from nexus_admit.controller.admissioncheck import sync_checks
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
+from nexus_admit.controller.lifecycle import sync_lifecycle
+from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
+from nexus_admit.controller.loop.record import PassRecord
+from nexus_admit.controller.loop.writes import WritePipeline
+from nexus_admit.controller.owners import (
+    OWNER_KIND,
+    fetch_owner_jobs,
+    prefetch_owner_jobs,
+    prune_owner_jobs,
+)
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.reservations import attempt_key, reservation_key
+from nexus_admit.placement.sequence import OrderedPlacer
+from nexus_admit.placement.tracking import TrackedSnapshot
+
+__all__ = ["LIFECYCLE_EVERY_SECONDS", "place_pending", "reconcile", "run_loop"]
+
+log = logging.getLogger("nexus_admit.placing")
+
+# In a burst, events arrive faster than passes end and every pass would walk every
+# reservation and its pods again; the placing step needs no fresher view of them than this
+# (a released attempt's capacity waits at most this long)
+LIFECYCLE_EVERY_SECONDS = 1.0
+CAPACITY_EVERY_SECONDS = 15.0
+
+
+async def run_loop(ctx: Context) -> None:
+    """Run a pass whenever something changed, and at least every tick (TTLs, holds)."""
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ctx.wake.wait(), timeout=ctx.options.tick_seconds)
+        ctx.wake.clear()
+        if not ctx.synced or not ctx.acting():
+            continue  # a follower keeps its store warm and decides nothing
+        started = time.perf_counter()
+        lifecycle = lifecycle_due(ctx)
+        # a task of its own, so losing the lease can cancel the pass mid-way
+        ctx.pass_task = asyncio.create_task(
+            reconcile(ctx, lifecycle=lifecycle, drain=False), name="reconcile-pass"
+        )
+        await asyncio.wait({ctx.pass_task})
+        task, ctx.pass_task = ctx.pass_task, None
+        if task.cancelled():
+            log.info("reconcile pass cancelled: this replica stopped leading")
+            continue
+        if task.exception() is not None:  # one bad pass must not stop the controller
+            ctx.metrics.errors.labels("reconcile").inc()
+            log.error(
+                "reconcile pass failed; retrying on the next event or tick",
+                exc_info=task.exception(),
+            )
+        ctx.metrics.pass_seconds.observe(time.perf_counter() - started)
+
+
+def lifecycle_due(ctx: Context) -> bool:
+    """Does this pass include the reservation lifecycle? When not, a wake-up is set for
+    when it is due, so a change that comes in between is still acted on then."""
+    now = time.monotonic()
+    due = ctx.lifecycle_synced + LIFECYCLE_EVERY_SECONDS
+    if now >= due:
+        ctx.lifecycle_synced = now
+        return True
+    if not ctx.lifecycle_wake_set:
+        ctx.lifecycle_wake_set = True
+
+        def wake() -> None:
+            ctx.lifecycle_wake_set = False
+            ctx.wake.set()
+
+        asyncio.get_running_loop().call_later(due - now, wake)
+    return False
+
+
+async def reconcile(ctx: Context, *, lifecycle: bool = True, drain: bool = True) -> None:
+    """One pass. `drain`: wait for the check writes and Events it started (tests, and
+    anything that reads the cluster right after); the loop does not, so the next pass
+    places the Workloads Kueue reserved meanwhile one round trip sooner."""
+    try:
+        await sync_checks(ctx)
+        if lifecycle:
+            await sync_lifecycle(ctx)
+        await place_pending(ctx)
+        await record_capacity(ctx)
+    finally:
+        if drain:
+            await ctx.background.drain()
+
+
+async def record_capacity(ctx: Context) -> None:
+    """GPUs free / held by reservations / taken by bound pods, and pristine 8-GPU nodes, at
+    most every 15 s and in a thread (two snapshots of a large fleet are not free)."""
+    tick = time.monotonic()
+    if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
+        return
+    ctx.capacity_recorded = tick
+    await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump())
+
+
+def _record_capacity(ctx: Context, dump: ClusterDump) -> None:
+    try:
+        with_rr = dump.snapshot(now=ctx.clock())
+        pods_only = ClusterDump(
+            by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
+        ).snapshot(now=ctx.clock())
+    except TranslationError:
+        return  # reported by place_pending when it matters
+    free = sum(sum(n.gpu_free) for n in with_rr) / 1000
+    after_pods = sum(sum(n.gpu_free) for n in pods_only) / 1000
+    total = sum(n.gpu_count for n in with_rr)
+    ctx.metrics.gpus.labels("free").set(free)
+    ctx.metrics.gpus.labels("reserved").set(after_pods - free)
+    ctx.metrics.gpus.labels("bound").set(total - after_pods)
+    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks).items():
+        ctx.metrics.pending_gpus.labels(tier).set(gpus)
+    ctx.metrics.pristine_islands.set(
+        sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
+    )
+
+
+async def place_pending(ctx: Context) -> None:
+    """Every Workload waiting on one of our active checks, in Kueue's order, on one
+    snapshot of the pass."""
+    active = {n for n, v in ctx.checks.items() if v.config is not None}
+    if not active:
+        return
+    prune_owner_jobs(ctx)
+    dump = ctx.store.dump()
+    pending = dump.pending_workloads(active)
+    # the Jobs of Workloads still waiting for quota in our queues are read ahead
+    placing_now = {object_key(w) for w in pending}
+    prefetch_owner_jobs(
+        ctx,
+        (w for w, _ in waiting_workloads(dump, active) if object_key(w) not in placing_now),
+    )
+    # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
+    unread = await fetch_owner_jobs(ctx, pending)
+    if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
+        dump = ctx.store.dump()
+    stored = _settle_ledger(ctx, pending)
+    if not any(
+        our_pending_check(w, ctx) is not None and needs_decision(ctx, w)
+        for w in pending
+        if object_key(w) not in unread
+    ):
+        # every one is answered already (the watch has not shown it) or waits for its Job:
+        # a pass for each of their events would rebuild the snapshot of the whole fleet
+        return
+    now = ctx.clock()
+    # a pending Workload's reservation of this very attempt (we died or failed before its
+    # Ready) holds capacity for every Workload of the pass, also those earlier in order;
+    # older attempts' reservations are released by lifecycle before this step
+    unreserved = frozenset(object_key(w) for w in pending if reservation_key(w) not in stored)
+    # the translation of a large fleet takes a while: in a thread, so the webhook and the
+    # watches keep being served (the store's objects are replaced, never changed in place)
+    try:
+        snapshot = await asyncio.to_thread(dump.snapshot, exclude_workloads=unreserved, now=now)
+    except TranslationError as e:
+        # a malformed Node or reservation: nothing can be placed safely until it is fixed
+        ctx.metrics.errors.labels("snapshot").inc()
+        log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
+        return
+    # tracked: the engine keeps what it derived of each node between this pass's Workloads
+    # and re-reads only the nodes the pass's own placements changed
+    placer = OrderedPlacer(ctx.engine, TrackedSnapshot(snapshot.nodes, snapshot.kueue_topologies))
+    ctx.ledger.hold_in(placer)
+    kueue = await asyncio.to_thread(dump.kueue_index)
+    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
+    writes = WritePipeline(placer)
+    rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)
+    try:
+        for wl in pending:
+            check = our_pending_check(wl, ctx)
+            if check is None or object_key(wl) in unread:
+                continue
+            await place_one(rec, wl, check)
+    finally:
+        await writes.flush(ctx.metrics)
+
+
+def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
+    """Forget what the watch has shown (answers, reservations); the stored reservation
+    keys. An assumption ends once the snapshot counts its reservation, or when two full
+    re-lists have not brought it (released, or never made: a failed pass must not leave
+    its Workload waiting on it for ever)."""
+    waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
+    ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
+    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    tick = time.monotonic()
+    ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
+    ctx.ledger.new_pass()
+    ctx.ledger.settle(
+        lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
+    )
+    return stored

@@ -1,0 +1,300 @@
+"""One Workload of a pass (`place_one`): translate it, answer from what the cluster
+already holds for it, else `decide` (placement/decide.py, the replay's decision too) and
+apply the decision with writes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from nexus_admit.controller.checks import current_entry
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.events import post_event
+from nexus_admit.controller.loop.record import (
+    PassCapacity,
+    PassRecord,
+    TimedPolicy,
+    drain_reservation_keys,
+    ledger_holds,
+)
+from nexus_admit.controller.loop.writes import (
+    answer,
+    assume,
+    commit,
+    placement_of,
+    settle,
+)
+from nexus_admit.controller.outcome import passthrough, placed, rejected_input, unplaced
+from nexus_admit.controller.preemption.apply import (
+    apply_drain,
+    apply_move_off,
+    apply_over_drains,
+    apply_preempt,
+    drain_tier,
+    live_drain,
+    preemption_done,
+    yielding_drains,
+)
+from nexus_admit.controller.preemption.victims import (
+    is_drain,
+    preempted_victims,
+    progress,
+    running_gangs,
+)
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
+from nexus_admit.kube.workload import tas_pod_sets, tier_claims
+from nexus_admit.model import Gang, Placement, PlacementConfig
+from nexus_admit.placement.decide import (
+    Decision,
+    DecisionRequest,
+    Drain,
+    KeepDraining,
+    MoveOffDrain,
+    Place,
+    PlaceOverDrains,
+    Preempt,
+    decide,
+)
+from nexus_admit.placement.preemption import RunningGang
+
+__all__ = ["DRAIN_RECHECK_SECONDS", "already_answered", "needs_decision", "place_one"]
+
+DRAIN_RECHECK_SECONDS = 10.0  # how often a draining gang is solved as if it did not drain
+
+
+async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> None:
+    """Decide and write the answer for one Workload that waits on our check `check`."""
+    ctx = rec.ctx
+    if not needs_decision(ctx, workload):
+        return
+    config = ctx.checks[check].config
+    assert config is not None  # only active checks reach here
+    gang = await _translate(rec, workload, check, config)
+    if gang is None:
+        return
+    tas = tas_pod_sets(workload, rec.kueue)
+    if tas:  # Kueue TAS flavors: Kueue chose the hosts already
+        await answer(ctx, workload, check, passthrough(tas))
+        return
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(workload))
+    if existing is not None:
+        # a reservation of this attempt exists (we crashed, the check write failed, or it
+        # drains or preempts): answer from it, never solve twice
+        await _answer_from_reservation(rec, workload, check, gang, existing, config)
+        return
+    decided = await _decide(rec, workload, gang, config)
+    if rec.writes is not None and await rec.writes.flush(ctx.metrics):
+        # the previous Workload's write found an earlier reservation of its own, on other
+        # slots than solved: this decision may have used those; decide again with them held
+        decided = await _decide(rec, workload, gang, config)
+    await _apply(rec, workload, check, decided, config)
+
+
+async def _translate(
+    rec: PassRecord, workload: Mapping[str, Any], check: str, config: PlacementConfig
+) -> Gang | None:
+    """The Workload as a gang; malformed input is Rejected with its field (the user's to
+    fix). A tier a tenant claims on the Workload is ignored, with an Event."""
+    ctx = rec.ctx
+    try:
+        gang = await asyncio.to_thread(rec.dump.gang, workload, config, rec.snapshot,
+                                       rec.kueue, now=rec.now)
+    except TranslationError as e:
+        await answer(ctx, workload, check, rejected_input(e))
+        return None
+    claims = tier_claims(workload)
+    if claims:  # said once per quota reservation
+        await asyncio.to_thread(
+            post_event, ctx.api, workload, "TierClaimIgnored",
+            f"ignored {', '.join(claims)}: the tier comes only from the ClusterQueue label "
+            f"{L.LABEL_TIER}; this Workload is placed as tier {gang.tier}",
+            event_type="Warning", now=rec.now,
+        )
+    return gang
+
+
+@dataclass(slots=True)
+class _Running:
+    """The running gangs preemption may consider, read once per decision and only when
+    `decide` asks (from the pass's dump: safe in the solver's thread)."""
+
+    rec: PassRecord
+    config: PlacementConfig
+    gangs: dict[str, RunningGang] = field(default_factory=dict)
+    reservations: dict[str, str] = field(default_factory=dict)
+    read: bool = False
+
+    def __call__(self) -> list[RunningGang]:
+        if not self.read:
+            gangs, self.reservations = running_gangs(
+                list(self.rec.ctx.checks), self.rec.dump, self.rec.snapshot, self.rec.kueue,
+                self.config, self.rec.now)
+            self.gangs = {g.name: g for g in gangs}
+            self.read = True
+        return list(self.gangs.values())
+
+
+async def _decide(
+    rec: PassRecord, workload: Mapping[str, Any], gang: Gang, config: PlacementConfig,
+    own_drain: Mapping[str, Any] | None = None,
+) -> tuple[Decision, _Running, dict[str, Mapping[str, Any]]]:
+    """`decide` in the solver's thread, on the pass's capacity; the running gangs and the
+    drains it was given come back with the decision, for applying it."""
+    ctx = rec.ctx
+    drains: dict[str, Mapping[str, Any]] = {}
+    if config.preemption.enabled:
+        drains = yielding_drains(ctx, workload, rec.now,
+                                 lambda w: still_waits(ctx, w))
+    live = []
+    for rr in drains.values():
+        tier = drain_tier(ctx, rec.kueue, rr, config)
+        if tier is not None:
+            live.append(live_drain(rr, tier))
+    own = None if own_drain is None else live_drain(own_drain, gang.tier)
+    reservations = drain_reservation_keys([*drains.values(),
+                                           *([own_drain] if own_drain is not None else [])])
+    policy = TimedPolicy(ctx.engine)
+    capacity = PassCapacity(rec.snapshot, policy, rec.dump, rec.now, rec.unreserved,
+                            reservations, ledger_holds(ctx))
+    running = _Running(rec, config)
+    request = DecisionRequest(gang, config, waiting=rec.demands, running=running,
+                              drains=tuple(live), own_drain=own)
+    loop = asyncio.get_running_loop()
+    decision = await loop.run_in_executor(ctx.solver, decide, request, capacity)
+    for outcome, seconds in policy.solves:
+        ctx.metrics.solve_seconds.labels(outcome).observe(seconds)
+    return decision, running, drains
+
+
+async def _apply(
+    rec: PassRecord, workload: Mapping[str, Any], check: str,
+    decided: tuple[Decision, _Running, dict[str, Mapping[str, Any]]], config: PlacementConfig,
+) -> None:
+    """Write what the decision means."""
+    ctx, placer = rec.ctx, rec.placer
+    decision, running, drains = decided
+    levels = config.resolve_levels(rec.snapshot.kueue_topologies)
+    name = reservation_name(workload)
+    if isinstance(decision, Place):
+        placer.hold(decision.gang, decision.placement.slots)
+        ctx.faults.hit("kill-after-solve")
+        await _write_placed(rec, workload, check, decision.gang, decision.placement, config)
+    elif isinstance(decision, PlaceOverDrains):
+        held = await apply_over_drains(ctx, placer, workload, check, decision, drains, config,
+                                       rec.now)
+        if held is not None:
+            await answer(ctx, workload, check,
+                         placed(held, decision.gang, name, rec.snapshot, levels))
+    elif isinstance(decision, Preempt):
+        await apply_preempt(ctx, placer, workload, check, decision, running.gangs,
+                            running.reservations, config, rec.now)
+    elif isinstance(decision, Drain):
+        await apply_drain(ctx, placer, workload, check, decision, running.reservations, config,
+                          rec.now)
+    elif isinstance(decision, (MoveOffDrain, KeepDraining)):
+        raise AssertionError("a Workload without a reservation has no drain of its own")
+    else:  # Retry, Reject
+        retries = int(current_entry(workload, check).get("retryCount") or 0)
+        await answer(ctx, workload, check,
+                     unplaced(decision.placement, retries, ctx.options.retry_seconds))
+
+
+async def _write_placed(
+    rec: PassRecord, workload: Mapping[str, Any], check: str, gang: Gang, placement: Placement,
+    config: PlacementConfig,
+) -> None:
+    """Assume, reserve, answer: the writes overlap the next Workload's decision."""
+    ctx = rec.ctx
+    body = assume(ctx, rec.placer, workload, gang, placement, config, rec.now)
+    levels = config.resolve_levels(rec.snapshot.kueue_topologies)
+    write = commit(ctx, rec.snapshot, workload, check, gang, placement, body, levels)
+    if rec.writes is None:
+        settle(rec.placer, await write)
+    else:
+        rec.writes.start(write)
+
+
+async def _answer_from_reservation(
+    rec: PassRecord, workload: Mapping[str, Any], check: str, gang: Gang,
+    existing: Mapping[str, Any], config: PlacementConfig,
+) -> None:
+    """The snapshot counts `existing` already. A drain waits only while its gang fits
+    nowhere else; a preemption waits for its victims to leave; then Ready from it."""
+    ctx = rec.ctx
+    name = reservation_name(workload)
+    levels = config.resolve_levels(rec.snapshot.kueue_topologies)
+    victims = preempted_victims(existing)
+    if (
+        victims
+        and is_drain(existing)
+        and config.preemption.enabled
+        and _drain_check_due(ctx, existing)
+        and not (await progress(ctx, existing, victims, config, rec.now)).done
+    ):
+        decided = await _decide(rec, workload, gang, config, own_drain=existing)
+        decision = decided[0]
+        if isinstance(decision, MoveOffDrain):
+            held = await apply_move_off(ctx, rec.placer, workload, check, decision, existing,
+                                        config, rec.now)
+            if held is not None:
+                await answer(ctx, workload, check,
+                             placed(held, decision.gang, name, rec.snapshot, levels))
+            return
+    if victims and not await preemption_done(ctx, workload, check, existing, victims, config,
+                                             rec.now):
+        return
+    await answer(ctx, workload, check,
+                 placed(placement_of(existing, gang), gang, name, rec.snapshot, levels))
+
+
+def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
+    """At most one solve without a drain per DRAIN_RECHECK_SECONDS: each rebuilds the
+    fleet's snapshot, and passes come on every event; a drain waits minutes to hours."""
+    key, tick = object_key(rr), time.monotonic()
+    if tick - ctx.drain_checked.get(key, float("-inf")) < DRAIN_RECHECK_SECONDS:
+        return False
+    ctx.drain_checked[key] = tick
+    return True
+
+
+def our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
+    """The name of our check this Workload waits on (Pending), if any."""
+    status = workload.get("status")
+    entries = status.get("admissionChecks") if isinstance(status, Mapping) else None
+    for entry in entries or []:
+        if (
+            isinstance(entry, Mapping)
+            and entry.get("name") in ctx.checks
+            and entry.get("state") == "Pending"
+        ):
+            return str(entry["name"])
+    return None
+
+
+def still_waits(ctx: Context, workload: Mapping[str, Any]) -> bool:
+    """It waits on our check, and no answer of ours is in flight for it."""
+    return our_pending_check(workload, ctx) is not None and not already_answered(ctx, workload)
+
+
+def needs_decision(ctx: Context, workload: Mapping[str, Any]) -> bool:
+    """Is there anything to decide for this pending Workload? Not when its answer is
+    written (or going out), nor when its reservation was created in this run and the watch
+    has not brought it yet (its check is written again once it does). The pass asks
+    before it builds the snapshot, `place_one` before anything else."""
+    if already_answered(ctx, workload):
+        return False
+    rr_key = reservation_key(workload)
+    return not (
+        rr_key in ctx.ledger.assumed
+        and ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key) is None
+    )
+
+
+def already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
+    uid = str(meta(workload).get("uid") or "")
+    return bool(uid) and ctx.answered.get(uid) == attempt_key(workload)

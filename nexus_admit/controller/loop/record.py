@@ -1,0 +1,132 @@
+"""One pass's record: what every Workload of the pass is decided on, read once, and the
+capacity `decide` solves on (the pass's snapshot, or one rebuilt without some drains)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.ledger import Assumed
+from nexus_admit.controller.loop.writes import WritePipeline
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import TranslationError, object_key
+from nexus_admit.kube.reservations import reservation_workload_key
+from nexus_admit.kube.workload import KueueIndex
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
+from nexus_admit.placement.base import PlacementPolicy
+from nexus_admit.placement.sequence import OrderedPlacer
+from nexus_admit.placement.tracking import TrackedSnapshot
+
+__all__ = [
+    "PassCapacity",
+    "PassRecord",
+    "TimedPolicy",
+    "drain_reservation_keys",
+    "ledger_holds",
+]
+
+
+@dataclass(slots=True)
+class PassRecord:
+    """What one pass decides on; its Workloads are placed one after another on `placer`,
+    so each sees the capacity the ones before it took."""
+
+    ctx: Context
+    dump: ClusterDump
+    kueue: KueueIndex
+    placer: OrderedPlacer
+    now: datetime
+    # (tier, GPU milli) of every Workload waiting on our checks: backfill
+    demands: Sequence[tuple[str, int]] = ()
+    # where feasible placements' writes go, to overlap the next Workload's solve (awaited
+    # at once when None)
+    writes: WritePipeline | None = None
+    # the Workloads whose reservations the pass's snapshot leaves out (no reservation of
+    # their current attempt yet)
+    unreserved: frozenset[str] = frozenset()
+
+    @property
+    def snapshot(self) -> ClusterSnapshot:
+        return self.placer.snapshot
+
+
+@dataclass(slots=True)
+class TimedPolicy:
+    """The engine, with each solve's time kept for the solve metric (observed by the loop:
+    the solves run in the solver's thread)."""
+
+    engine: PlacementPolicy
+    solves: list[tuple[str, float]] = field(default_factory=list)
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.engine.name
+
+    def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
+        started = time.perf_counter()
+        placement = self.engine.place(snapshot, gang, config)
+        outcome = "feasible" if placement.feasible else placement.status.value
+        self.solves.append((outcome, time.perf_counter() - started))
+        return placement
+
+
+@dataclass(slots=True)
+class PassCapacity:
+    """The pass's capacity for `decide`: its snapshot, where drains are reservations that
+    hold their slots like any other. Without some drains, the snapshot is rebuilt from the
+    pass's objects without those reservations, with everything this run has promised held
+    again (`held`, copied from the ledger before the solve thread starts), so it is never
+    freer than the pass's snapshot but where those drains were."""
+
+    snapshot: ClusterSnapshot
+    policy: TimedPolicy
+    dump: ClusterDump
+    now: datetime
+    unreserved: frozenset[str]
+    drain_reservations: Mapping[str, str]  # draining Workload -> its reservation key
+    held: Sequence[Assumed] = ()
+
+    def admit(self, gang: Gang) -> Gang:
+        return gang  # drains hold their slots in the snapshot itself
+
+    def without(self, drains: Collection[str]) -> _Rebuilt | None:
+        skip = frozenset(self.drain_reservations[d] for d in drains
+                         if d in self.drain_reservations)
+        try:
+            bare = self.dump.snapshot(exclude_workloads=self.unreserved | frozenset(drains),
+                                      now=self.now)
+        except TranslationError:
+            return None  # the pass's snapshot was built from the same objects: not reached
+        side = OrderedPlacer(self.policy, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
+        for a in self.held:
+            if a.reservation not in skip:
+                # a preemptor's or a drain's slots overlap pods that are still leaving
+                side.hold(a.gang, a.slots, over=True)
+        return _Rebuilt(side.snapshot, self.policy)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rebuilt:
+    snapshot: ClusterSnapshot
+    policy: PlacementPolicy
+
+    def admit(self, gang: Gang) -> Gang:
+        return gang
+
+    def without(self, drains: Collection[str]) -> None:
+        return None  # one rebuild per decision
+
+
+def ledger_holds(ctx: Context) -> tuple[Assumed, ...]:
+    """Every assumption of this run, and this pass's unsure creates (copied: the solve
+    thread must not read the ledger the loop changes)."""
+    return (*ctx.ledger.assumed.values(), *ctx.ledger.unsure.values())
+
+
+def drain_reservation_keys(reservations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Draining Workload -> its reservation key."""
+    return {reservation_workload_key(rr): object_key(rr) for rr in reservations}

@@ -1,0 +1,359 @@
+"""The writes of a decision, in ARCHITECTURE's order: assume in the ledger, create the
+ResourceReservation, then apply the check entry.
+
+A refused create (4xx) forgets the assumption, frees its GPUs and answers the Workload
+Retry with the apiserver's reason (a missing permission, a quota, an object too large:
+an admin fixes it, Kueue requeues with backoff); a create whose answer was lost (timeout,
+5xx) keeps its GPUs taken for the rest of the pass, since it may have been made. A failed
+check write keeps the assumption: the reservation exists, and the next pass finds it by its
+deterministic name and answers from it. AlreadyExists on create means the reservation in
+the cluster is the answer, with its slots, not the ones just solved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from nexus_admit.controller.api import ApiException
+from nexus_admit.controller.checks import current_entry, write_check
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.metrics import Metrics
+from nexus_admit.controller.outcome import (
+    CheckState,
+    Outcome,
+    clip,
+    placed,
+    retry_backoff_seconds,
+)
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.reservations import (
+    attempt_key,
+    neighbour_order,
+    reservation_key,
+    reservation_name,
+    reservation_object,
+    reservation_slots,
+)
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, Slot, SolveStatus
+from nexus_admit.placement.preemption import is_borrowed
+from nexus_admit.placement.sequence import OrderedPlacer
+
+__all__ = [
+    "MAX_RESERVATION_BYTES",
+    "Reserved",
+    "WritePipeline",
+    "answer",
+    "assume",
+    "commit",
+    "keep_pending",
+    "placement_of",
+    "reserve",
+    "settle",
+]
+
+log = logging.getLogger("nexus_admit.placing")
+
+# etcd refuses objects over 1.5 MiB; leave room for metadata the apiserver adds
+MAX_RESERVATION_BYTES = 1_400_000
+
+
+@dataclass(slots=True)
+class Reserved:
+    """What a reservation write came back with. The placer's snapshot is settled from it
+    by the loop (`settle`), never by the write itself: a solve may be reading it then."""
+
+    gang: Gang
+    solved: tuple[Slot, ...]  # the slots the placer holds for it
+    over: bool  # held clamped on top of what runs there: never given back in this pass
+    placement: Placement | None  # what the reservation holds; None: no answer this pass
+    give_back: bool = False  # nothing holds the solved slots: they are free again
+    found: tuple[Slot, ...] | None = None  # an earlier decision's reservation holds these
+    refusal: str | None = None  # the apiserver refused the create: why (answered Retry)
+
+
+def settle(placer: OrderedPlacer, reserved: Reserved) -> bool:
+    """Make the placer's snapshot hold what the write found; True when it now holds slots
+    that a solve made since the write started did not see as taken."""
+    if reserved.give_back and not reserved.over:
+        placer.undo(reserved.gang, reserved.solved)
+    if reserved.found is None:
+        return False
+    if not reserved.over:
+        placer.undo(reserved.gang, reserved.solved)
+    placer.hold(reserved.gang, reserved.found, over=reserved.over)
+    return True
+
+
+class WritePipeline:
+    """At most one feasible placement's writes in flight while the next Workload is solved
+    (two apiserver round trips hidden behind each solve). The placer's capacity is settled
+    from the finished write before the next decision is used (`flush`), so Kueue's order
+    and the one-snapshot rule hold as if the writes had been awaited in turn."""
+
+    def __init__(self, placer: OrderedPlacer) -> None:
+        self.placer = placer
+        self.task: asyncio.Task[Reserved] | None = None
+
+    def start(self, write: Coroutine[Any, Any, Reserved]) -> None:
+        assert self.task is None, "flush() before starting the next write"
+        self.task = asyncio.create_task(write, name="reservation-write")
+
+    async def flush(self, metrics: Metrics | None = None) -> bool:
+        """Wait for the write in flight, if any, and settle the placer from it; True when
+        the solves made meanwhile may have used capacity it turned out to hold. `metrics`:
+        record how long the wait was (the part of the create's round trip the solve did
+        not hide)."""
+        task, self.task = self.task, None
+        if task is None:
+            return False
+        started = time.perf_counter()
+        reserved = await task
+        if metrics is not None:
+            metrics.reservation_wait_seconds.observe(time.perf_counter() - started)
+        return settle(self.placer, reserved)
+
+
+def assume(
+    ctx: Context,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    placement: Placement,
+    config: PlacementConfig,
+    now: datetime,
+    annotations: Mapping[str, str] | None = None,
+    mode: str | None = None,
+) -> dict[str, Any]:
+    """Assume the placement in the ledger (its capacity is taken in `placer` already) and
+    return its reservation's body."""
+    snapshot = placer.snapshot
+    levels = config.resolve_levels(snapshot.kueue_topologies)
+    placement.slots = neighbour_order(placement.slots, snapshot, levels)
+    slots = tuple(placement.slots)
+    borrowed = config.preemption.enabled and is_borrowed(snapshot, gang, slots, config)
+    if borrowed:
+        placement.explanation.append(
+            f"borrowed: runs on hardware a tier above {gang.tier} owns, and may be preempted "
+            "when that tier needs it"
+        )
+    ctx.ledger.assume(reservation_key(workload), object_key(workload), gang, slots,
+                      time.monotonic())
+    expires = now + timedelta(seconds=config.reservation_ttl_seconds)
+    body = reservation_object(
+        name=reservation_name(workload), workload=workload, gang=gang, placement=placement,
+        expires_at=expires,
+    )
+    body["metadata"]["annotations"].update(annotations or {})
+    # what `kubectl get rr` shows in its Mode column
+    body["spec"]["decision"]["mode"] = mode or ("borrowed" if borrowed else "placed")
+    if borrowed:
+        body["metadata"]["labels"] = {L.LABEL_BORROWED: "true"}
+    return body
+
+
+def _refusal(e: BaseException) -> str | None:
+    """The apiserver answered 4xx (the write certainly did not happen): its reason."""
+    status = getattr(e, "status", None)
+    if not (isinstance(e, ApiException) and isinstance(status, int) and 400 <= status < 500):
+        return None
+    reason = str(getattr(e, "reason", "") or status)
+    try:
+        body = json.loads(getattr(e, "body", None) or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, Mapping) else None
+    return f"{status} {reason}: {message}" if message else f"{status} {reason}"
+
+
+async def create_reservation(
+    ctx: Context,
+    snapshot: ClusterSnapshot,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    placement: Placement,
+    body: Mapping[str, Any],
+    over: bool = False,
+) -> Reserved:
+    """Create the reservation `assume` made; what it holds, for `settle`."""
+    key = object_key(workload)
+    rr_key = reservation_key(workload)
+    slots = tuple(placement.slots)
+    size = len(json.dumps(body, separators=(",", ":")))
+    if size > MAX_RESERVATION_BYTES:
+        ctx.ledger.forget(rr_key)
+        return Reserved(gang, slots, over, None, give_back=True, refusal=(
+            f"its reservation would be {size:,} bytes, over the {MAX_RESERVATION_BYTES:,} "
+            "bytes an object may hold; split the workload into smaller gangs"))
+    try:
+        created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
+    except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
+        refusal = _refusal(e)
+        if refusal is not None:
+            ctx.ledger.forget(rr_key)
+        else:
+            ctx.ledger.lost(rr_key)
+        ctx.metrics.errors.labels("reserve").inc()
+        log.warning("Workload %s: could not create reservation %s: %s", key, rr_key, e)
+        # refused: nothing was written, the capacity is free again; else the answer was
+        # lost (timeout, 5xx, dropped connection) and the reservation may exist: its slots
+        # stay taken for the rest of this pass, and the next pass finds it (or
+        # AlreadyExists) and answers from it
+        return Reserved(gang, slots, over, None, give_back=refusal is not None,
+                        refusal=refusal)
+    if created:
+        return Reserved(gang, slots, over, placement)
+    return await _found_earlier(ctx, snapshot, workload, gang, slots, over)
+
+
+async def _found_earlier(
+    ctx: Context,
+    snapshot: ClusterSnapshot,
+    workload: Mapping[str, Any],
+    gang: Gang,
+    slots: tuple[Slot, ...],
+    over: bool,
+) -> Reserved:
+    """AlreadyExists: a decision of this attempt was written before (a create that timed
+    out, a store that lags); that reservation is the answer, and its slots what it holds."""
+    key, rr_key = object_key(workload), reservation_key(workload)
+    log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
+    ns, _, name = rr_key.partition("/")
+    try:
+        found = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, name, ns)
+    except Exception as e:  # what it holds is unknown: the solved slots stay taken
+        ctx.ledger.lost(rr_key)
+        log.warning("Workload %s: could not read reservation %s: %s", key, rr_key, e)
+        return Reserved(gang, slots, over, None)
+    ctx.ledger.forget(rr_key)
+    if found is None:  # deleted meanwhile: the next pass decides afresh
+        return Reserved(gang, slots, over, None, give_back=True)
+    held = placement_of(found, gang)
+    kept = tuple(s for s in held.slots if s.node in snapshot.nodes)
+    ctx.ledger.assume(rr_key, key, gang, kept, time.monotonic())
+    return Reserved(gang, slots, over, held, found=kept)
+
+
+async def commit(
+    ctx: Context,
+    snapshot: ClusterSnapshot,
+    workload: Mapping[str, Any],
+    check: str,
+    gang: Gang,
+    placement: Placement,
+    body: dict[str, Any],
+    levels: Sequence[str],
+) -> Reserved:
+    """Create the reservation, then write the check Ready from what it holds. The check
+    write goes out in the background (not awaited by the loop): only the create
+    settles capacity, so the next decision waits for one round trip, not two. A check
+    write that fails is written again from the reservation by the next pass."""
+    reserved = await create_reservation(ctx, snapshot, workload, gang, placement, body)
+    if reserved.placement is not None:
+        ctx.faults.hit("kill-after-reservation")
+        outcome = placed(reserved.placement, gang, reservation_name(workload), snapshot, levels)
+        ctx.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
+    elif reserved.refusal is not None:
+        ctx.background.spawn(answer_refused(ctx, workload, check, reserved.refusal),
+                             name="check-write")
+    return reserved
+
+
+async def reserve(
+    ctx: Context,
+    placer: OrderedPlacer,
+    workload: Mapping[str, Any],
+    check: str,
+    gang: Gang,
+    placement: Placement,
+    config: PlacementConfig,
+    now: datetime,
+    annotations: Mapping[str, str] | None = None,
+    over: bool = False,
+    mode: str | None = None,
+) -> Placement | None:
+    """Assume the placement (its capacity is taken in `placer` already), create its
+    reservation, and return what the reservation holds (the placement, or the one an earlier
+    decision of this attempt wrote); None when nothing can be answered this pass (a refused
+    create is answered Retry here). `over`: the capacity was held on top of what still runs
+    there (a drain), so it is never given back in this pass: a clamped hold cannot be undone
+    exactly."""
+    body = assume(ctx, placer, workload, gang, placement, config, now, annotations, mode)
+    reserved = await create_reservation(ctx, placer.snapshot, workload, gang, placement, body,
+                                        over)
+    settle(placer, reserved)
+    if reserved.refusal is not None:
+        await answer_refused(ctx, workload, check, reserved.refusal)
+    return reserved.placement
+
+
+async def answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
+    """Write the check's answer. Claimed before the write: a pass that starts while it is in
+    flight (the loop does not wait for the writes of the pass before) must not answer, nor
+    post its Event, again."""
+    uid = str(meta(workload).get("uid") or "")
+    attempt = attempt_key(workload)
+    if uid:
+        ctx.answered[uid] = attempt
+    try:
+        await write_check(ctx, workload, check, outcome)
+    except Exception as e:  # ApiException, OSError, urllib3's own: written again next pass
+        if uid and ctx.answered.get(uid) == attempt:
+            del ctx.answered[uid]
+        ctx.metrics.errors.labels("check").inc()
+        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
+
+
+async def answer_refused(
+    ctx: Context, workload: Mapping[str, Any], check: str, refusal: str
+) -> None:
+    """A reservation the apiserver would not take: Retry with its reason, backing off, so
+    the user (check message, Event) and the admin (the reason names what to fix) see it
+    instead of a pass that solves again for ever."""
+    retries = int(current_entry(workload, check).get("retryCount") or 0)
+    after = retry_backoff_seconds(retries, ctx.options.retry_seconds)
+    await answer(ctx, workload, check, Outcome(
+        CheckState.RETRY,
+        clip(f"placed, but the apiserver refused its ResourceReservation ({refusal}); "
+             f"retry in {after}s"),
+        "PlacementRetry",
+        "Warning",
+        requeue_after_seconds=after,
+    ))
+
+
+async def keep_pending(
+    ctx: Context, workload: Mapping[str, Any], check: str, message: str
+) -> None:
+    """Keep the check Pending with `message` (written only when it changes); the Workload is
+    not marked answered, so the next pass looks at it again."""
+    if current_entry(workload, check).get("message") == message:
+        return
+    outcome = Outcome(CheckState.PENDING, message, "Preempting")
+    try:
+        await write_check(ctx, workload, check, outcome)
+    except Exception as e:
+        ctx.metrics.errors.labels("check").inc()
+        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
+
+
+def placement_of(rr: Mapping[str, Any], gang: Gang) -> Placement:
+    """The decision a reservation records, as a Placement (for re-writing its check)."""
+    decision = child(child(rr, "spec"), "decision")
+    explanation = decision.get("explanation")
+    slots = [Slot(s.pod_set, s.index, s.node, s.gpus, s.numa_zone) for s in reservation_slots(rr)]
+    return Placement(
+        gang=gang.name,
+        policy=str(decision.get("policy") or "nexus"),
+        feasible=True,
+        status=SolveStatus.FEASIBLE,
+        slots=slots,
+        explanation=[str(x) for x in explanation] if isinstance(explanation, list) else [],
+    )
