@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 BACKFILL_REASON = "kept off the hardware a waiting higher tier owns (preemption.backfill)"
+DRAINED_REASON = "kept off nodes drained for another gang"
 MOVED_OFF_DRAIN = (
     "placed before its drain ended: it fits now without waiting for the Workloads the "
     "drain waited for"
@@ -231,10 +232,14 @@ def decide(request: DecisionRequest, capacity: Capacity) -> Decision:
     gang = backfilled(capacity.snapshot, request.gang, config, request.waiting)
     if request.own_drain is not None:
         return _own_drain(request.own_drain, gang, config, capacity)
-    placement = solve(capacity, gang, config)
-    if gang is not request.gang:
+    admitted = capacity.admit(gang)
+    placement = capacity.policy.place(capacity.snapshot, admitted, config)
+    if admitted is not request.gang:
+        why = [BACKFILL_REASON] if gang is not request.gang else []
+        if admitted is not gang:
+            why.append(DRAINED_REASON)
         placement = kept_off_is_not_never(capacity.snapshot, request.gang, placement, config,
-                                          BACKFILL_REASON)
+                                          "; ".join(why))
     if placement.feasible:
         return Place(gang, placement)
     if placement.retryable and config.preemption.enabled:

@@ -3,18 +3,20 @@ double booking, everything released), the slowdown model, and the report."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nexus_admit.model import GPU_WHOLE, Gang, Placement, PodSet, Slot, SolveStatus
+from nexus_admit.model import GPU_WHOLE, Gang, Placement, SolveStatus
+from nexus_admit.placement import decide as decide_module
+from nexus_admit.placement.decide import Capacity, Decision, DecisionRequest, PlaceOverDrains
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import PreemptionPlan
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay as rp
+from nexus_admit.sim import replay_model
 from nexus_admit.sim.stats import verdict
 
 SMALL = rp.ReplayScenario(name="tiny", seed=3, hosts=16, jobs=40, time_limit=0.5)
@@ -235,73 +237,32 @@ def test_evictions_give_back_what_the_victims_held(policy: str) -> None:
         ("placement", "silver", False, False, False, False),
         ("quota", "gold", True, True, False, True),
         ("quota", "gold", False, True, False, False),
-        ("placement", "bronze", True, True, False, False),
+        ("placement", "bronze", True, True, False, True),
+        ("quota", "bronze", True, True, False, False),
         ("placement", "gold", True, True, True, False),
         (None, "gold", True, True, False, False),
     ],
     ids=["placement-nominal", "placement-borrowed", "placement-no-room", "quota-nominal",
-         "quota-borrowed", "lowest-tier", "one-per-cycle", "off"],
+         "quota-borrowed", "lowest-tier-by-config", "lowest-tier-quota", "one-per-cycle", "off"],
 )
 def test_placement_preemption_follows_the_reserved_quota_kueues_only_the_nominal(
         mode: str | None, tier: str, fits_quota: bool, cohort_room: bool, preempted: bool,
         may: bool) -> None:
     """Kueue reclaims only nominal quota; placement-level preemption, like the controller,
-    acts for any gang Kueue reserved quota for, borrowed included."""
+    acts for any gang Kueue reserved quota for, borrowed included (whom the lowest tier may
+    evict, no one, is the PlacementConfig's rule, applied in `decide`)."""
     assert rp.may_preempt(mode, tier, fits_quota=fits_quota, cohort_room=cohort_room,
                           preempted=preempted) is may
 
 
-def _drain_plan(gang: Gang, *nodes: str) -> PreemptionPlan:
-    slots = [Slot("workers", k, n, (0,), 0) for k, n in enumerate(nodes)]
-    placement = Placement(gang.name, "nexus", True, SolveStatus.OPTIMAL, slots=slots)
-    # the domain holds more nodes than the placement needs
-    return PreemptionPlan(placement, (), rp.AGG_LABEL, ("P1",), 0, 1,
-                          frozenset({*nodes, "spare-1", "spare-2"}))
-
-
-def _gang(name: str) -> Gang:
-    return Gang(name, (PodSet("workers", 2, gpus=8),), tier="gold")
-
-
-def test_a_drain_keeps_others_off_only_the_nodes_its_gang_needs_one_gang_at_a_time() -> None:
-    hold = rp.DrainHold()
-    asked: list[str] = []
-
-    def plan(gang: Gang) -> PreemptionPlan | None:
-        asked.append(gang.name)
-        return None if gang.name == "a" else _drain_plan(gang, "n1", "n2")
-
-    # the first held gang in order with a drain placement gets it
-    hold.end_cycle([(1, _gang("a")), (2, _gang("b")), (3, _gang("c"))], plan)
-    assert asked == ["a", "b"] and hold.job == 2
-    assert hold.kept_out(3) == {"n1", "n2"}  # not the rest of the domain
-    assert hold.kept_out(2) == frozenset()  # its own gang may use them
-    # one drain at a time: while b is still held, nobody else gets one
-    hold.end_cycle([(3, _gang("c")), (2, _gang("b"))], plan)
-    assert hold.job == 2 and asked == ["a", "b"]
-    # placed: the nodes are free for everyone at once
-    hold.release(2)
-    assert hold.job is None and hold.kept_out(3) == frozenset()
-
-
-def test_a_drain_ends_when_its_gang_is_no_longer_held() -> None:
-    hold = rp.DrainHold()
-    hold.end_cycle([(2, _gang("b"))], lambda g: _drain_plan(g, "n1", "n2"))
-    assert hold.job == 2
-    # b's hold ran out (the engine may split it now) or it went back for quota; c is held
-    hold.end_cycle([(3, _gang("c"))], lambda g: _drain_plan(g, "n3", "n4"))
-    assert hold.job == 3 and hold.kept_out(2) == {"n3", "n4"}
-    hold.end_cycle([], lambda g: _drain_plan(g, "n5", "n6"))
-    assert hold.job is None and hold.kept_out(3) == frozenset()
-
-
-def test_the_replay_drains_only_for_gold_and_silver_gangs_locality_wait_holds(
+def test_the_replay_drains_only_gangs_that_waited_and_have_no_place(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """With +drain, drains are planned only for multi-pod Gold and Silver gangs still
-    inside their localityWait, and the replay still gives back every GPU."""
-    monkeypatch.setattr(rp, "REPLAY_DRAIN_AFTER", 600.0)
+    """With +drain, `decide` starts a drain only for a multi-pod gang that waited
+    drainAfterSeconds and has no place and no victims, as in the controller; the replay
+    still gives back every GPU."""
+    monkeypatch.setattr(replay_model, "REPLAY_DRAIN_AFTER", 600.0)
     planned: list[Gang] = []
-    real = rp.plan_drain
+    real = decide_module.plan_drain
 
     def recording(*args: Any) -> PreemptionPlan | None:
         found = real(*args)
@@ -309,15 +270,14 @@ def test_the_replay_drains_only_for_gold_and_silver_gangs_locality_wait_holds(
             planned.append(args[2])
         return found
 
-    monkeypatch.setattr(rp, "plan_drain", recording)
+    monkeypatch.setattr(decide_module, "plan_drain", recording)
     snapshots: list[TrackedSnapshot] = []
     scn = rp.ReplayScenario(name="tiny", seed=1, hosts=16, jobs=60, load=1.6,
                             mix=(0.6, 0.2, 0.2), time_limit=0.5)
     result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
     assert planned, "no drain in this scenario: the test no longer exercises drains"
     for gang in planned:
-        assert gang.tier in ("gold", "silver") and gang.pod_count > 1
-        assert 600.0 <= gang.waited_seconds < rp.REPLAY_LOCALITY_WAIT_SECONDS
+        assert gang.pod_count > 1 and gang.waited_seconds >= 600.0
     assert result.pending_at_end == 0
     assert all(n.is_pristine() for n in snapshots[-1])
 
@@ -339,49 +299,49 @@ def test_wait_hours_split_every_delay_by_why_the_job_waited(policy: str) -> None
     assert (holds > 0) if policy == "nexus" else holds == 0
 
 
-def test_a_drain_yields_only_to_a_placement_on_its_nodes() -> None:
-    hold = rp.DrainHold()
-    hold.end_cycle([(2, _gang("b"))], lambda g: _drain_plan(g, "n1", "n2"))
-    hold.yield_to([Slot("workers", 0, "n3")])
-    assert hold.job == 2  # placed elsewhere: the drain goes on
-    hold.yield_to([Slot("workers", 0, "n3"), Slot("workers", 1, "n2")])
-    assert hold.job is None and hold.kept_out(3) == frozenset()
-
-
 def test_a_drain_never_makes_a_higher_tier_wait_that_has_no_place_off_its_nodes(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A gang of a higher tier kept off a drain's nodes that then has no place is placed
-    on them, and the drain is planned again; never one of the drain's tier or below. The
+    on them, and the drain is withdrawn; never for one of the drain's tier or below. The
     replay still gives back every GPU."""
-    monkeypatch.setattr(rp, "REPLAY_DRAIN_AFTER", 600.0)
-    yielded: list[tuple[int | None, frozenset[str], list[Slot]]] = []
-    real = rp.DrainHold.yield_to
+    monkeypatch.setattr(replay_model, "REPLAY_DRAIN_AFTER", 600.0)
+    over: list[PlaceOverDrains] = []
+    real = decide_module.decide
 
-    def recording(self: rp.DrainHold, slots: Sequence[Slot]) -> None:
-        yielded.append((self.job, self.nodes, list(slots)))
-        real(self, slots)
+    def recording(request: DecisionRequest, capacity: Capacity) -> Decision:
+        decision = real(request, capacity)
+        if isinstance(decision, PlaceOverDrains):
+            over.append(decision)
+        return decision
 
-    monkeypatch.setattr(rp.DrainHold, "yield_to", recording)
+    monkeypatch.setattr(decide_module, "decide", recording)
     snapshots: list[TrackedSnapshot] = []
-    # a trace with a Gold gang that has no place off a Silver drain (seeds 1-30: 19 and 23)
-    scn = rp.ReplayScenario(name="tiny", seed=23, hosts=16, jobs=60, load=1.6,
-                            mix=(0.6, 0.2, 0.2), time_limit=0.5)
-    result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
-    on_drain = [y for y in yielded if any(s.node in y[1] for s in y[2])]
-    assert on_drain, "no gang needed a drain's nodes: the test no longer exercises yielding"
-    # only Gold yields, so only a Silver gang's drain ever gives way
-    jobs = rp.generate_jobs(scn, snapshots[-1].total_gpus)
-    assert {jobs[job].tier for job, _, _ in on_drain if job is not None} == {"silver"}
-    assert result.pending_at_end == 0
-    assert all(n.is_pristine() for n in snapshots[-1])
+    found = None
+    # a trace with a higher-tier gang that has no place off a lower tier's drain
+    for seed in (23, 19, 1, 2, 3, 4, 5, 6, 7, 8):
+        over.clear()
+        scn = rp.ReplayScenario(name="tiny", seed=seed, hosts=16, jobs=60, load=1.6,
+                                mix=(0.6, 0.2, 0.2), time_limit=0.5)
+        result = rp.run_replay("nexus+preempt+drain", scn, drain=True, snapshot_out=snapshots)
+        assert result.pending_at_end == 0
+        assert all(n.is_pristine() for n in snapshots[-1])
+        if over:
+            found = over
+            break
+    assert found, "no gang needed a drain's nodes: the test no longer exercises yielding"
+    rank = {"gold": 0, "silver": 1, "bronze": 2}
+    for decision in found:
+        for drain in decision.withdrawn:
+            assert rank[decision.gang.tier] < rank[drain.tier]
+            assert drain.nodes & {s.node for s in decision.placement.slots}
 
 
 def test_a_draining_gang_keeps_its_quota() -> None:
     usage = {"gold": 0.0, "silver": 60.0, "bronze": 0.0}
     quota = {"gold": 40.0, "silver": 80.0, "bronze": 20.0}
     cohort = 140.0
-    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, None) == (True, True)
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0) == (True, True)
     # a Silver gang drains with 16 GPUs of Silver quota: another Silver gang must borrow
-    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, ("silver", 16.0)) == (False, True)
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, [("silver", 16.0)]) == (False, True)
     # a Gold drain takes Gold's quota, and the cohort's room from everyone
-    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, ("gold", 70.0)) == (True, False)
+    assert rp.quota_room(usage, quota, cohort, "silver", 16.0, [("gold", 70.0)]) == (True, False)
