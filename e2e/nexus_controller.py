@@ -169,7 +169,7 @@ class NexusController:
                     "matchConditions": [untrusted_creator_condition()],
                 },
                 {
-                    # plain pods queued in Kueue: gated at creation (see controller/webhook.py)
+                    # plain pods queued in Kueue: gated at creation (controller/webhook/review.py)
                     **hook,
                     "name": "queued-pod-gate.scheduling.kubenexus.io",
                     "objectSelector": {

@@ -137,8 +137,8 @@ def run(
             f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
         )
         raise typer.Exit(EXIT_OPTIONS)
-    from nexus_admit.controller.tls import CertificateError
-    from nexus_admit.controller.webhook_thread import WebhookStartError
+    from nexus_admit.controller.webhook.thread import WebhookStartError
+    from nexus_admit.controller.webhook.tls import CertificateError
 
     try:
         asyncio.run(run_operator(options))

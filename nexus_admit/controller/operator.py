@@ -3,7 +3,7 @@
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
 filled by a full list before kopf's watches and the loop start, so the first decision already
 sees every reservation; the health endpoint comes up first, the pod webhook once the store is
-synced, on a thread and event loop of its own (`webhook_thread.py`). With
+synced, on a thread and event loop of its own (`webhook/thread.py`). With
 `--leader-elect` every replica watches and serves the webhook, and only the Lease holder's
 loop decides (`leader.py`); readiness does not depend on leadership, so the Service sends
 webhook calls to every replica.
@@ -34,11 +34,11 @@ from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_ide
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
-from nexus_admit.controller.tls import ServingCertificate
 from nexus_admit.controller.ungater import run_ungater
-from nexus_admit.controller.webhook import answer_review
-from nexus_admit.controller.webhook_server import GuardedWebhookServer
-from nexus_admit.controller.webhook_thread import WebhookThread
+from nexus_admit.controller.webhook.review import answer_review
+from nexus_admit.controller.webhook.server import GuardedWebhookServer
+from nexus_admit.controller.webhook.thread import WebhookThread
+from nexus_admit.controller.webhook.tls import ServingCertificate
 from nexus_admit.placement.policies import make_policy
 
 __all__ = [
@@ -156,7 +156,7 @@ def webhook_thread(
     server = GuardedWebhookServer(
         addr=options.webhook_addr,
         port=options.webhook_port,
-        context=cert.context,  # the live context tls.py reloads in place
+        context=cert.context,  # the live context webhook/tls.py reloads in place
         certfile=cert.certfile,
         pkeyfile=cert.keyfile,
         file_check_interval=_KOPF_FILE_CHECK_SECONDS,
@@ -187,7 +187,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 
 # kopf re-reads the certificate files on this period and, on a change, restarts its server
-# (a moment without a listener); `tls.py` reloads them in place instead, so kopf's check is
+# (a moment without a listener); `webhook/tls.py` reloads them in place instead, so kopf's check is
 # pushed out of the way (a year)
 _KOPF_FILE_CHECK_SECONDS = 365 * 24 * 3600.0
 

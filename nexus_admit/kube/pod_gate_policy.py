@@ -3,7 +3,7 @@ default since Kubernetes 1.36) gates every pod created with a reservation label,
 pods a Job controller creates in a burst never wait for a webhook call. The pod webhook
 still reviews pods from anyone else (a tenant creating pods directly) and denies those that
 name a reservation that is not theirs; for the trusted creators, the ungater makes the same
-check before it gives a pod a slot (`controller/webhook.foreign_reason`).
+check before it gives a pod a slot (`controller/webhook/review.foreign_reason`).
 
 Who uses it: the helm chart renders the same objects (`tests/charts` checks they match) and
 `e2e/nexus_controller.py` installs them on the real control plane.

@@ -15,7 +15,7 @@ import pytest
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import Store
-from nexus_admit.controller.webhook import (
+from nexus_admit.controller.webhook.review import (
     answer_review,
     decide,
     gated_spec,
@@ -251,7 +251,7 @@ def test_a_webhook_that_cannot_listen_says_so_at_start(tmp_path: Any) -> None:
     import socket
 
     from nexus_admit.controller.operator import webhook_thread
-    from nexus_admit.controller.webhook_thread import WebhookStartError
+    from nexus_admit.controller.webhook.thread import WebhookStartError
     from tests.fuzz.test_fuzz_webhook_http import _throwaway_cert
 
     crt, key = _throwaway_cert(tmp_path)

@@ -2,7 +2,7 @@
 reservation exists in its namespace and belongs to its Workload; such a pod gets our
 scheduling gate, so it waits until the ungater gives it a slot. It writes nothing.
 
-Who calls it: `webhook_thread.py` answers pod CREATE reviews with `answer_review`; the
+Who calls it: `thread.py` answers pod CREATE reviews with `answer_review`; the
 MutatingWebhookConfiguration selects only pods with the reservation label, or with Kueue's
 queue label (plain pods, see `queued_under_check`), so no other pod ever reaches it. Where
 the apiserver gates labelled pods itself (`kube/pod_gate_policy.py`), pods created by the
@@ -13,7 +13,7 @@ label onto a pod is denied with a message that says why.
 `decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
 created a moment ago (Kueue unsuspends a Job within milliseconds of our Ready) is fetched
 from the API before a pod is denied for lack of it. It runs on the webhook's own thread
-(`webhook_thread.py`): it reads the store and never writes it there.
+(`thread.py`): it reads the store and never writes it there.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 async def answer_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
-    """The AdmissionReview response to a pod review that `webhook_server.review_problem`
+    """The AdmissionReview response to a pod review that `server.review_problem`
     passed: allowed, allowed with our gate added (a JSON patch), or denied with a message
     that starts with the pod and says why. Only CREATE is gated; an UPDATE passes."""
     request = review["request"]
