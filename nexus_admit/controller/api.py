@@ -77,6 +77,7 @@ RESOURCES: dict[str, Resource] = {
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
+    "ConfigMap": Resource("", "v1", "configmaps", True),
 }
 
 # a lease call must answer well within the renew deadline (10 s by default)
@@ -222,6 +223,19 @@ class KubeApi:
             f"apply {kind} {m.get('namespace', '')}/{m.get('name')} status",
             "PATCH",
             RESOURCES[kind].path(m.get("namespace"), m.get("name"), "status"),
+            body=dict(body),
+            content_type=_APPLY,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+
+    def apply(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the fields in `body` under our own field manager (the fields
+        we applied before and leave out now are removed)."""
+        m = body.get("metadata") or {}
+        return self._write(
+            f"apply {kind} {m.get('namespace', '')}/{m.get('name')}",
+            "PATCH",
+            RESOURCES[kind].path(m.get("namespace"), m.get("name")),
             body=dict(body),
             content_type=_APPLY,
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
