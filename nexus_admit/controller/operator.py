@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nexus_admit.controller import watches
 from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.degraded import watch_leadership
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
@@ -306,6 +307,12 @@ async def run(options: RunOptions) -> None:
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
     ]
+    if elector is not None:
+        tasks.append(
+            asyncio.create_task(
+                watch_leadership(ctx, elector, options.degraded_after_seconds), name="degraded"
+            )
+        )
     if elector is not None:  # last: cancelled last, it releases the lease on the way out
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:

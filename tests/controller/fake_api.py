@@ -71,7 +71,9 @@ class FakeApi:
         self.writes.append(("delete", kind, key[1]))
         return self.objects.pop(key, None) is not None
 
-    def apply_status(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_status(
+        self, kind: str, body: Mapping[str, Any], *, guarded: bool = True
+    ) -> dict[str, Any]:
         m = body["metadata"]
         self._maybe_fail("apply", kind)
         key = _key(kind, m["name"], m.get("namespace"))
