@@ -39,6 +39,8 @@ from nexus_admit.kube.pod_gate_policy import (  # noqa: E402
     TRUSTED_POD_CREATORS,
     pod_gate_binding,
     pod_gate_policy,
+    queue_gate_binding,
+    queue_gate_policy,
     untrusted_creator_condition,
 )
 
@@ -48,6 +50,10 @@ CHECK_NAME = "nexus-placement"
 TIER_QUEUES = ("nexus-gold", "nexus-silver", "nexus-bronze")
 WEBHOOK_CONFIG = "nexus-admit"
 POD_GATE_POLICY = "nexus-admit-pod-gate"
+QUEUE_GATE_POLICY = "nexus-admit-queue-gate"
+# the ConfigMap the queue gate policy reads; the controller keeps it (controller/queue_gate.py)
+GATED_QUEUES_NAMESPACE = "default"
+GATED_QUEUES_CONFIGMAP = "nexus-admit-gated-queues"
 RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SYSTEM_NAMESPACES_EXCLUDED = {
@@ -168,17 +174,8 @@ class NexusController:
                     # the Job controller's pods are gated by the policy (pod_gate_policy.py)
                     "matchConditions": [untrusted_creator_condition()],
                 },
-                {
-                    # plain pods queued in Kueue: gated at creation (see controller/webhook.py)
-                    **hook,
-                    "name": "queued-pod-gate.scheduling.kubenexus.io",
-                    "objectSelector": {
-                        "matchExpressions": [
-                            {"key": QUEUE_LABEL, "operator": "Exists"},
-                            {"key": RESERVATION_LABEL, "operator": "DoesNotExist"},
-                        ]
-                    },
-                },
+                # pods queued in Kueue are gated by the queue gate policy, in the apiserver:
+                # no webhook call, so pods of queues without our check never depend on us
             ],
         }
 
@@ -202,10 +199,24 @@ class NexusController:
         self.register_admission()
 
     def admission_objects(self) -> list[dict[str, Any]]:
-        """The policy that gates the Job controller's pods, its binding, and the webhook."""
+        """The policy that gates the Job controller's pods, the one that gates pods of
+        queues that use our check (with the ConfigMap it reads, which the controller fills),
+        their bindings, and the webhook."""
         return [
             pod_gate_policy(self.policy_name),
             pod_gate_binding(self.policy_name, SYSTEM_NAMESPACES_EXCLUDED),
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": GATED_QUEUES_CONFIGMAP, "namespace": GATED_QUEUES_NAMESPACE},
+            },
+            queue_gate_policy(QUEUE_GATE_POLICY),
+            queue_gate_binding(
+                QUEUE_GATE_POLICY,
+                SYSTEM_NAMESPACES_EXCLUDED,
+                GATED_QUEUES_NAMESPACE,
+                GATED_QUEUES_CONFIGMAP,
+            ),
             self.webhook_configuration(),
         ]
 
@@ -220,6 +231,8 @@ class NexusController:
             ("mutatingwebhookconfiguration", self.webhook_config_name),
             ("mutatingadmissionpolicybinding", self.policy_name),
             ("mutatingadmissionpolicy", self.policy_name),
+            ("mutatingadmissionpolicybinding", QUEUE_GATE_POLICY),
+            ("mutatingadmissionpolicy", QUEUE_GATE_POLICY),
         ):
             self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
 
@@ -272,6 +285,7 @@ class NexusController:
             "--health-addr=127.0.0.1",
             f"--health-port={self.health_port}",
             "--retry-seconds=5",
+            f"--queue-gate-configmap={GATED_QUEUES_NAMESPACE}/{GATED_QUEUES_CONFIGMAP}",
             *self.extra_args,
         ]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from nexus_admit.commands import bench, plan, run, simulate
+from nexus_admit.commands import bench, plan, release, run, simulate
 
 __all__ = ["app", "main"]
 
@@ -28,6 +28,7 @@ plan.register(app)
 run.register(app)
 bench.register(app)
 simulate.register(app)
+release.register(app)
 
 
 def main() -> None:

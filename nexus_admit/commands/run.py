@@ -90,6 +90,22 @@ def run(
         float, typer.Option(envvar="NEXUS_RENEW_DEADLINE_SECONDS")
     ] = 10.0,
     lease_retry_seconds: Annotated[float, typer.Option(envvar="NEXUS_LEASE_RETRY_SECONDS")] = 2.0,
+    queue_gate_configmap: Annotated[
+        str | None,
+        typer.Option(
+            envvar="NEXUS_QUEUE_GATE_CONFIGMAP",
+            help="NAMESPACE/NAME of the ConfigMap the pod gate policy reads: kept listing the "
+            "LocalQueues whose ClusterQueue uses our check. Unset: not maintained.",
+        ),
+    ] = None,
+    degraded_after_seconds: Annotated[
+        float,
+        typer.Option(
+            envvar="NEXUS_DEGRADED_AFTER_SECONDS",
+            help="With --leader-elect: after this many seconds without any leader, a "
+            "follower marks our AdmissionChecks Active=False with the reason. 0: never.",
+        ),
+    ] = 60.0,
     fault: Annotated[
         str | None,
         typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
@@ -124,6 +140,8 @@ def run(
             lease_seconds=lease_seconds,
             renew_deadline_seconds=renew_deadline_seconds,
             lease_retry_seconds=lease_retry_seconds,
+            queue_gate_configmap=queue_gate_configmap or None,
+            degraded_after_seconds=degraded_after_seconds,
             fault=fault,
         ).validate()
     except OptionsError as e:
@@ -137,8 +155,8 @@ def run(
             f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
         )
         raise typer.Exit(EXIT_OPTIONS)
-    from nexus_admit.controller.tls import CertificateError
-    from nexus_admit.controller.webhook_thread import WebhookStartError
+    from nexus_admit.controller.webhook.thread import WebhookStartError
+    from nexus_admit.controller.webhook.tls import CertificateError
 
     try:
         asyncio.run(run_operator(options))

@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus_admit.controller.context import CheckView, Context
+from nexus_admit.controller.queue_gate import sync_queue_gate
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.translate import placement_config_from_object
+from nexus_admit.kube.workload import our_check_names
 from nexus_admit.model import PlacementConfig
 
 __all__ = ["active_condition", "resolve_check", "sync_checks"]
@@ -116,3 +118,5 @@ async def sync_checks(ctx: Context) -> None:
             ctx.metrics.errors.labels("admissioncheck").inc()
             log.warning("could not set Active on AdmissionCheck %s: %s", view.name, e)
     ctx.checks = views
+    # every check of ours, active or not: a pod of its queues is gated either way
+    await sync_queue_gate(ctx, our_check_names(ctx.store.items("AdmissionCheck")))

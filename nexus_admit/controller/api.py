@@ -77,6 +77,7 @@ RESOURCES: dict[str, Resource] = {
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
+    "ConfigMap": Resource("", "v1", "configmaps", True),
 }
 
 # a lease call must answer well within the renew deadline (10 s by default)
@@ -150,8 +151,10 @@ class KubeApi:
         data = self.client.response_deserialize(response, {"2XX": "object"}).data
         return data if isinstance(data, dict) else {}
 
-    def _write(self, what: str, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        if self.write_guard is not None and not self.write_guard():
+    def _write(
+        self, what: str, method: str, path: str, *, guarded: bool = True, **kw: Any
+    ) -> dict[str, Any]:
+        if guarded and self.write_guard is not None and not self.write_guard():
             raise NotLeading(f"not the leader: did not {what}")
         if self.dry_run:
             log.info("dry-run: would %s (%s %s)", what, method, path)
@@ -214,14 +217,32 @@ class KubeApi:
             raise
         return True
 
-    def apply_status(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_status(
+        self, kind: str, body: Mapping[str, Any], *, guarded: bool = True
+    ) -> dict[str, Any]:
         """Server-side apply of the status fields in `body` under our own field manager: only
-        the fields we set are ours (e.g. one entry of a Workload's admissionChecks)."""
+        the fields we set are ours (e.g. one entry of a Workload's admissionChecks).
+        `guarded=False` only for what a follower may write: the AdmissionCheck's Active
+        condition when no replica leads (`controller/degraded.py`)."""
         m = body.get("metadata") or {}
         return self._write(
             f"apply {kind} {m.get('namespace', '')}/{m.get('name')} status",
             "PATCH",
             RESOURCES[kind].path(m.get("namespace"), m.get("name"), "status"),
+            guarded=guarded,
+            body=dict(body),
+            content_type=_APPLY,
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+        )
+
+    def apply(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the fields in `body` under our own field manager (the fields
+        we applied before and leave out now are removed)."""
+        m = body.get("metadata") or {}
+        return self._write(
+            f"apply {kind} {m.get('namespace', '')}/{m.get('name')}",
+            "PATCH",
+            RESOURCES[kind].path(m.get("namespace"), m.get("name")),
             body=dict(body),
             content_type=_APPLY,
             query={"fieldManager": FIELD_MANAGER, "force": "true"},

@@ -52,6 +52,9 @@ class Context:
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="solver")
     )
     checks: dict[str, CheckView] = field(default_factory=dict)
+    # the queue list last written to the gate policy's ConfigMap (queue_gate.py); None:
+    # not written by this process yet
+    gated_queues: dict[str, str] | None = None
     # (workload uid → attempt) whose answer is written but not yet seen through the watch:
     # the store may still show the check Pending, and must not get a second answer
     answered: dict[str, str] = field(default_factory=dict)

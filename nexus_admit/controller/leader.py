@@ -90,6 +90,7 @@ class LeaseElector:
         # (holder, renewTime, resourceVersion) last seen: any write changes the version
         self._observed: tuple[str, str, str] | None = None
         self._observed_at = 0.0  # when that record last changed, on our clock
+        self._observed_duration = config.lease_seconds  # its leaseDurationSeconds
         self._was_leading = False
         self.holder = ""  # the identity the Lease named at our last read
 
@@ -101,6 +102,17 @@ class LeaseElector:
             and self.clock() - self._renewed_at < self.config.renew_deadline_seconds
         )
 
+    def leaderless_seconds(self) -> float:
+        """How long no replica has led, as this process saw the Lease: 0 while we lead or
+        its holder's last renewal is within its duration; counted from the moment the
+        Lease expired (or was released). The degraded mode (`controller/degraded.py`)
+        reads it."""
+        if self.leading() or self._observed is None:
+            return 0.0
+        holder = self._observed[0]
+        expired_at = self._observed_at + (self._observed_duration if holder else 0.0)
+        return max(0.0, self.clock() - expired_at)
+
     def _observe(self, lease: Mapping[str, Any], at: float) -> None:
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -109,6 +121,9 @@ class LeaseElector:
         if record != self._observed:
             self._observed = record
             self._observed_at = at
+        duration = spec.get("leaseDurationSeconds")
+        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration > 0:
+            self._observed_duration = float(duration)
         self.holder = holder
 
     def try_acquire_or_renew(self) -> bool:

@@ -3,7 +3,7 @@
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
 filled by a full list before kopf's watches and the loop start, so the first decision already
 sees every reservation; the health endpoint comes up first, the pod webhook once the store is
-synced, on a thread and event loop of its own (`webhook_thread.py`). With
+synced, on a thread and event loop of its own (`webhook/thread.py`). With
 `--leader-elect` every replica watches and serves the webhook, and only the Lease holder's
 loop decides (`leader.py`); readiness does not depend on leadership, so the Service sends
 webhook calls to every replica.
@@ -29,16 +29,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nexus_admit.controller import watches
 from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.degraded import watch_leadership
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.tls import ServingCertificate
 from nexus_admit.controller.ungater import run_ungater
-from nexus_admit.controller.webhook import answer_review
-from nexus_admit.controller.webhook_server import GuardedWebhookServer
-from nexus_admit.controller.webhook_thread import WebhookThread
+from nexus_admit.controller.webhook.review import answer_review
+from nexus_admit.controller.webhook.server import GuardedWebhookServer
+from nexus_admit.controller.webhook.thread import WebhookThread
+from nexus_admit.controller.webhook.tls import ServingCertificate
 from nexus_admit.placement.policies import make_policy
 
 __all__ = [
@@ -156,7 +157,7 @@ def webhook_thread(
     server = GuardedWebhookServer(
         addr=options.webhook_addr,
         port=options.webhook_port,
-        context=cert.context,  # the live context tls.py reloads in place
+        context=cert.context,  # the live context webhook/tls.py reloads in place
         certfile=cert.certfile,
         pkeyfile=cert.keyfile,
         file_check_interval=_KOPF_FILE_CHECK_SECONDS,
@@ -187,7 +188,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 
 # kopf re-reads the certificate files on this period and, on a change, restarts its server
-# (a moment without a listener); `tls.py` reloads them in place instead, so kopf's check is
+# (a moment without a listener); `webhook/tls.py` reloads them in place instead, so kopf's check is
 # pushed out of the way (a year)
 _KOPF_FILE_CHECK_SECONDS = 365 * 24 * 3600.0
 
@@ -306,6 +307,12 @@ async def run(options: RunOptions) -> None:
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
     ]
+    if elector is not None:
+        tasks.append(
+            asyncio.create_task(
+                watch_leadership(ctx, elector, options.degraded_after_seconds), name="degraded"
+            )
+        )
     if elector is not None:  # last: cancelled last, it releases the lease on the way out
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:

@@ -52,6 +52,12 @@ class RunOptions:
     lease_seconds: float = 15.0
     renew_deadline_seconds: float = 10.0
     lease_retry_seconds: float = 2.0
+    # the ConfigMap ("namespace/name") the gate policy reads: the LocalQueues whose
+    # ClusterQueue lists our check (controller/queue_gate.py); None: not maintained
+    queue_gate_configmap: str | None = None
+    # seconds without any leader (the Lease expired, nobody took it) after which a follower
+    # marks our AdmissionChecks Active=False (controller/degraded.py); 0: never
+    degraded_after_seconds: float = 60.0
     # test-only (controller/faults.py): die at a named point, e.g. "kill-after-solve:3"
     fault: str | None = None
 
@@ -101,6 +107,17 @@ class RunOptions:
                     "--leader-elect needs the Lease's namespace: --lease-namespace or "
                     f"NEXUS_NAMESPACE (in a pod it is read from {SERVICE_ACCOUNT_NAMESPACE_FILE})"
                 )
+        if self.queue_gate_configmap is not None:
+            ns, _, name = self.queue_gate_configmap.partition("/")
+            if not (ns and name) or "/" in name:
+                raise OptionsError(
+                    f"--queue-gate-configmap {self.queue_gate_configmap!r}: write it as "
+                    "NAMESPACE/NAME (the ConfigMap the pod gate policy's binding names)"
+                )
+        if self.degraded_after_seconds < 0:
+            raise OptionsError(
+                f"--degraded-after-seconds {self.degraded_after_seconds}: 0 (never) or more"
+            )
         try:
             parse_fault(self.fault)
         except ValueError as e:

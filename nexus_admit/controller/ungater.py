@@ -14,7 +14,7 @@ memory; `ctx.ungating` only covers our own patches until the watch shows them, s
 between does not hand the same slot out twice (Kueue TAS's ungater keeps the same kind of
 expectations).
 
-Only a pod that is part of the reservation's Workload gets a slot (`webhook.foreign_reason`):
+Only a pod that is part of the reservation's Workload gets a slot (`webhook/review.foreign_reason`):
 pods created by trusted controllers (the Job controller) are gated in the apiserver by a
 MutatingAdmissionPolicy and never reach the webhook, so a Job template that copies another
 Workload's reservation label yields pods that stay gated here, with a Warning Event on each
@@ -33,7 +33,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.tasks import gather_bounded
-from nexus_admit.controller.webhook import foreign_reason
+from nexus_admit.controller.webhook.review import foreign_reason
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.quantity import parse_time

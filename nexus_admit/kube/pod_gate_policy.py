@@ -1,9 +1,18 @@
-"""Our scheduling gate added by the apiserver itself: a MutatingAdmissionPolicy (GA and on by
-default since Kubernetes 1.36) gates every pod created with a reservation label, so the
-pods a Job controller creates in a burst never wait for a webhook call. The pod webhook
-still reviews pods from anyone else (a tenant creating pods directly) and denies those that
-name a reservation that is not theirs; for the trusted creators, the ungater makes the same
-check before it gives a pod a slot (`controller/webhook.foreign_reason`).
+"""Our scheduling gate added by the apiserver itself: MutatingAdmissionPolicies (GA and on by
+default since Kubernetes 1.36), so the pods a controller creates in a burst never wait for
+a webhook call, and pods of queues without our check never depend on nexus-admit.
+
+- `pod_gate_policy`: every pod created with a reservation label (Kueue wrote it into a
+  Job's template when our check turned Ready).
+- `queue_gate_policy`: every pod created with Kueue's queue label whose queue uses our
+  check, whoever creates it (a ReplicaSet, a StatefulSet, LeaderWorkerSet, a tenant). CEL
+  cannot look a LocalQueue up, so its binding reads a ConfigMap the controller keeps
+  (`controller/queue_gate.py`): a pod is gated iff "<namespace>.<queue>" is one of its keys.
+
+The pod webhook still reviews reservation-labelled pods from anyone but the trusted
+creators and denies those that name a reservation that is not theirs; for the trusted
+creators, the ungater makes the same check before it gives a pod a slot
+(`controller/webhook/review.foreign_reason`).
 
 Who uses it: the helm chart renders the same objects (`tests/charts` checks they match) and
 `e2e/nexus_controller.py` installs them on the real control plane.
@@ -18,9 +27,12 @@ from nexus_admit.kube import labels as L
 
 __all__ = [
     "POLICY_API_VERSION",
+    "QUEUE_GATE_CONDITION",
     "TRUSTED_POD_CREATORS",
     "pod_gate_binding",
     "pod_gate_policy",
+    "queue_gate_binding",
+    "queue_gate_policy",
     "untrusted_creator_condition",
 ]
 
@@ -70,6 +82,49 @@ def pod_gate_policy(name: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+# the queue's key in the ConfigMap (kube/queues.gated_queue_key): a namespace has no dots.
+# request.namespace, not object.metadata.namespace: a pod may be created without one.
+QUEUE_GATE_CONDITION: Final = (
+    "has(params.data) && "
+    f"(request.namespace + '.' + object.metadata.labels['{L.KUEUE_QUEUE_NAME_LABEL}']) "
+    "in params.data"
+)
+
+
+def queue_gate_policy(name: str) -> dict[str, Any]:
+    """Gate each pod created with the queue label of a queue that uses our check (the
+    binding's ConfigMap lists them). A pod with a reservation label is `pod_gate_policy`'s."""
+    policy = pod_gate_policy(name)
+    spec = policy["spec"]
+    spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
+    spec["matchConstraints"]["objectSelector"] = {
+        "matchExpressions": [
+            {"key": L.KUEUE_QUEUE_NAME_LABEL, "operator": "Exists"},
+            {"key": L.LABEL_RESERVATION, "operator": "DoesNotExist"},
+        ]
+    }
+    spec["matchConditions"] = [
+        *spec["matchConditions"],
+        {"name": "queue-uses-the-check", "expression": QUEUE_GATE_CONDITION},
+    ]
+    return policy
+
+
+def queue_gate_binding(
+    name: str, namespace_selector: Mapping[str, Any], configmap_namespace: str, configmap: str
+) -> dict[str, Any]:
+    """The binding that hands `queue_gate_policy` the ConfigMap of gated queues. Without
+    the ConfigMap no pod is gated by it (Allow): never a refusal of a pod nexus-admit does
+    not place."""
+    binding = pod_gate_binding(name, namespace_selector)
+    binding["spec"]["paramRef"] = {
+        "name": configmap,
+        "namespace": configmap_namespace,
+        "parameterNotFoundAction": "Allow",
+    }
+    return binding
 
 
 def pod_gate_binding(name: str, namespace_selector: Mapping[str, Any]) -> dict[str, Any]:

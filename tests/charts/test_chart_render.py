@@ -20,6 +20,8 @@ import yaml
 from nexus_admit.kube.pod_gate_policy import (
     pod_gate_binding,
     pod_gate_policy,
+    queue_gate_binding,
+    queue_gate_policy,
     untrusted_creator_condition,
 )
 from nexus_admit.model import PlacementConfig
@@ -377,17 +379,56 @@ def test_webhooks_are_the_harness_webhooks_behind_a_service(tmp_path: Path) -> N
     assert ports == {"webhook": (443, "webhook"), "metrics": (8080, "health")}
 
 
-def test_gate_policy_is_the_controllers_own_and_sees_the_webhooks_namespaces() -> None:
+def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces() -> None:
     objects = render(api_versions=[POLICY_API])
-    policy = one(objects, "MutatingAdmissionPolicy")
-    binding = one(objects, "MutatingAdmissionPolicyBinding")
-    name = policy["metadata"]["name"]
-    assert policy["spec"] == pod_gate_policy(name)["spec"]
-    assert binding["spec"]["policyName"] == name
+    policies = {o["metadata"]["name"]: o for o in by_kind(objects, "MutatingAdmissionPolicy")}
+    bindings = {
+        o["metadata"]["name"]: o for o in by_kind(objects, "MutatingAdmissionPolicyBinding")
+    }
+    assert set(policies) == set(bindings) == {f"{FULLNAME}-pod-gate", f"{FULLNAME}-queue-gate"}
     webhook_namespaces = one(objects, "MutatingWebhookConfiguration")["webhooks"][0][
         "namespaceSelector"
     ]
-    assert binding["spec"] == pod_gate_binding(name, webhook_namespaces)["spec"]
+    name = f"{FULLNAME}-pod-gate"
+    assert policies[name]["spec"] == pod_gate_policy(name)["spec"]
+    assert bindings[name]["spec"] == pod_gate_binding(name, webhook_namespaces)["spec"]
+    name = f"{FULLNAME}-queue-gate"
+    configmap = one(objects, "ConfigMap")
+    assert configmap["metadata"] == {
+        **configmap["metadata"],
+        "name": f"{FULLNAME}-gated-queues",
+        "namespace": NS,
+    }
+    assert "data" not in configmap, "an upgrade must keep the queues the controller wrote"
+    assert policies[name]["spec"] == queue_gate_policy(name)["spec"]
+    assert (
+        bindings[name]["spec"]
+        == queue_gate_binding(name, webhook_namespaces, NS, f"{FULLNAME}-gated-queues")["spec"]
+    )
+    # a missing ConfigMap gates nobody and refuses nobody
+    assert bindings[name]["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow"
+    # the controller keeps exactly that ConfigMap, and may write only it
+    assert f"--queue-gate-configmap={NS}/{FULLNAME}-gated-queues" in container(objects)["args"]
+    role = one(objects, "Role")
+    assert {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [f"{FULLNAME}-gated-queues"],
+        "verbs": ["get", "patch"],
+    } in role["rules"]
+
+
+def test_the_queue_gate_matches_only_pods_of_queues_the_configmap_lists() -> None:
+    """The policy's own rules, read as the apiserver does: the queue label selects, the
+    ConfigMap key "<namespace>.<queue>" decides; a reservation label is the other policy's."""
+    spec = queue_gate_policy("x")["spec"]
+    exprs = spec["matchConstraints"]["objectSelector"]["matchExpressions"]
+    assert {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"} in exprs
+    assert {"key": "scheduling.kubenexus.io/reservation", "operator": "DoesNotExist"} in exprs
+    (queue_condition,) = [c for c in spec["matchConditions"] if c["name"] == "queue-uses-the-check"]
+    assert "request.namespace + '.'" in queue_condition["expression"]
+    assert "in params.data" in queue_condition["expression"]
+    assert spec["failurePolicy"] == "Fail"
 
 
 @pytest.mark.parametrize(
@@ -408,7 +449,28 @@ def test_gate_mode_picks_the_policy_or_the_webhook(
     assert bool(by_kind(objects, "MutatingAdmissionPolicyBinding")) == by_policy
     conditions = hooks["pod-gate.scheduling.kubenexus.io"].get("matchConditions")
     assert conditions == ([untrusted_creator_condition()] if by_policy else None)
-    assert "matchConditions" not in hooks["queued-pod-gate.scheduling.kubenexus.io"]
+    # with the policies, queued pods are gated in the apiserver and never reach the webhook
+    # (an outage of nexus-admit then cannot refuse a pod of a queue without the check)
+    assert ("queued-pod-gate.scheduling.kubenexus.io" in hooks) == (not by_policy)
+    assert bool(by_kind(objects, "ConfigMap")) == by_policy
+    flags = container(objects)["args"]
+    assert any(f.startswith("--queue-gate-configmap=") for f in flags) == by_policy
+
+
+def test_webhook_mode_sends_only_the_chosen_namespaces_queued_pods(tmp_path: Path) -> None:
+    selector = {"matchLabels": {"kueue-gpu": "true"}}
+    objects = render(
+        {"webhook": {"gateMode": "webhook", "queuedPodNamespaceSelector": selector}},
+        tmp=tmp_path,
+    )
+    hooks = {h["name"]: h for h in one(objects, "MutatingWebhookConfiguration")["webhooks"]}
+    assert hooks["queued-pod-gate.scheduling.kubenexus.io"]["namespaceSelector"] == selector
+    assert hooks["pod-gate.scheduling.kubenexus.io"]["namespaceSelector"] != selector
+
+
+def test_degraded_mode_delay_reaches_the_controller(tmp_path: Path) -> None:
+    objects = render({"leaderElection": {"degradedAfterSeconds": 90}}, tmp=tmp_path)
+    assert "--degraded-after-seconds=90" in container(objects)["args"]
 
 
 def test_trusted_pod_creators_reach_the_webhooks_condition(tmp_path: Path) -> None:

@@ -71,7 +71,9 @@ class FakeApi:
         self.writes.append(("delete", kind, key[1]))
         return self.objects.pop(key, None) is not None
 
-    def apply_status(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def apply_status(
+        self, kind: str, body: Mapping[str, Any], *, guarded: bool = True
+    ) -> dict[str, Any]:
         m = body["metadata"]
         self._maybe_fail("apply", kind)
         key = _key(kind, m["name"], m.get("namespace"))
@@ -89,6 +91,14 @@ class FakeApi:
             else:
                 status[field] = value
         return self.put(obj)
+
+    def apply(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply of a whole object we own (its data replaced)."""
+        m = body["metadata"]
+        self._maybe_fail("apply", kind)
+        key = _key(kind, m["name"], m.get("namespace"))
+        self.writes.append(("apply", kind, key[1]))
+        return self.put({**(self.objects.get(key) or {}), **copy.deepcopy(dict(body))})
 
     def merge_status(
         self, kind: str, name: str, namespace: str | None, status: Mapping[str, Any]

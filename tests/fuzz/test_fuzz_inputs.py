@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.webhook import decide, review_pod
+from nexus_admit.controller.webhook.review import decide, review_pod
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot
 from nexus_admit.kube.errors import TranslationError

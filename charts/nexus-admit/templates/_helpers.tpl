@@ -56,6 +56,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or (eq $mode "policy") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")) }}true{{ end }}
 {{- end }}
 
+{{/* The ConfigMap of queues the queue gate policy reads and the controller writes. */}}
+{{- define "nexus-admit.gatedQueuesConfigMap" -}}
+{{- printf "%s-gated-queues" (include "nexus-admit.fullname" .) }}
+{{- end }}
+
 {{/* The namespaces whose pods the webhook and the gate policy see. */}}
 {{- define "nexus-admit.podNamespaceSelector" -}}
 {{- if .Values.webhook.namespaceSelector }}

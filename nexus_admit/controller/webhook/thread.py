@@ -9,7 +9,7 @@ pass's synchronous steps (p99 0.83 s on the 1,000-node load benchmark). Here it 
 the GIL at most, not for the loop.
 
 What runs here: the `GuardedWebhookServer` (kopf's TLS server, every request checked
-first), which hands each review to `answer` (`webhook.answer_review`): kopf's own admission
+first), which hands each review to `answer` (`review.answer_review`): kopf's own admission
 machinery is not in the path, since it cost ~5 ms of CPU per pod for what is one JSON patch;
 and the certificate watch, so that reloading the certificate and TLS handshakes happen on
 the same thread. The answer reads the store (plain dict reads) and hands anything it
@@ -28,7 +28,7 @@ from typing import Any, cast
 import kopf
 from kopf._core.engines import admission  # the error kopf's server maps to 404
 
-from nexus_admit.controller.tls import ServingCertificate
+from nexus_admit.controller.webhook.tls import ServingCertificate
 
 __all__ = ["Answer", "WebhookStartError", "WebhookThread"]
 

@@ -3,7 +3,7 @@ before kopf reads it.
 
 Who calls it: `operator.py` puts a `GuardedWebhookServer` in kopf's admission settings; kopf
 runs it and hands each request to its admission machinery, which calls our handler
-(`webhook.review_pod`). Why a guard: kopf reads the AdmissionReview with plain indexing,
+(`review.review_pod`). Why a guard: kopf reads the AdmissionReview with plain indexing,
 so a body that is JSON but not a review (a list, no `request`, an `object` that is a
 string) ends in an HTTP 500 with no message. The apiserver only ever sends well-formed
 reviews, but anything that can reach the port can send anything, and the answer must still

@@ -15,7 +15,7 @@ import pytest
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import Store
-from nexus_admit.controller.webhook import (
+from nexus_admit.controller.webhook.review import (
     answer_review,
     decide,
     gated_spec,
@@ -93,7 +93,9 @@ def test_decide(the_pod, rr, wl, allowed, says) -> None:
     assert answer.add_gate is allowed
 
 
-def test_plain_pod_in_a_nexus_queue_is_gated_others_are_not() -> None:
+def test_a_pod_in_a_nexus_queue_is_gated_whoever_owns_it_others_are_not() -> None:
+    """Regression (issue 29): pods with owners (a ReplicaSet's, a StatefulSet's) were
+    skipped, so a Deployment's pods bound before they had a slot."""
     s = Store()
     s.upsert(
         "LocalQueue", {"metadata": {"name": "q", "namespace": "t"}, "spec": {"clusterQueue": "cq"}}
@@ -108,8 +110,11 @@ def test_plain_pod_in_a_nexus_queue_is_gated_others_are_not() -> None:
     plain = {"metadata": {"name": "p", "labels": {L.KUEUE_QUEUE_NAME_LABEL: "q"}}}
     assert queued_under_check(plain, "t", s, {"nexus"})
     assert not queued_under_check(plain, "t", s, {"other-check"})
-    owned = {"metadata": {**plain["metadata"], "ownerReferences": [{"uid": "x"}]}}
-    assert not queued_under_check(owned, "t", s, {"nexus"})
+    for owner in ("ReplicaSet", "StatefulSet", "Job", "LeaderWorkerSet"):
+        owned = {"metadata": {**plain["metadata"], "ownerReferences": [{"kind": owner}]}}
+        assert queued_under_check(owned, "t", s, {"nexus"}), owner
+    other = {"metadata": {"name": "p", "labels": {L.KUEUE_QUEUE_NAME_LABEL: "plain"}}}
+    assert not queued_under_check(other, "t", s, {"nexus"})
 
 
 @pytest.mark.parametrize(
@@ -251,7 +256,7 @@ def test_a_webhook_that_cannot_listen_says_so_at_start(tmp_path: Any) -> None:
     import socket
 
     from nexus_admit.controller.operator import webhook_thread
-    from nexus_admit.controller.webhook_thread import WebhookStartError
+    from nexus_admit.controller.webhook.thread import WebhookStartError
     from tests.fuzz.test_fuzz_webhook_http import _throwaway_cert
 
     crt, key = _throwaway_cert(tmp_path)

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from nexus_admit.controller.tls import CertificateError, ServingCertificate
+from nexus_admit.controller.webhook.tls import CertificateError, ServingCertificate
 
 
 def issue(directory: Path, *, key_of: Path | None = None) -> int:

@@ -2,9 +2,10 @@
 reservation exists in its namespace and belongs to its Workload; such a pod gets our
 scheduling gate, so it waits until the ungater gives it a slot. It writes nothing.
 
-Who calls it: `webhook_thread.py` answers pod CREATE reviews with `answer_review`; the
-MutatingWebhookConfiguration selects only pods with the reservation label, or with Kueue's
-queue label (plain pods, see `queued_under_check`), so no other pod ever reaches it. Where
+Who calls it: `thread.py` answers pod CREATE reviews with `answer_review`; the
+MutatingWebhookConfiguration selects only pods with the reservation label, or (where no
+gate policy runs) with Kueue's queue label (see `queued_under_check`), so no other pod
+ever reaches it. Where
 the apiserver gates labelled pods itself (`kube/pod_gate_policy.py`), pods created by the
 trusted controllers skip this webhook, and the ungater makes the same ownership check
 (`foreign_reason`) before it gives a pod a slot. A tenant who copies another Workload's
@@ -13,7 +14,7 @@ label onto a pod is denied with a message that says why.
 `decide` is pure; `review_pod` adds the one read the store may not have yet: a reservation
 created a moment ago (Kueue unsuspends a Job within milliseconds of our Ready) is fetched
 from the API before a pod is denied for lack of it. It runs on the webhook's own thread
-(`webhook_thread.py`): it reads the store and never writes it there.
+(`thread.py`): it reads the store and never writes it there.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,12 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.queues import (
+    QueueLookup,
+    local_queue_cluster_queue,
+    pod_queue,
+    queue_uses_check,
+)
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
 from nexus_admit.kube.workload import our_check_names
 
@@ -165,29 +172,19 @@ def decide(
     return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in _gate_names(pod))
 
 
-Lookup = Callable[[str, str], Mapping[str, Any] | None]  # (kind, key) → object
+Lookup = QueueLookup  # (kind, key) → object
 
 
 def queued_under_check(
     pod: Mapping[str, Any], namespace: str, store: Store | Lookup, checks: Collection[str]
 ) -> bool:
-    """A plain pod (no owner) queued in a LocalQueue whose ClusterQueue lists one of our
-    checks. Kueue adds the reservation label to such pods only when it lifts its own
-    admission gate, by an update, and a gate cannot be added after creation: so they get
-    ours at creation, and the ungater lifts it."""
-    m = meta(pod)
-    queue = child(m, "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
-    if not queue or m.get("ownerReferences"):
-        return False
+    """A pod queued in a LocalQueue whose ClusterQueue lists one of our checks, whoever
+    creates it (a tenant, a ReplicaSet, a StatefulSet...). Kueue adds the reservation label
+    to such pods only when it lifts its own admission gate, by an update, and a gate cannot
+    be added after creation: so they get ours at creation, and the ungater lifts it. A pod
+    of any other queue, or of a queue that is missing or malformed, is never gated."""
     get = store.get if isinstance(store, Store) else store
-    lq = get("LocalQueue", f"{namespace}/{queue}")
-    cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
-    cq = get("ClusterQueue", str(cq_name)) if cq_name else None
-    strategy = ((cq or {}).get("spec") or {}).get("admissionChecksStrategy") or {}
-    names = {
-        str(c.get("name")) for c in strategy.get("admissionChecks") or [] if isinstance(c, Mapping)
-    }
-    return bool(names & set(checks))
+    return queue_uses_check(namespace, pod_queue(pod), get, checks)
 
 
 async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Lookup:
@@ -203,16 +200,16 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> L
         fetched[(kind, key)] = {"kind": kind, **obj}
         ctx.call_in_loop(ctx.store.upsert, kind, fetched[(kind, key)])
 
-    queue = child(meta(pod), "labels").get(L.KUEUE_QUEUE_NAME_LABEL)
-    if not queue or meta(pod).get("ownerReferences"):
+    queue = pod_queue(pod)
+    if not queue:
         return lookup
     lq = lookup("LocalQueue", f"{namespace}/{queue}")
     if lq is None:
-        lq = await asyncio.to_thread(ctx.api.get, "LocalQueue", str(queue), namespace)
+        lq = await asyncio.to_thread(ctx.api.get, "LocalQueue", queue, namespace)
         if lq is None:
             return lookup
         keep("LocalQueue", f"{namespace}/{queue}", lq)
-    cq_name = str(child(lq, "spec").get("clusterQueue") or "")
+    cq_name = local_queue_cluster_queue(lq)
     if cq_name and lookup("ClusterQueue", cq_name) is None:
         cq = await asyncio.to_thread(ctx.api.get, "ClusterQueue", cq_name)
         if cq is not None:
@@ -270,7 +267,7 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 async def answer_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
-    """The AdmissionReview response to a pod review that `webhook_server.review_problem`
+    """The AdmissionReview response to a pod review that `server.review_problem`
     passed: allowed, allowed with our gate added (a JSON patch), or denied with a message
     that starts with the pod and says why. Only CREATE is gated; an UPDATE passes."""
     request = review["request"]

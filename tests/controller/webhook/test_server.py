@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.controller.webhook_server import denial, review_problem
+from nexus_admit.controller.webhook.server import denial, review_problem
 
 POD = {"kind": "Pod", "metadata": {"name": "p", "namespace": "t"}, "spec": {}}
 

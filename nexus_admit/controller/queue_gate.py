@@ -1,0 +1,61 @@
+"""The list of queues whose pods the apiserver gates at creation, kept in a ConfigMap.
+
+The pod gate policy (`kube/pod_gate_policy.queue_gate_policy`) runs in the apiserver,
+where CEL cannot look a LocalQueue up; its binding names this ConfigMap as its parameter,
+and it gates a pod created with the queue label iff "<namespace>.<queue>" is a key of the
+ConfigMap's data. Here the leader writes the keys: every LocalQueue whose ClusterQueue
+lists one of our AdmissionChecks (`kube/queues.gated_queues`), the ClusterQueue as the
+value. Pods of every other queue never match the policy, and never reach the webhook,
+so an outage of nexus-admit cannot hold them up.
+
+Who calls it: `admissioncheck.sync_checks`, once per pass (leader only). The ConfigMap is
+written by server-side apply under our field manager, only when the list changed (and
+once after a start, when it is not known what the ConfigMap holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+
+from nexus_admit.controller.context import Context
+from nexus_admit.kube.queues import gated_queues
+
+__all__ = ["configmap_body", "sync_queue_gate"]
+
+log = logging.getLogger("nexus_admit.queue_gate")
+
+
+def configmap_body(namespace: str, name: str, listed: dict[str, str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": dict(sorted(listed.items())),
+    }
+
+
+async def sync_queue_gate(ctx: Context, checks: Collection[str]) -> None:
+    """Write the queue list when it changed; a failure is logged and retried next pass."""
+    target = ctx.options.queue_gate_configmap
+    if not target:
+        return
+    listed, problems = gated_queues(
+        ctx.store.items("LocalQueue"), ctx.store.items("ClusterQueue"), checks
+    )
+    if listed == ctx.gated_queues:
+        return
+    for problem in problems:
+        log.warning("%s", problem)
+    namespace, _, name = target.partition("/")
+    try:
+        await asyncio.to_thread(ctx.api.apply, "ConfigMap", configmap_body(namespace, name, listed))
+    except Exception as e:  # the next pass tries again; placement goes on meanwhile
+        ctx.metrics.errors.labels("queue_gate").inc()
+        log.warning("could not write the gated queues to ConfigMap %s: %s", target, e)
+        return
+    log.info(
+        "gated queues in ConfigMap %s: %s", target, ", ".join(sorted(listed)) or "(none)"
+    )
+    ctx.gated_queues = listed

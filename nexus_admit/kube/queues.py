@@ -1,0 +1,122 @@
+"""Which Kueue queues use our AdmissionCheck: the one fact that decides whether a pod is
+gated at creation, whoever creates it (a Job, a ReplicaSet, a StatefulSet, a tenant).
+
+A pod names its LocalQueue with the label `kueue.x-k8s.io/queue-name`; the LocalQueue (in
+the pod's namespace) names its ClusterQueue in `spec.clusterQueue`; the ClusterQueue lists
+its checks in `spec.admissionChecksStrategy.admissionChecks[].name`. A pod is ours iff that
+chain ends in a ClusterQueue listing one of our checks. Any missing or malformed link
+means "not ours": a pod of a queue without the check is never touched.
+
+Who calls it: the pod webhook (`controller/webhook/review.py`) and the controller's sync
+of the queue list the gate policy reads (`controller/queue_gate.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
+
+from nexus_admit.kube import labels as L
+
+__all__ = [
+    "QueueLookup",
+    "cluster_queue_checks",
+    "gated_queue_key",
+    "gated_queues",
+    "local_queue_cluster_queue",
+    "pod_queue",
+    "queue_uses_check",
+]
+
+QueueLookup = Callable[[str, str], Mapping[str, Any] | None]  # (kind, key) → object or None
+
+# a ConfigMap key may hold at most 253 characters of [-._a-zA-Z0-9]
+_CONFIGMAP_KEY_MAX = 253
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def pod_queue(pod: Mapping[str, Any]) -> str:
+    """The LocalQueue the pod names, or "" (no label, or not a string)."""
+    labels = _mapping(_mapping(pod.get("metadata")).get("labels"))
+    queue = labels.get(L.KUEUE_QUEUE_NAME_LABEL)
+    return queue if isinstance(queue, str) else ""
+
+
+def local_queue_cluster_queue(local_queue: Mapping[str, Any] | None) -> str:
+    """The ClusterQueue a LocalQueue points at, or "" when it names none."""
+    cq = _mapping(_mapping(local_queue).get("spec")).get("clusterQueue")
+    return cq if isinstance(cq, str) else ""
+
+
+def cluster_queue_checks(cluster_queue: Mapping[str, Any] | None) -> set[str]:
+    """The AdmissionChecks a ClusterQueue lists (v1beta2's admissionChecksStrategy; the
+    older plain `spec.admissionChecks` list of names too, where an object still has it)."""
+    spec = _mapping(_mapping(cluster_queue).get("spec"))
+    entries = _mapping(spec.get("admissionChecksStrategy")).get("admissionChecks")
+    names = {
+        e["name"]
+        for e in (entries if isinstance(entries, list) else [])
+        if isinstance(e, Mapping) and isinstance(e.get("name"), str)
+    }
+    legacy = spec.get("admissionChecks")
+    names |= {n for n in (legacy if isinstance(legacy, list) else []) if isinstance(n, str)}
+    return names
+
+
+def queue_uses_check(
+    namespace: str, queue: str, lookup: QueueLookup, checks: Collection[str]
+) -> bool:
+    """The LocalQueue `namespace/queue` leads to a ClusterQueue listing one of `checks`."""
+    if not queue or not checks:
+        return False
+    cq_name = local_queue_cluster_queue(lookup("LocalQueue", f"{namespace}/{queue}"))
+    if not cq_name:
+        return False
+    return bool(cluster_queue_checks(lookup("ClusterQueue", cq_name)) & set(checks))
+
+
+def gated_queue_key(namespace: str, queue: str) -> str | None:
+    """The key of a queue in the gate policy's ConfigMap: "<namespace>.<queue>" (a
+    namespace has no dots, so the first one splits it), or None when it cannot be a
+    ConfigMap key (too long)."""
+    key = f"{namespace}.{queue}"
+    return key if namespace and queue and len(key) <= _CONFIGMAP_KEY_MAX else None
+
+
+def gated_queues(
+    local_queues: Iterable[Mapping[str, Any]],
+    cluster_queues: Iterable[Mapping[str, Any]],
+    checks: Collection[str],
+) -> tuple[dict[str, str], list[str]]:
+    """Every LocalQueue whose ClusterQueue lists one of `checks`, as {key: ClusterQueue}
+    (`gated_queue_key`), and the problems of the queues that use a check but cannot be
+    listed. Malformed objects are skipped: they lead nowhere."""
+    by_name: dict[str, Mapping[str, Any]] = {}
+    for cq in cluster_queues:
+        name = _mapping(cq.get("metadata") if isinstance(cq, Mapping) else None).get("name")
+        if isinstance(name, str):
+            by_name[name] = cq
+    using = {n for n, cq in by_name.items() if cluster_queue_checks(cq) & set(checks)}
+    listed: dict[str, str] = {}
+    problems: list[str] = []
+    for lq in local_queues:
+        if not isinstance(lq, Mapping):
+            continue
+        m = _mapping(lq.get("metadata"))
+        ns, name = m.get("namespace"), m.get("name")
+        cq_name = local_queue_cluster_queue(lq)
+        if not (isinstance(ns, str) and isinstance(name, str)) or cq_name not in using:
+            continue
+        key = gated_queue_key(ns, name)
+        if key is None:
+            problems.append(
+                f"LocalQueue {ns}/{name}: its name is too long to be listed for the gate "
+                f"policy (namespace + '.' + name over {_CONFIGMAP_KEY_MAX} characters); "
+                "its pods are gated only by the webhook"
+            )
+            continue
+        listed[key] = cq_name
+    return listed, problems
