@@ -35,7 +35,7 @@ from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.placing import run_loop
 from nexus_admit.controller.tls import ServingCertificate
-from nexus_admit.controller.ungater import run_ungater
+from nexus_admit.controller.ungating.ungater import run_ungater
 from nexus_admit.controller.webhook import answer_review
 from nexus_admit.controller.webhook_server import GuardedWebhookServer
 from nexus_admit.controller.webhook_thread import WebhookThread

@@ -11,7 +11,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.ungater import sync_ungating
+from nexus_admit.controller.ungating.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi

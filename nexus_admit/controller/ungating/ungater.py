@@ -31,8 +31,8 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.webhook import foreign_reason
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
+from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
 
