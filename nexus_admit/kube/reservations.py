@@ -49,7 +49,8 @@ PHASE_BOUND = "Bound"
 
 _LABEL_VALUE_MAX = 63
 _HASH_LEN = 10
-_SLOT_KEY = re.compile(r"^(?P<pod_set>[^/]+)/(?P<index>\d+)$")
+# ASCII digits only (`\d` takes every script's digits), bounded
+_SLOT_KEY = re.compile(r"(?P<pod_set>[^/]{1,253})/(?P<index>[0-9]{1,9})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def slot_key(pod_set: str, index: object) -> str:
 
 def parse_slot_key(value: Any) -> tuple[str, int] | None:
     """`(podSet, index)` of a slot annotation, or None when it is not one."""
-    m = _SLOT_KEY.match(str(value or ""))
+    m = _SLOT_KEY.fullmatch(value) if isinstance(value, str) else None
     return (m["pod_set"], int(m["index"])) if m else None
 
 

@@ -12,6 +12,7 @@ Pure: no kopf, no client.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,9 @@ INDEX_LABELS = (
     "training.kubeflow.org/replica-index",
 )
 INDEX_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index",)
+# a rank is ASCII digits, at most 9 (no Job has a billion pods): "²" or "٣" pass
+# str.isdigit() and are no rank; such a pod takes the first free slot, like an unranked one
+_RANK = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +58,8 @@ def _rank(m: Mapping[str, Any], index_label: str | None) -> int | None:
     for source, names in ((labels, keys), (annotations, INDEX_ANNOTATIONS)):
         for k in names:
             v = source.get(k)
-            if v is not None and str(v).isdigit():
-                return int(str(v))
+            if isinstance(v, str) and _RANK.fullmatch(v):
+                return int(v)
     return None
 
 

@@ -76,3 +76,33 @@ def test_kueue_pod_index_label_wins() -> None:
         }
     }
     assert pod_view(p, ["main"], "my/rank").rank == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "rank"),
+    [
+        pytest.param("3", 3, id="ascii"),
+        pytest.param("007", 7, id="leading-zeros"),
+        pytest.param("²", None, id="superscript-isdigit-but-no-int"),
+        pytest.param("٣", None, id="arabic-indic-digit"),
+        pytest.param("1234567890", None, id="ten-digits-too-long"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param(" 1", None, id="space"),
+        pytest.param("", None, id="empty"),
+    ],
+)
+def test_a_rank_is_ascii_digits_of_bounded_length_anything_else_no_rank(
+    value: str, rank: int | None
+) -> None:
+    """`"²".isdigit()` is True and `int("²")` raises: the rank parser crashed every
+    ungating pass on it. Now a strange index is no rank (the pod takes the first free slot)."""
+    p = {
+        "metadata": {
+            "name": "odd",
+            "annotations": {"batch.kubernetes.io/job-completion-index": value},
+        },
+        "spec": {"schedulingGates": [{"name": L.GATE_PLACEMENT}]},
+    }
+    assert pod_view(p, ["main"]).rank == rank
+    p["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": value}
+    assert pod_view(p, ["main"]).rank == rank

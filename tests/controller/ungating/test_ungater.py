@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.ungating.ungater import sync_ungating
@@ -179,3 +181,130 @@ def test_the_loops_passes_do_not_wait_for_patches_and_never_send_one_twice() -> 
     assert api.count("patch", "Pod") == 2
     assert pinned(api, "p-0") == ("n0", [])
     assert pinned(api, "p-1") == ("n1", [])
+
+
+# ---- one strange pod or reservation never stops the others (issue 28, item 2) ----
+
+
+def second_gang(api: FakeApi, ctx: Context, *pods: dict[str, Any]) -> None:
+    """Workload "w2" (owner Job uid "u2") with reservation "rr-2": one slot on n1."""
+    w2 = workload("w2", [pod_set("main", 1, gpus=8)])
+    w2["metadata"]["ownerReferences"][0]["uid"] = "u2"
+    api.put(w2)
+    api.put(reservation("rr-2", "w2", [{"index": 0, "node": "n1"}]))
+    for p in pods:
+        api.put(p)
+    for kind in ("Pod", "Workload", L.KIND_RESOURCE_RESERVATION):
+        ctx.store.replace(kind, *api.list(kind))
+
+
+def events(api: FakeApi) -> list[dict[str, Any]]:
+    return api.list("Event")[0]
+
+
+def skipped_count(ctx: Context, kind: str) -> float:
+    value = ctx.metrics.registry.get_sample_value(
+        "nexus_admit_objects_skipped_total", {"kind": kind, "reason": "unreadable"}
+    )
+    return value or 0.0
+
+
+def test_a_superscript_completion_index_is_no_rank_and_both_gangs_are_ungated() -> None:
+    """Before: `_rank` took "²" for a digit, `int("²")` raised, and every ungating pass
+    failed for every gang. Now the pod is unranked and takes the first free slot."""
+    odd = gated_pod("odd-0", 0)
+    odd["metadata"]["labels"].pop(INDEX)
+    odd["metadata"]["annotations"] = {INDEX: "²"}  # a NonIndexed Job's template
+    ctx, api = setup(odd)
+    second_gang(api, ctx, gated_pod("gold-0", 0, rr="rr-2", owner_uid="u2"))
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "odd-0") == ("n0", [])
+    assert pinned(api, "gold-0") == ("n1", [])
+
+
+def test_a_reservation_that_fails_is_told_to_its_workload_and_the_others_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_admit.controller.ungating import ungater
+
+    real = ungater.assign_slots
+
+    def fails_for_rr1(slots: Any, views: Any) -> Any:
+        views = list(views)
+        if any(v.name == "p-0" for v in views):
+            raise ValueError("a strange reservation")
+        return real(slots, views)
+
+    monkeypatch.setattr(ungater, "assign_slots", fails_for_rr1)
+    ctx, api = setup(gated_pod("p-0", 0))
+    second_gang(api, ctx, gated_pod("gold-0", 0, rr="rr-2", owner_uid="u2"))
+
+    async def two_passes() -> None:
+        await sync_ungating(ctx)
+        await sync_ungating(ctx)  # the same version: counted again, told once
+        await ctx.background.drain()
+
+    asyncio.run(two_passes())
+    assert pinned(api, "gold-0") == ("n1", [])
+    assert pinned(api, "p-0") == (None, [{"name": L.GATE_PLACEMENT}])
+    assert ctx.ungating == {"uid-gold-0": "main/0"}  # no claim left on p-0
+    (event,) = events(api)
+    assert event["type"] == "Warning" and event["reason"] == "ObjectSkipped"
+    assert event["regarding"]["kind"] == "Workload" and event["regarding"]["name"] == "w"
+    assert "ResourceReservation default/rr-1 left out" in event["note"]
+    assert "a strange reservation" in event["note"]
+    assert skipped_count(ctx, "ResourceReservation") == 2
+
+
+def test_a_gated_pod_that_cannot_be_read_is_told_and_its_gang_mates_are_ungated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_admit.controller.ungating import ungater
+
+    real = ungater.pod_view
+
+    def fails_for_odd(pod: Any, *args: Any) -> Any:
+        if pod["metadata"]["name"] == "odd":
+            raise KeyError("odd field")
+        return real(pod, *args)
+
+    monkeypatch.setattr(ungater, "pod_view", fails_for_odd)
+    ctx, api = setup(gated_pod("odd", 0), gated_pod("p-1", 1))
+
+    async def one_pass() -> None:
+        await sync_ungating(ctx)
+        await ctx.background.drain()
+
+    asyncio.run(one_pass())
+    assert pinned(api, "p-1") == ("n1", [])
+    assert pinned(api, "odd") == (None, [{"name": L.GATE_PLACEMENT}])
+    (event,) = events(api)
+    assert event["regarding"]["kind"] == "Pod" and event["regarding"]["name"] == "odd"
+    assert "cannot be ungated: KeyError" in event["note"]
+    assert skipped_count(ctx, "Pod") == 1
+
+
+def test_a_failed_pass_takes_back_its_claims_and_the_next_pass_pins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: claims written before a crash were never patched nor cleared, so the pods
+    stayed gated for good. Now a failed pass leaves no claim behind."""
+    ctx, api = setup(gated_pod("p-0", 0))
+    second_gang(api, ctx, gated_pod("gold-0", 0, rr="rr-2", owner_uid="u2"))
+    store_class = type(ctx.store)
+    real_get = store_class.get
+
+    def broken(self: Any, kind: str, key: str) -> Any:
+        if key == "default/rr-2":
+            raise RuntimeError("store broken")
+        return real_get(self, kind, key)
+
+    monkeypatch.setattr(store_class, "get", broken)
+    with pytest.raises(RuntimeError):
+        asyncio.run(sync_ungating(ctx))
+    assert ctx.ungating == {}  # rr-1's claim on p-0 taken back
+    assert api.count("patch", "Pod") == 0
+    monkeypatch.setattr(store_class, "get", real_get)
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == ("n0", [])
+    assert pinned(api, "gold-0") == ("n1", [])
