@@ -76,9 +76,10 @@ from nexus_admit.controller.preemption import (
     victim_message,
     waiting_message,
 )
+from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.errors import Skipped, TranslationError, child, meta, object_key
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
@@ -198,10 +199,10 @@ async def record_capacity(ctx: Context) -> None:
 
 def _record_capacity(ctx: Context, dump: ClusterDump) -> None:
     try:
-        with_rr = dump.snapshot(now=ctx.clock())
+        with_rr = dump.snapshot(now=ctx.clock(), skipped=[])  # place_pending reports them
         pods_only = ClusterDump(
             by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
-        ).snapshot(now=ctx.clock())
+        ).snapshot(now=ctx.clock(), skipped=[])
     except TranslationError:
         return  # reported by place_pending when it matters
     free = sum(sum(n.gpu_free) for n in with_rr) / 1000
@@ -279,13 +280,12 @@ async def place_pending(ctx: Context) -> None:
     )
     # the translation of a large fleet takes a while: in a thread, so the webhook and the
     # watches keep being served (the store's objects are replaced, never changed in place)
-    try:
-        snapshot = await asyncio.to_thread(dump.snapshot, exclude_workloads=unreserved, now=now)
-    except TranslationError as e:
-        # a malformed Node or reservation: nothing can be placed safely until it is fixed
-        ctx.metrics.errors.labels("snapshot").inc()
-        log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
-        return
+    # a malformed object is left out (never freer than the truth), counted and told once
+    skipped: list[Skipped] = []
+    snapshot = await asyncio.to_thread(
+        dump.snapshot, exclude_workloads=unreserved, now=now, skipped=skipped
+    )
+    report_skipped(ctx, skipped)
     # tracked: the engine keeps what it derived of each node between this pass's Workloads
     # and re-reads only the nodes the pass's own placements changed
     placer = OrderedPlacer(ctx.engine, TrackedSnapshot(snapshot.nodes, snapshot.kueue_topologies))
@@ -821,10 +821,8 @@ async def _solve_without(
     reservations of `workloads`, with everything this run has promised held again but
     `reservations`. Never freer than the pass's snapshot but where those reservations
     were. The feasible placement (taking nothing in the pass's placer), else None."""
-    try:
-        bare = await asyncio.to_thread(dump.snapshot, exclude_workloads=workloads, now=now)
-    except TranslationError:
-        return None  # the pass's snapshot was built from the same objects: not reached
+    # the pass's snapshot was built from the same objects and reported what it left out
+    bare = await asyncio.to_thread(dump.snapshot, exclude_workloads=workloads, now=now, skipped=[])
     side = OrderedPlacer(ctx.engine, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
     ctx.ledger.hold_in(side, skip=reservations)
     placement = await _solve(ctx, side, gang, config)
