@@ -788,7 +788,7 @@ def build_snapshot(
         for zid, a in avail.items():
             available[(node.name, zid)] = a
 
-    reservations = list(reservations)
+    reservations, pods = list(reservations), list(pods)
     rr_slots: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for rr in reservations:
         try:
@@ -835,13 +835,28 @@ def build_snapshot(
         if ref is not None:
             claimed.add(ref)
 
+    # reservations with a bound pod: past their TTL they still hold (reservation_is_live)
+    bound_reservations: set[tuple[str, str]] = set()
+    for pod in pods:
+        try:
+            if pod_is_active(pod):
+                m = meta(pod)
+                rr_label = mapping(pod, m.get("labels"), "metadata.labels").get(
+                    L.LABEL_RESERVATION
+                )
+                if rr_label:
+                    bound_reservations.add((str(m.get("namespace") or "default"), str(rr_label)))
+        except Exception:  # listed above
+            continue
+
     excluded = set(exclude_workloads)
     for rr in reservations:
         owner = f"Workload {reservation_workload_key(rr)}"
         if reservation_workload_key(rr) in excluded:
             continue
         try:
-            live = reservation_is_live(rr, now)
+            rr_ref = (str(meta(rr).get("namespace") or "default"), str(meta(rr).get("name")))
+            live = reservation_is_live(rr, now, bound=rr_ref in bound_reservations)
         except Exception as e:
             if skipped is None:
                 raise

@@ -186,10 +186,16 @@ def reservation_workload_key(rr: Obj) -> str:
     return f"{ns}/{ref.get('name', '')}"
 
 
-def reservation_is_live(rr: Obj, now: datetime) -> bool:
-    """Not Released and not past `spec.expiresAt`."""
-    if mapping(rr, rr.get("status"), "status").get("phase") == "Released":
+def reservation_is_live(rr: Obj, now: datetime, *, bound: bool = False) -> bool:
+    """Not Released, and not past `spec.expiresAt` unless one of its pods is bound (`bound`,
+    or its status phase Bound): the TTL applies only before binding, so a bound gang's
+    slot stays held while its pod restarts. The snapshot, the ungater and the lifecycle's
+    expiry (`_ever_bound`) use the same rule."""
+    status = mapping(rr, rr.get("status"), "status")
+    if status.get("phase") == "Released":
         return False
+    if bound or status.get("phase") == PHASE_BOUND:
+        return True
     try:
         expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
     except ValueError:

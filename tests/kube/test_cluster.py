@@ -149,3 +149,21 @@ def lenient_snapshot(**kw: Any) -> tuple[ClusterSnapshot, list[Skipped]]:
         **kw,
     )
     return snap, skipped
+
+
+def test_past_its_ttl_a_reservation_with_a_bound_pod_still_holds_its_other_slots() -> None:
+    """Before: after expiresAt a bound gang's reservation stopped counting, so the slot of
+    a restarting pod was free for another gang while the ungater pinned the new pod to it."""
+    rr = reservation(
+        "rr",
+        "w",
+        [{"index": 0, "node": "n0", "gpus": list(range(8))},
+         {"index": 1, "node": "n1", "gpus": list(range(8))}],
+        expires_at="2000-01-01T00:00:00Z",
+    )  # fmt: skip
+    running = pod("p-0", "n0", gpus=8, labels={L.LABEL_RESERVATION: "rr"},
+                  annotations={L.ANN_SLOT: "main/0"})  # fmt: skip
+    snap, skipped = lenient_snapshot(pods=[running], rrs=[rr])
+    assert free_gpus(snap, "n1") == 0 and skipped == []
+    snap, _ = lenient_snapshot(rrs=[rr])  # never bound: the TTL frees it
+    assert free_gpus(snap, "n1") == 8

@@ -39,12 +39,18 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.ungating.membership import owned_member
 from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.webhook import foreign_reason
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Skipped, child, meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import ReservedSlot, reservation_slots, reservation_workload_key
+from nexus_admit.kube.reservations import (
+    ReservedSlot,
+    reservation_is_live,
+    reservation_slots,
+    reservation_workload_key,
+)
 
 __all__ = ["pin_patch", "run_ungater", "sync_ungating"]
 
@@ -216,6 +222,9 @@ def _choose(
 ) -> list[tuple[Mapping[str, Any], ReservedSlot]]:
     """(pod, slot) for every gated member of the reservation that can get a slot now."""
     pods = _members(ctx, namespace, rr, skipped)
+    bound = any(child(p, "spec").get("nodeName") for p in pods)
+    if not reservation_is_live(rr, ctx.clock(), bound=bound):
+        return []  # past its TTL before any pod bound: the lifecycle releases it
     views = _views(ctx, pods, rr, skipped)
     uids = {str(meta(p).get("uid")) for p in pods}
     taken = {slot for uid, slot in ctx.ungating.items() if uid in uids}
@@ -270,6 +279,13 @@ def _members(
     for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
         try:
             reason = foreign_reason(pod, namespace, rr, workload)
+            if reason is None and workload is not None and not owned_member(pod, workload):
+                reason = (
+                    f"the pod is not part of Workload {reservation_workload_key(rr)} by its "
+                    "owners (a Job's pods share the Workload's owner; Kueue makes each "
+                    "plain pod an owner of its Workload): a label or annotation naming the "
+                    "Workload is no proof"
+                )
         except Exception as e:
             _skip_gated_pod(pod, e, skipped)
             continue

@@ -65,7 +65,21 @@ def test_pod_view_reads_gate_rank_slot_and_pod_set() -> None:
         "status": {"phase": "Pending"},
     }
     v = pod_view(p, ["main"])
-    assert (v.rank, v.gated, v.slot, v.pod_set, v.active) == (3, True, ("main", 3), "main", True)
+    # a gated pod's slot annotation is not ours (our pin lifts the gate with it): ignored
+    assert (v.rank, v.gated, v.slot, v.pod_set, v.active) == (3, True, None, "main", True)
+    p["spec"] = {"nodeName": "n"}  # pinned: the annotation is the slot it holds
+    assert pod_view(p, ["main"]).slot == ("main", 3)
+
+
+def test_a_pod_asking_for_more_gpus_than_a_slot_holds_gets_none() -> None:
+    """Before: the ungater never compared the pod's requests with the slot's, so a pod of
+    the gang asking for 8 GPUs could take a 1-GPU slot and 7 devices nobody reserved."""
+    big = PodView("big", "main", 0, True, None, True, gpus=8)
+    fits = PodView("fits", "main", None, True, None, True, gpus=2)
+    got = assign_slots(slots(2), [big, fits])  # each slot holds one device
+    assert got == {}
+    two = [ReservedSlot("main", i, "n", (0, 1), 0) for i in range(2)]
+    assert {k: v.index for k, v in assign_slots(two, [big, fits]).items()} == {"fits": 0}
 
 
 def test_kueue_pod_index_label_wins() -> None:

@@ -20,6 +20,7 @@ from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node, pod, pod_set, reservation, workload
 
 INDEX = "batch.kubernetes.io/job-completion-index"
+EIGHT = list(range(8))
 
 
 def gated_pod(
@@ -35,8 +36,9 @@ def gated_pod(
     )
     p["metadata"]["uid"] = uid or f"uid-{name}"
     # the Job both the pod and Workload "w" belong to (kube_factories' owner uid)
-    p["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
-                                         "uid": owner_uid, "controller": True}]
+    p["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": owner_uid, "controller": True}
+    ]
     return p
 
 
@@ -45,7 +47,16 @@ def setup(*pods: dict[str, Any], with_rr: bool = True) -> tuple[Context, FakeApi
     for n in ("n0", "n1"):
         api.put(node(n))
     if with_rr:
-        api.put(reservation("rr-1", "w", [{"index": 0, "node": "n0"}, {"index": 1, "node": "n1"}]))
+        api.put(
+            reservation(
+                "rr-1",
+                "w",
+                [
+                    {"index": 0, "node": "n0", "gpus": EIGHT},
+                    {"index": 1, "node": "n1", "gpus": EIGHT},
+                ],
+            )
+        )
     api.put(workload("w", [pod_set("main", 2, gpus=8)]))
     for p in pods:
         api.put(p)
@@ -191,7 +202,7 @@ def second_gang(api: FakeApi, ctx: Context, *pods: dict[str, Any]) -> None:
     w2 = workload("w2", [pod_set("main", 1, gpus=8)])
     w2["metadata"]["ownerReferences"][0]["uid"] = "u2"
     api.put(w2)
-    api.put(reservation("rr-2", "w2", [{"index": 0, "node": "n1"}]))
+    api.put(reservation("rr-2", "w2", [{"index": 0, "node": "n1", "gpus": EIGHT}]))
     for p in pods:
         api.put(p)
     for kind in ("Pod", "Workload", L.KIND_RESOURCE_RESERVATION):
@@ -308,3 +319,70 @@ def test_a_failed_pass_takes_back_its_claims_and_the_next_pass_pins(
     asyncio.run(sync_ungating(ctx))
     assert pinned(api, "p-0") == ("n0", [])
     assert pinned(api, "gold-0") == ("n1", [])
+
+
+# ---- reservations cannot be ridden, and outlive their TTL only once bound (item 5) ----
+
+
+def test_a_pod_naming_the_workload_by_label_alone_gets_no_slot() -> None:
+    """Before: the `pod-group-name` label (or Kueue's workload annotation) was taken as
+    proof of membership. Now only the owner chain is."""
+    rider = gated_pod("rider", 0, owner_uid="someone-else")
+    rider["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = "w"
+    rider["metadata"]["annotations"] = {"kueue.x-k8s.io/workload": "w"}
+    ctx, api = setup(rider, gated_pod("p-0", 0))
+
+    async def one_pass() -> None:
+        await sync_ungating(ctx)
+        await ctx.background.drain()
+
+    asyncio.run(one_pass())
+    assert pinned(api, "rider") == (None, [{"name": L.GATE_PLACEMENT}])
+    assert pinned(api, "p-0") == ("n0", [])
+    (event,) = events(api)
+    assert event["reason"] == "PlacementDenied" and event["regarding"]["name"] == "rider"
+
+
+def test_a_tenant_set_slot_annotation_on_a_gated_pod_holds_nothing() -> None:
+    """Before: a pod pre-annotated with `slot: main/0` held that slot and kept it from the
+    pod of rank 0. Now a gated pod's annotation is ignored: each takes its own rank."""
+    squatter = gated_pod("p-1", 1)
+    squatter["metadata"]["annotations"] = {L.ANN_SLOT: "main/0"}
+    ctx, api = setup(squatter, gated_pod("p-0", 0))
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == ("n0", [])
+    assert pinned(api, "p-1") == ("n1", [])
+    p1 = api.get("Pod", "p-1", "default")
+    assert p1 is not None and p1["metadata"]["annotations"][L.ANN_SLOT] == "main/1"
+
+
+def expired_setup(*pods: dict[str, Any]) -> tuple[Context, FakeApi]:
+    ctx, api = setup(*pods, with_rr=False)
+    api.put(
+        reservation(
+            "rr-1",
+            "w",
+            [{"index": 0, "node": "n0", "gpus": EIGHT}, {"index": 1, "node": "n1", "gpus": EIGHT}],
+            expires_at="2000-01-01T00:00:00Z",
+        )
+    )
+    ctx.store.replace(L.KIND_RESOURCE_RESERVATION, *api.list(L.KIND_RESOURCE_RESERVATION))
+    return ctx, api
+
+
+def test_past_its_ttl_a_bound_gangs_restarted_pod_gets_its_slot_back() -> None:
+    """The TTL applies only before binding: the snapshot keeps counting a reservation one
+    of whose pods is bound (kube/test_cluster.py), and the ungater pins its restarted pod
+    to the slot that is still held, the same rule on both sides."""
+    bound = gated_pod("p-0", 0)
+    bound["spec"] = {**bound["spec"], "nodeName": "n0", "schedulingGates": []}
+    bound["metadata"]["annotations"] = {L.ANN_SLOT: "main/0"}
+    ctx, api = expired_setup(bound, gated_pod("p-1b", 1))
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-1b") == ("n1", [])
+
+
+def test_past_its_ttl_before_any_pod_bound_a_reservation_pins_nothing() -> None:
+    ctx, api = expired_setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
+    asyncio.run(sync_ungating(ctx))
+    assert api.count("patch", "Pod") == 0
