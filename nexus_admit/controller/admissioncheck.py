@@ -1,6 +1,6 @@
 """Our AdmissionChecks: which PlacementConfig each one means, and its `Active` condition.
 
-Who calls it: `placing.py`, at the start of every pass. A check is ours when its
+Who calls it: `loop/cycle.py`, at the start of every pass. A check is ours when its
 `spec.controllerName` is `kubenexus.io/placement`. Its `spec.parameters` names a
 PlacementConfig (none: the built-in defaults). A missing or invalid config makes the check
 `Active=False` with a message that says what is wrong, and Kueue then deactivates the

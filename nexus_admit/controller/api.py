@@ -1,7 +1,7 @@
 """The only module that talks to the Kubernetes API.
 
-Who calls it: the writers (`checks.py`, `reservations.py`, `ungater.py`, `admissioncheck.py`,
-`events.py`) and the re-lists of `watches.py`, always from a worker thread
+Who calls it: the writers (`checks.py`, `reservations.py`, `ungating/ungater.py`,
+`admissioncheck.py`, `events.py`) and the re-lists of `watches.py`, always from a worker thread
 (`asyncio.to_thread`): the official client is synchronous and the event loop must stay free
 for kopf's watches and the webhook.
 

@@ -1,6 +1,6 @@
 """Writes our entry of a Workload's `status.admissionChecks`, and nothing else.
 
-Who calls it: `placing.py` and `lifecycle.py`. Server-side apply with our own field manager
+Who calls it: `loop/` and `lifecycle.py`. Server-side apply with our own field manager
 owns exactly the fields of our entry (Kueue's provisioning check does the same), so Kueue's
 and other checks' entries are never touched. An Event goes to the Workload only on a real
 transition (a new state or a new message), so repeated passes do not spam it; it is posted in

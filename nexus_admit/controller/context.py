@@ -62,10 +62,12 @@ class Context:
     ungating: dict[str, str] = field(default_factory=dict)
     # pods with a reservation label that are not part of its Workload, already told so
     refused_pods: set[str] = field(default_factory=set)
+    # objects already reported as skipped, one Event per object version (controller/skipped.py)
+    skipped_reported: dict[str, None] = field(default_factory=dict)
     # reservation "namespace/name" → monotonic time its status was last written
     status_written: dict[str, float] = field(default_factory=dict)
     # draining reservation "namespace/name" → monotonic time its gang was last solved
-    # without it (placing._off_the_drain)
+    # without it (loop.place: a drain moved off once its gang fits)
     drain_checked: dict[str, float] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # the ungater runs apart from the placing pass, so a gated pod never waits behind

@@ -1,7 +1,7 @@
 """GPUs waiting per tier: Workloads queued in ClusterQueues that use one of our checks and
 not admitted yet, by the tier label of their ClusterQueue (admin-owned, never the user's).
 
-Who calls it: `placing.py`, for the capacity metrics (`nexus_admit_pending_gpus{tier}`) and
+Who calls it: `loop/cycle.py`, for the capacity metrics (`nexus_admit_pending_gpus{tier}`) and
 for backfill (PlacementConfig `preemption.backfill`: a lower tier borrows a higher tier's
 hardware only while no Workload of that tier waits that it could hold). Pure: no kopf, no
 client.

@@ -2,7 +2,7 @@
 it reaches `<point>` (default the first), with `os._exit(137)`, as a SIGKILL would: no
 cleanup, no flushed buffers but the log line before it, no graceful kopf shutdown.
 
-Who calls it: `placing.py` and `ungater.py` call `ctx.faults.hit(<point>)` at the moments a
+Who calls it: `loop/` and `ungating/ungater.py` call `ctx.faults.hit(<point>)` at the moments a
 crash is hardest to recover from; `e2e/tests/test_faults.py` sets the variable and restarts
 the controller to prove that every decision is recovered from the cluster's objects. A
 timed SIGKILL from outside cannot land on these moments reliably. Unset (production), `hit`

@@ -1,6 +1,6 @@
 """Capacity the controller has promised but the cluster does not show yet.
 
-Who calls it: `placing.py`, around every placement it writes. The order follows Kueue's
+Who calls it: `loop/` (place, writes), around every placement it writes. The order follows Kueue's
 scheduler (`assumeWorkload`): the placement is *assumed* before its ResourceReservation is
 created, so the next decision already sees the GPUs as taken, and it is *forgotten* if the
 write fails. Once the watch delivers the reservation the snapshot counts it and the

@@ -1,6 +1,6 @@
 """What happens to a ResourceReservation after its decision.
 
-Who calls it: `placing.py`, before it places anything, so capacity released here is free for
+Who calls it: `loop/cycle.py`, before it places anything, so capacity released here is free for
 the same pass. Passive steps read the world: a reservation whose Workload finished, was
 evicted, deactivated, deleted or reserved quota anew is released (deleted; the owner
 reference would garbage-collect it with the Workload anyway); its status records which pods

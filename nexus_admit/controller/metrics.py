@@ -102,6 +102,13 @@ class Metrics:
             "New serving certificates loaded by the webhook without a restart.",
             registry=r,
         )
+        self.objects_skipped = Counter(
+            _P + "objects_skipped",
+            "Objects a pass left out because a field could not be read (an Event on the "
+            "object, or on the Workload of a reservation, names the field), by kind and reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
         self.errors = Counter(
             _P + "errors", "Failures of a step, retried on the next pass.", ["step"], registry=r
         )

@@ -35,7 +35,7 @@ from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_ide
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.ungater import run_ungater
+from nexus_admit.controller.ungating.ungater import run_ungater
 from nexus_admit.controller.webhook.review import answer_review
 from nexus_admit.controller.webhook.server import GuardedWebhookServer
 from nexus_admit.controller.webhook.thread import WebhookThread

@@ -1,6 +1,6 @@
 """The Jobs that own pending Workloads, read on demand instead of watched.
 
-Who calls it: `placing.place_pending`, before it translates the Workloads of a pass. The
+Who calls it: `loop.cycle.place_pending`, before it translates the Workloads of a pass. The
 translation needs one field of a Job, `spec.completionMode` (an Indexed Job's pods carry
 their rank), and it never changes after creation; a watch would bring every Job status
 change (one per pod created, ready, finished) to the controller and the apiserver would

@@ -1,6 +1,6 @@
 """Concurrency helpers for API writes that do not depend on one another.
 
-Who calls it: `lifecycle.py` (reservation status writes), `ungater.py` (pod patches),
+Who calls it: `lifecycle.py` (reservation status writes), `ungating/ungater.py` (pod patches),
 `checks.py` (Events). A pass used to await each write in turn, so one slow round trip held up
 every decision behind it; independent writes now go out together, at most `limit` at a time
 so a burst does not open hundreds of connections to the apiserver at once. Pure asyncio: no

@@ -35,6 +35,15 @@ NUMA zones, in order of preference
   4. None: the node has no NUMA zones (the engine treats every pod as aligned).
 A pod sits in the zone of its annotation `scheduling.kubenexus.io/numa-zone`, else of its slot,
 else of its first GPU; otherwise its CPU is taken from the node only.
+
+Malformed objects (`skipped` given: the controller's passes)
+  One object that cannot be read is left out and listed in `skipped`; everyone else is
+  placed. Never freer than the truth: a bound pod whose `gpu-fraction` cannot be read takes
+  its `nvidia.com/gpu` units as whole devices, one whose `numa-zone` cannot be read takes its
+  CPU from every zone of its node, a reservation whose expiry cannot be read is live; a pod
+  or a reservation whose use of capacity cannot be read at all takes its node(s) out of
+  placement. A malformed Node (or its NodeResourceTopology or ResourceSlice) is left out.
+  Without `skipped` (`nexus-admit plan`) the first one raises `TranslationError`.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from typing import Any
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
     Obj,
+    Skipped,
     TranslationError,
     mapping,
     meta,
@@ -65,7 +75,12 @@ from nexus_admit.kube.quantity import (
     parse_time,
 )
 from nexus_admit.kube.requests import PodRequests, pod_requests
-from nexus_admit.kube.reservations import reservation_is_live, reservation_workload_key, slot_key
+from nexus_admit.kube.reservations import (
+    reservation_is_live,
+    reservation_slots,
+    reservation_workload_key,
+    slot_key,
+)
 from nexus_admit.kube.versioned import VersionedCache
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Node, NumaZone, Taint
 
@@ -396,6 +411,7 @@ class _Claim:
     share_milli: int  # share of one device (0 = none)
     devices: tuple[int, ...] | None  # known device indices, None = choose
     zone: int | None
+    every_zone: bool = False  # its zone cannot be read: its CPU counts in every zone
 
 
 def pod_is_active(pod: Obj) -> bool:
@@ -453,17 +469,36 @@ def _pod_requests(pod: Obj) -> PodRequests:
 
 
 def _pod_claim(
-    pod: Obj, node: Node, replicas: int, rr_slots: Mapping[tuple[str, str, str], Mapping[str, Any]]
+    pod: Obj,
+    node: Node,
+    replicas: int,
+    rr_slots: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    skipped: list[Skipped] | None = None,
 ) -> _Claim:
+    """What a bound pod takes. Its requests must be read (else this raises); with `skipped`,
+    an unreadable share or zone is counted at its most and listed there."""
     m = meta(pod)
     req = _pod_requests(pod)
     annotations = mapping(pod, m.get("annotations"), "metadata.annotations")
-    fraction = gpu_fraction_milli(pod, annotations, "metadata.annotations")
+    every_zone = False
+    try:
+        fraction = gpu_fraction_milli(pod, annotations, "metadata.annotations")
+    except TranslationError as e:
+        if skipped is None:
+            raise
+        fraction, replicas = None, 1  # every unit a whole device: never freer than the truth
+        _skip(skipped, pod, e, "counted-whole", f"counted as {req.gpus} whole GPU(s)")
     whole, share = _gpu_share(req.gpus, fraction, replicas)
     devices: tuple[int, ...] | None = None
-    zone = _int_or_none(
-        pod, annotations.get(L.ANN_NUMA_ZONE), f"metadata.annotations[{L.ANN_NUMA_ZONE}]"
-    )
+    try:
+        zone = _int_or_none(
+            pod, annotations.get(L.ANN_NUMA_ZONE), f"metadata.annotations[{L.ANN_NUMA_ZONE}]"
+        )
+    except TranslationError as e:
+        if skipped is None:
+            raise
+        zone, every_zone = None, True
+        _skip(skipped, pod, e, "counted-every-zone", "its CPU counted in every NUMA zone")
     ref = _slot_ref(pod)
     if ref is not None and ref in rr_slots:
         slot = rr_slots[ref]
@@ -472,9 +507,34 @@ def _pod_claim(
             isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
         ):
             devices = tuple(gpus)
-        if zone is None and isinstance(slot.get("numaZone"), int):
+        if zone is None and not every_zone and isinstance(slot.get("numaZone"), int):
             zone = slot["numaZone"]
-    return _Claim(node.name, req.cpu_milli, req.memory_mib, whole, share, devices, zone)
+    return _Claim(
+        node.name, req.cpu_milli, req.memory_mib, whole, share, devices, zone, every_zone
+    )
+
+
+def _skip(
+    skipped: list[Skipped], obj: Obj, error: Exception, reason: str, outcome: str, owner: str = ""
+) -> None:
+    """List `obj` as skipped: what is wrong (the field when known) and what the pass did."""
+    if isinstance(error, TranslationError):
+        field, message = error.field, error.message
+    else:  # a shape no parser expected: named by its type, never a crash of the pass
+        field, message = "", f"cannot be read ({type(error).__name__}: {error})"[:300]
+    kind = str(obj.get("kind") or "object")
+    skipped.append(Skipped.of(obj, kind, field, reason, f"{message}; {outcome}", owner))
+
+
+def _culprit(error: Exception, candidates: Iterable[Obj | None]) -> Obj:
+    """Which of a node's objects (Node, NRT, ResourceSlices) the error names; the Node when
+    it names none of them."""
+    objs = [o for o in candidates if o is not None]
+    if isinstance(error, TranslationError):
+        for o in objs:
+            if object_ref(o) == error.obj_ref:
+                return o
+    return objs[0]
 
 
 def _reservation_claims(
@@ -513,9 +573,12 @@ def _reservation_claims(
                     ps_name,
                 )
                 cpu, mem = 0, 0
-            share = parse_milli(ps.get("gpuShare", 1))
         except ValueError as e:
             raise TranslationError(ref, f"{fld}.requests", str(e)) from None
+        try:
+            share = parse_milli(ps.get("gpuShare", 1))
+        except ValueError as e:
+            raise TranslationError(ref, f"{fld}.gpuShare", str(e)) from None
         if not 0 < share <= GPU_WHOLE:
             raise TranslationError(ref, f"{fld}.gpuShare", "must be above 0 and at most 1")
         for j, slot in enumerate(sequence(rr, ps.get("slots"), f"{fld}.slots")):
@@ -592,6 +655,10 @@ def _apply(node: Node, claim: _Claim, zone_used: dict[tuple[str, int], int]) -> 
             devices += rest[: claim.whole_gpus - len(devices)]
         for d in devices:
             node.gpu_free[d] = 0
+    if claim.every_zone:
+        for z in node.numa_zones:
+            zone_used[(node.name, z.id)] = zone_used.get((node.name, z.id), 0) + claim.cpu_milli
+        return
     zone = claim.zone
     if zone is None and devices:
         zone = node.numa_zone_of_gpu(devices[0])
@@ -599,27 +666,41 @@ def _apply(node: Node, claim: _Claim, zone_used: dict[tuple[str, int], int]) -> 
         zone_used[(node.name, zone)] = zone_used.get((node.name, zone), 0) + claim.cpu_milli
 
 
-def topologies_from_objects(topologies: Iterable[Obj]) -> dict[str, tuple[str, ...]]:
-    """Kueue Topology objects → {name: level label keys, highest first}."""
+def topologies_from_objects(
+    topologies: Iterable[Obj], skipped: list[Skipped] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """Kueue Topology objects → {name: level label keys, highest first}. With `skipped`,
+    a malformed Topology is left out and listed there."""
     out: dict[str, tuple[str, ...]] = {}
     for t in topologies:
-        name = meta(t).get("name")
-        if not name:
-            raise TranslationError(object_ref(t), "metadata.name", "a Topology needs a name")
-        spec = mapping(t, t.get("spec"), "spec")
-        levels = []
-        for i, lv in enumerate(sequence(t, spec.get("levels"), "spec.levels")):
-            lv = mapping(t, lv, f"spec.levels[{i}]")
-            label = lv.get("nodeLabel")
-            if not label:
-                raise TranslationError(
-                    object_ref(t), f"spec.levels[{i}].nodeLabel", "each level needs a nodeLabel"
-                )
-            levels.append(str(label))
-        if not levels:
-            raise TranslationError(object_ref(t), "spec.levels", "a Topology needs levels")
-        out[str(name)] = tuple(levels)
+        try:
+            name, levels = _topology(t)
+        except Exception as e:
+            if skipped is None:
+                raise
+            _skip(skipped, t, e, "malformed", "left out (as if it did not exist)")
+            continue
+        out[name] = levels
     return out
+
+
+def _topology(t: Obj) -> tuple[str, tuple[str, ...]]:
+    name = meta(t).get("name")
+    if not name:
+        raise TranslationError(object_ref(t), "metadata.name", "a Topology needs a name")
+    spec = mapping(t, t.get("spec"), "spec")
+    levels = []
+    for i, lv in enumerate(sequence(t, spec.get("levels"), "spec.levels")):
+        lv = mapping(t, lv, f"spec.levels[{i}]")
+        label = lv.get("nodeLabel")
+        if not label:
+            raise TranslationError(
+                object_ref(t), f"spec.levels[{i}].nodeLabel", "each level needs a nodeLabel"
+            )
+        levels.append(str(label))
+    if not levels:
+        raise TranslationError(object_ref(t), "spec.levels", "a Topology needs levels")
+    return str(name), tuple(levels)
 
 
 # A fleet's Nodes, NRTs and ResourceSlices rarely change between two passes: one
@@ -662,18 +743,27 @@ def build_snapshot(
     exclude_workloads: Iterable[str] = (),
     template_requests: Mapping[tuple[str, str], tuple[int, int, int]] | None = None,
     now: datetime | None = None,
+    skipped: list[Skipped] | None = None,
 ) -> ClusterSnapshot:
     """Every object kind that shapes capacity → a ClusterSnapshot with real free capacity.
 
     `exclude_workloads` ("ns/name") are the workloads being (re)placed: their own
     reservations do not count against them. `template_requests[(workload, podSet)]` gives
     (cpu milli, memory MiB, GPUs) per pod for reservations that do not state `requests`.
+    `skipped`: malformed objects are left out and listed there (never freer than the truth,
+    see the module's doc) instead of raising `TranslationError`.
     """
     now = now or datetime.now(UTC)
     nrt_by_node = {str(meta(o).get("name")): o for o in node_resource_topologies}
     slices_by_node: dict[str, list[Obj]] = {}
     for sl in resource_slices:
-        node_name = mapping(sl, sl.get("spec"), "spec").get("nodeName")
+        try:
+            node_name = mapping(sl, sl.get("spec"), "spec").get("nodeName")
+        except TranslationError as e:
+            if skipped is None:
+                raise
+            _skip(skipped, sl, e, "malformed", "left out")
+            continue
         if node_name:
             slices_by_node.setdefault(str(node_name), []).append(sl)
     model_nodes: dict[str, Node] = {}
@@ -681,56 +771,126 @@ def build_snapshot(
     replicas: dict[str, int] = {}
     for obj in nodes:
         name = str(meta(obj).get("name") or "")
-        node, avail = _translated_node(obj, nrt_by_node.get(name), slices_by_node.get(name, ()))
-        if node.name in model_nodes:
-            raise TranslationError(object_ref(obj), "metadata.name", "duplicate Node name")
+        nrt, slices = nrt_by_node.get(name), slices_by_node.get(name, ())
+        try:
+            node, avail = _translated_node(obj, nrt, slices)
+            if node.name in model_nodes:
+                raise TranslationError(object_ref(obj), "metadata.name", "duplicate Node name")
+            node_replicas = _label_int(obj, node.labels, L.GFD_GPU_REPLICAS) or 1
+        except Exception as e:
+            if skipped is None:
+                raise
+            culprit = _culprit(e, (obj, nrt, *slices))
+            _skip(skipped, culprit, e, "malformed", f"Node {name} is left out of placement")
+            continue
         model_nodes[node.name] = node
+        replicas[node.name] = node_replicas
         for zid, a in avail.items():
             available[(node.name, zid)] = a
-        replicas[node.name] = _label_int(obj, node.labels, L.GFD_GPU_REPLICAS) or 1
 
-    reservations = list(reservations)
+    reservations, pods = list(reservations), list(pods)
     rr_slots: dict[tuple[str, str, str], Mapping[str, Any]] = {}
     for rr in reservations:
-        m = meta(rr)
-        ns = str(m.get("namespace") or "default")
-        spec = mapping(rr, rr.get("spec"), "spec")
-        for i, ps in enumerate(sequence(rr, spec.get("podSets"), "spec.podSets")):
-            if not isinstance(ps, Mapping):
-                continue
-            slots = sequence(rr, ps.get("slots"), f"spec.podSets[{i}].slots")
-            for j, slot in enumerate(slots):
-                if isinstance(slot, Mapping):
-                    key = (
-                        ns,
-                        str(m.get("name")),
-                        slot_key(str(ps.get("name") or "main"), slot.get("index", j)),
-                    )
-                    rr_slots[key] = slot
+        try:
+            rr_slots.update(_slots_by_key(rr))
+        except Exception:
+            if skipped is None:
+                raise
+            # its pods' devices are unknown (they take the lowest free ones); the
+            # reservation itself is listed when its claims are read below
+            continue
 
+    # nodes a bound pod or a live reservation takes an unknowable part of: out of placement
+    unusable: set[str] = set()
     claims: list[_Claim] = []
     claimed: set[tuple[str, str, str]] = set()
     for pod in pods:
-        if not pod_is_active(pod):
+        try:
+            if not pod_is_active(pod):
+                continue
+            target = model_nodes.get(str(mapping(pod, pod.get("spec"), "spec").get("nodeName")))
+            if target is None:
+                continue
+        except Exception as e:
+            if skipped is None:
+                raise
+            _skip(skipped, pod, e, "malformed", "left out: not known to be bound to a node")
             continue
-        target = model_nodes.get(str(mapping(pod, pod.get("spec"), "spec").get("nodeName")))
-        if target is None:
+        try:
+            claims.append(_pod_claim(pod, target, replicas[target.name], rr_slots, skipped))
+            ref = _slot_ref(pod)
+        except Exception as e:
+            if skipped is None:
+                raise
+            unusable.add(target.name)
+            _skip(
+                skipped,
+                pod,
+                e,
+                "node-left-out",
+                f"what it takes of node {target.name} is unknown, so that node is left out "
+                "of placement",
+            )
             continue
-        claims.append(_pod_claim(pod, target, replicas[target.name], rr_slots))
-        ref = _slot_ref(pod)
         if ref is not None:
             claimed.add(ref)
 
+    # reservations with a bound pod: past their TTL they still hold (reservation_is_live)
+    bound_reservations: set[tuple[str, str]] = set()
+    for pod in pods:
+        try:
+            if pod_is_active(pod):
+                m = meta(pod)
+                rr_label = mapping(pod, m.get("labels"), "metadata.labels").get(
+                    L.LABEL_RESERVATION
+                )
+                if rr_label:
+                    bound_reservations.add((str(m.get("namespace") or "default"), str(rr_label)))
+        except Exception:  # listed above
+            continue
+
     excluded = set(exclude_workloads)
     for rr in reservations:
-        if reservation_workload_key(rr) in excluded or not reservation_is_live(rr, now):
+        owner = f"Workload {reservation_workload_key(rr)}"
+        if reservation_workload_key(rr) in excluded:
             continue
-        claims.extend(_reservation_claims(rr, model_nodes, claimed, template_requests or {}))
+        try:
+            rr_ref = (str(meta(rr).get("namespace") or "default"), str(meta(rr).get("name")))
+            live = reservation_is_live(rr, now, bound=rr_ref in bound_reservations)
+        except Exception as e:
+            if skipped is None:
+                raise
+            live = True  # an unreadable expiry holds: never freer than the truth
+            _skip(skipped, rr, e, "counted-live", "counted as live", owner)
+        if not live:
+            continue
+        try:
+            claims.extend(_reservation_claims(rr, model_nodes, claimed, template_requests or {}))
+        except Exception as e:
+            if skipped is None:
+                raise
+            try:
+                named = {s.node for s in reservation_slots(rr)} & model_nodes.keys()
+            except Exception:
+                named = set()
+            unusable |= named
+            _skip(
+                skipped,
+                rr,
+                e,
+                "node-left-out",
+                "what it holds is unknown, so the nodes it names are left out of placement"
+                + (f" ({', '.join(sorted(named))})" if named else ""),
+                owner,
+            )
 
     zone_used: dict[tuple[str, int], int] = {}
     # claims with known devices first, so the others cannot take their devices
     for claim in sorted(claims, key=lambda c: c.devices is None):
-        _apply(model_nodes[claim.node], claim, zone_used)
+        if claim.node not in unusable:
+            _apply(model_nodes[claim.node], claim, zone_used)
+    for name in unusable:
+        del model_nodes[name]
     for node in model_nodes.values():
         for z in node.numa_zones:
             free = z.cpu_milli - zone_used.get((node.name, z.id), 0)
@@ -738,4 +898,25 @@ def build_snapshot(
                 free = min(free, available[(node.name, z.id)])
             z.free_cpu_milli = max(0, min(free, node.free_cpu_milli))
 
-    return ClusterSnapshot(model_nodes, topologies_from_objects(topologies))
+    return ClusterSnapshot(model_nodes, topologies_from_objects(topologies, skipped))
+
+
+def _slots_by_key(rr: Obj) -> dict[tuple[str, str, str], Mapping[str, Any]]:
+    """(namespace, reservation, "<podSet>/<index>") → the slot as written."""
+    out: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    m = meta(rr)
+    ns = str(m.get("namespace") or "default")
+    spec = mapping(rr, rr.get("spec"), "spec")
+    for i, ps in enumerate(sequence(rr, spec.get("podSets"), "spec.podSets")):
+        if not isinstance(ps, Mapping):
+            continue
+        slots = sequence(rr, ps.get("slots"), f"spec.podSets[{i}].slots")
+        for j, slot in enumerate(slots):
+            if isinstance(slot, Mapping):
+                key = (
+                    ns,
+                    str(m.get("name")),
+                    slot_key(str(ps.get("name") or "main"), slot.get("index", j)),
+                )
+                out[key] = slot
+    return out

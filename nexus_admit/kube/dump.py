@@ -22,6 +22,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
 from nexus_admit.kube.errors import (
     Obj,
+    Skipped,
     TranslationError,
     mapping,
     meta,
@@ -163,8 +164,15 @@ class ClusterDump:
 
     # ---- snapshot ----
     def snapshot(
-        self, *, exclude_workloads: Iterable[str] = (), now: datetime | None = None
+        self,
+        *,
+        exclude_workloads: Iterable[str] = (),
+        now: datetime | None = None,
+        skipped: list[Skipped] | None = None,
     ) -> ClusterSnapshot:
+        """The cluster's free capacity. `skipped` (the controller's passes): malformed
+        objects are left out and listed there instead of raising `TranslationError`
+        (`kube.cluster.build_snapshot`)."""
         template_requests: dict[tuple[str, str], tuple[int, int, int]] = {}
         for wl in self.kind("Workload"):
             # a malformed Workload is reported when it is translated, not here
@@ -180,6 +188,7 @@ class ClusterDump:
             exclude_workloads=exclude_workloads,
             template_requests=template_requests,
             now=now,
+            skipped=skipped,
         )
 
     # ---- workloads ----

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "Obj",
+    "Skipped",
     "TranslationError",
     "child",
     "mapping",
@@ -40,6 +42,47 @@ class TranslationError(ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TranslationError, (self.obj_ref, self.field, self.message))
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """One object a pass left out because a field of it could not be read, so that everyone
+    else's work goes on. `reason` is a short fixed word (a metric label); `message` says
+    what is wrong and what to change. `owner` is "Kind namespace/name" of the object whose
+    owner should hear of it when that is not the object itself (a reservation's Workload)."""
+
+    kind: str
+    namespace: str
+    name: str
+    field: str
+    reason: str
+    message: str
+    uid: str = ""
+    resource_version: str = ""
+    owner: str = ""
+
+    @property
+    def ref(self) -> str:
+        return (
+            f"{self.kind} {self.namespace}/{self.name}"
+            if self.namespace
+            else (f"{self.kind} {self.name}")
+        )
+
+    @staticmethod
+    def of(obj: Obj, kind: str, field: str, reason: str, message: str, owner: str = "") -> Skipped:
+        m = meta(obj)
+        return Skipped(
+            kind=str(obj.get("kind") or kind),
+            namespace=str(m.get("namespace") or ""),
+            name=str(m.get("name") or ""),
+            field=field,
+            reason=reason,
+            message=message,
+            uid=str(m.get("uid") or ""),
+            resource_version=str(m.get("resourceVersion") or ""),
+            owner=owner,
+        )
 
 
 def meta(obj: Obj) -> Mapping[str, Any]:

@@ -50,7 +50,8 @@ PHASE_BOUND = "Bound"
 
 _LABEL_VALUE_MAX = 63
 _HASH_LEN = 10
-_SLOT_KEY = re.compile(r"^(?P<pod_set>[^/]+)/(?P<index>\d+)$")
+# ASCII digits only (`\d` takes every script's digits), bounded
+_SLOT_KEY = re.compile(r"(?P<pod_set>[^/]{1,253})/(?P<index>[0-9]{1,9})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ def slot_key(pod_set: str, index: object) -> str:
 
 def parse_slot_key(value: Any) -> tuple[str, int] | None:
     """`(podSet, index)` of a slot annotation, or None when it is not one."""
-    m = _SLOT_KEY.match(str(value or ""))
+    m = _SLOT_KEY.fullmatch(value) if isinstance(value, str) else None
     return (m["pod_set"], int(m["index"])) if m else None
 
 
@@ -186,10 +187,16 @@ def reservation_workload_key(rr: Obj) -> str:
     return f"{ns}/{ref.get('name', '')}"
 
 
-def reservation_is_live(rr: Obj, now: datetime) -> bool:
-    """Not Released and not past `spec.expiresAt`."""
-    if mapping(rr, rr.get("status"), "status").get("phase") == "Released":
+def reservation_is_live(rr: Obj, now: datetime, *, bound: bool = False) -> bool:
+    """Not Released, and not past `spec.expiresAt` unless one of its pods is bound (`bound`,
+    or its status phase Bound): the TTL applies only before binding, so a bound gang's
+    slot stays held while its pod restarts. The snapshot, the ungater and the lifecycle's
+    expiry (`_ever_bound`) use the same rule."""
+    status = mapping(rr, rr.get("status"), "status")
+    if status.get("phase") == "Released":
         return False
+    if bound or status.get("phase") == PHASE_BOUND:
+        return True
     try:
         expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
     except ValueError:

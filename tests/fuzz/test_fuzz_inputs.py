@@ -278,3 +278,61 @@ def test_webhook_review_of_malformed_pods_always_answers(pod_: Any) -> None:
     answer = asyncio.run(review_pod(_webhook_ctx(), pod_, "default"))
     if not answer.allowed:
         assert answer.message
+
+
+# ---------------------------------------------------------------- whole passes
+
+
+def _a_pass_beside(objects: list[Any]) -> dict[str, Any]:
+    """One controller pass over a store holding `objects` (fuzzed) beside a well-formed Node
+    and a well-formed Workload waiting on our check; the Workload's check entry after it."""
+    from nexus_admit.controller.loop.cycle import reconcile
+
+    from nexus_admit.controller.store import WATCHED_KINDS
+    from nexus_admit.placement.policies import make_policy
+    from tests.kube.kube_factories import admission_check
+
+    api = FakeApi()
+    api.put(node("good"))
+    api.put(cluster_queue("cq", "gold"))
+    api.put(admission_check("nexus"))
+    good = workload("good-w", [pod_set(count=1, gpus=8)])
+    good["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-25T10:00:00Z"
+    api.put(good)
+    for o in objects:
+        if isinstance(o.get("metadata"), dict) and isinstance(o["metadata"].get("name"), str):
+            api.put(o)
+        else:  # no name: the store keys it anyway (a list or a watch hands such objects)
+            api.objects[(str(o["kind"]), f"junk-{len(api.objects)}")] = o
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    for kind in WATCHED_KINDS:
+        ctx.store.replace(kind, *api.list(kind))
+    ctx.synced = True
+
+    async def one_pass() -> None:
+        await reconcile(ctx)
+        await ctx.background.drain()
+
+    asyncio.run(one_pass())
+    wl = api.get("Workload", "good-w", "default")
+    assert wl is not None
+    return next(c for c in wl["status"]["admissionChecks"] if c["name"] == "nexus")
+
+
+@settings(FUZZ, max_examples=max(20, EXAMPLES // 3))
+@given(
+    st.lists(st.sampled_from(KINDS), min_size=1, max_size=3, unique=True),
+    st.data(),
+)
+def test_a_pass_places_a_well_formed_workload_beside_fuzzed_objects(
+    kinds: list[str], data: st.DataObject
+) -> None:
+    """Issue 28, item 1: the fuzz used to end at `TranslationError`, which is right for
+    `plan` and was wrong for the controller, where it stopped every placement. A store
+    holding malformed Nodes, pods, reservations, NRTs or ResourceSlices (on their own node
+    n0) never stops a pass from placing a well-formed Workload on the good node."""
+    bases = {"Node": NODE, "Pod": POD, "ResourceReservation": RR,
+             "NodeResourceTopology": NRT, "ResourceSlice": SLICE}  # fmt: skip
+    objects = [data.draw(mutated(bases[k]), label=k) for k in kinds]
+    entry = _a_pass_beside(objects)
+    assert entry["state"] == "Ready", entry

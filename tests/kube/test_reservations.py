@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from nexus_admit.kube.reservations import neighbour_order, parse_slot_key, reservation_name
 from nexus_admit.model import ClusterSnapshot, Slot
 from tests.factories import LEVELS, gpu_node
@@ -95,3 +97,8 @@ def test_slots_of_one_reservation_version_are_read_once_and_a_new_version_again(
     moved["spec"] = {**rr["spec"], "podSets": [{"name": "main", "slots": [{"node": "n1"}]}]}
     assert [s.node for s in reservation_slots(moved)] == ["n1"]
     assert [s.node for s in reservation_slots(rr)] == ["n0"]
+
+
+@pytest.mark.parametrize("value", ["main/²", "main/٣", "main/1234567890", "main/", "/1", 3, None])
+def test_a_slot_key_is_a_pod_set_and_ascii_digits_only(value: object) -> None:
+    assert parse_slot_key(value) is None

@@ -43,9 +43,10 @@ from nexus_admit.controller.owners import (
     prefetch_owner_jobs,
     prune_owner_jobs,
 )
+from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.errors import Skipped, meta, object_key
 from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
@@ -130,17 +131,17 @@ async def record_capacity(ctx: Context) -> None:
     if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
         return
     ctx.capacity_recorded = tick
-    await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump())
+    # also where malformed objects are told while nothing waits for a placement
+    skipped = await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump())
+    report_skipped(ctx, skipped, count=False)
 
 
-def _record_capacity(ctx: Context, dump: ClusterDump) -> None:
-    try:
-        with_rr = dump.snapshot(now=ctx.clock())
-        pods_only = ClusterDump(
-            by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
-        ).snapshot(now=ctx.clock())
-    except TranslationError:
-        return  # reported by place_pending when it matters
+def _record_capacity(ctx: Context, dump: ClusterDump) -> list[Skipped]:
+    skipped: list[Skipped] = []
+    with_rr = dump.snapshot(now=ctx.clock(), skipped=skipped)
+    pods_only = ClusterDump(
+        by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
+    ).snapshot(now=ctx.clock(), skipped=[])
     free = sum(sum(n.gpu_free) for n in with_rr) / 1000
     after_pods = sum(sum(n.gpu_free) for n in pods_only) / 1000
     total = sum(n.gpu_count for n in with_rr)
@@ -152,6 +153,7 @@ def _record_capacity(ctx: Context, dump: ClusterDump) -> None:
     ctx.metrics.pristine_islands.set(
         sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
     )
+    return skipped
 
 
 async def place_pending(ctx: Context) -> None:
@@ -189,13 +191,12 @@ async def place_pending(ctx: Context) -> None:
     unreserved = frozenset(object_key(w) for w in pending if reservation_key(w) not in stored)
     # the translation of a large fleet takes a while: in a thread, so the webhook and the
     # watches keep being served (the store's objects are replaced, never changed in place)
-    try:
-        snapshot = await asyncio.to_thread(dump.snapshot, exclude_workloads=unreserved, now=now)
-    except TranslationError as e:
-        # a malformed Node or reservation: nothing can be placed safely until it is fixed
-        ctx.metrics.errors.labels("snapshot").inc()
-        log.error("cannot build the cluster snapshot, no placement this pass: %s", e)
-        return
+    # a malformed object is left out (never freer than the truth), counted and told once
+    skipped: list[Skipped] = []
+    snapshot = await asyncio.to_thread(
+        dump.snapshot, exclude_workloads=unreserved, now=now, skipped=skipped
+    )
+    report_skipped(ctx, skipped)
     # tracked: the engine keeps what it derived of each node between this pass's Workloads
     # and re-reads only the nodes the pass's own placements changed
     placer = OrderedPlacer(ctx.engine, TrackedSnapshot(snapshot.nodes, snapshot.kueue_topologies))

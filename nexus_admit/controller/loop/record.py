@@ -13,7 +13,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.ledger import Assumed
 from nexus_admit.controller.loop.writes import WritePipeline
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import TranslationError, object_key
+from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.workload import KueueIndex
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
@@ -96,11 +96,9 @@ class PassCapacity:
     def without(self, drains: Collection[str]) -> _Rebuilt | None:
         skip = frozenset(self.drain_reservations[d] for d in drains
                          if d in self.drain_reservations)
-        try:
-            bare = self.dump.snapshot(exclude_workloads=self.unreserved | frozenset(drains),
-                                      now=self.now)
-        except TranslationError:
-            return None  # the pass's snapshot was built from the same objects: not reached
+        # the pass's snapshot was built from the same objects and reported what it left out
+        bare = self.dump.snapshot(exclude_workloads=self.unreserved | frozenset(drains),
+                                  now=self.now, skipped=[])
         side = OrderedPlacer(self.policy, TrackedSnapshot(bare.nodes, bare.kueue_topologies))
         for a in self.held:
             if a.reservation not in skip:

@@ -19,6 +19,12 @@ pods created by trusted controllers (the Job controller) are gated in the apiser
 MutatingAdmissionPolicy and never reach the webhook, so a Job template that copies another
 Workload's reservation label yields pods that stay gated here, with a Warning Event on each
 that says why. Such a pod holds no slot, even if it claims one in its annotations.
+
+Failures stay with their object: a gated pod the pass cannot read is left gated, and a
+reservation whose pods cannot be read is left for the next pass, each counted and told once
+(`skipped.report_skipped`: an Event on the pod, or on the reservation's Workload); every
+other gang is ungated as usual. Claims are written only for a reservation whose slots were
+all chosen, and a pass that fails takes back the claims whose patches it did not start.
 """
 
 from __future__ import annotations
@@ -31,13 +37,20 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
+from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.ungating.membership import owned_member
+from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.controller.webhook.review import foreign_reason
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.errors import Skipped, child, meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import ReservedSlot, reservation_slots, reservation_workload_key
+from nexus_admit.kube.reservations import (
+    ReservedSlot,
+    reservation_is_live,
+    reservation_slots,
+    reservation_workload_key,
+)
 
 __all__ = ["pin_patch", "run_ungater", "sync_ungating"]
 
@@ -72,11 +85,20 @@ def _pod_sets(rr: Mapping[str, Any]) -> list[str]:
     return [str(ps.get("name")) for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
 
 
-def _views(ctx: Context, pods: Sequence[Mapping[str, Any]], rr: Mapping[str, Any]) -> list[PodView]:
+def _views(
+    ctx: Context,
+    pods: Sequence[Mapping[str, Any]],
+    rr: Mapping[str, Any],
+    skipped: list[Skipped],
+) -> list[PodView]:
     index_label = _index_label(ctx.store.get("Workload", reservation_workload_key(rr)))
     out = []
     for p in pods:
-        view = pod_view(p, _pod_sets(rr), index_label)
+        try:
+            view = pod_view(p, _pod_sets(rr), index_label)
+        except Exception as e:
+            _skip_gated_pod(p, e, skipped)  # a pod off the gate may hold a slot: raises
+            continue
         uid = str(meta(p).get("uid") or "")
         if view.slot is not None or not view.gated:
             ctx.ungating.pop(uid, None)  # the watch shows our patch
@@ -103,7 +125,7 @@ def unpinned_release(pod: Mapping[str, Any]) -> bool:
 
 async def run_ungater(ctx: Context) -> None:
     """Run an ungating pass whenever a pod or a reservation changed, and every tick. Apart
-    from the placing loop (`placing.run_loop`): a gated pod's wait is the round trip of its
+    from the placing loop (`loop.cycle.run_loop`): a gated pod's wait is the round trip of its
     own patch, never the solves queued ahead of it in a burst."""
     while True:
         with contextlib.suppress(TimeoutError):
@@ -112,9 +134,7 @@ async def run_ungater(ctx: Context) -> None:
         if not ctx.synced or not ctx.acting():
             continue  # a follower patches nothing
         # a task of its own, so losing the lease can cancel it mid-way
-        ctx.ungate_task = asyncio.create_task(
-            sync_ungating(ctx, wait=False), name="ungating-pass"
-        )
+        ctx.ungate_task = asyncio.create_task(sync_ungating(ctx, wait=False), name="ungating-pass")
         await asyncio.wait({ctx.ungate_task})
         task, ctx.ungate_task = ctx.ungate_task, None
         if task.cancelled():
@@ -147,47 +167,128 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     ctx.refused_pods &= still_gated
     if not gated:
         return
-    lifts = []
-    for pod in gated:
-        uid = str(meta(pod).get("uid"))
-        if unpinned_release(pod) and uid not in ctx.ungating:
-            ctx.ungating[uid] = ""  # claimed now: the patch may start after the next pass
-            lifts.append(_lift(ctx, pod))
-    reservations: dict[tuple[str, str], None] = {}  # in pod order, once each
-    for pod in gated:
-        name = (meta(pod).get("labels") or {}).get(L.LABEL_RESERVATION)
-        if name:
-            reservations[(str(meta(pod).get("namespace")), str(name))] = None
-    pins: list[Coroutine[Any, Any, None]] = []
-    for ns, name in reservations:
-        rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{ns}/{name}")
-        if rr is None or meta(rr).get("deletionTimestamp"):
-            continue  # not seen yet (the next event brings it), or being released
-        pods = _members(ctx, ns, rr)
-        views = _views(ctx, pods, rr)
-        uids = {str(meta(p).get("uid")) for p in pods}
-        taken = {slot for uid, slot in ctx.ungating.items() if uid in uids}
-        slots = [s for s in reservation_slots(rr) if s.key not in taken]
-        chosen = assign_slots(slots, views)
-        by_name = {str(meta(p).get("name")): p for p in pods}
-        # claim the slots now: the patches below run concurrently with the next pass
-        for pod_name, slot in chosen.items():
-            ctx.ungating[str(meta(by_name[pod_name]).get("uid") or "")] = slot.key
-        pins.extend(_pin(ctx, by_name[pod_name], slot) for pod_name, slot in chosen.items())
+    skipped: list[Skipped] = []
+    claimed: list[str] = []  # uids claimed by this pass, taken back if it fails
+    writes: list[Coroutine[Any, Any, None]] = []
+    try:
+        for pod in gated:
+            uid = str(meta(pod).get("uid"))
+            try:
+                release = unpinned_release(pod) and uid not in ctx.ungating
+            except Exception as e:
+                _skip_gated_pod(pod, e, skipped)
+                continue
+            if release:
+                ctx.ungating[uid] = ""  # claimed now: the patch may start after the next pass
+                claimed.append(uid)
+                writes.append(_lift(ctx, pod))
+        reservations: dict[tuple[str, str], None] = {}  # in pod order, once each
+        for pod in gated:
+            name = child(meta(pod), "labels").get(L.LABEL_RESERVATION)
+            if name:
+                reservations[(str(meta(pod).get("namespace")), str(name))] = None
+        for ns, name in reservations:
+            rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{ns}/{name}")
+            if rr is None or meta(rr).get("deletionTimestamp"):
+                continue  # not seen yet (the next event brings it), or being released
+            try:
+                chosen = _choose(ctx, ns, rr, skipped)
+            except Exception as e:  # this reservation waits; every other gang goes on
+                skipped.append(_skipped_reservation(rr, e))
+                continue
+            # claim the slots now: the patches below run concurrently with the next pass
+            for member, slot in chosen:
+                uid = str(meta(member).get("uid") or "")
+                ctx.ungating[uid] = slot.key
+                claimed.append(uid)
+                writes.append(_pin(ctx, member, slot))
+    except BaseException:
+        for uid in claimed:  # no patch started: nothing may keep these pods from a slot
+            ctx.ungating.pop(uid, None)
+        for w in writes:
+            w.close()
+        raise
+    finally:
+        report_skipped(ctx, skipped, action="Ungate")
     if wait:
-        await gather_bounded([*lifts, *pins], UNGATE_CONCURRENCY)
+        await gather_bounded(writes, UNGATE_CONCURRENCY)
         return
-    for patch in [*lifts, *pins]:
+    for patch in writes:
         ctx.ungate_writes.spawn(patch, name="pin-patch")
 
 
-def _members(ctx: Context, namespace: str, rr: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _choose(
+    ctx: Context, namespace: str, rr: Mapping[str, Any], skipped: list[Skipped]
+) -> list[tuple[Mapping[str, Any], ReservedSlot]]:
+    """(pod, slot) for every gated member of the reservation that can get a slot now."""
+    pods = _members(ctx, namespace, rr, skipped)
+    bound = any(child(p, "spec").get("nodeName") for p in pods)
+    if not reservation_is_live(rr, ctx.clock(), bound=bound):
+        return []  # past its TTL before any pod bound: the lifecycle releases it
+    views = _views(ctx, pods, rr, skipped)
+    uids = {str(meta(p).get("uid")) for p in pods}
+    taken = {slot for uid, slot in ctx.ungating.items() if uid in uids}
+    slots = [s for s in reservation_slots(rr) if s.key not in taken]
+    chosen = assign_slots(slots, views)
+    by_name = {str(meta(p).get("name")): p for p in pods}
+    return [(by_name[pod_name], slot) for pod_name, slot in chosen.items()]
+
+
+_UNREADABLE = "unreadable"
+
+
+def _skip_gated_pod(pod: Mapping[str, Any], error: Exception, skipped: list[Skipped]) -> None:
+    """Leave a gated pod the pass cannot read out of it (it holds no slot yet). Any other
+    pod may hold a slot, so its reservation is left out instead: `error` is raised again."""
+    if L.GATE_PLACEMENT not in _gates(pod):
+        raise error
+    log.debug(
+        "gated pod %s/%s left out",
+        meta(pod).get("namespace"),
+        meta(pod).get("name"),
+        exc_info=error,
+    )
+    skipped.append(
+        Skipped.of(pod, "Pod", "", _UNREADABLE, f"cannot be ungated: {_describe(error)}")
+    )
+
+
+def _skipped_reservation(rr: Mapping[str, Any], error: Exception) -> Skipped:
+    log.debug("reservation %s left out of ungating", meta(rr).get("name"), exc_info=error)
+    return Skipped.of(
+        rr,
+        L.KIND_RESOURCE_RESERVATION,
+        "",
+        _UNREADABLE,
+        f"its gated pods cannot get slots: {_describe(error)}",
+        owner=f"Workload {reservation_workload_key(rr)}",
+    )
+
+
+def _describe(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:300]
+
+
+def _members(
+    ctx: Context, namespace: str, rr: Mapping[str, Any], skipped: list[Skipped]
+) -> list[Mapping[str, Any]]:
     """The pods with the reservation's label that are part of its Workload. Any other pod
     with that label is refused once, with a Warning Event on it, and left gated."""
     workload = ctx.store.get("Workload", reservation_workload_key(rr))
     members: list[Mapping[str, Any]] = []
     for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
-        reason = foreign_reason(pod, namespace, rr, workload)
+        try:
+            reason = foreign_reason(pod, namespace, rr, workload)
+            if reason is None and workload is not None and not owned_member(pod, workload):
+                reason = (
+                    f"the pod is not part of Workload {reservation_workload_key(rr)} by its "
+                    "owners (a Job's pods share the Workload's owner; Kueue makes each "
+                    "plain pod an owner of its Workload): a label or annotation naming the "
+                    "Workload is no proof"
+                )
+        except Exception as e:
+            _skip_gated_pod(pod, e, skipped)
+            continue
         if reason is None:
             members.append(pod)
             continue

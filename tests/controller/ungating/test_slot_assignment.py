@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexus_admit.controller.slot_assignment import PodView, assign_slots, pod_view
+from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
 
@@ -65,7 +65,21 @@ def test_pod_view_reads_gate_rank_slot_and_pod_set() -> None:
         "status": {"phase": "Pending"},
     }
     v = pod_view(p, ["main"])
-    assert (v.rank, v.gated, v.slot, v.pod_set, v.active) == (3, True, ("main", 3), "main", True)
+    # a gated pod's slot annotation is not ours (our pin lifts the gate with it): ignored
+    assert (v.rank, v.gated, v.slot, v.pod_set, v.active) == (3, True, None, "main", True)
+    p["spec"] = {"nodeName": "n"}  # pinned: the annotation is the slot it holds
+    assert pod_view(p, ["main"]).slot == ("main", 3)
+
+
+def test_a_pod_asking_for_more_gpus_than_a_slot_holds_gets_none() -> None:
+    """Before: the ungater never compared the pod's requests with the slot's, so a pod of
+    the gang asking for 8 GPUs could take a 1-GPU slot and 7 devices nobody reserved."""
+    big = PodView("big", "main", 0, True, None, True, gpus=8)
+    fits = PodView("fits", "main", None, True, None, True, gpus=2)
+    got = assign_slots(slots(2), [big, fits])  # each slot holds one device
+    assert got == {}
+    two = [ReservedSlot("main", i, "n", (0, 1), 0) for i in range(2)]
+    assert {k: v.index for k, v in assign_slots(two, [big, fits]).items()} == {"fits": 0}
 
 
 def test_kueue_pod_index_label_wins() -> None:
@@ -76,3 +90,33 @@ def test_kueue_pod_index_label_wins() -> None:
         }
     }
     assert pod_view(p, ["main"], "my/rank").rank == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "rank"),
+    [
+        pytest.param("3", 3, id="ascii"),
+        pytest.param("007", 7, id="leading-zeros"),
+        pytest.param("²", None, id="superscript-isdigit-but-no-int"),
+        pytest.param("٣", None, id="arabic-indic-digit"),
+        pytest.param("1234567890", None, id="ten-digits-too-long"),
+        pytest.param("-1", None, id="negative"),
+        pytest.param(" 1", None, id="space"),
+        pytest.param("", None, id="empty"),
+    ],
+)
+def test_a_rank_is_ascii_digits_of_bounded_length_anything_else_no_rank(
+    value: str, rank: int | None
+) -> None:
+    """`"²".isdigit()` is True and `int("²")` raises: the rank parser crashed every
+    ungating pass on it. Now a strange index is no rank (the pod takes the first free slot)."""
+    p = {
+        "metadata": {
+            "name": "odd",
+            "annotations": {"batch.kubernetes.io/job-completion-index": value},
+        },
+        "spec": {"schedulingGates": [{"name": L.GATE_PLACEMENT}]},
+    }
+    assert pod_view(p, ["main"]).rank == rank
+    p["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": value}
+    assert pod_view(p, ["main"]).rank == rank

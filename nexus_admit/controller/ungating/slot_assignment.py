@@ -12,12 +12,14 @@ Pure: no kopf, no client.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
+from nexus_admit.kube.requests import pod_requests
 from nexus_admit.kube.reservations import ReservedSlot, parse_slot_key
 
 __all__ = ["INDEX_LABELS", "PodView", "assign_slots", "pod_view"]
@@ -33,6 +35,9 @@ INDEX_LABELS = (
     "training.kubeflow.org/replica-index",
 )
 INDEX_ANNOTATIONS = ("batch.kubernetes.io/job-completion-index",)
+# a rank is ASCII digits, at most 9 (no Job has a billion pods): "²" or "٣" pass
+# str.isdigit() and are no rank; such a pod takes the first free slot, like an unranked one
+_RANK = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +48,9 @@ class PodView:
     pod_set: str
     rank: int | None
     gated: bool  # carries our scheduling gate
-    slot: tuple[str, int] | None  # the slot it already holds (annotation)
+    slot: tuple[str, int] | None  # the slot it holds (annotation), None while gated
     active: bool  # not terminated, not being deleted
+    gpus: int = 0  # nvidia.com/gpu units it requests: it fits only a slot with as many
 
 
 def _rank(m: Mapping[str, Any], index_label: str | None) -> int | None:
@@ -54,8 +60,8 @@ def _rank(m: Mapping[str, Any], index_label: str | None) -> int | None:
     for source, names in ((labels, keys), (annotations, INDEX_ANNOTATIONS)):
         for k in names:
             v = source.get(k)
-            if v is not None and str(v).isdigit():
-                return int(str(v))
+            if isinstance(v, str) and _RANK.fullmatch(v):
+                return int(v)
     return None
 
 
@@ -68,13 +74,17 @@ def pod_view(
     gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
     pod_set = str(labels.get(KUEUE_PODSET_LABEL) or (pod_sets[0] if len(pod_sets) == 1 else ""))
     phase = (pod.get("status") or {}).get("phase")
+    gated = L.GATE_PLACEMENT in gates
     return PodView(
         name=str(m.get("name")),
         pod_set=pod_set,
         rank=_rank(m, index_label),
-        gated=L.GATE_PLACEMENT in gates,
-        slot=parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT)),
+        gated=gated,
+        # our pin sets the slot and lifts the gate in one patch: a gated pod's slot
+        # annotation was written by someone else and holds nothing
+        slot=None if gated else parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT)),
         active=phase not in ("Succeeded", "Failed") and not m.get("deletionTimestamp"),
+        gpus=pod_requests(pod, pod.get("spec")).gpus if gated else 0,
     )
 
 
@@ -84,7 +94,8 @@ def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict
     Slots held by active pods are taken; a slot whose pod terminated or was deleted is
     free again, for its replacement. Ranked pods first (their own index when free), then the
     others in name order, each the lowest free index of its pod set. Pods left over (more
-    pods than slots) get nothing and stay gated.
+    pods than slots) get nothing and stay gated, and so does a pod asking for more GPUs than
+    a slot holds.
     """
     free: dict[str, dict[int, ReservedSlot]] = {}
     for s in slots:
@@ -97,10 +108,16 @@ def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict
     out: dict[str, ReservedSlot] = {}
     for p in waiting:
         pool = free.get(p.pod_set, {})
-        if p.rank is not None and p.rank in pool:
+        if p.rank is not None and p.rank in pool and _fits(p, pool[p.rank]):
             out[p.name] = pool.pop(p.rank)
     for p in waiting:
         pool = free.get(p.pod_set, {})
-        if p.name not in out and pool:
-            out[p.name] = pool.pop(min(pool))
+        fitting = [i for i, s in pool.items() if _fits(p, s)]
+        if p.name not in out and fitting:
+            out[p.name] = pool.pop(min(fitting))
     return out
+
+
+def _fits(pod: PodView, slot: ReservedSlot) -> bool:
+    """A pod asking for more GPUs than the slot holds would take devices nobody reserved."""
+    return pod.gpus <= len(slot.gpus)

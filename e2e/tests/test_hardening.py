@@ -1,0 +1,113 @@
+"""Issue 28 on the real control plane: no tenant's object stops placement or ungating.
+
+Each test is one attack from the issue, made with ordinary objects a tenant may create, and
+checks that another gang beside it is still placed, ungated and Running, and that the odd
+object's owner is told (an Event) where it looks. Checked against the cluster's own
+objects, never the controller's view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import pytest
+from e2e_util import wait_for
+from kubernetes import client
+from test_controller import (
+    GATE,
+    H100,
+    INDEX,
+    PRODUCT,
+    SLOT,
+    job,
+    job_pods,
+    running,
+    wait_check,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
+
+
+def test_a_superscript_completion_index_stops_no_ungating(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """Item 2. Before: a NonIndexed Job whose template annotates job-completion-index "²"
+    made every ungating pass fail (`"²".isdigit()` and then `int("²")`), so a Gold Job
+    beside it stayed gated. Now "²" is no rank: both Jobs are ungated and Running."""
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(
+        ns,
+        job("odd", "nexus-gold", pods=1, gpus=8, indexed=False, annotations={INDEX: "²"}),
+    )
+    # the odd Job's pod is gated first, so each ungating pass meets it before the gold one
+    wait_check(custom_objects, ns, "odd", ("Ready",))
+    batch_v1.create_namespaced_job(ns, job("gold", "nexus-gold", pods=1, gpus=8))
+    wait_check(custom_objects, ns, "gold", ("Ready",))
+    (gold,) = wait_for("gold Running", lambda: running(core_v1, ns, "gold", 1), timeout=120)
+    assert gold.metadata.annotations[SLOT] == "main/0"
+    (odd,) = wait_for("odd Running", lambda: running(core_v1, ns, "odd", 1), timeout=120)
+    assert odd.metadata.annotations[INDEX] == "²"
+    assert odd.metadata.annotations[SLOT] == "main/0"  # unranked: the first free slot
+    for p in job_pods(core_v1, ns, "odd") + job_pods(core_v1, ns, "gold"):
+        assert GATE not in [g.name for g in p.spec.scheduling_gates or []]
+
+
+GPU_FRACTION = "scheduling.kubenexus.io/gpu-fraction"
+
+
+@pytest.fixture
+def other_namespace(core_v1):
+    name = f"e2e-tenant-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: core_v1.read_namespaced_service_account("default", name),
+        timeout=60,
+    )
+    yield name
+    with contextlib.suppress(client.ApiException):
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+def test_a_poisoned_pod_in_another_namespace_stops_no_placement(
+    nexus_namespace, other_namespace, core_v1, batch_v1, custom_objects
+):
+    """Item 1. Before: one bound pod anywhere annotated gpu-fraction=lol aborted the
+    snapshot of every pass; a 2 x 8-GPU Gold Job stayed Pending, nobody was told. Now the
+    pod is counted conservatively (its whole-GPU request: none) and told with an Event on
+    itself; the Gold Job beside it is placed and Running."""
+    h100 = sorted(
+        n.metadata.name
+        for n in core_v1.list_node().items
+        if (n.metadata.labels or {}).get(PRODUCT) == H100
+    )[0]
+    odd = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="odd", annotations={GPU_FRACTION: "lol"}),
+        spec=client.V1PodSpec(
+            node_name=h100,  # bound, as `kubectl run` and the scheduler would leave it
+            containers=[client.V1Container(name="c", image="registry.invalid/pause:e2e")],
+            tolerations=[client.V1Toleration(operator="Exists")],
+        ),
+    )
+    core_v1.create_namespaced_pod(other_namespace, odd)
+    wait_for(
+        "odd Running",
+        lambda: core_v1.read_namespaced_pod("odd", other_namespace).status.phase == "Running",
+        timeout=60,
+    )
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(ns, job("gold", "nexus-gold", pods=2, gpus=8, cpu="16"))
+    wait_check(custom_objects, ns, "gold", ("Ready",))
+    wait_for("gold Running", lambda: running(core_v1, ns, "gold", 2), timeout=120)
+
+    def skipped_event():
+        for e in core_v1.list_namespaced_event(other_namespace).items:
+            if e.reason == "ObjectSkipped" and e.involved_object.name == "odd":
+                return e
+        return None
+
+    told = wait_for("ObjectSkipped Event on the odd pod", skipped_event, timeout=60)
+    assert told.type == "Warning"
+    assert f"metadata.annotations[{GPU_FRACTION}]" in told.message
+    assert "'lol' is not a GPU share" in told.message

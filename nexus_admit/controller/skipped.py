@@ -1,0 +1,89 @@
+"""Objects a pass left out, told where their owners look.
+
+Who calls it: the placing pass (after every `dump.snapshot`, whose `skipped` lists the
+objects it could not read) and the ungater (a pod or a reservation it could not handle).
+One malformed object is left out of this pass and the pass goes on for everyone else; this
+module counts it (`nexus_admit_objects_skipped_total{kind,reason}`) and posts one Warning
+Event per object version: on the object itself (a Pod, a Node...), or on the Workload a
+reservation belongs to. A later version of the object (the field fixed, or broken anew) is
+reported again; the same version never twice, however many passes skip it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.events import post_event
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import Skipped
+
+__all__ = ["REASON", "report_skipped"]
+
+log = logging.getLogger("nexus_admit.skipped")
+
+REASON = "ObjectSkipped"  # the Events' reason
+# versions remembered as reported; beyond this the oldest are forgotten (a forgotten one
+# that is still skipped gets one more Event, which is harmless)
+_REMEMBERED = 4096
+
+# the group/version of the kinds an Event may be about, for its `regarding`
+_API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "Workload": L.KUEUE_GROUP_VERSION,
+    L.KIND_RESOURCE_RESERVATION: L.GROUP_VERSION,
+    "NodeResourceTopology": "topology.node.k8s.io/v1alpha2",
+    "ResourceSlice": "resource.k8s.io/v1",
+}
+
+
+def _regarding(ctx: Context, s: Skipped) -> tuple[Mapping[str, Any], str]:
+    """The object the Event is about, and the note's lead (who is left out, when the Event
+    is not on the object itself)."""
+    if s.owner:
+        kind, _, key = s.owner.partition(" ")
+        owner = ctx.store.get(kind, key)
+        if owner is not None:
+            return {"apiVersion": _API_VERSIONS.get(kind, ""), "kind": kind, **owner}, (
+                f"{s.ref} left out: "
+            )
+    stored = ctx.store.get(s.kind, f"{s.namespace}/{s.name}" if s.namespace else s.name)
+    obj = stored or {"metadata": {"name": s.name, "namespace": s.namespace, "uid": s.uid}}
+    return {"apiVersion": _API_VERSIONS.get(s.kind, ""), "kind": s.kind, **obj}, ""
+
+
+def report_skipped(ctx: Context, skipped: Iterable[Skipped], *, action: str = "Place",
+                   count: bool = True) -> None:
+    """Count every skipped object (`count`: once per placing pass, not again for the
+    capacity metrics' snapshot) and, once per object version, log it and post a Warning
+    Event where its owner looks (in the background: an Event never delays a pass)."""
+    for s in skipped:
+        if count:
+            ctx.metrics.objects_skipped.labels(s.kind, s.reason).inc()
+        seen = f"{s.kind}/{s.namespace}/{s.name}/{s.uid}/{s.resource_version}/{s.field}"
+        if seen in ctx.skipped_reported:
+            continue
+        ctx.skipped_reported[seen] = None
+        while len(ctx.skipped_reported) > _REMEMBERED:
+            del ctx.skipped_reported[next(iter(ctx.skipped_reported))]
+        where = f"field {s.field}: " if s.field else ""
+        log.warning("%s skipped this pass: %s%s", s.ref, where, s.message)
+        regarding, lead = _regarding(ctx, s)
+        note = f"{lead}{where}{s.message}; nexus-admit leaves it out until it is fixed"
+        ctx.background.spawn(
+            asyncio.to_thread(
+                post_event,
+                ctx.api,
+                regarding,
+                REASON,
+                note,
+                event_type="Warning",
+                now=ctx.clock(),
+                action=action,
+            ),
+            name="skipped-object-event",
+        )

@@ -1,0 +1,2 @@
+"""Ungating: gated pods of a reservation take their slots (`ungater`), rank by rank
+(`slot_assignment`)."""

@@ -1,0 +1,73 @@
+"""A malformed object anywhere never stops a pass (issue 28, item 1): the pass places the
+Workload beside it, counts the object in nexus_admit_objects_skipped_total and tells it once
+per version with an Event on the object, or on the Workload of a reservation (a unit test
+over `FakeApi`; e2e/tests/test_hardening.py does the same on the real control plane)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nexus_admit.controller.loop.cycle import reconcile
+
+from nexus_admit.kube import labels as L
+from tests.controller.test_placing import check_of, cluster, controller, pending, watch
+from tests.kube.kube_factories import pod, reservation
+
+
+def skipped_total(ctx: object, kind: str, reason: str) -> float:
+    value = ctx.metrics.registry.get_sample_value(  # type: ignore[attr-defined]
+        "nexus_admit_objects_skipped_total", {"kind": kind, "reason": reason}
+    )
+    return value or 0.0
+
+
+def passes(ctx: object, n: int) -> None:
+    async def run() -> None:
+        for _ in range(n):
+            await reconcile(ctx)  # type: ignore[arg-type]
+        await ctx.background.drain()  # type: ignore[attr-defined]
+
+    asyncio.run(run())
+
+
+def test_a_poisoned_pod_in_another_namespace_stops_no_placement_and_is_told_once() -> None:
+    """Before: `gpu-fraction: lol` on any bound pod aborted the snapshot of every pass
+    ("cannot build the cluster snapshot, no placement this pass") and nobody was told."""
+    api = cluster(pending("w", pods=2, gpus=8))
+    odd = pod("odd", "n0", namespace="tenant-b", annotations={L.ANN_GPU_FRACTION: "lol"})
+    odd["metadata"]["uid"] = "uid-odd"
+    api.put(odd)
+    ctx, _ = controller(api)
+    passes(ctx, 1)
+    assert check_of(api, "w")["state"] == "Ready"
+    api.put(pending("w2", pods=1, gpus=8))  # a second pass, the same pod version
+    watch(ctx, api)
+    passes(ctx, 1)
+    assert check_of(api, "w2")["state"] == "Ready"
+    events = [e for e in api.list("Event")[0] if e["reason"] == "ObjectSkipped"]
+    assert len(events) == 1, events
+    (e,) = events
+    assert e["type"] == "Warning"
+    assert e["regarding"]["kind"] == "Pod" and e["regarding"]["name"] == "odd"
+    assert e["metadata"]["namespace"] == "tenant-b"
+    assert f"field metadata.annotations[{L.ANN_GPU_FRACTION}]" in e["note"]
+    assert skipped_total(ctx, "Pod", "counted-whole") == 2
+
+
+def test_a_broken_reservation_is_told_on_its_workload_and_its_node_left_out() -> None:
+    api = cluster(pending("w", pods=2, gpus=8))
+    other = pending("other", pods=1, gpus=8)
+    other["status"]["admissionChecks"][0]["state"] = "Ready"
+    api.put(other)
+    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], gpu_share="lots"))
+    ctx, _ = controller(api)
+    passes(ctx, 1)
+    assert check_of(api, "w")["state"] == "Ready"
+    (rr,) = [
+        r for r in api.list(L.KIND_RESOURCE_RESERVATION)[0] if r["metadata"]["name"] != "other-rr"
+    ]
+    assert {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]} == {"n1", "n2"}
+    (e,) = [e for e in api.list("Event")[0] if e["reason"] == "ObjectSkipped"]
+    assert e["regarding"]["kind"] == "Workload" and e["regarding"]["name"] == "other"
+    assert "ResourceReservation default/other-rr left out" in e["note"]
+    assert "spec.podSets[0].gpuShare" in e["note"]
