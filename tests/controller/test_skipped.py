@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 
 from nexus_admit.controller.loop.cycle import reconcile
-
 from nexus_admit.kube import labels as L
 from tests.controller.test_placing import check_of, cluster, controller, pending, watch
 from tests.kube.kube_factories import pod, reservation

@@ -287,7 +287,6 @@ def _a_pass_beside(objects: list[Any]) -> dict[str, Any]:
     """One controller pass over a store holding `objects` (fuzzed) beside a well-formed Node
     and a well-formed Workload waiting on our check; the Workload's check entry after it."""
     from nexus_admit.controller.loop.cycle import reconcile
-
     from nexus_admit.controller.store import WATCHED_KINDS
     from nexus_admit.placement.policies import make_policy
     from tests.kube.kube_factories import admission_check

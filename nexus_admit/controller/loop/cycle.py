@@ -36,7 +36,6 @@ from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier,
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
 from nexus_admit.controller.loop.record import PassRecord
-from nexus_admit.controller.loop.writes import WritePipeline
 from nexus_admit.controller.owners import (
     OWNER_KIND,
     fetch_owner_jobs,
@@ -44,6 +43,7 @@ from nexus_admit.controller.owners import (
     prune_owner_jobs,
 )
 from nexus_admit.controller.skipped import report_skipped
+from nexus_admit.controller.writes import WritePipeline
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key

@@ -20,13 +20,6 @@ from nexus_admit.controller.loop.record import (
     drain_reservation_keys,
     ledger_holds,
 )
-from nexus_admit.controller.loop.writes import (
-    answer,
-    assume,
-    commit,
-    placement_of,
-    settle,
-)
 from nexus_admit.controller.outcome import passthrough, placed, rejected_input, unplaced
 from nexus_admit.controller.preemption.apply import (
     apply_drain,
@@ -43,6 +36,13 @@ from nexus_admit.controller.preemption.victims import (
     preempted_victims,
     progress,
     running_gangs,
+)
+from nexus_admit.controller.writes import (
+    answer,
+    assume,
+    commit,
+    placement_of,
+    settle,
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key

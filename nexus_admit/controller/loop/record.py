@@ -11,7 +11,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.ledger import Assumed
-from nexus_admit.controller.loop.writes import WritePipeline
+from nexus_admit.controller.writes import WritePipeline
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.reservations import reservation_workload_key

@@ -14,7 +14,6 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.lifecycle import release
-from nexus_admit.controller.loop.writes import answer, keep_pending, reserve
 from nexus_admit.controller.outcome import CheckState, Outcome, clip
 from nexus_admit.controller.preemption.victims import (
     PreemptedVictim,
@@ -26,6 +25,7 @@ from nexus_admit.controller.preemption.victims import (
     victim_message,
     waiting_message,
 )
+from nexus_admit.controller.writes import answer, keep_pending, reserve
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.reservations import (
