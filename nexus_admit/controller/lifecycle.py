@@ -29,7 +29,7 @@ from typing import Any
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.outcome import CheckState, Outcome
+from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta, object_key
@@ -359,13 +359,7 @@ async def _retry(
     write failed (tried again next pass)."""
     for check in checks:
         if current_entry(workload, check):
-            outcome = Outcome(
-                CheckState.RETRY,
-                message,
-                "PlacementRetry",
-                "Warning",
-                requeue_after_seconds=ctx.options.retry_seconds,
-            )
+            outcome = retry(message, ctx.options.retry_seconds)
             try:
                 await write_check(ctx, workload, check, outcome)
             except Exception as e:

@@ -25,6 +25,7 @@ __all__ = [
     "passthrough",
     "placed",
     "rejected_input",
+    "retry",
     "retry_backoff_seconds",
     "unplaced",
 ]
@@ -146,3 +147,10 @@ def passthrough(pod_sets: Sequence[str]) -> Outcome:
         ),
         "Placed",
     )
+
+
+def retry(message: str, after_seconds: int, reason: str = "PlacementRetry") -> Outcome:
+    """Back through Retry (Kueue releases the quota and requeues after `after_seconds`):
+    a Warning, since something the user or admin may act on stopped the placement."""
+    return Outcome(CheckState.RETRY, message, reason, "Warning",
+                   requeue_after_seconds=after_seconds)

@@ -30,6 +30,7 @@ from nexus_admit.controller.outcome import (
     Outcome,
     clip,
     placed,
+    retry,
     retry_backoff_seconds,
 )
 from nexus_admit.kube import labels as L
@@ -319,14 +320,9 @@ async def answer_refused(
     instead of a pass that solves again for ever."""
     retries = int(current_entry(workload, check).get("retryCount") or 0)
     after = retry_backoff_seconds(retries, ctx.options.retry_seconds)
-    await answer(ctx, workload, check, Outcome(
-        CheckState.RETRY,
+    await answer(ctx, workload, check, retry(
         clip(f"placed, but the apiserver refused its ResourceReservation ({refusal}); "
-             f"retry in {after}s"),
-        "PlacementRetry",
-        "Warning",
-        requeue_after_seconds=after,
-    ))
+             f"retry in {after}s"), after))
 
 
 async def keep_pending(

@@ -14,7 +14,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.lifecycle import release
-from nexus_admit.controller.outcome import CheckState, Outcome, clip
+from nexus_admit.controller.outcome import clip, retry
 from nexus_admit.controller.preemption.victims import (
     PreemptedVictim,
     announce,
@@ -227,14 +227,10 @@ async def preemption_done(
         ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)
         ctx.metrics.preemptions.labels("given-up").inc()
         grace = config.preemption.grace_period_seconds
-        await answer(ctx, workload, check, Outcome(
-            CheckState.RETRY,
+        await answer(ctx, workload, check, retry(
             clip(f"preemption given up: {state.left} evicted Workload(s) still held capacity "
                  f"after gracePeriodSeconds {grace:.0f}; reservation {rr_key} released"),
-            "PlacementRetry",
-            "Warning",
-            requeue_after_seconds=ctx.options.retry_seconds,
-        ))
+            ctx.options.retry_seconds))
         return False
     explanation = child(child(rr, "spec"), "decision").get("explanation")
     plan_text = str(explanation[-1]) if isinstance(explanation, list) and explanation else ""

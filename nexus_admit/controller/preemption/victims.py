@@ -37,7 +37,7 @@ from typing import Any
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.outcome import CheckState, Outcome, clip
+from nexus_admit.controller.outcome import CheckState, clip, retry
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import pod_is_active
 from nexus_admit.kube.dump import ClusterDump
@@ -188,13 +188,7 @@ async def evict(
     for check in sorted(ctx.checks):
         if current_entry(victim, check).get("state") != CheckState.READY.value:
             continue
-        outcome = Outcome(
-            CheckState.RETRY,
-            message,
-            "PlacementPreempted",
-            "Warning",
-            requeue_after_seconds=ctx.options.retry_seconds,
-        )
+        outcome = retry(message, ctx.options.retry_seconds, "PlacementPreempted")
         try:
             await write_check(ctx, victim, check, outcome)
         except Exception as e:  # ApiException, OSError, urllib3's own
