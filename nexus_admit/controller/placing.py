@@ -79,6 +79,7 @@ from nexus_admit.controller.preemption import (
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.kueue import KueueIndex, tas_pod_sets, tier_claims, workload_tier
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
@@ -88,7 +89,6 @@ from nexus_admit.kube.reservations import (
     reservation_slots,
     reservation_workload_key,
 )
-from nexus_admit.kube.workload import KueueIndex, tas_pod_sets, tier_claims, workload_tier
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
