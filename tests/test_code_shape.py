@@ -20,6 +20,10 @@ ALLOWED = frozenset({
     "sim/replay.py",
     "kube/cluster.py",
 })
+# functions that are data tables (issue 27: "data tables aside"): (module, function)
+DATA_TABLES = frozenset({
+    ("kube/crds.py", "resource_reservation_crd"),  # the CRD's OpenAPI schema, one literal
+})
 
 
 def _modules() -> list[Path]:
@@ -39,7 +43,7 @@ def long_functions() -> list[str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 first = min([node.lineno] + [d.lineno for d in node.decorator_list])
                 lines = (node.end_lineno or node.lineno) - first + 1
-                if lines > MAX_FUNCTION_LINES:
+                if lines > MAX_FUNCTION_LINES and (_name(path), node.name) not in DATA_TABLES:
                     out.append(f"{_name(path)}:{node.lineno} {node.name} ({lines} lines)")
     return out
 
