@@ -258,9 +258,8 @@ def wait_killed(nc, timeout: float = 120) -> float:
     return time.monotonic()
 
 
-def restart_and_wait_answered(nc, custom, core, ns: str, what: str) -> float:
-    t0 = time.monotonic()
-    nc.start()
+def wait_answered(custom, core, ns: str, what: str, timeout: float) -> None:
+    """`wait_for` every Workload of `ns` answered; on time-out the message lists those left."""
     problems: list[str] = []
 
     def done() -> bool:
@@ -268,9 +267,15 @@ def restart_and_wait_answered(nc, custom, core, ns: str, what: str) -> float:
         return not problems
 
     try:
-        wait_for(f"{what}: every Workload answered after the restart", done, timeout=60)
+        wait_for(what, done, timeout=timeout)
     except AssertionError as e:
         raise AssertionError(f"{e}\nunanswered: {problems}") from None
+
+
+def restart_and_wait_answered(nc, custom, core, ns: str, what: str) -> float:
+    t0 = time.monotonic()
+    nc.start()
+    wait_answered(custom, core, ns, f"{what}: every Workload answered after the restart", 60)
     return time.monotonic() - t0
 
 
@@ -549,16 +554,9 @@ def test_control_plane_restarted_mid_burst_the_controller_reconnects_and_loses_n
         timeout=90,
     )
     t0 = time.monotonic()
-    problems: list[str] = []
-
-    def done() -> bool:
-        problems[:] = unanswered(custom_objects, core_v1, ns)
-        return not problems
-
-    try:
-        wait_for(f"every Workload answered after the {component} restart", done, timeout=120)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\nunanswered: {problems}") from None
+    wait_answered(
+        custom_objects, core_v1, ns, f"every Workload answered after the {component} restart", 120
+    )
     latency = time.monotonic() - t0
     assert controller.proc.poll() is None and controller.proc.pid == pid, "no restart of its own"
     wait_for(

@@ -35,7 +35,7 @@ from test_faults import (
     assert_invariants,
     settle_other_namespaces,
     submit_burst,
-    unanswered,
+    wait_answered,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420, func_only=True)]
@@ -202,16 +202,11 @@ def test_leader_killed_mid_burst_the_follower_takes_over_and_nothing_is_lost(
     # (it cannot know a died), and takes it within a few retries after that
     assert handover <= LEASE_SECONDS + 4 * RETRY_SECONDS + 5, f"handover took {handover:.1f}s"
 
-    problems: list[str] = []
-
-    def done() -> bool:
-        problems[:] = unanswered(custom_objects, core_v1, ns)
-        return not problems
-
     try:
-        wait_for("every Workload answered after the handover", done, timeout=120)
+        what = "every Workload answered after the handover"
+        wait_answered(custom_objects, core_v1, ns, what, 120)
     except AssertionError as e:
-        raise AssertionError(f"{e}\nunanswered: {problems}\n{b.log_tail(30)}") from None
+        raise AssertionError(f"{e}\n{b.log_tail(30)}") from None
     t_all = time.monotonic() - t_kill
     assert_invariants(custom_objects, core_v1, ns)
     admitted = sum(condition(w, "Admitted") == "True" for w in all_workloads(custom_objects, ns))

@@ -34,8 +34,8 @@ from rich.table import Table
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump, DumpError, load_dump, load_objects
 from nexus_admit.kube.errors import TranslationError, object_key
+from nexus_admit.kube.kueue import admission_order_key
 from nexus_admit.kube.translate import placement_config_from_object
-from nexus_admit.kube.workload import admission_order_key
 from nexus_admit.model import Placement, PlacementConfig
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.sequence import OrderedPlacer

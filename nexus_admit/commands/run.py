@@ -2,7 +2,7 @@
 
     nexus-admit run [--kubeconfig FILE] [--dry-run] [--webhook-cert F --webhook-key F |
                     --no-webhook] [--webhook-port 9443] [--health-port 8080]
-                    [--leader-elect [--lease-namespace NS]] ...
+                    [--leader-elect [--lease-namespace NS]] [--tick-seconds 5] ...
 
 Every flag has an environment variable (NEXUS_*), for the chart. Bad options stop it at
 once with the flag to fix and exit code 2.
@@ -22,101 +22,130 @@ __all__ = ["register", "run"]
 
 EXIT_OPTIONS = 2
 
+# Every default is RunOptions's: the flags below only say how each is spelt and explained.
+_D = RunOptions()
+
+_Kubeconfig = Annotated[
+    str | None,
+    typer.Option(envvar="KUBECONFIG", help="kubeconfig file; default in-cluster config."),
+]
+_DryRun = Annotated[
+    bool, typer.Option("--dry-run", envvar="NEXUS_DRY_RUN", help="Decide and log; write nothing.")
+]
+_Webhook = Annotated[
+    bool,
+    typer.Option("--webhook/--no-webhook", envvar="NEXUS_WEBHOOK", help="Serve the pod webhook."),
+]
+_WebhookAddr = Annotated[str, typer.Option(envvar="NEXUS_WEBHOOK_ADDR")]
+_WebhookPort = Annotated[int, typer.Option(envvar="NEXUS_WEBHOOK_PORT")]
+_WebhookCert = Annotated[
+    str | None, typer.Option(envvar="NEXUS_WEBHOOK_CERT", help="PEM serving certificate.")
+]
+_WebhookKey = Annotated[
+    str | None, typer.Option(envvar="NEXUS_WEBHOOK_KEY", help="PEM private key.")
+]
+_CertCheckSeconds = Annotated[
+    float,
+    typer.Option(
+        envvar="NEXUS_WEBHOOK_CERT_CHECK_SECONDS",
+        help="How often to check the cert/key files; a new pair is served without a restart.",
+    ),
+]
+_HealthAddr = Annotated[str, typer.Option(envvar="NEXUS_HEALTH_ADDR")]
+_HealthPort = Annotated[
+    int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
+]
+_Policy = Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement policy.")]
+_ResyncSeconds = Annotated[
+    float, typer.Option(envvar="NEXUS_RESYNC_SECONDS", help="Full re-list of every watched kind.")
+]
+_TickSeconds = Annotated[
+    float,
+    typer.Option(
+        envvar="NEXUS_TICK_SECONDS",
+        help="The longest the loop sleeps without an event (expiries, holds); 0.1 to 60.",
+    ),
+]
+_RetrySeconds = Annotated[
+    int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
+]
+_LogLevel = Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")]
+_LeaderElect = Annotated[
+    bool,
+    typer.Option(
+        "--leader-elect/--no-leader-elect",
+        envvar="NEXUS_LEADER_ELECT",
+        help="Act only while holding a Lease (run two replicas safely).",
+    ),
+]
+_LeaseName = Annotated[
+    str, typer.Option(envvar="NEXUS_LEASE_NAME", help="Name of the leader Lease.")
+]
+_LeaseNamespace = Annotated[
+    str | None,
+    typer.Option(
+        envvar="NEXUS_NAMESPACE",
+        help="Namespace of the leader Lease; default: the pod's own namespace.",
+    ),
+]
+_LeaderIdentity = Annotated[
+    str | None,
+    typer.Option(envvar="NEXUS_LEADER_IDENTITY", help="Holder identity; default hostname_pid."),
+]
+_LeaseSeconds = Annotated[float, typer.Option(envvar="NEXUS_LEASE_SECONDS")]
+_RenewDeadlineSeconds = Annotated[float, typer.Option(envvar="NEXUS_RENEW_DEADLINE_SECONDS")]
+_LeaseRetrySeconds = Annotated[float, typer.Option(envvar="NEXUS_LEASE_RETRY_SECONDS")]
+_QueueGateConfigMap = Annotated[
+    str | None,
+    typer.Option(
+        envvar="NEXUS_QUEUE_GATE_CONFIGMAP",
+        help="NAMESPACE/NAME of the ConfigMap the pod gate policy reads: kept listing the "
+        "LocalQueues whose ClusterQueue uses our check. Unset: not maintained.",
+    ),
+]
+_DegradedAfterSeconds = Annotated[
+    float,
+    typer.Option(
+        envvar="NEXUS_DEGRADED_AFTER_SECONDS",
+        help="With --leader-elect: after this many seconds without any leader, a "
+        "follower marks our AdmissionChecks Active=False with the reason. 0: never.",
+    ),
+]
+_Fault = Annotated[
+    str | None,
+    typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
+]
+
 
 def run(
-    kubeconfig: Annotated[
-        str | None,
-        typer.Option(envvar="KUBECONFIG", help="kubeconfig file; default in-cluster config."),
-    ] = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", envvar="NEXUS_DRY_RUN", help="Decide and log; write nothing."),
-    ] = False,
-    webhook: Annotated[
-        bool,
-        typer.Option(
-            "--webhook/--no-webhook", envvar="NEXUS_WEBHOOK", help="Serve the pod webhook."
-        ),
-    ] = True,
-    webhook_addr: Annotated[str, typer.Option(envvar="NEXUS_WEBHOOK_ADDR")] = "0.0.0.0",
-    webhook_port: Annotated[int, typer.Option(envvar="NEXUS_WEBHOOK_PORT")] = 9443,
-    webhook_cert: Annotated[
-        str | None, typer.Option(envvar="NEXUS_WEBHOOK_CERT", help="PEM serving certificate.")
-    ] = None,
-    webhook_key: Annotated[
-        str | None, typer.Option(envvar="NEXUS_WEBHOOK_KEY", help="PEM private key.")
-    ] = None,
-    webhook_cert_check_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="NEXUS_WEBHOOK_CERT_CHECK_SECONDS",
-            help="How often to check the cert/key files; a new pair is served without a restart.",
-        ),
-    ] = 10.0,
-    health_addr: Annotated[str, typer.Option(envvar="NEXUS_HEALTH_ADDR")] = "0.0.0.0",
-    health_port: Annotated[
-        int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
-    ] = 8080,
-    policy: Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement policy.")] = "nexus",
-    resync_seconds: Annotated[float, typer.Option(envvar="NEXUS_RESYNC_SECONDS")] = 60.0,
-    retry_seconds: Annotated[
-        int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
-    ] = 15,
-    log_level: Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")] = "INFO",
-    leader_elect: Annotated[
-        bool,
-        typer.Option(
-            "--leader-elect/--no-leader-elect",
-            envvar="NEXUS_LEADER_ELECT",
-            help="Act only while holding a Lease (run two replicas safely).",
-        ),
-    ] = False,
-    lease_name: Annotated[
-        str, typer.Option(envvar="NEXUS_LEASE_NAME", help="Name of the leader Lease.")
-    ] = "nexus-admit",
-    lease_namespace: Annotated[
-        str | None,
-        typer.Option(
-            envvar="NEXUS_NAMESPACE",
-            help="Namespace of the leader Lease; default: the pod's own namespace.",
-        ),
-    ] = None,
-    leader_identity: Annotated[
-        str | None,
-        typer.Option(envvar="NEXUS_LEADER_IDENTITY", help="Holder identity; default hostname_pid."),
-    ] = None,
-    lease_seconds: Annotated[float, typer.Option(envvar="NEXUS_LEASE_SECONDS")] = 15.0,
-    renew_deadline_seconds: Annotated[
-        float, typer.Option(envvar="NEXUS_RENEW_DEADLINE_SECONDS")
-    ] = 10.0,
-    lease_retry_seconds: Annotated[float, typer.Option(envvar="NEXUS_LEASE_RETRY_SECONDS")] = 2.0,
-    queue_gate_configmap: Annotated[
-        str | None,
-        typer.Option(
-            envvar="NEXUS_QUEUE_GATE_CONFIGMAP",
-            help="NAMESPACE/NAME of the ConfigMap the pod gate policy reads: kept listing the "
-            "LocalQueues whose ClusterQueue uses our check. Unset: not maintained.",
-        ),
-    ] = None,
-    degraded_after_seconds: Annotated[
-        float,
-        typer.Option(
-            envvar="NEXUS_DEGRADED_AFTER_SECONDS",
-            help="With --leader-elect: after this many seconds without any leader, a "
-            "follower marks our AdmissionChecks Active=False with the reason. 0: never.",
-        ),
-    ] = 60.0,
-    fault: Annotated[
-        str | None,
-        typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
-    ] = None,
+    kubeconfig: _Kubeconfig = _D.kubeconfig,
+    dry_run: _DryRun = _D.dry_run,
+    webhook: _Webhook = _D.webhook,
+    webhook_addr: _WebhookAddr = _D.webhook_addr,
+    webhook_port: _WebhookPort = _D.webhook_port,
+    webhook_cert: _WebhookCert = _D.webhook_cert,
+    webhook_key: _WebhookKey = _D.webhook_key,
+    webhook_cert_check_seconds: _CertCheckSeconds = _D.webhook_cert_check_seconds,
+    health_addr: _HealthAddr = _D.health_addr,
+    health_port: _HealthPort = _D.health_port,
+    policy: _Policy = _D.policy,
+    resync_seconds: _ResyncSeconds = _D.resync_seconds,
+    tick_seconds: _TickSeconds = _D.tick_seconds,
+    retry_seconds: _RetrySeconds = _D.retry_seconds,
+    log_level: _LogLevel = _D.log_level,
+    leader_elect: _LeaderElect = _D.leader_elect,
+    lease_name: _LeaseName = _D.lease_name,
+    lease_namespace: _LeaseNamespace = _D.lease_namespace,
+    leader_identity: _LeaderIdentity = _D.leader_identity,
+    lease_seconds: _LeaseSeconds = _D.lease_seconds,
+    renew_deadline_seconds: _RenewDeadlineSeconds = _D.renew_deadline_seconds,
+    lease_retry_seconds: _LeaseRetrySeconds = _D.lease_retry_seconds,
+    queue_gate_configmap: _QueueGateConfigMap = _D.queue_gate_configmap,
+    degraded_after_seconds: _DegradedAfterSeconds = _D.degraded_after_seconds,
+    fault: _Fault = _D.fault,
 ) -> None:
     """Run the admission controller: place Workloads waiting on the nexus AdmissionCheck."""
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    for noisy in ("kopf", "aiohttp.access", "urllib3"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    _configure_logging(log_level)
     try:
         options = RunOptions(
             kubeconfig=kubeconfig,
@@ -131,6 +160,7 @@ def run(
             health_port=health_port,
             policy=policy,
             resync_seconds=resync_seconds,
+            tick_seconds=tick_seconds,
             retry_seconds=retry_seconds,
             log_level=log_level,
             leader_elect=leader_elect,
@@ -147,12 +177,27 @@ def run(
     except OptionsError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_OPTIONS) from None
+    _serve(options)
+
+
+def _configure_logging(log_level: str) -> None:
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("kopf", "aiohttp.access", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def _serve(options: RunOptions) -> None:
+    """Check the policy, then run the operator until it stops; start-up failures a flag
+    can fix exit 2 naming the flag."""
     from nexus_admit.controller.operator import run as run_operator
     from nexus_admit.placement.policies import policy_names
 
-    if policy not in policy_names():
+    if options.policy not in policy_names():
         typer.echo(
-            f"error: --policy {policy}: unknown (known: {', '.join(policy_names())})", err=True
+            f"error: --policy {options.policy}: unknown (known: {', '.join(policy_names())})",
+            err=True,
         )
         raise typer.Exit(EXIT_OPTIONS)
     from nexus_admit.controller.webhook.thread import WebhookStartError

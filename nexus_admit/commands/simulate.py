@@ -12,7 +12,7 @@ package unless `--data` / `$NEXUS_ADMIT_DATA` names another directory.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
@@ -25,11 +25,11 @@ from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.data import DATA_ENV, csv_path, packaged_data
 from nexus_admit.sim.openb import NODE_LIST, TRACES, OpenbRun, pod_list
+from nexus_admit.sim.openb_report import write_openb_report
 from nexus_admit.sim.report import (
     paired_summary,
     replay_table,
     replay_table_title,
-    write_openb_report,
     write_replay_report,
 )
 from nexus_admit.sim.study import (
@@ -181,64 +181,13 @@ def simulate(
         mix = _mix(replay_mix)
         weights = _weights(replay_weights)
         _require(data_dir, rp.FABRIC, "the replay's fabric")
-        name = f"h{replay_hosts}-j{replay_jobs}"
-        if mix != rp.ReplayScenario().mix:
-            name += "-mix" + "-".join(f"{m:g}" for m in mix)
-        if replay_load != rp.ReplayScenario().load:
-            name += f"-load{replay_load:g}"
-        if weights:
-            name += "-" + "-".join(f"{k}{v}" for k, v in weights)
-        if replay_locality_wait != rp.REPLAY_LOCALITY_WAIT_SECONDS:
-            name += f"-wait{replay_locality_wait:g}s"
-        scenarios = [rp.ReplayScenario(name=name, seed=s, hosts=replay_hosts, jobs=replay_jobs,
-                                       load=replay_load, mix=mix, weights=weights,
-                                       locality_wait_seconds=replay_locality_wait)
-                     for s in parse_seeds(replay_seeds)]
-        rpolicies = _split(replay_policies)
-        n_tasks = len(scenarios) * len(rpolicies)
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                      console=console) as progress:
-            bar = progress.add_task("gang replays", total=n_tasks, last="")
-
-            def rtick(done: int, _total: int, r: rp.ReplayResult) -> None:
-                progress.update(bar, completed=done, last=f"{r.policy}/{r.seed}")
-
-            results = rp.run_replays(rpolicies, scenarios, data_dir, workers, rtick)
-        comparison = rp.compare(results)
-        header, body = replay_table(results)
-        rtable = Table(title=replay_table_title(results))
-        for col in header:
-            rtable.add_column(col, justify="left" if col == "metric" else "right")
-        for row in body:
-            rtable.add_row(*row)
-        console.print(rtable)
-        per_seed = []
-        for scn in scenarios:
-            rows = [c for c in comparison if c["seed"] == scn.seed]
-            per_seed.append(f"{sum(1 for c in rows if c['ours_best'])} (seed {scn.seed})")
-        n_metrics = sum(1 for c in comparison if c["seed"] == scenarios[0].seed)
-        console.print(f"nexus best on, of {n_metrics} replay metrics: " + ", ".join(per_seed))
-        if len(scenarios) > 1:
-            means = rp.compare(results, across_seeds=True)
-            lost = [escape(f"{c['metric']} ({', '.join(c['best'])})") for c in means
-                    if not c["ours_best"]]
-            console.print(f"mean over {len(scenarios)} seeds: nexus best on "
-                          f"{len(means) - len(lost)} of {len(means)}; not best on: "
-                          + ("; ".join(lost) or "none"))
-            summary = paired_summary(means)
-            console.print(
-                "paired per seed, 95 % interval: nexus "
-                + "; ".join(f"{key} on {len(summary[key])}" for key in
-                            ("ahead of all", "within noise", "behind", "tie") if key in summary)
-                + (": behind on " + escape("; ".join(summary["behind"]))
-                   if "behind" in summary else ""))
-            comparison += means
-        if report is not None:
-            meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
-            path = write_replay_report(results, comparison, report, meta,
-                                       rp.MODEL_NOTES)
-            notes.append(f"Gang replay: [{path.name}]({path.name})")
+        scenarios = _replay_scenarios(
+            parse_seeds(replay_seeds), replay_hosts, replay_jobs, replay_load, mix, weights,
+            replay_locality_wait,
+        )
+        notes += _gang_replay(
+            console, scenarios, _split(replay_policies), data_dir, workers, report
+        )
     if not openb:
         if report is not None:
             _print_report(console, report)
@@ -252,13 +201,107 @@ def simulate(
     for relative in (NODE_LIST, *(pod_list(t) for t in traces)):
         _require(data_dir, relative, "openb")
     seed_list = parse_seeds(seeds)
-    policy_list = _split(policies)
     seeds_for = {"nexus": parse_seeds(nexus_seeds)} if nexus_seeds else {}
-    spec = StudySpec(traces, policy_list, seed_list, data_dir, workers, nodes, seeds_for)
+    spec = StudySpec(traces, _split(policies), seed_list, data_dir, workers, nodes, seeds_for)
+    _openb_study(console, spec, report, notes)
+
+
+def _replay_scenarios(
+    seeds: list[int],
+    hosts: int,
+    jobs: int,
+    load: float,
+    mix: tuple[float, float, float],
+    weights: tuple[tuple[str, int], ...],
+    locality_wait: float,
+) -> list[rp.ReplayScenario]:
+    """One scenario per seed, named after what differs from the default scenario."""
+    name = f"h{hosts}-j{jobs}"
+    if mix != rp.ReplayScenario().mix:
+        name += "-mix" + "-".join(f"{m:g}" for m in mix)
+    if load != rp.ReplayScenario().load:
+        name += f"-load{load:g}"
+    if weights:
+        name += "-" + "-".join(f"{k}{v}" for k, v in weights)
+    if locality_wait != rp.REPLAY_LOCALITY_WAIT_SECONDS:
+        name += f"-wait{locality_wait:g}s"
+    return [rp.ReplayScenario(name=name, seed=s, hosts=hosts, jobs=jobs, load=load, mix=mix,
+                              weights=weights, locality_wait_seconds=locality_wait)
+            for s in seeds]
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=console)
+
+
+def _gang_replay(
+    console: Console,
+    scenarios: list[rp.ReplayScenario],
+    rpolicies: list[str],
+    data_dir: Path,
+    workers: int,
+    report: Path | None,
+) -> list[str]:
+    """Run and print the gang replay (and write its report): the notes for the openb
+    report."""
+    with _progress(console) as progress:
+        bar = progress.add_task("gang replays", total=len(scenarios) * len(rpolicies), last="")
+
+        def rtick(done: int, _total: int, r: rp.ReplayResult) -> None:
+            progress.update(bar, completed=done, last=f"{r.policy}/{r.seed}")
+
+        results = rp.run_replays(rpolicies, scenarios, data_dir, workers, rtick)
+    comparison = rp.compare(results)
+    header, body = replay_table(results)
+    rtable = Table(title=replay_table_title(results))
+    for col in header:
+        rtable.add_column(col, justify="left" if col == "metric" else "right")
+    for row in body:
+        rtable.add_row(*row)
+    console.print(rtable)
+    per_seed = []
+    for scn in scenarios:
+        rows = [c for c in comparison if c["seed"] == scn.seed]
+        per_seed.append(f"{sum(1 for c in rows if c['ours_best'])} (seed {scn.seed})")
+    n_metrics = sum(1 for c in comparison if c["seed"] == scenarios[0].seed)
+    console.print(f"nexus best on, of {n_metrics} replay metrics: " + ", ".join(per_seed))
+    if len(scenarios) > 1:
+        comparison += _print_means(console, results, len(scenarios))
+    if report is None:
+        return []
+    meta = {"scenarios": [vars(s) for s in scenarios], "policies": rpolicies}
+    path = write_replay_report(results, comparison, report, meta, rp.MODEL_NOTES)
+    return [f"Gang replay: [{path.name}]({path.name})"]
+
+
+def _print_means(
+    console: Console, results: list[rp.ReplayResult], n_seeds: int
+) -> list[dict[str, Any]]:
+    """Print where nexus is best on the means over seeds, and the paired verdicts; the
+    rows of the means."""
+    means = rp.compare(results, across_seeds=True)
+    lost = [escape(f"{c['metric']} ({', '.join(c['best'])})") for c in means
+            if not c["ours_best"]]
+    console.print(f"mean over {n_seeds} seeds: nexus best on "
+                  f"{len(means) - len(lost)} of {len(means)}; not best on: "
+                  + ("; ".join(lost) or "none"))
+    summary = paired_summary(means)
+    console.print(
+        "paired per seed, 95 % interval: nexus "
+        + "; ".join(f"{key} on {len(summary[key])}" for key in
+                    ("ahead of all", "within noise", "behind", "tie") if key in summary)
+        + (": behind on " + escape("; ".join(summary["behind"]))
+           if "behind" in summary else ""))
+    return means
+
+
+def _openb_study(
+    console: Console, spec: StudySpec, report: Path | None, notes: list[str]
+) -> None:
+    """Run and print the openb study, and write its report."""
     total = len(spec.tasks())
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.fields[last]}"),
-                  console=console) as progress:
+    with _progress(console) as progress:
         bar = progress.add_task("openb runs", total=total, last="")
 
         def tick(done: int, _total: int, run: OpenbRun) -> None:
@@ -267,7 +310,22 @@ def simulate(
 
         result = run_study(spec, on_progress=tick)
     rows = result.table()
-    table = Table(title=f"openb GPU allocation ({total} runs, {result.seconds:.0f} s, "
+    _print_openb_table(console, rows, total, result.seconds, spec.node_fraction)
+    paired = paired_against(result.runs)
+    _print_paired(console, paired)
+    if report is not None:
+        meta = {"traces": spec.traces, "seeds": spec.seeds, "policies": spec.policies,
+                "runs": total, "seconds": result.seconds, "workers": spec.workers,
+                "node_fraction": spec.node_fraction,
+                "nexus_seeds": spec.seeds_for.get("nexus")}
+        write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
+        _print_report(console, report)
+
+
+def _print_openb_table(
+    console: Console, rows: list[dict[str, Any]], total: int, seconds: float, nodes: float
+) -> None:
+    table = Table(title=f"openb GPU allocation ({total} runs, {seconds:.0f} s, "
                         f"{nodes:.0%} of nodes)")
     for col in ("trace", "policy", "seeds", "@100 %", "paper", "@130 %", "paper", "failed",
                 "8-GPU nodes used", "of them partly idle", "s/run"):
@@ -290,7 +348,10 @@ def simulate(
     if nodes < 1:
         console.print("[dim]paper figures are for the full cluster (--nodes 1); "
                       "a node sample is not comparable to them[/dim]")
-    paired = paired_against(result.runs)
+
+
+def _print_paired(console: Console, paired: list[dict[str, Any]]) -> None:
+    """nexus − FGD per trace, seed by seed."""
     for t in dict.fromkeys(row["trace"] for row in paired):
         rows_t = [row for row in paired if row["trace"] == t]
         n = rows_t[0]["seeds"]
@@ -304,12 +365,6 @@ def simulate(
             + "; ".join(f"{row['metric']} {row['mean']:+g} ± {row['ci95']:g} "
                         f"({row['verdict']})" for row in rows_t),
             markup=False)
-    if report is not None:
-        meta = {"traces": traces, "seeds": seed_list, "policies": policy_list,
-                "runs": total, "seconds": result.seconds, "workers": workers,
-                "node_fraction": nodes, "nexus_seeds": seeds_for.get("nexus")}
-        write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
-        _print_report(console, report)
 
 
 def register(app: typer.Typer) -> None:

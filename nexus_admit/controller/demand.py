@@ -16,7 +16,7 @@ from typing import Any
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
-from nexus_admit.kube.workload import workload_template_requests
+from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.model import GPU_WHOLE
 
 __all__ = ["pending_demands", "pending_gpus_by_tier", "waiting_workloads"]

@@ -22,7 +22,11 @@ class Metrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
-        r = self.registry
+        self._placement_metrics(self.registry)
+        self._runtime_metrics(self.registry)
+
+    def _placement_metrics(self, r: CollectorRegistry) -> None:
+        """What placing decides and holds: solves, placements, reservations, GPUs, demand."""
         self.solve_seconds = Histogram(
             _P + "solve_seconds",
             "Engine time per placement, by outcome.",
@@ -60,6 +64,10 @@ class Metrics:
             ["tier"],
             registry=r,
         )
+
+    def _runtime_metrics(self, r: CollectorRegistry) -> None:
+        """The other steps and the runtime: ungating, the webhook, the loop and its passes,
+        preemption, relists, leadership, certificates, errors (registered in this order)."""
         self.ungate_seconds = Histogram(
             _P + "ungate_seconds",
             "Pod creation to the removal of the placement gate.",

@@ -22,22 +22,21 @@ from nexus_admit.kube.cluster import (
     topologies_from_objects,
 )
 from nexus_admit.kube.errors import Obj, TranslationError, object_key, object_ref
+from nexus_admit.kube.kueue import (
+    KueueIndex,
+    creation_key,
+    is_pending_on_check,
+    our_check_names,
+    tas_pod_sets,
+)
+from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.kube.requests import PodRequests, effective_requests, pod_requests
 from nexus_admit.kube.reservations import (
     reservation_is_live,
     reservation_object,
     reservation_workload_key,
 )
-from nexus_admit.kube.workload import (
-    KueueIndex,
-    classify_workload,
-    creation_key,
-    is_pending_on_check,
-    our_check_names,
-    tas_pod_sets,
-    workload_template_requests,
-    workload_to_gang,
-)
+from nexus_admit.kube.workload import classify_workload, workload_to_gang
 from nexus_admit.model import PlacementConfig
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Kueue v1beta2 Workloads → model Gangs, and which Workloads wait on the nexus check.
+"""Kueue v1beta2 Workloads → model Gangs (pod-spec parsing: kube/podspec.py; Kueue facts:
+kube/kueue.py).
 
 Tier: only from the ClusterQueue label `scheduling.kubenexus.io/tier` (ClusterQueue from
 `status.admission.clusterQueue`, else LocalQueue `spec.queueName` → `spec.clusterQueue`),
@@ -19,30 +20,47 @@ policy wins.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import gpu_fraction_milli
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
-    child,
     mapping,
     meta,
     object_key,
     object_ref,
     sequence,
 )
-from nexus_admit.kube.quantity import parse_memory_mib
+from nexus_admit.kube.kueue import (
+    KueueIndex,
+    admission_order_key,
+    creation_key,
+    flavor_constraints,
+    is_pending_on_check,
+    our_check_names,
+    tas_pod_sets,
+    tier_claims,
+    workload_tier,
+)
+from nexus_admit.kube.podspec import (
+    annotated_numa_policy,
+    annotated_workload_type,
+    gpu_share_milli,
+    node_affinity_terms,
+    node_selector,
+    tolerations,
+    topology_requests,
+    vram_per_gpu_mib,
+    workload_template_requests,
+)
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.model import (
-    GPU_WHOLE,
     Gang,
     Node,
-    NodeSelectorRequirement,
     NumaPolicy,
     PlacementConfig,
     PodSet,
@@ -50,6 +68,9 @@ from nexus_admit.model import (
     WorkloadType,
 )
 
+# KueueIndex and the rest below moved to kube/kueue.py and kube/podspec.py; they are named
+# here for the importers that other changes in flight still edit (kube/dump.py,
+# controller/webhook.py, controller/preemption.py): import them from their modules
 __all__ = [
     "OWNER_KINDS",
     "KueueIndex",
@@ -64,6 +85,7 @@ __all__ = [
     "workload_tier",
     "workload_to_gang",
 ]
+
 
 # ---------------------------------------------------------------- classification
 
@@ -133,8 +155,6 @@ _INFERENCE_COMPONENTS = frozenset({"inference", "predictor", "serving", "model-s
 _SERVICE_LABELS = ("pod-template-hash", "controller-revision-hash")
 
 _NUMA_RANK = {NumaPolicy.NONE: 0, NumaPolicy.PREFERRED: 1, NumaPolicy.SINGLE_NUMA_NODE: 2}
-_SELECTOR_OPS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
-_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 def _owner_kinds(workload: Obj) -> list[str]:
@@ -223,307 +243,6 @@ def _pod_total(workload: Obj) -> int:
     return total
 
 
-# ---------------------------------------------------------------- pending check
-
-
-def _conditions(workload: Obj) -> dict[str, str]:
-    out: dict[str, str] = {}
-    status = mapping(workload, workload.get("status"), "status")
-    for c in sequence(workload, status.get("conditions"), "status.conditions"):
-        if isinstance(c, Mapping) and c.get("type"):
-            out[str(c["type"])] = str(c.get("status", ""))
-    return out
-
-
-def our_check_names(admission_checks: Iterable[Obj]) -> set[str]:
-    """Names of the AdmissionChecks whose `spec.controllerName` is ours."""
-    return {
-        str(meta(ac).get("name"))
-        for ac in admission_checks
-        if mapping(ac, ac.get("spec"), "spec").get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
-    }
-
-
-def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> bool:
-    """The Workload waits on our check: its state is Pending, QuotaReserved=True, not
-    Evicted, not Finished, not Admitted, `spec.active` not false.
-
-    `check_names` are our AdmissionChecks' names; None (no AdmissionCheck objects known, as
-    in a dump without them) accepts any Pending check.
-    """
-    if mapping(workload, workload.get("spec"), "spec").get("active") is False:
-        return False
-    cond = _conditions(workload)
-    if cond.get("QuotaReserved") != "True":
-        return False
-    if any(cond.get(t) == "True" for t in ("Evicted", "Finished", "Admitted")):
-        return False
-    status = mapping(workload, workload.get("status"), "status")
-    for st in sequence(workload, status.get("admissionChecks"), "status.admissionChecks"):
-        if not isinstance(st, Mapping) or st.get("state") != "Pending":
-            continue
-        name = st.get("name")
-        if check_names is None or (isinstance(name, str) and name in check_names):
-            return True
-    return False
-
-
-def creation_key(obj: Obj) -> tuple[str, str]:
-    """Sort key: creationTimestamp (RFC 3339 sorts as text), then namespace/name."""
-    return (str(meta(obj).get("creationTimestamp") or ""), object_key(obj))
-
-
-def admission_order_key(workload: Obj) -> tuple[int, str, str]:
-    """Kueue's admission order: higher `spec.priority` first, then older first (then by
-    namespace/name, so the order is total). `plan` and the controller both place in it."""
-    spec = workload.get("spec")
-    priority = spec.get("priority") if isinstance(spec, Mapping) else None
-    if not isinstance(priority, int) or isinstance(priority, bool):
-        priority = 0
-    return (-priority, *creation_key(workload))
-
-
-# ---------------------------------------------------------------- Kueue objects
-
-
-@dataclass(slots=True)
-class KueueIndex:
-    """The Kueue objects a Workload's translation looks things up in."""
-
-    cluster_queues: dict[str, Obj] = field(default_factory=dict)
-    local_queues: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    resource_flavors: dict[str, Obj] = field(default_factory=dict)
-    admission_checks: dict[str, Obj] = field(default_factory=dict)
-    # owners (Job, JobSet, ...) by (kind, namespace, name), when known
-    owners: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        cluster_queues: Iterable[Obj] = (),
-        local_queues: Iterable[Obj] = (),
-        resource_flavors: Iterable[Obj] = (),
-        admission_checks: Iterable[Obj] = (),
-        owners: Iterable[Obj] = (),
-    ) -> KueueIndex:
-        def name(o: Obj) -> str:
-            return str(meta(o).get("name") or "")
-
-        return cls(
-            cluster_queues={name(o): o for o in cluster_queues},
-            local_queues={
-                (str(meta(o).get("namespace") or "default"), name(o)): o for o in local_queues
-            },
-            resource_flavors={name(o): o for o in resource_flavors},
-            admission_checks={name(o): o for o in admission_checks},
-            owners={
-                (str(o.get("kind", "")), str(meta(o).get("namespace") or ""), name(o)): o
-                for o in owners
-            },
-        )
-
-    def our_checks(self) -> set[str] | None:
-        """Our AdmissionCheck names, or None when no AdmissionCheck objects are known."""
-        if not self.admission_checks:
-            return None
-        return our_check_names(self.admission_checks.values())
-
-    def cluster_queue_name(self, workload: Obj) -> str | None:
-        status = mapping(workload, workload.get("status"), "status")
-        adm = mapping(workload, status.get("admission"), "status.admission")
-        if adm.get("clusterQueue"):
-            return str(adm["clusterQueue"])
-        queue = mapping(workload, workload.get("spec"), "spec").get("queueName")
-        if not queue:
-            return None
-        ns = str(meta(workload).get("namespace") or "default")
-        lq = self.local_queues.get((ns, str(queue)))
-        if lq is None:
-            return None
-        cq = mapping(lq, lq.get("spec"), "spec").get("clusterQueue")
-        return str(cq) if cq else None
-
-    def owner_of(self, workload: Obj) -> Obj | None:
-        ns = str(meta(workload).get("namespace") or "")
-        refs = meta(workload).get("ownerReferences")
-        for r in sequence(workload, refs, "metadata.ownerReferences"):
-            if isinstance(r, Mapping):
-                o = self.owners.get((str(r.get("kind", "")), ns, str(r.get("name", ""))))
-                if o is not None:
-                    return o
-        return None
-
-
-def tas_pod_sets(workload: Obj, kueue: KueueIndex) -> list[str]:
-    """Pod sets Kueue placed on a TAS flavor (ResourceFlavor with `spec.topologyName`):
-    Kueue already fixed their hostnames, so the controller does not pin them."""
-    out = []
-    status = mapping(workload, workload.get("status"), "status")
-    admission = mapping(workload, status.get("admission"), "status.admission")
-    fld = "status.admission.podSetAssignments"
-    for i, psa in enumerate(sequence(workload, admission.get("podSetAssignments"), fld)):
-        psa = mapping(workload, psa, f"{fld}[{i}]")
-        for flavor in mapping(workload, psa.get("flavors"), f"{fld}[{i}].flavors").values():
-            rf = kueue.resource_flavors.get(str(flavor))
-            if rf is not None and mapping(rf, rf.get("spec"), "spec").get("topologyName"):
-                out.append(str(psa.get("name") or "main"))
-                break
-    return out
-
-
-# ---------------------------------------------------------------- gang
-
-
-def workload_tier(workload: Obj, kueue: KueueIndex, config: PlacementConfig) -> str:
-    """The tier of the Workload's ClusterQueue (label), else the config's default."""
-    cq_name = kueue.cluster_queue_name(workload)
-    cq = kueue.cluster_queues.get(cq_name) if cq_name else None
-    if cq is None:
-        return config.default_tier
-    tier = mapping(cq, meta(cq).get("labels"), "metadata.labels").get(L.LABEL_TIER)
-    if not tier:
-        return config.default_tier
-    if tier not in config.tier_names():
-        raise TranslationError(
-            object_ref(cq),
-            f"metadata.labels[{L.LABEL_TIER}]",
-            f"tier {tier!r} is not defined in the PlacementConfig; use one of "
-            f"{list(config.tier_names())} or add it to the PlacementConfig's tiers",
-        )
-    return str(tier)
-
-
-def _tolerations(obj: Obj, value: Any, field: str) -> list[Toleration]:
-    out = []
-    for i, t in enumerate(sequence(obj, value, field)):
-        t = mapping(obj, t, f"{field}[{i}]")
-        op = t.get("operator") or "Equal"
-        if op not in ("Equal", "Exists"):
-            raise TranslationError(
-                object_ref(obj), f"{field}[{i}].operator", f"{op!r}: use Equal or Exists"
-            )
-        key = t.get("key") or None
-        if key is None and op != "Exists":
-            raise TranslationError(
-                object_ref(obj), f"{field}[{i}]", "a toleration without a key needs operator Exists"
-            )
-        effect = t.get("effect")
-        if effect and effect not in _TAINT_EFFECTS:
-            raise TranslationError(
-                object_ref(obj),
-                f"{field}[{i}].effect",
-                f"{effect!r}: use one of {list(_TAINT_EFFECTS)}, or leave it out for every effect",
-            )
-        out.append(
-            Toleration(
-                key=str(key) if key else None,
-                operator=op,
-                value=str(t.get("value") or ""),
-                effect=str(t["effect"]) if t.get("effect") else None,
-            )
-        )
-    return out
-
-
-def _affinity(
-    obj: Obj, spec: Mapping[str, Any], field: str
-) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
-    aff = mapping(obj, spec.get("affinity"), f"{field}.affinity")
-    na = mapping(obj, aff.get("nodeAffinity"), f"{field}.affinity.nodeAffinity")
-    fld = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    req = mapping(obj, na.get("requiredDuringSchedulingIgnoredDuringExecution"), fld)
-    terms = []
-    for i, term in enumerate(
-        sequence(obj, req.get("nodeSelectorTerms"), f"{fld}.nodeSelectorTerms")
-    ):
-        tf = f"{fld}.nodeSelectorTerms[{i}]"
-        term = mapping(obj, term, tf)
-        reqs: list[NodeSelectorRequirement] = []
-        for part in ("matchExpressions", "matchFields"):
-            for j, e in enumerate(sequence(obj, term.get(part), f"{tf}.{part}")):
-                ef = f"{tf}.{part}[{j}]"
-                e = mapping(obj, e, ef)
-                op = e.get("operator")
-                if op not in _SELECTOR_OPS:
-                    raise TranslationError(
-                        object_ref(obj),
-                        f"{ef}.operator",
-                        f"{op!r} is not a node selector operator; "
-                        f"use one of {sorted(_SELECTOR_OPS)}",
-                    )
-                key = str(e.get("key") or "")
-                if part == "matchFields":
-                    if key != "metadata.name":
-                        raise TranslationError(
-                            object_ref(obj), f"{ef}.key", "matchFields supports only metadata.name"
-                        )
-                    key = L.HOSTNAME_LABEL  # node name ≈ hostname label
-                values = tuple(str(v) for v in sequence(obj, e.get("values"), f"{ef}.values"))
-                reqs.append(NodeSelectorRequirement(key, str(op), values))
-        if reqs:
-            terms.append(tuple(reqs))
-    return tuple(terms)
-
-
-def _flavor_constraints(
-    workload: Obj, psa: Mapping[str, Any], kueue: KueueIndex, field: str
-) -> tuple[dict[str, str] | None, list[Toleration]]:
-    """Merged nodeLabels (None = no constraint, {} never) and extra tolerations of the
-    flavors assigned to one pod set."""
-    flavors = mapping(workload, psa.get("flavors"), f"{field}.flavors")
-    labels: dict[str, str] = {}
-    constrained = False
-    tolerations: list[Toleration] = []
-    seen: set[str] = set()
-    for resource, flavor in sorted(flavors.items()):
-        if str(flavor) in seen:
-            continue
-        seen.add(str(flavor))
-        rf = kueue.resource_flavors.get(str(flavor))
-        if rf is None:
-            raise TranslationError(
-                object_ref(workload),
-                f"{field}.flavors[{resource}]",
-                f"ResourceFlavor {flavor!r} does not exist (include resourceflavors in the "
-                f"snapshot, or check the ClusterQueue)",
-            )
-        spec = mapping(rf, rf.get("spec"), "spec")
-        for k, v in mapping(rf, spec.get("nodeLabels"), "spec.nodeLabels").items():
-            constrained = True
-            if k in labels and labels[k] != str(v):
-                labels["\0conflict"] = ""  # flavors disagree: no node can match
-            labels[str(k)] = str(v)
-        tolerations += _tolerations(rf, spec.get("tolerations"), "spec.tolerations")
-    return (labels if constrained else None), tolerations
-
-
-def _level(workload: Obj, value: Any, field: str, levels: Sequence[str] | None, what: str) -> str:
-    level = str(value)
-    if levels is not None and level not in levels:
-        raise TranslationError(
-            object_ref(workload),
-            field,
-            f"{what} {level!r} is not a topology level of this cluster; use one of {list(levels)}",
-        )
-    return level
-
-
-def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int, int, int]]:
-    """{(ns/name, podSet): (cpu milli, memory MiB, GPUs)} per pod, for reservations that do
-    not state their requests."""
-    key = object_key(workload)
-    out: dict[tuple[str, str], tuple[int, int, int]] = {}
-    for i, ps in enumerate(
-        sequence(workload, child(workload, "spec").get("podSets"), "spec.podSets")
-    ):
-        ps = mapping(workload, ps, f"spec.podSets[{i}]")
-        tpl = mapping(workload, ps.get("template"), f"spec.podSets[{i}].template")
-        r = pod_requests(workload, tpl.get("spec"), f"spec.podSets[{i}].template.spec")
-        out[(key, str(ps.get("name") or "main"))] = (r.cpu_milli, r.memory_mib, r.gpus)
-    return out
-
-
 def _waited_seconds(workload: Obj, now: datetime | None) -> float:
     """Seconds from metadata.creationTimestamp (set by the API server, RFC 3339) to `now`;
     0 without `now` or a readable timestamp."""
@@ -537,6 +256,30 @@ def _waited_seconds(workload: Obj, now: datetime | None) -> float:
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     return max(0.0, (now - since).total_seconds())
+
+
+@dataclass(slots=True)
+class _GangWide:
+    """What each pod set says about the whole gang, by pod set name: the pod sets must
+    agree on these (the NUMA policies: the strictest wins)."""
+
+    required: dict[str, str] = field(default_factory=dict)
+    preferred: dict[str, str] = field(default_factory=dict)
+    workload_types: dict[str, WorkloadType] = field(default_factory=dict)
+    numa: list[NumaPolicy] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What the translation of every pod set of one Workload reads."""
+
+    workload: Obj
+    kueue: KueueIndex
+    assignments: dict[str, tuple[int, Mapping[str, Any]]]  # pod set -> (index, assignment)
+    nodes: list[Node] | None
+    levels: Sequence[str] | None
+    owner_kinds: frozenset[str]
+    owner: Obj | None
 
 
 def workload_to_gang(
@@ -558,186 +301,162 @@ def workload_to_gang(
     """
     kueue = kueue or KueueIndex()
     ref = object_ref(workload)
-    key = object_key(workload)
     spec = mapping(workload, workload.get("spec"), "spec")
+    assignments = _assignments(workload)
+    node_list = list(nodes) if nodes is not None else None
+    raw_sets = sequence(workload, spec.get("podSets"), "spec.podSets")
+    if not raw_sets:
+        raise TranslationError(ref, "spec.podSets", "a Workload needs at least one pod set")
+    owner_kinds = frozenset(_owner_kinds(workload))
+    ctx = _Context(
+        workload, kueue, assignments, node_list, levels, owner_kinds, kueue.owner_of(workload)
+    )
+    said = _GangWide()
+    pod_sets = [
+        ps
+        for i, raw in enumerate(raw_sets)
+        if (ps := _pod_set(ctx, i, mapping(workload, raw, f"spec.podSets[{i}]"), said))
+        is not None
+    ]
+    if not pod_sets:
+        raise TranslationError(ref, "spec.podSets[*].count", "every pod set has count 0")
+    return _gang(ctx, pod_sets, said, config, now)
+
+
+def _assignments(workload: Obj) -> dict[str, tuple[int, Mapping[str, Any]]]:
     status = mapping(workload, workload.get("status"), "status")
     admission = mapping(workload, status.get("admission"), "status.admission")
-    assignments: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    out: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for i, a in enumerate(
         sequence(workload, admission.get("podSetAssignments"), "status.admission.podSetAssignments")
     ):
         a = mapping(workload, a, f"status.admission.podSetAssignments[{i}]")
-        assignments[str(a.get("name") or "main")] = (i, a)
-    node_list = list(nodes) if nodes is not None else None
+        out[str(a.get("name") or "main")] = (i, a)
+    return out
 
-    raw_sets = sequence(workload, spec.get("podSets"), "spec.podSets")
-    if not raw_sets:
-        raise TranslationError(ref, "spec.podSets", "a Workload needs at least one pod set")
 
-    pod_sets: list[PodSet] = []
-    required: dict[str, str] = {}
-    preferred: dict[str, str] = {}
-    wtypes: dict[str, WorkloadType] = {}
-    numa: list[NumaPolicy] = []
-    owner_kinds = set(_owner_kinds(workload))
-    owner = kueue.owner_of(workload)
-    for i, ps in enumerate(raw_sets):
-        fld = f"spec.podSets[{i}]"
-        ps = mapping(workload, ps, fld)
-        name = str(ps.get("name") or "main")
-        count = ps.get("count", 1)
-        count_field = f"{fld}.count"
-        a_index, psa = assignments.get(name, (-1, {}))
-        if psa.get("count") is not None:
-            count = psa["count"]
-            count_field = f"status.admission.podSetAssignments[{a_index}].count"
-        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise TranslationError(ref, count_field, f"{count!r}: a pod count must be 0 or more")
-        if count == 0:
-            continue
-        tpl = mapping(workload, ps.get("template"), f"{fld}.template")
-        tmeta = mapping(workload, tpl.get("metadata"), f"{fld}.template.metadata")
-        ann = {
-            str(k): v
-            for k, v in mapping(
-                workload, tmeta.get("annotations"), f"{fld}.template.metadata.annotations"
-            ).items()
-        }
-        afld = f"{fld}.template.metadata.annotations"
-        pspec = mapping(workload, tpl.get("spec"), f"{fld}.template.spec")
-        req = pod_requests(workload, pspec, f"{fld}.template.spec")
-
-        gpus, gpu_milli = req.gpus, GPU_WHOLE
-        fraction = gpu_fraction_milli(workload, ann, afld)
-        if fraction is not None and fraction < GPU_WHOLE:
-            if req.gpus != 1:
-                raise TranslationError(
-                    ref,
-                    f"{afld}[{L.ANN_GPU_FRACTION}]",
-                    f"a GPU share needs the pod to request exactly {L.GPU_RESOURCE}: 1 "
-                    f"(it requests {req.gpus})",
-                )
-            gpu_milli = fraction
-
-        vram = 0
-        if ann.get(L.ANN_GPU_MEMORY) not in (None, ""):
-            raw = ann[L.ANN_GPU_MEMORY]
-            try:
-                vram = parse_memory_mib(raw)
-            except ValueError:
-                raise TranslationError(
-                    ref,
-                    f"{afld}[{L.ANN_GPU_MEMORY}]",
-                    f"{raw!r} is not a memory quantity; write the VRAM needed per GPU like "
-                    f"40Gi or 81920Mi",
-                ) from None
-            if vram <= 0:
-                raise TranslationError(
-                    ref, f"{afld}[{L.ANN_GPU_MEMORY}]", f"{raw!r}: VRAM per GPU must be above 0"
-                )
-            if gpus == 0:
-                vram = 0  # meaningless without a GPU; harmless, ignored
-
-        wt = ann.get(L.ANN_WORKLOAD_TYPE)
-        if wt not in (None, ""):
-            try:
-                wtypes[name] = WorkloadType(str(wt).strip().lower())
-            except ValueError:
-                raise TranslationError(
-                    ref,
-                    f"{afld}[{L.ANN_WORKLOAD_TYPE}]",
-                    f"unknown workload type {wt!r}; use one of {[t.value for t in WorkloadType]}",
-                ) from None
-
-        np = ann.get(L.ANN_NUMA_POLICY)
-        if np not in (None, ""):
-            try:
-                numa.append(NumaPolicy(str(np).strip().lower()))
-            except ValueError:
-                raise TranslationError(
-                    ref,
-                    f"{afld}[{L.ANN_NUMA_POLICY}]",
-                    f"unknown NUMA policy {np!r}; use one of {[p.value for p in NumaPolicy]}",
-                ) from None
-
-        topo = mapping(workload, ps.get("topologyRequest"), f"{fld}.topologyRequest")
-        for store, ours, kueue_ann, tr_key, what in (
-            (
-                required,
-                L.ANN_REQUIRED_TOPOLOGY,
-                L.KUEUE_PODSET_REQUIRED_TOPOLOGY,
-                "required",
-                "required-topology",
-            ),
-            (
-                preferred,
-                L.ANN_PREFERRED_TOPOLOGY,
-                L.KUEUE_PODSET_PREFERRED_TOPOLOGY,
-                "preferred",
-                "preferred-topology",
-            ),
-        ):
-            if ann.get(ours):
-                store[name] = _level(workload, ann[ours], f"{afld}[{ours}]", levels, what)
-            elif ann.get(kueue_ann):
-                store[name] = _level(workload, ann[kueue_ann], f"{afld}[{kueue_ann}]", levels, what)
-            elif topo.get(tr_key):
-                store[name] = _level(
-                    workload, topo[tr_key], f"{fld}.topologyRequest.{tr_key}", levels, what
-                )
-
-        tolerations = _tolerations(
-            workload, pspec.get("tolerations"), f"{fld}.template.spec.tolerations"
+def _pod_count(ctx: _Context, fld: str, ps: Mapping[str, Any], name: str) -> int:
+    """The pods Kueue admitted (the assignment's count, for partial admission), else the
+    pod set's."""
+    count = ps.get("count", 1)
+    count_field = f"{fld}.count"
+    a_index, psa = ctx.assignments.get(name, (-1, {}))
+    if psa.get("count") is not None:
+        count = psa["count"]
+        count_field = f"status.admission.podSetAssignments[{a_index}].count"
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise TranslationError(
+            object_ref(ctx.workload), count_field, f"{count!r}: a pod count must be 0 or more"
         )
-        selector = {
-            str(k): str(v)
-            for k, v in mapping(
-                workload, pspec.get("nodeSelector"), f"{fld}.template.spec.nodeSelector"
-            ).items()
-        }
-        allowed: frozenset[str] | None = None
-        if psa:
-            flavor_labels, flavor_tols = _flavor_constraints(
-                workload, psa, kueue, f"status.admission.podSetAssignments[{a_index}]"
-            )
-            tolerations += [t for t in flavor_tols if t not in tolerations]
-            if flavor_labels is not None:
-                if node_list is None:
-                    selector.update(flavor_labels)
-                else:
-                    allowed = frozenset(
-                        n.name
-                        for n in node_list
-                        if all(n.labels.get(k) == v for k, v in flavor_labels.items())
-                    )
+    return count
 
-        indexed = (
-            bool(owner_kinds & _INDEXED_OWNERS)
-            or bool(topo.get("podIndexLabel"))
-            or ("Job" in owner_kinds and _job_indexed(owner))
+
+def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> PodSet | None:
+    """One pod set as a PodSet (None when it has no pods); what it says about the whole
+    gang goes into `said`."""
+    workload, fld = ctx.workload, f"spec.podSets[{i}]"
+    name = str(ps.get("name") or "main")
+    count = _pod_count(ctx, fld, ps, name)
+    if count == 0:
+        return None
+    tpl = mapping(workload, ps.get("template"), f"{fld}.template")
+    tmeta = mapping(workload, tpl.get("metadata"), f"{fld}.template.metadata")
+    afld = f"{fld}.template.metadata.annotations"
+    ann = {str(k): v for k, v in mapping(workload, tmeta.get("annotations"), afld).items()}
+    pspec = mapping(workload, tpl.get("spec"), f"{fld}.template.spec")
+    req = pod_requests(workload, pspec, f"{fld}.template.spec")
+    gpu_milli = gpu_share_milli(workload, ann, afld, req)
+    vram = vram_per_gpu_mib(workload, ann, afld, req.gpus)
+    _gang_wide(ctx, fld, ps, name, ann, said)
+    topo = mapping(workload, ps.get("topologyRequest"), f"{fld}.topologyRequest")
+    toleration_list, selector, allowed = _node_constraints(ctx, fld, name, pspec)
+    indexed = (
+        bool(ctx.owner_kinds & _INDEXED_OWNERS)
+        or bool(topo.get("podIndexLabel"))
+        or ("Job" in ctx.owner_kinds and _job_indexed(ctx.owner))
+    )
+    try:
+        return PodSet(
+            name=name,
+            count=count,
+            cpu_milli=req.cpu_milli,
+            memory_mib=req.memory_mib,
+            gpus=req.gpus,
+            gpu_milli=gpu_milli,
+            vram_mib=vram,
+            tolerations=tuple(toleration_list),
+            node_selector=selector,
+            affinity_terms=node_affinity_terms(workload, pspec, f"{fld}.template.spec"),
+            allowed_nodes=allowed,
+            indexed=indexed,
         )
-        try:
-            pod_sets.append(
-                PodSet(
-                    name=name,
-                    count=count,
-                    cpu_milli=req.cpu_milli,
-                    memory_mib=req.memory_mib,
-                    gpus=gpus,
-                    gpu_milli=gpu_milli,
-                    vram_mib=vram,
-                    tolerations=tuple(tolerations),
-                    node_selector=selector,
-                    affinity_terms=_affinity(workload, pspec, f"{fld}.template.spec"),
-                    allowed_nodes=allowed,
-                    indexed=indexed,
-                )
-            )
-        except ValueError as e:
-            raise TranslationError(ref, fld, str(e)) from None
+    except ValueError as e:
+        raise TranslationError(object_ref(workload), fld, str(e)) from None
 
-    if not pod_sets:
-        raise TranslationError(ref, "spec.podSets[*].count", "every pod set has count 0")
+
+def _gang_wide(
+    ctx: _Context,
+    fld: str,
+    ps: Mapping[str, Any],
+    name: str,
+    ann: Mapping[str, Any],
+    said: _GangWide,
+) -> None:
+    """A pod set's workload type, NUMA policy and topology levels, into `said`."""
+    workload, afld = ctx.workload, f"{fld}.template.metadata.annotations"
+    workload_type = annotated_workload_type(workload, ann, afld)
+    if workload_type is not None:
+        said.workload_types[name] = workload_type
+    numa = annotated_numa_policy(workload, ann, afld)
+    if numa is not None:
+        said.numa.append(numa)
+    topo = mapping(workload, ps.get("topologyRequest"), f"{fld}.topologyRequest")
+    required, preferred = topology_requests(workload, ann, topo, fld, ctx.levels)
+    if required is not None:
+        said.required[name] = required
+    if preferred is not None:
+        said.preferred[name] = preferred
+
+
+def _node_constraints(
+    ctx: _Context, fld: str, name: str, pspec: Mapping[str, Any]
+) -> tuple[list[Toleration], dict[str, str], frozenset[str] | None]:
+    """Tolerations (the pod's and its flavors'), nodeSelector, and the nodes the assigned
+    flavors allow: with the snapshot's nodes, as names; else their nodeLabels join the
+    nodeSelector."""
+    workload = ctx.workload
+    toleration_list = tolerations(
+        workload, pspec.get("tolerations"), f"{fld}.template.spec.tolerations"
+    )
+    selector = node_selector(workload, pspec, f"{fld}.template.spec")
+    allowed: frozenset[str] | None = None
+    a_index, psa = ctx.assignments.get(name, (-1, {}))
+    if psa:
+        flavor_labels, flavor_tols = flavor_constraints(
+            workload, psa, ctx.kueue, f"status.admission.podSetAssignments[{a_index}]"
+        )
+        toleration_list += [t for t in flavor_tols if t not in toleration_list]
+        if flavor_labels is not None:
+            if ctx.nodes is None:
+                selector.update(flavor_labels)
+            else:
+                allowed = frozenset(
+                    n.name
+                    for n in ctx.nodes
+                    if all(n.labels.get(k) == v for k, v in flavor_labels.items())
+                )
+    return toleration_list, selector, allowed
+
+
+def _gang(
+    ctx: _Context,
+    pod_sets: list[PodSet],
+    said: _GangWide,
+    config: PlacementConfig,
+    now: datetime | None,
+) -> Gang:
+    workload = ctx.workload
+    ref = object_ref(workload)
 
     def one(values: dict[str, Any], what: str) -> Any:
         distinct = sorted(set(values.values()), key=str)
@@ -750,16 +469,20 @@ def workload_to_gang(
             )
         return distinct[0] if distinct else None
 
-    wtype = one(wtypes, L.ANN_WORKLOAD_TYPE) or classify_workload(workload, owner)
-    numa_policy = max(numa, key=lambda p: _NUMA_RANK[p]) if numa else NumaPolicy(config.numa_policy)
+    wtype = one(said.workload_types, L.ANN_WORKLOAD_TYPE) or classify_workload(
+        workload, ctx.owner
+    )
+    numa_policy = (
+        max(said.numa, key=lambda p: _NUMA_RANK[p]) if said.numa else NumaPolicy(config.numa_policy)
+    )
     try:
         return Gang(
-            name=key,
+            name=object_key(workload),
             pod_sets=tuple(pod_sets),
-            tier=workload_tier(workload, kueue, config),
+            tier=workload_tier(workload, ctx.kueue, config),
             workload_type=wtype,
-            required_level=one(required, L.ANN_REQUIRED_TOPOLOGY),
-            preferred_level=one(preferred, L.ANN_PREFERRED_TOPOLOGY),
+            required_level=one(said.required, L.ANN_REQUIRED_TOPOLOGY),
+            preferred_level=one(said.preferred, L.ANN_PREFERRED_TOPOLOGY),
             numa_policy=numa_policy,
             waited_seconds=_waited_seconds(workload, now),
         )
@@ -767,26 +490,3 @@ def workload_to_gang(
         if isinstance(e, TranslationError):
             raise
         raise TranslationError(ref, "spec.podSets", str(e)) from None
-
-
-def tier_claims(workload: Obj) -> list[str]:
-    """Where the Workload or its pod templates claim a tier themselves (the tier label key
-    as a label or annotation): tenants cannot choose their tier, so these are ignored; the
-    controller says so in an Event."""
-    out = []
-    m = meta(workload)
-    for what in ("labels", "annotations"):
-        value = child(m, what).get(L.LABEL_TIER)
-        if value:
-            out.append(f"metadata.{what}[{L.LABEL_TIER}]={value}")
-    for i, ps in enumerate(_listed(child(workload, "spec").get("podSets"))):
-        tm = child(child(ps, "template") if isinstance(ps, Mapping) else {}, "metadata")
-        for what in ("labels", "annotations"):
-            value = child(tm, what).get(L.LABEL_TIER)
-            if value:
-                out.append(f"spec.podSets[{i}].template.metadata.{what}[{L.LABEL_TIER}]={value}")
-    return out
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []

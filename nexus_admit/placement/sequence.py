@@ -1,7 +1,7 @@
 """Placing gangs one after another against one snapshot: each sees the capacity taken by the
 ones placed before it. The step `plan`, both simulators and the controller share.
 
-The caller orders the gangs (Kueue's order: `kube.workload.admission_order_key`; a
+The caller orders the gangs (Kueue's order: `kube.kueue.admission_order_key`; a
 simulator's queue) and decides what an infeasible answer means: a retryable answer
 (capacity, fragmentation, a locality hold with `retry_after_seconds`) takes nothing and the
 gang waits; an impossible one never fits. Only a feasible placement takes capacity, at once,

@@ -39,14 +39,13 @@ from nexus_admit.model import (
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.fragmentation import (
     PodShape,
-    WorkloadAware,
     WorkloadDistribution,
     node_fragmentation,
 )
-from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim.data import default_data, open_csv
+from nexus_admit.sim.policies import policy_for
 
 __all__ = [
     "DEFAULT_DATA",
@@ -283,10 +282,7 @@ def allocation_at(arrived_pct: np.ndarray, alloc_pct: np.ndarray, level: int) ->
 
 
 def make_openb_policy(name: str, seed: int, pods: Sequence[OpenbPod]) -> PlacementPolicy:
-    policy = make_policy(name, seed)
-    if isinstance(policy, WorkloadAware):
-        policy.set_workload(workload_distribution(pods))
-    return policy
+    return policy_for(name, seed, lambda: workload_distribution(pods))
 
 
 def run_openb(

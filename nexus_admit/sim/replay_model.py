@@ -94,10 +94,10 @@ from nexus_admit.model import (
     WorkloadType,
 )
 from nexus_admit.placement.base import PlacementPolicy
-from nexus_admit.placement.fragmentation import PodShape, WorkloadAware, WorkloadDistribution
-from nexus_admit.placement.policies import make_policy
+from nexus_admit.placement.fragmentation import PodShape, WorkloadDistribution
 from nexus_admit.sim.data import open_csv
 from nexus_admit.sim.openb import DEFAULT_DATA
+from nexus_admit.sim.policies import policy_for
 
 __all__ = [
     "AGG_LABEL",
@@ -525,7 +525,4 @@ def _stats(values: Sequence[float]) -> dict[str, float]:
 
 
 def make_replay_policy(name: str, seed: int, jobs: Sequence[Job]) -> PlacementPolicy:
-    policy = make_policy(name, seed)
-    if isinstance(policy, WorkloadAware):
-        policy.set_workload(workload_of(jobs))
-    return policy
+    return policy_for(name, seed, lambda: workload_of(jobs))

@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from nexus_admit.sim.openb import OpenbRun
 from nexus_admit.sim.replay import WAIT_REASONS, standing
-from nexus_admit.sim.study import LABELS
 
 log = logging.getLogger("nexus_admit.sim.report")
 
@@ -27,13 +25,13 @@ __all__ = [
     "closest_rival",
     "markdown_table",
     "paired_summary",
-    "plot_openb",
+    "plot_links",
     "plot_paired",
     "plot_replay",
+    "pyplot",
     "replay_table",
     "replay_table_title",
     "write_json",
-    "write_openb_report",
     "write_replay_report",
 ]
 
@@ -44,7 +42,7 @@ PLOTS_SKIPPED = (
 )
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """matplotlib's pyplot on the headless backend, or None (with a notice, once) when the
     optional extra `report` is not installed: the tables and JSON are written anyway."""
     try:
@@ -64,9 +62,9 @@ def _pyplot() -> Any:
 _NOTICE_GIVEN = False
 
 
-def _plot_links(plots: Sequence[Path]) -> list[str]:
+def plot_links(plots: Sequence[Path]) -> list[str]:
     """Markdown image links of the plots, or the notice that they were skipped."""
-    if not plots and _pyplot() is None:
+    if not plots and pyplot() is None:
         return [f"_{PLOTS_SKIPPED}_"]
     return [f"![{p.stem}]({p.name})" for p in plots]
 
@@ -86,127 +84,8 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, 
     return "\n".join([head, sep, *body])
 
 
-OPENB_COLUMNS = (
-    ("trace", "trace"),
-    ("label", "policy"),
-    ("alloc_100", "alloc @100 %"),
-    ("published_100", "paper @100 %"),
-    ("diff_100", "Δ"),
-    ("alloc_130", "alloc @130 %"),
-    ("published_130", "paper @130 %"),
-    ("diff_130", "Δ"),
-    ("alloc_130_sd", "sd @130"),
-    ("failed_pods", "failed pods"),
-    ("broken8_levels", "8-GPU nodes used @10/30/50/70/90/100 %"),
-    ("partial8_levels", "of them left partly idle (islands broken)"),
-    ("seconds_per_run", "s/run"),
-    ("place_ms_per_pod", "ms/pod"),
-)
-
-
-def _mean_curve(runs: Sequence[OpenbRun], attr: str) -> tuple[np.ndarray, np.ndarray]:
-    length = min(len(r.curve_arrived) for r in runs)
-    x = np.array(runs[0].curve_arrived[:length])
-    y = np.mean([getattr(r, attr)[:length] for r in runs], axis=0)
-    return x, y
-
-
-def plot_openb(runs: Sequence[OpenbRun], out: Path) -> list[Path]:
-    plt = _pyplot()
-    if plt is None:
-        return []
-
-    by_trace: dict[str, dict[str, list[OpenbRun]]] = defaultdict(lambda: defaultdict(list))
-    for r in runs:
-        by_trace[r.trace][r.policy].append(r)
-    files = []
-    for trace, policies in by_trace.items():
-        fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-        for policy, rs in policies.items():
-            label = f"{LABELS.get(policy, policy)} ({len(rs)} seeds)"
-            x, y = _mean_curve(rs, "curve_alloc")
-            axes[0].plot(x, y, label=label, lw=1.6 if policy == "nexus" else 1.1)
-            x, y = _mean_curve(rs, "curve_frag")
-            axes[1].plot(x, y, label=label)
-            x, y = _mean_curve(rs, "curve_broken8")
-            line, = axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), label=label)
-            x, y = _mean_curve(rs, "curve_partial8")
-            axes[2].plot(x, 100.0 * y / max(rs[0].nodes8, 1), color=line.get_color(), ls="--",
-                         lw=0.9)
-        axes[0].plot([0, 130], [0, 130], color="grey", lw=0.6, ls=":")
-        axes[0].set(title=f"openb {trace}: GPU allocated", xlabel="GPU requested (% of capacity)",
-                    ylabel="GPU allocated (% of capacity)", xlim=(0, 131), ylim=(0, 101))
-        axes[1].set(title="fragmentation (paper's measure)", xlabel="GPU requested (%)",
-                    ylabel="fragmented idle GPU (% of capacity)", xlim=(0, 131))
-        axes[2].set(title="8-GPU nodes no longer fully free (dashed: left partly idle)",
-                    xlabel="GPU requested (%)",
-                    ylabel="% of 8-GPU nodes", xlim=(0, 131))
-        inset = axes[0].inset_axes((0.5, 0.08, 0.46, 0.42))
-        for rs in policies.values():
-            x, y = _mean_curve(rs, "curve_alloc")
-            inset.plot(x, y, lw=1.0)
-        inset.set(xlim=(90, 131), ylim=(84, 99))
-        inset.tick_params(labelsize=7)
-        inset.grid(alpha=0.3)
-        for ax in axes:
-            ax.grid(alpha=0.3)
-        axes[2].legend(fontsize=8, loc="lower right")
-        fig.tight_layout()
-        path = out / f"openb_{trace}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        files.append(path)
-    return files
-
-
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=1, default=str))
-
-
-def write_openb_report(
-    rows: Sequence[dict[str, Any]],
-    runs: Sequence[OpenbRun],
-    out: Path,
-    meta: dict[str, Any],
-    notes: Sequence[str] = (),
-    paired: Sequence[dict[str, Any]] = (),
-) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    plots = plot_openb(runs, out)
-    write_json(out / "openb.json", {"meta": meta, "table": list(rows),
-                                     "runs": [r.to_json() for r in runs],
-                                     "nexus_vs_fgd": list(paired)})
-    lines = [
-        "# openb: GPU allocation under the FGD paper's protocol",
-        "",
-        f"Ran {meta.get('runs')} runs ({', '.join(meta.get('traces', []))}; seeds "
-        f"{meta.get('seeds')}) in {meta.get('seconds', 0):.0f} s with "
-        f"{meta.get('workers')} worker processes"
-        + (f", on a {meta['node_fraction']:.0%} node sample" if meta.get("node_fraction", 1) < 1
-           else "") + ".",
-        "Protocol: inflate the pod list to 1.3 × GPU capacity (sampling with replacement), "
-        "shuffle with the seed, create pods one by one, never delete; failed pods are skipped. "
-        "Allocation is read at arrived = 100 % and 130 % (mean over pods whose arrived % "
-        "rounds there), mean of seeds. Paper figures from Weng et al., USENIX ATC 2023.",
-        "",
-        markdown_table(rows, OPENB_COLUMNS),
-        "",
-    ]
-    if paired:
-        lines += ["## nexus against FGD, seed by seed", "",
-                  "Both run the same shuffled pod list on a seed; each row is the mean of the "
-                  "per-seed differences with its 95 % interval (Student's t), signed so that "
-                  "positive means nexus is better (more allocated, fewer nodes partly idle).",
-                  "", markdown_table(
-                      [{**r, "difference": f"{r['mean']:+g} ± {r['ci95']:g}"} for r in paired],
-                      (("trace", "trace"), ("metric", "metric"), ("seeds", "seeds"),
-                       ("difference", "nexus − FGD"), ("verdict", "verdict"))), ""]
-    lines += [*_plot_links(plots), ""]
-    if notes:
-        lines += ["## Notes", "", *[f"- {n}" for n in notes], ""]
-    path = out / "README.md"
-    path.write_text("\n".join(lines))
-    return path
 
 
 # ---------------------------------------------------------------- the gang replay
@@ -326,7 +205,7 @@ def plot_paired(means: Sequence[dict[str, Any]], out: Path, scenario: str) -> Pa
                      d["verdict"]))
     if not rows:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return None
 
@@ -468,7 +347,7 @@ def _allocation_split(results: Sequence[Any], scenario: str, ours: str) -> str:
 
 
 def plot_replay(results: Sequence[Any], out: Path) -> list[Path]:
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return []
 
@@ -538,16 +417,31 @@ def write_replay_report(
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(row) + " |" for row in body]
         lines.append("")
-    lines += ["## Against the kube default scheduler", "",
-              "Per scenario/seed: GPU cost per effective GPU-hour (lower is better), effective "
-              "throughput and the mean speed factor of multi-node gangs, each relative to "
-              "`default`. These check claims such as \"30-50 % lower GPU cost from tier "
-              "matching\" and \"3-10x faster training from fabric co-location\" under this "
-              "model; the slowdown model caps any co-location speed-up at 1/0.30 = 3.3x "
-              "(Gavel's median 8-GPU penalty) and only for gangs the default spreads across "
-              "aggregation domains.", "",
-              "| scenario/seed | policy | cost per effective GPU-h | effective throughput | "
-              "multi-node gang speed |", "|---|---|---|---|---|"]
+    lines += _against_default(results)
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for row in comparison:
+        groups[(row["scenario"], row["seed"])].append(row)
+    lines += _where_best(groups)
+    lines += _noise_sections(groups)
+    lines += _mean_tables(groups)
+    lines += ["", *plot_links(plots), ""]
+    path = out / "REPLAY.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _against_default(results: Sequence[Any]) -> list[str]:
+    """Cost, throughput and multi-node speed of each policy relative to `default`."""
+    lines = ["## Against the kube default scheduler", "",
+             "Per scenario/seed: GPU cost per effective GPU-hour (lower is better), effective "
+             "throughput and the mean speed factor of multi-node gangs, each relative to "
+             "`default`. These check claims such as \"30-50 % lower GPU cost from tier "
+             "matching\" and \"3-10x faster training from fabric co-location\" under this "
+             "model; the slowdown model caps any co-location speed-up at 1/0.30 = 3.3x "
+             "(Gavel's median 8-GPU penalty) and only for gangs the default spreads across "
+             "aggregation domains.", "",
+             "| scenario/seed | policy | cost per effective GPU-h | effective throughput | "
+             "multi-node gang speed |", "|---|---|---|---|---|"]
     by_seed: dict[tuple[str, int], dict[str, Any]] = defaultdict(dict)
     for r in results:
         by_seed[(r.scenario, r.seed)][r.policy] = r
@@ -567,10 +461,12 @@ def write_replay_report(
             lines.append(f"| {scenario}/{seed} | {policy} | {cost:+.0f} % | {eff:.2f}x | "
                          f"{speed:.2f}x |")
     lines.append("")
-    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for row in comparison:
-        groups[(row["scenario"], row["seed"])].append(row)
-    lines += ["## Where nexus is best (ties count)", ""]
+    return lines
+
+
+def _where_best(groups: dict[tuple[str, int], list[dict[str, Any]]]) -> list[str]:
+    """Per scenario/seed, the metrics nexus is best on (ties count) and the others."""
+    lines = ["## Where nexus is best (ties count)", ""]
     for (scenario, seed), rows in groups.items():
         won = [r["metric"] for r in rows if r["ours_best"]]
         lost = [f"{r['metric']} (best: {', '.join(r['best'])})" for r in rows
@@ -578,6 +474,12 @@ def write_replay_report(
         where = f"{scenario}/mean over seeds" if seed == -1 else f"{scenario}/seed {seed}"
         lines.append(f"- {where}: best on {len(won)} of {len(rows)} metrics"
                      + (f"; not best on: {'; '.join(lost)}" if lost else ""))
+    return lines
+
+
+def _noise_sections(groups: dict[tuple[str, int], list[dict[str, Any]]]) -> list[str]:
+    """Per scenario, the paired per-seed differences: ahead, behind or within noise."""
+    lines: list[str] = []
     for (scenario, seed), rows in groups.items():
         if seed != -1 or not any("paired" in r for r in rows):
             continue
@@ -595,6 +497,12 @@ def write_replay_report(
             if summary.get(key):
                 lines.append(f"- {title} on {len(summary[key])} of {len(rows)}: "
                              + "; ".join(summary[key]))
+    return lines
+
+
+def _mean_tables(groups: dict[tuple[str, int], list[dict[str, Any]]]) -> list[str]:
+    """Per scenario, every metric's mean over seeds per policy, the best in bold."""
+    lines: list[str] = []
     for (scenario, seed), rows in groups.items():
         if seed != -1:
             continue
@@ -606,7 +514,4 @@ def write_replay_report(
             cells = [f"**{_fmt(r['values'][p])}**" if p in r["best"] else _fmt(r["values"][p])
                      for p in policies]
             lines.append(f"| {r['metric']} | " + " | ".join(cells) + " |")
-    lines += ["", *_plot_links(plots), ""]
-    path = out / "REPLAY.md"
-    path.write_text("\n".join(lines))
-    return path
+    return lines

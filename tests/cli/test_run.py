@@ -55,3 +55,26 @@ def test_bad_options_exit_2_with_the_flag(args: list[str], says: str, tmp_path: 
     result = runner.invoke(app, ["run", *args])
     assert result.exit_code == 2, result.output
     assert says in result.output
+
+
+def test_tick_seconds_out_of_range_exits_2_with_the_flag(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    args = ["run", "--kubeconfig", str(kubeconfig), "--no-webhook", "--tick-seconds", "0.01"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--tick-seconds 0.01: between 0.1 and 60" in result.output
+
+
+def test_every_run_option_is_a_flag_with_the_options_default() -> None:
+    """RunOptions holds the defaults; `run` exposes each field as a flag with that default
+    (a field without a flag cannot be set where the controller is deployed)."""
+    import dataclasses
+    import inspect
+
+    from nexus_admit.commands.run import run
+    from nexus_admit.controller.options import RunOptions
+
+    flags = {name: p.default for name, p in inspect.signature(run).parameters.items()}
+    defaults = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    assert flags == defaults

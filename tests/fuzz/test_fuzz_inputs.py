@@ -24,8 +24,9 @@ from nexus_admit.controller.webhook.review import decide, review_pod
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot
 from nexus_admit.kube.errors import TranslationError
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.translate import placement_config_from_object
-from nexus_admit.kube.workload import KueueIndex, workload_to_gang
+from nexus_admit.kube.workload import workload_to_gang
 from nexus_admit.model import PlacementConfig
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import (

@@ -15,13 +15,8 @@ from kube_factories import (
 
 from nexus_admit.kube.cluster import node_from_object
 from nexus_admit.kube.errors import TranslationError
-from nexus_admit.kube.workload import (
-    KueueIndex,
-    classify_workload,
-    is_pending_on_check,
-    our_check_names,
-    workload_to_gang,
-)
+from nexus_admit.kube.kueue import KueueIndex, is_pending_on_check, our_check_names
+from nexus_admit.kube.workload import classify_workload, workload_to_gang
 from nexus_admit.model import (
     NodeSelectorRequirement,
     NumaPolicy,
@@ -515,7 +510,7 @@ def test_without_admission_check_objects_any_pending_check_counts() -> None:
 
 
 def test_tas_pod_sets() -> None:
-    from nexus_admit.kube.workload import tas_pod_sets
+    from nexus_admit.kube.kueue import tas_pod_sets
 
     tas = flavor("tas", {"pool": "a"})
     tas["spec"]["topologyName"] = "fabric"

@@ -240,7 +240,7 @@ def test_policies_never_overbook_and_respect_gpu_models(policy: str) -> None:
 
 
 def test_small_run_conserves_gpus_and_writes_a_report(tmp_path: Path) -> None:
-    from nexus_admit.sim.report import write_openb_report
+    from nexus_admit.sim.openb_report import write_openb_report
     from nexus_admit.sim.study import summarise
 
     runs = [openb.run_openb("default", p, 42, DATA, node_fraction=0.05, limit=400)

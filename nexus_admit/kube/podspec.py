@@ -1,0 +1,281 @@
+"""Pod-spec parsing for one pod set of a Workload: tolerations, required node affinity, the
+nodeSelector, the per-pod-set annotations (`gpu-fraction`, `gpu-memory`, `workload-type`,
+`numa-policy`) and the topology levels asked for (ours, else Kueue's TAS ones).
+
+Every reader raises TranslationError naming the field and what to write instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster import gpu_fraction_milli
+from nexus_admit.kube.errors import (
+    Obj,
+    TranslationError,
+    child,
+    mapping,
+    object_key,
+    object_ref,
+    sequence,
+)
+from nexus_admit.kube.quantity import parse_memory_mib
+from nexus_admit.kube.requests import PodRequests, pod_requests
+from nexus_admit.model import (
+    GPU_WHOLE,
+    NodeSelectorRequirement,
+    NumaPolicy,
+    Toleration,
+    WorkloadType,
+)
+
+__all__ = [
+    "annotated_numa_policy",
+    "annotated_workload_type",
+    "gpu_share_milli",
+    "node_affinity_terms",
+    "node_selector",
+    "tolerations",
+    "topology_level",
+    "topology_requests",
+    "vram_per_gpu_mib",
+    "workload_template_requests",
+]
+
+_SELECTOR_OPS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def tolerations(obj: Obj, value: Any, field: str) -> list[Toleration]:
+    """A `tolerations` list (of a pod spec or a ResourceFlavor)."""
+    out = []
+    for i, t in enumerate(sequence(obj, value, field)):
+        t = mapping(obj, t, f"{field}[{i}]")
+        op = t.get("operator") or "Equal"
+        if op not in ("Equal", "Exists"):
+            raise TranslationError(
+                object_ref(obj), f"{field}[{i}].operator", f"{op!r}: use Equal or Exists"
+            )
+        key = t.get("key") or None
+        if key is None and op != "Exists":
+            raise TranslationError(
+                object_ref(obj), f"{field}[{i}]", "a toleration without a key needs operator Exists"
+            )
+        effect = t.get("effect")
+        if effect and effect not in _TAINT_EFFECTS:
+            raise TranslationError(
+                object_ref(obj),
+                f"{field}[{i}].effect",
+                f"{effect!r}: use one of {list(_TAINT_EFFECTS)}, or leave it out for every effect",
+            )
+        out.append(
+            Toleration(
+                key=str(key) if key else None,
+                operator=op,
+                value=str(t.get("value") or ""),
+                effect=str(t["effect"]) if t.get("effect") else None,
+            )
+        )
+    return out
+
+
+def node_affinity_terms(
+    obj: Obj, spec: Mapping[str, Any], field: str
+) -> tuple[tuple[NodeSelectorRequirement, ...], ...]:
+    """The required node affinity's terms (any one must match), each a tuple of
+    requirements (all must match); `matchFields` on metadata.name reads the hostname."""
+    aff = mapping(obj, spec.get("affinity"), f"{field}.affinity")
+    na = mapping(obj, aff.get("nodeAffinity"), f"{field}.affinity.nodeAffinity")
+    fld = f"{field}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    req = mapping(obj, na.get("requiredDuringSchedulingIgnoredDuringExecution"), fld)
+    terms = []
+    for i, term in enumerate(
+        sequence(obj, req.get("nodeSelectorTerms"), f"{fld}.nodeSelectorTerms")
+    ):
+        tf = f"{fld}.nodeSelectorTerms[{i}]"
+        term = mapping(obj, term, tf)
+        reqs: list[NodeSelectorRequirement] = []
+        for part in ("matchExpressions", "matchFields"):
+            for j, e in enumerate(sequence(obj, term.get(part), f"{tf}.{part}")):
+                reqs.append(_requirement(obj, mapping(obj, e, f"{tf}.{part}[{j}]"), part,
+                                         f"{tf}.{part}[{j}]"))
+        if reqs:
+            terms.append(tuple(reqs))
+    return tuple(terms)
+
+
+def _requirement(obj: Obj, e: Mapping[str, Any], part: str, ef: str) -> NodeSelectorRequirement:
+    op = e.get("operator")
+    if op not in _SELECTOR_OPS:
+        raise TranslationError(
+            object_ref(obj),
+            f"{ef}.operator",
+            f"{op!r} is not a node selector operator; use one of {sorted(_SELECTOR_OPS)}",
+        )
+    key = str(e.get("key") or "")
+    if part == "matchFields":
+        if key != "metadata.name":
+            raise TranslationError(
+                object_ref(obj), f"{ef}.key", "matchFields supports only metadata.name"
+            )
+        key = L.HOSTNAME_LABEL  # node name ≈ hostname label
+    values = tuple(str(v) for v in sequence(obj, e.get("values"), f"{ef}.values"))
+    return NodeSelectorRequirement(key, str(op), values)
+
+
+def node_selector(workload: Obj, pod_spec: Mapping[str, Any], field: str) -> dict[str, str]:
+    return {
+        str(k): str(v)
+        for k, v in mapping(workload, pod_spec.get("nodeSelector"), f"{field}.nodeSelector").items()
+    }
+
+
+def gpu_share_milli(
+    workload: Obj, annotations: Mapping[str, Any], field: str, requests: PodRequests
+) -> int:
+    """The share of one GPU each pod uses (`gpu-fraction`), GPU_WHOLE without one; a share
+    needs the pod to request exactly one GPU."""
+    fraction = gpu_fraction_milli(workload, annotations, field)
+    if fraction is None or fraction >= GPU_WHOLE:
+        return GPU_WHOLE
+    if requests.gpus != 1:
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}[{L.ANN_GPU_FRACTION}]",
+            f"a GPU share needs the pod to request exactly {L.GPU_RESOURCE}: 1 "
+            f"(it requests {requests.gpus})",
+        )
+    return fraction
+
+
+def vram_per_gpu_mib(
+    workload: Obj, annotations: Mapping[str, Any], field: str, gpus: int
+) -> int:
+    """The `gpu-memory` annotation (VRAM needed per GPU) in MiB, 0 when absent or when the
+    pod uses no GPU."""
+    raw = annotations.get(L.ANN_GPU_MEMORY)
+    if raw in (None, ""):
+        return 0
+    try:
+        vram = parse_memory_mib(raw)
+    except ValueError:
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}[{L.ANN_GPU_MEMORY}]",
+            f"{raw!r} is not a memory quantity; write the VRAM needed per GPU like "
+            f"40Gi or 81920Mi",
+        ) from None
+    if vram <= 0:
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}[{L.ANN_GPU_MEMORY}]",
+            f"{raw!r}: VRAM per GPU must be above 0",
+        )
+    return vram if gpus else 0  # meaningless without a GPU; harmless, ignored
+
+
+def annotated_workload_type(
+    workload: Obj, annotations: Mapping[str, Any], field: str
+) -> WorkloadType | None:
+    value = annotations.get(L.ANN_WORKLOAD_TYPE)
+    if value in (None, ""):
+        return None
+    try:
+        return WorkloadType(str(value).strip().lower())
+    except ValueError:
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}[{L.ANN_WORKLOAD_TYPE}]",
+            f"unknown workload type {value!r}; use one of {[t.value for t in WorkloadType]}",
+        ) from None
+
+
+def annotated_numa_policy(
+    workload: Obj, annotations: Mapping[str, Any], field: str
+) -> NumaPolicy | None:
+    value = annotations.get(L.ANN_NUMA_POLICY)
+    if value in (None, ""):
+        return None
+    try:
+        return NumaPolicy(str(value).strip().lower())
+    except ValueError:
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}[{L.ANN_NUMA_POLICY}]",
+            f"unknown NUMA policy {value!r}; use one of {[p.value for p in NumaPolicy]}",
+        ) from None
+
+
+def topology_level(
+    workload: Obj, value: Any, field: str, levels: Sequence[str] | None, what: str
+) -> str:
+    """A topology level named in `field`, checked against the cluster's `levels` if known."""
+    level = str(value)
+    if levels is not None and level not in levels:
+        raise TranslationError(
+            object_ref(workload),
+            field,
+            f"{what} {level!r} is not a topology level of this cluster; use one of {list(levels)}",
+        )
+    return level
+
+
+def topology_requests(
+    workload: Obj,
+    annotations: Mapping[str, Any],
+    topology_request: Mapping[str, Any],
+    field: str,
+    levels: Sequence[str] | None,
+) -> tuple[str | None, str | None]:
+    """(required, preferred) topology level of one pod set: our annotation, else Kueue's
+    pod-set annotation, else the pod set's TAS `topologyRequest`."""
+    afld = f"{field}.template.metadata.annotations"
+    found: list[str | None] = []
+    for ours, kueue_ann, tr_key, what in (
+        (
+            L.ANN_REQUIRED_TOPOLOGY,
+            L.KUEUE_PODSET_REQUIRED_TOPOLOGY,
+            "required",
+            "required-topology",
+        ),
+        (
+            L.ANN_PREFERRED_TOPOLOGY,
+            L.KUEUE_PODSET_PREFERRED_TOPOLOGY,
+            "preferred",
+            "preferred-topology",
+        ),
+    ):
+        level = None
+        if annotations.get(ours):
+            level = topology_level(workload, annotations[ours], f"{afld}[{ours}]", levels, what)
+        elif annotations.get(kueue_ann):
+            level = topology_level(
+                workload, annotations[kueue_ann], f"{afld}[{kueue_ann}]", levels, what
+            )
+        elif topology_request.get(tr_key):
+            level = topology_level(
+                workload,
+                topology_request[tr_key],
+                f"{field}.topologyRequest.{tr_key}",
+                levels,
+                what,
+            )
+        found.append(level)
+    return found[0], found[1]
+
+
+def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """{(ns/name, podSet): (cpu milli, memory MiB, GPUs)} per pod, for reservations that do
+    not state their requests."""
+    key = object_key(workload)
+    out: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for i, ps in enumerate(
+        sequence(workload, child(workload, "spec").get("podSets"), "spec.podSets")
+    ):
+        ps = mapping(workload, ps, f"spec.podSets[{i}]")
+        tpl = mapping(workload, ps.get("template"), f"spec.podSets[{i}].template")
+        r = pod_requests(workload, tpl.get("spec"), f"spec.podSets[{i}].template.spec")
+        out[(key, str(ps.get("name") or "main"))] = (r.cpu_milli, r.memory_mib, r.gpus)
+    return out

@@ -1,0 +1,86 @@
+"""A one-pod gang needs no model: after the symmetry reduction every node left is costed,
+cheapest lower bound first, until no bound can beat the best (exact)."""
+
+from __future__ import annotations
+
+from nexus_admit.model import GPU_WHOLE, Placement, Slot, SolveStatus
+from nexus_admit.placement.baselines.podbypod import finish, infeasible
+from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
+from nexus_admit.placement.order_terms import OrderTerms
+from nexus_admit.placement.problem import Problem
+from nexus_admit.placement.pruning import pod_cost
+from nexus_admit.placement.realise import slots_for
+from nexus_admit.placement.reduction import Reduction
+
+__all__ = ["scan_lower_bound", "scan_single", "scans"]
+
+
+def scans(problem: Problem) -> bool:
+    """A one-pod gang is placed by costing every candidate node (after the exact symmetry
+    reduction) rather than by a model: with one pod every term is a cost of the node
+    alone. Not with fragGradient on: its per-node value may be negative, so the scan's
+    lower bound would not hold (the openb study's one-pod gangs keep the model)."""
+    return problem.gang.pod_count == 1 and not problem.config.weights.frag_gradient
+
+
+def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> float:
+    """Every term of the pod alone on `name` except NUMA alignment and fillOrder, which
+    need the pod's GPUs chosen and are never negative: a lower bound of its objective."""
+    ps = problem.gang.pod_sets[0]
+    node = problem.node(name)
+    cost = pod_cost(problem, name, weights)  # tier, VRAM, rack left free
+    cost += weights["nodesUsed"] + weights["maxPodsPerNode"]
+    if ps.gpus:
+        share = ps.gpu_milli_per_pod
+        cost += weights["fragmentation"] * (node.free_gpu_milli - share) / GPU_WHOLE
+        clique = problem.pristine_cliques.get(node.clique or "", ())
+        broken = problem.is_island(node) and node.is_pristine() and share < node.free_gpu_milli
+        broken_clique = bool(clique) and (len(clique) > 1 or share < node.free_gpu_milli)
+        cost += weights["islandsBroken"] * (int(broken) + int(broken_clique))
+    return cost
+
+
+def scan_single(
+    problem: Problem, red: Reduction, started: float, terms: OrderTerms, policy: str
+) -> Placement:
+    """The cheapest node for a one-pod gang, exactly: candidates in lower-bound order,
+    each costed on its realised slot as `finish` reports it, until no bound can beat
+    the best. Ties keep the earlier candidate (the candidate order is the snapshot's)."""
+    weights = term_weights(problem)
+    ps = problem.gang.pod_sets[0]
+    ranked = sorted(
+        (scan_lower_bound(problem, n, weights), i, n) for i, n in enumerate(red.nodes)
+    )
+    best: tuple[float, list[Slot]] | None = None
+    costed = 0
+    for bound, _, name in ranked:
+        if best is not None and bound >= best[0] - 1e-9:
+            break
+        slots = slots_for(problem, {(ps.name, name): 1})
+        if isinstance(slots, str):
+            continue  # GPU shares or NUMA zones cannot hold it after all
+        costed += 1
+        value = weighted_objective(problem, evaluate_terms(problem, slots)) + sum(
+            weight * v for v, weight in terms.values(problem, slots).values()
+        )
+        if best is None or value < best[0] - 1e-9:
+            best = (value, slots)
+    if best is None:
+        return infeasible(
+            problem.gang, policy, "no candidate node can hold the pod now; will retry", started
+        )
+    placement = finish(
+        problem,
+        policy,
+        best[1],
+        started,
+        SolveStatus.OPTIMAL if red.exact else SolveStatus.FEASIBLE,
+        terms.values(problem, best[1]),
+    )
+    placement.model_objective = placement.objective
+    placement.explanation.extend(red.notes)
+    placement.explanation.append(
+        f"one pod: {len(red.nodes)} candidate nodes ranked by cost, {costed} costed "
+        f"exactly; objective {placement.objective:g}, bound {placement.objective:g}"
+    )
+    return placement

@@ -1,0 +1,408 @@
+"""Domain-first pruning, when the symmetry reduction leaves more than
+`solver.maxCandidateNodes` nodes: the best few domains at the lowest level where one domain
+holds the gang, ranked by a lower bound and a greedy (Kueue-TAS-like) fill, plus the
+densest racks of the best parent domains when spreading over several may pay. A heuristic:
+placements found after it report `feasible`, not `optimal`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+from nexus_admit.model import ClusterSnapshot, Domain, Gang, Slot, apply_slots, fit_pod
+from nexus_admit.placement.baselines.tas import tas_counts
+from nexus_admit.placement.objective import (
+    evaluate_terms,
+    level_weight,
+    stranded_vram_gib,
+    term_weights,
+    weighted_objective,
+)
+from nexus_admit.placement.problem import Problem
+from nexus_admit.placement.realise import slots_for
+from nexus_admit.placement.reduction import Reduction, holds, restrict
+
+__all__ = ["dense_racks", "greedy", "greedy_counts", "lower_bound", "pod_cost", "prune_domains"]
+
+_GREEDY_PROBES = 16  # domains given a greedy fill while pruning
+_COVER_CHILDREN = 6  # roomiest child domains (blocks) whose singles and pairs cover a parent
+
+Counts = dict[tuple[str, str], int]  # (pod set, node) -> pods
+
+
+def pod_cost(problem: Problem, name: str, weights: dict[str, int]) -> float:
+    """The cheapest per-pod linear objective cost (tier, VRAM) of any pod set here; for
+    a one-pod gang also the GPUs its rack keeps free (domainFragmentation is then a
+    cost of the node alone, so pruning and bounds see it exactly)."""
+    node = problem.node(name)
+    costs = [
+        weights["tierMismatch"] * problem.class_cost(name) * ps.gpu_milli_per_pod / 1000
+        + weights["vramStrandedGiB"] * ps.gpus * stranded_vram_gib(problem, ps, node)
+        for ps in problem.gang.pod_sets
+    ]
+    rack_level = len(problem.levels) - 2
+    rack = problem.paths[name][rack_level] if rack_level >= 0 else None
+    if problem.gang.pod_count == 1 and weights["domainFragmentation"] and rack is not None:
+        left = problem.domain_free_gpu_milli(rack_level)[rack]
+        ps = problem.gang.pod_sets[0]
+        left -= ps.gpu_milli_per_pod if ps.gpus else 0
+        costs = [c + weights["domainFragmentation"] * left / 1000 for c in costs]
+    return min(costs, default=0.0)
+
+
+def lower_bound(
+    problem: Problem,
+    members: Sequence[str],
+    level: int,
+    room: dict[str, int],
+    pod_costs: dict[str, float],
+    weights: dict[str, int],
+) -> float:
+    """A valid lower bound of the objective for the gang placed inside `members` (one
+    domain of `level`): the fewest nodes and sub-domains that can hold it, and its cheapest
+    per-pod costs."""
+    need = problem.gang.pod_count
+
+    def fewest(rooms: Iterable[int]) -> int:
+        total, count = 0, 0
+        for r in sorted(rooms, reverse=True):
+            if total >= need:
+                break
+            total += r
+            count += 1
+        return count
+
+    bound = weights["nodesUsed"] * fewest(room[m] for m in members)
+    for below in range(level + 1, len(problem.levels) - 1):
+        sub: dict[Domain | None, int] = defaultdict(int)
+        for m in members:
+            sub[problem.paths[m][below]] += room[m]
+        least = fewest(sub.values())
+        bound += level_weight(problem, below) * (
+            weights["domainSpread"] * (least - 1) + weights["gangSplit"] * (least > 1)
+        )
+    filled, cost = 0, 0.0
+    for m in sorted(members, key=lambda m: pod_costs[m]):
+        take = min(room[m], need - filled)
+        cost += take * pod_costs[m]
+        filled += take
+        if filled >= need:
+            break
+    return bound + cost
+
+
+@dataclass(slots=True)
+class _Costing:
+    """What the bounds read of every node: pods it can hold (at most the gang) and its
+    cheapest per-pod cost, with the term weights."""
+
+    room: dict[str, int]
+    pod_costs: dict[str, float]
+    weights: dict[str, int]
+
+    def bound(self, problem: Problem, members: Sequence[str], level: int) -> float:
+        return lower_bound(problem, members, level, self.room, self.pod_costs, self.weights)
+
+
+@dataclass(slots=True)
+class _Incumbent:
+    """The best greedy fill among the probed domains, and every probed domain's fill value."""
+
+    upper: dict[Domain, float]
+    fill: Counts | None = None
+    value: float = float("inf")
+    domain: Domain | None = None
+
+
+def prune_domains(problem: Problem, red: Reduction) -> Reduction:
+    """Domain-first decomposition. At the lowest level where one domain holds the whole
+    gang, bound every such domain from below, take the best greedy (Kueue-TAS-like)
+    fill of the most promising ones as an upper bound, and keep the nodes of the
+    domains whose lower bound does not exceed it, best first, within the node budget."""
+    solver = problem.config.solver
+    budget = max(solver.max_candidate_nodes, round(solver.kept_fraction * len(red.nodes)))
+    weights = term_weights(problem)
+    need = problem.gang.pod_count
+    room: dict[str, int] = defaultdict(int)
+    for (_, n), c in red.caps.items():
+        room[n] = min(need, room[n] + c)
+    costing = _Costing(room, {n: pod_cost(problem, n, weights) for n in red.nodes}, weights)
+    for level in _levels_to_try(problem):
+        ranked = _rank_domains(problem, red, level, costing)
+        if ranked:
+            return _keep_best_domains(problem, red, level, ranked, budget, costing)
+    # No domain holds the gang at any level: keep the cheapest nodes overall.
+    order = sorted(red.nodes, key=lambda m: (costing.pod_costs[m], -room[m]))
+    kept: list[str] = []
+    filled = 0
+    for m in order:
+        if len(kept) >= budget and filled >= 2 * need:
+            break
+        kept.append(m)
+        filled += room[m]
+    return restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+
+def _levels_to_try(problem: Problem) -> Iterable[int]:
+    """The required level alone, else from the rack level (or the preferred level, if
+    lower) upwards."""
+    if problem.gang.required_level is not None:
+        return [problem.levels.index(problem.gang.required_level)]
+    start = len(problem.levels) - 2
+    if problem.gang.preferred_level:
+        start = min(start, problem.levels.index(problem.gang.preferred_level))
+    return range(start, -1, -1)
+
+
+def _rank_domains(
+    problem: Problem, red: Reduction, level: int, costing: _Costing
+) -> list[tuple[float, Domain, list[str]]]:
+    """(lower bound, domain, nodes) of every domain of `level` that holds the gang."""
+    domains: dict[Domain | None, list[str]] = defaultdict(list)
+    for n in red.nodes:
+        domains[problem.paths[n][level]].append(n)
+    ranked: list[tuple[float, Domain, list[str]]] = []
+    for domain, members in domains.items():
+        if domain is None or not holds(problem, red.caps, members):
+            continue
+        ranked.append((costing.bound(problem, members, level), domain, members))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return ranked
+
+
+def _probe_greedy(
+    problem: Problem, red: Reduction, ranked: list[tuple[float, Domain, list[str]]]
+) -> _Incumbent:
+    """Greedy fills in lower-bound order until no remaining domain can beat the best one;
+    many domains often share the lowest bound, and only their fills tell them apart (a cap
+    keeps huge fleets fast)."""
+    best = _Incumbent({})
+    for probe, (bound, domain, members) in enumerate(ranked):
+        if bound >= best.value or probe >= _GREEDY_PROBES:
+            break
+        found = greedy(problem, red, members)
+        best.upper[domain] = found[0] if found else float("inf")
+        if found and found[0] < best.value:
+            best.value, best.fill, best.domain = found[0], found[1], domain
+    return best
+
+
+def _keep_best_domains(
+    problem: Problem,
+    red: Reduction,
+    level: int,
+    ranked: list[tuple[float, Domain, list[str]]],
+    budget: int,
+    costing: _Costing,
+) -> Reduction:
+    """The nodes of the domains of `level` that may beat the greedy incumbent, best first
+    within the budget (and the densest racks when spreading may pay), with the hint."""
+    best = _probe_greedy(problem, red, ranked)
+    # The incumbent's domain first (so its fill stays a valid hint), then by lower
+    # bound, among equal bounds the better greedy fill first.
+    ranked.sort(key=lambda r: (r[1] != best.domain, r[0], best.upper.get(r[1], float("inf")), r[1]))
+    required = problem.gang.required_level is not None
+    spanning = costing.bound(problem, red.nodes, level - 1)
+    # Spreading over several domains might beat every single domain: then the best
+    # single domains get three quarters of the budget, the densest cheap racks the rest.
+    spread = not required and spanning < best.value
+    kept, complete = _take_domains(ranked, best, budget * 3 // 4 if spread else budget, costing)
+    complete = complete and not spread
+    if spread:
+        taken = set(kept)
+        dense = dense_racks(
+            problem, red, costing.room, costing.pod_costs, level - 1, costing.weights
+        )
+        kept += [n for n in dense if n not in taken][: max(0, budget - len(kept))]
+    note = (
+        f"pruned to {len(kept)} nodes in the {problem.levels[level]} domains whose "
+        f"lower bound beats the greedy placement"
+    )
+    # Exact when the gang must stay in one domain and every promising one was kept.
+    reduced = restrict(red, kept, note, exact=required and complete)
+    reduced.hint = _hint_inside(problem, reduced, kept, best, spread)
+    return reduced
+
+
+def _take_domains(
+    ranked: list[tuple[float, Domain, list[str]]], best: _Incumbent, limit: int, costing: _Costing
+) -> tuple[list[str], bool]:
+    """The nodes of the ranked domains whose bound does not exceed the incumbent, within
+    `limit` nodes (the first domain cut to its cheapest nodes if it alone is over), and
+    whether every such domain was kept whole."""
+    # the incumbent's nodes always stay (the solver starts from that fill)
+    kept = list(dict.fromkeys(n for _, n in best.fill)) if best.fill else []
+    complete = True
+    first = True
+    for bound, _, members in ranked:
+        if bound > best.value:
+            break  # no placement inside this domain can beat the greedy one
+        taken = set(kept)
+        members = [m for m in members if m not in taken]
+        if len(kept) + len(members) > limit:
+            complete = False
+            if not first:
+                break
+            members = sorted(members, key=lambda m: (costing.pod_costs[m], -costing.room[m]))
+            members = members[: max(0, limit - len(kept))]
+        kept.extend(members)
+        first = False
+    return kept, complete
+
+
+def _hint_inside(
+    problem: Problem, reduced: Reduction, kept: list[str], best: _Incumbent, spread: bool
+) -> Counts | None:
+    """The cheapest greedy fill that lies inside the kept nodes (the solver's hint)."""
+    fills = [(best.value, best.fill)] if best.fill is not None else []
+    if spread:  # several domains may win: also try a greedy fill across them
+        across = greedy(problem, reduced, kept)
+        if across is not None:
+            fills.append(across)
+    kept_set = set(kept)
+    inside = [f for f in fills if {n for _, n in f[1]} <= kept_set]
+    return min(inside, key=lambda f: f[0])[1] if inside else None
+
+
+def dense_racks(
+    problem: Problem,
+    red: Reduction,
+    room: dict[str, int],
+    pod_costs: dict[str, float],
+    parent_level: int,
+    weights: dict[str, int],
+) -> list[str]:
+    """Nodes of the lowest-level domains (racks) that hold the most pods at the lowest
+    per-pod cost, best first.
+
+    A gang spread over racks of one parent domain (e.g. a zone) spans fewer higher-level
+    domains, so the racks of the parents come first. Each parent is ranked by the lowest
+    bound of its covers of the gang: its densest racks first, or only the racks of one
+    or two of its roomiest child domains (blocks), densest first. The densest racks
+    overall follow."""
+    rack_level = len(problem.levels) - 2
+    racks: dict[Domain | None, list[str]] = defaultdict(list)
+    for n in red.nodes:
+        racks[problem.paths[n][rack_level] if rack_level >= 0 else None].append(n)
+
+    def density(members: list[str]) -> tuple[float, int]:
+        total = sum(room[m] for m in members)
+        per_pod = sum(pod_costs[m] * room[m] for m in members) / max(total, 1)
+        return (round(per_pod, 3), -total)
+
+    ordered = sorted(racks.values(), key=density)
+    if not 0 <= parent_level < rack_level:
+        return [n for members in ordered for n in members]
+    by_parent: dict[Domain | None, list[list[str]]] = defaultdict(list)
+    for members in ordered:
+        by_parent[problem.paths[members[0]][parent_level]].append(members)
+    if len(by_parent) < 2:
+        return [n for members in ordered for n in members]  # nothing to rank
+    costing = _Costing(room, pod_costs, weights)
+    parents = _rank_parents(problem, red, by_parent, parent_level, costing)
+    out: list[str] = []
+    seen: set[str] = set()
+    for members in [ms for parent in parents for ms in by_parent[parent]] + ordered:
+        if members[0] not in seen:
+            out.extend(members)
+            seen.update(members)
+    return out
+
+
+def _rank_parents(
+    problem: Problem,
+    red: Reduction,
+    by_parent: dict[Domain | None, list[list[str]]],
+    parent_level: int,
+    costing: _Costing,
+) -> list[Domain]:
+    """The parent domains, best cover of the gang first (see `dense_racks`)."""
+    need = problem.gang.pod_count
+    room = costing.room
+    child = parent_level + 1
+    ranked: list[tuple[float, int, Domain]] = []  # (cover bound, first seen, parent)
+    for i, (parent, group) in enumerate(by_parent.items()):
+        if parent is None:
+            continue
+        children: dict[Domain | None, list[list[str]]] = defaultdict(list)
+        for members in group:  # densest racks first within each child
+            children[problem.paths[members[0]][child]].append(members)
+        roomiest = sorted(
+            children, key=lambda c: -sum(room[m] for ms in children[c] for m in ms)
+        )[:_COVER_CHILDREN]
+        orders = [group] + [
+            [ms for ms in group if problem.paths[ms[0]][child] in pick]
+            for k in (1, 2)
+            for pick in combinations(roomiest, k)
+        ]
+        for racks_order in orders:
+            cover: list[list[str]] = []
+            covered = 0
+            for members in racks_order:
+                if covered >= need:
+                    break
+                cover.append(members)
+                covered += sum(room[m] for m in members)
+            nodes = [m for members in cover for m in members]
+            if holds(problem, red.caps, nodes):
+                ranked.append((costing.bound(problem, nodes, parent_level), i, parent))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    return list(dict.fromkeys(parent for _, _, parent in ranked))
+
+
+def greedy(
+    problem: Problem, red: Reduction, members: Sequence[str]
+) -> tuple[float, Counts] | None:
+    """The best of Kueue-TAS-style greedy fills restricted to the nodes whose per-pod
+    cost is at most each distinct cost level (so cheap hardware is used first):
+    (objective, counts), or None when no fill succeeds."""
+    weights = term_weights(problem)
+    cost = {m: pod_cost(problem, m, weights) for m in members}
+    best: tuple[float, Counts] | None = None
+    for level in sorted(set(cost.values())):
+        subset = [m for m in members if cost[m] <= level]
+        if not holds(problem, red.caps, subset):
+            continue
+        counts = greedy_counts(problem, red, subset)
+        if counts is None:
+            continue
+        slots = slots_for(problem, counts)
+        if isinstance(slots, str):
+            continue
+        value = weighted_objective(problem, evaluate_terms(problem, slots))
+        if best is None or value < best[0]:
+            best = (value, counts)
+        if best is not None or len(subset) == len(members):
+            break  # the cheapest hardware that holds the gang is what the greedy is for
+    return best
+
+
+def greedy_counts(problem: Problem, red: Reduction, nodes: Sequence[str]) -> Counts | None:
+    """Kueue-TAS-style greedy pods per node inside `nodes`, or None if it fails."""
+    scratch = ClusterSnapshot({n: problem.node(n).copy() for n in nodes})
+    sub = Problem(
+        scratch,
+        problem.gang,
+        problem.config,
+        problem.levels,
+        problem.paths,
+        problem.node_class,
+        {p: [n for n in nodes if (p, n) in red.caps] for p in problem.candidates},
+    )
+    out: Counts = {}
+    for ps in problem.gang.pod_sets:
+        counts = tas_counts(sub, ps, scratch)
+        if counts is None:
+            return None
+        one = Gang(problem.gang.name, (ps,))
+        for n, c in counts.items():
+            for i in range(c):
+                fit = fit_pod(scratch.nodes[n], ps, problem.gang.numa_policy)
+                if fit is None:
+                    return None
+                apply_slots(scratch, one, [Slot(ps.name, i, n, fit.gpu_indices, fit.numa_zone)])
+            out[(ps.name, n)] = c
+    return out

@@ -1,0 +1,175 @@
+"""Which nodes enter the model: the candidates with room for the gang, then the exact
+symmetry reduction (interchangeable nodes kept only as many times as the gang could use
+them). The heuristic domain-first pruning that may follow is placement/pruning.py.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from nexus_admit.model import Domain, NumaPolicy
+from nexus_admit.placement.memo import NodeMemo, pod_shape
+from nexus_admit.placement.problem import Problem
+
+__all__ = ["Reduction", "candidates", "holds", "reduce_symmetry", "restrict", "shortfall"]
+
+
+@dataclass(slots=True)
+class Reduction:
+    """Which nodes enter the model and whether the reduction kept optimality."""
+
+    nodes: list[str]
+    caps: dict[tuple[str, str], int]  # (pod set, node) -> max pods
+    exact: bool = True
+    notes: list[str] = field(default_factory=list)
+    # groups of interchangeable nodes: the model orders their loads to break symmetry
+    twins: list[list[str]] = field(default_factory=list)
+    # a greedy placement inside the kept nodes, found while pruning (the solver's hint)
+    hint: dict[tuple[str, str], int] | None = None
+
+
+def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
+    """Every node with room for at least one pod of some pod set, with its caps."""
+    caps: dict[tuple[str, str], int] = {}
+    nodes: dict[str, None] = {}
+    policy = problem.gang.numa_policy
+    all_nodes = problem.snapshot.nodes
+    for ps in problem.gang.pod_sets:
+        names = problem.candidates[ps.name]
+        fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
+        for name, fit in zip(names, fits, strict=True):
+            cap = min(fit, ps.count)
+            if cap > 0:
+                caps[(ps.name, name)] = cap
+                nodes[name] = None
+    return Reduction(list(nodes), caps)
+
+
+def shortfall(problem: Problem, red: Reduction) -> str:
+    """Why the candidates cannot hold the gang now (a pod set without room, or no domain of
+    the required level with room for a one-pod-set gang), or "" when they may."""
+    for ps in problem.gang.pod_sets:
+        room = sum(c for (p, _), c in red.caps.items() if p == ps.name)
+        if room < ps.count:
+            what = f"{ps.gpus} GPU" if ps.gpus else "CPU-only"
+            return (
+                f"pod set {ps.name!r}: {ps.count} pods ({what} each) requested, "
+                f"free capacity for {room} now; will retry"
+            )
+    required = problem.gang.required_level
+    if required is not None:
+        level = problem.levels.index(required)
+        per_domain: dict[Domain | None, int] = defaultdict(int)
+        for (_, n), c in red.caps.items():
+            per_domain[problem.paths[n][level]] += c
+        if (
+            max(per_domain.values(), default=0) < problem.gang.pod_count
+            and len(problem.gang.pod_sets) == 1
+        ):
+            return (
+                f"no single {required} domain has room for all {problem.gang.pod_count} pods "
+                f"now (largest: {max(per_domain.values(), default=0)}); will retry"
+            )
+    return ""
+
+
+def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reduction:
+    """Keep each class of interchangeable nodes only as many times as the gang has pods
+    (exact); the kept members of a class become twins the model may merge."""
+    need = problem.gang.pod_count
+    kept: list[str] = []
+    seen: dict[tuple[object, ...], int] = defaultdict(int)
+    groups: dict[tuple[object, ...], list[str]] = defaultdict(list)
+    gang = problem.gang
+    # a lone pod set's key reads only the node, the config and these (its caps are
+    # min(pod_capacity, count)), so it is remembered per node state between solves
+    signature = (
+        (*pod_shape(gang.pod_sets[0]), gang.pod_sets[0].count, gang.numa_policy, problem.levels)
+        if len(gang.pod_sets) == 1
+        else None
+    )
+    for name in red.nodes:
+        node = problem.node(name)
+        if node.clique is not None and node.clique in problem.pristine_cliques:
+            kept.append(name)  # filling a clique needs every member in the model
+            continue
+
+        def compute(name: str = name) -> tuple[object, ...]:
+            return (*symmetry_key(problem, red, name, memo), *_frag_key(problem, name, memo))
+
+        key = memo.derived(node, signature, compute) if signature is not None else compute()
+        if seen[key] < need:
+            seen[key] += 1
+            kept.append(name)
+            groups[key].append(name)
+    keep = set(kept)
+    caps = {k: v for k, v in red.caps.items() if k[1] in keep}
+    notes = list(red.notes)
+    if len(kept) < len(red.nodes):
+        notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
+    twins = [members for members in groups.values() if len(members) > 1]
+    return Reduction(kept, caps, red.exact, notes, twins)
+
+
+def _frag_key(problem: Problem, name: str, memo: NodeMemo) -> tuple[object, ...]:
+    """With the fragmentation gradient on, nodes are twins only if the gradient is equal."""
+    if not problem.config.weights.frag_gradient:
+        return ()
+    node = problem.node(name)
+    return (memo.view(node).sorted_gpu_free, node.free_cpu_milli, node.gpu_product)
+
+
+def symmetry_key(problem: Problem, red: Reduction, name: str, memo: NodeMemo) -> tuple[object, ...]:
+    """Everything the model reads of a node: equal keys mean interchangeable nodes."""
+    node = problem.node(name)
+    view = memo.view(node)
+    caps = tuple(red.caps.get((ps.name, name), 0) for ps in problem.gang.pod_sets)
+    aligned = tuple(
+        memo.capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
+        for ps in problem.gang.pod_sets
+    )
+    zones = (
+        tuple((z.gpu_indices, z.free_cpu_milli) for z in node.numa_zones)
+        if problem.gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
+        and len(problem.gang.pod_sets) > 1
+        else ()
+    )
+    return (
+        problem.paths[name][:-1],
+        problem.node_class[name],
+        node.gpu_memory_mib,
+        caps,
+        aligned,
+        zones,
+        node.free_cpu_milli if len(caps) > 1 else 0,
+        node.free_memory_mib if len(caps) > 1 else 0,
+        node.free_pods if len(caps) > 1 else 0,
+        view.free_whole_gpus,
+        view.free_gpu_milli,
+        view.pristine and problem.is_island(node),
+        node.clique,
+    )
+
+
+def holds(problem: Problem, caps: dict[tuple[str, str], int], members: list[str]) -> bool:
+    """Whether `members` together have room for every pod set of the gang."""
+    return all(
+        sum(caps.get((ps.name, m), 0) for m in members) >= ps.count
+        for ps in problem.gang.pod_sets
+    )
+
+
+def restrict(red: Reduction, kept: Sequence[str], note: str, exact: bool = False) -> Reduction:
+    """`red` cut down to the `kept` nodes (exact only if both the cut and `red` are)."""
+    keep = set(kept)
+    caps = {k: v for k, v in red.caps.items() if k[1] in keep}
+    twins = [[n for n in group if n in keep] for group in red.twins]
+    return Reduction(
+        list(kept),
+        caps,
+        exact and red.exact,
+        [*red.notes, note],
+        [g for g in twins if len(g) > 1],
+    )
