@@ -200,6 +200,49 @@ def test_a_create_whose_answer_was_lost_keeps_its_gpus_and_is_answered_from_it()
     assert [s.node for s in held.slots] == [rr["spec"]["podSets"][0]["slots"][0]["node"]]
 
 
+def test_a_refused_reservation_create_is_answered_retry_with_the_apiservers_reason() -> None:
+    """Before: a 4xx on the create forgot the assumption and answered nothing, so every
+    pass solved again, silently (a missing permission, a ResourceQuota). Now the Workload
+    goes through Retry with the apiserver's message, and its GPUs are free for the next."""
+    api = cluster(pending("w", pods=1, gpus=8),
+                  pending("v", pods=3, gpus=8, created="2026-11-25T10:00:01Z"))
+    real_create = api.create
+
+    def refuse_w(kind: str, body: Any) -> bool:
+        if kind == RR and body["metadata"]["name"].startswith("w-"):
+            raise ApiException(status=403, reason="Forbidden", http_resp=None) from None
+        return real_create(kind, body)
+
+    api.create = refuse_w  # type: ignore[method-assign]
+    ctx, _ = controller(api)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry"
+    assert "refused its ResourceReservation (403 Forbidden" in entry["message"]
+    assert not any(k.startswith("default/w-") for k in ctx.ledger.assumed)
+    # w's GPUs were given back: v (decided while w's create was in flight) fits once
+    # Kueue asks again
+    again = pending("v", pods=3, gpus=8, created="2026-11-25T10:00:01Z")
+    again["status"]["conditions"][0]["lastTransitionTime"] = "2026-11-25T10:05:00Z"
+    api.put(again)
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "v")["state"] == "Ready"
+
+
+def test_a_reservation_too_large_for_an_object_is_answered_retry_with_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_admit.controller import writes
+
+    monkeypatch.setattr(writes, "MAX_RESERVATION_BYTES", 200)
+    api = cluster(pending("w", pods=1, gpus=8))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert api.count("create", RR) == 0
+    entry = check_of(api, "w")
+    assert entry["state"] == "Retry" and "over the 200 bytes an object may hold" in entry["message"]
+
+
 def test_a_pending_workloads_own_reservation_holds_against_higher_priority_work() -> None:
     """Restarted after w's reservation was written but before its Ready: u, ahead of w in
     Kueue's order, must not be placed on w's GPUs."""
