@@ -23,7 +23,7 @@ import typer
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta
-from nexus_admit.kube.workload import is_pending_on_check, our_check_names
+from nexus_admit.kube.kueue import is_pending_on_check, our_check_names
 
 if TYPE_CHECKING:  # the client is imported when the command runs (it needs the controller extra)
     from nexus_admit.controller.api import KubeApi
