@@ -17,13 +17,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta
-from nexus_admit.kube.workload import is_pending_on_check, our_check_names
+from nexus_admit.kube.kueue import is_pending_on_check, our_check_names
+
+if TYPE_CHECKING:  # the client is imported when the command runs (it needs the controller extra)
+    from nexus_admit.controller.api import KubeApi
 
 __all__ = ["RELEASE_MESSAGE", "Release", "plan_release", "register", "release"]
 
@@ -106,11 +109,27 @@ def release(
 
     api = KubeApi(load_api_client(kubeconfig))
     plan = plan_release(api.list("AdmissionCheck")[0], api.list("Workload")[0], api.list("Pod")[0])
+    # the checks first: a pod whose gate is lifted still waits for Kueue's own gate
+    failed = _answer_checks(api, plan.checks, dry_run)
+    failed += _lift_gates(api, plan.pods, dry_run)
+    if stop_gating:
+        failed += _stop_gating(api, stop_gating, dry_run)
+    typer.echo(
+        f"{'dry run: ' if dry_run else ''}{len(plan.checks)} check(s) answered, "
+        f"{len(plan.pods)} pod(s) ungated"
+        + (f", {failed} failed (run it again)" if failed else "")
+        + ("" if plan.checks or plan.pods else ": nothing waits on nexus-admit")
+    )
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _answer_checks(api: KubeApi, checks: list[tuple[str, str, str]], dry_run: bool) -> int:
+    """Each check Ready with the release message; the number that failed."""
     verb = "would " if dry_run else ""
     failed = 0
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    # the checks first: a pod whose gate is lifted still waits for Kueue's own gate
-    for ns, workload, check in plan.checks:
+    for ns, workload, check in checks:
         body = {
             "apiVersion": L.KUEUE_GROUP_VERSION,
             "kind": "Workload",
@@ -134,8 +153,15 @@ def release(
             typer.echo(f"FAILED   Workload {ns}/{workload}: check {check}: {e}", err=True)
             continue
         typer.echo(f"{verb}answer  Workload {ns}/{workload}: check {check} Ready (released)")
+    return failed
+
+
+def _lift_gates(api: KubeApi, pods: list[tuple[str, str]], dry_run: bool) -> int:
+    """Our scheduling gate off each pod; the number that failed."""
+    verb = "would " if dry_run else ""
+    failed = 0
     patch = {"spec": {"schedulingGates": [{"$patch": "delete", "name": L.GATE_PLACEMENT}]}}
-    for ns, pod in plan.pods:
+    for ns, pod in pods:
         try:
             if not dry_run:
                 api.patch_pod(pod, ns, patch)
@@ -144,26 +170,21 @@ def release(
             typer.echo(f"FAILED   Pod {ns}/{pod}: {e}", err=True)
             continue
         typer.echo(f"{verb}ungate  Pod {ns}/{pod}")
-    if stop_gating:
-        ns, _, name = stop_gating.partition("/")
-        try:
-            gone = dry_run or api.delete("ConfigMap", name, ns)
-        except Exception as e:
-            failed += 1
-            typer.echo(f"FAILED   ConfigMap {stop_gating}: {e}", err=True)
-        else:
-            state = "deleted" if gone else "already gone"
-            typer.echo(
-                f"{verb}stop gating: ConfigMap {stop_gating} {'delete' if dry_run else state}"
-            )
-    typer.echo(
-        f"{'dry run: ' if dry_run else ''}{len(plan.checks)} check(s) answered, "
-        f"{len(plan.pods)} pod(s) ungated"
-        + (f", {failed} failed (run it again)" if failed else "")
-        + ("" if plan.checks or plan.pods else ": nothing waits on nexus-admit")
-    )
-    if failed:
-        raise typer.Exit(EXIT_FAILED)
+    return failed
+
+
+def _stop_gating(api: KubeApi, configmap: str, dry_run: bool) -> int:
+    """Delete the queue gate policy's ConfigMap ("namespace/name"); 1 when that failed."""
+    verb = "would " if dry_run else ""
+    ns, _, name = configmap.partition("/")
+    try:
+        gone = dry_run or api.delete("ConfigMap", name, ns)
+    except Exception as e:
+        typer.echo(f"FAILED   ConfigMap {configmap}: {e}", err=True)
+        return 1
+    state = "deleted" if gone else "already gone"
+    typer.echo(f"{verb}stop gating: ConfigMap {configmap} {'delete' if dry_run else state}")
+    return 0
 
 
 def register(app: typer.Typer) -> None:

@@ -19,8 +19,8 @@ from nexus_admit.controller.context import CheckView, Context
 from nexus_admit.controller.queue_gate import sync_queue_gate
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta
+from nexus_admit.kube.kueue import our_check_names
 from nexus_admit.kube.translate import placement_config_from_object
-from nexus_admit.kube.workload import our_check_names
 from nexus_admit.model import PlacementConfig
 
 __all__ = ["active_condition", "resolve_check", "sync_checks"]

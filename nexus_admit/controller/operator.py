@@ -277,6 +277,25 @@ async def run(options: RunOptions) -> None:
     ctx.loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
     hook: list[WebhookThread] = []  # started once the store is synced
     runner = await _health_server(ctx, hook)
+    _log_start(options, elector)
+    await watches.initial_list(ctx)
+    if cert is not None:  # after the list: its answers read the store
+        hook.append(webhook_thread(options, ctx, cert))
+        await asyncio.to_thread(hook[0].start)
+    tasks = _start_tasks(ctx, elector, options.degraded_after_seconds)
+    try:
+        await kopf.operator(
+            registry=handler_registry(),
+            settings=operator_settings(),
+            clusterwide=True,
+            standalone=True,
+            memo=kopf.Memo(ctx=ctx),
+        )
+    finally:
+        await _shut_down(ctx, hook, tasks, runner)
+
+
+def _log_start(options: RunOptions, elector: LeaseElector | None) -> None:
     log.info(
         "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s",
         options.policy,
@@ -297,10 +316,12 @@ async def run(options: RunOptions) -> None:
             c.renew_deadline_seconds,
             c.retry_seconds,
         )
-    await watches.initial_list(ctx)
-    if cert is not None:  # after the list: its answers read the store
-        hook.append(webhook_thread(options, ctx, cert))
-        await asyncio.to_thread(hook[0].start)
+
+
+def _start_tasks(
+    ctx: Context, elector: LeaseElector | None, degraded_after_seconds: float
+) -> list[asyncio.Task[None]]:
+    """The controller's own loops, beside kopf's watches."""
     tasks = [
         asyncio.create_task(run_loop(ctx), name="placing"),
         asyncio.create_task(run_ungater(ctx), name="ungating"),
@@ -310,31 +331,31 @@ async def run(options: RunOptions) -> None:
     if elector is not None:
         tasks.append(
             asyncio.create_task(
-                watch_leadership(ctx, elector, options.degraded_after_seconds), name="degraded"
+                watch_leadership(ctx, elector, degraded_after_seconds), name="degraded"
             )
         )
     if elector is not None:  # last: cancelled last, it releases the lease on the way out
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
-    try:
-        await kopf.operator(
-            registry=handler_registry(),
-            settings=operator_settings(),
-            clusterwide=True,
-            standalone=True,
-            memo=kopf.Memo(ctx=ctx),
-        )
-    finally:
-        for h in hook:
-            await asyncio.to_thread(h.stop)
-        for task in (ctx.pass_task, ctx.ungate_task):
-            if task is not None:
-                task.cancel()
-        ctx.background.cancel()
-        ctx.ungate_writes.cancel()
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        await runner.cleanup()
-        ctx.solver.shutdown(wait=False, cancel_futures=True)
+    return tasks
+
+
+async def _shut_down(
+    ctx: Context,
+    hook: list[WebhookThread],
+    tasks: list[asyncio.Task[None]],
+    runner: web.AppRunner,
+) -> None:
+    for h in hook:
+        await asyncio.to_thread(h.stop)
+    for task in (ctx.pass_task, ctx.ungate_task):
+        if task is not None:
+            task.cancel()
+    ctx.background.cancel()
+    ctx.ungate_writes.cancel()
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
+    await runner.cleanup()
+    ctx.solver.shutdown(wait=False, cancel_futures=True)

@@ -2,7 +2,7 @@
 
 * `PlacementConfig`: the OpenAPI schema is generated from the pydantic model's JSON schema
   (refs inlined, `null` unions → `nullable`, defaults left to the model).
-* `ResourceReservation`: written here; `kube/cluster.py` reads exactly these fields.
+* `ResourceReservation`: written here; `kube/cluster/capacity.py` reads exactly these fields.
 
 `python -m nexus_admit.kube.crds [DIR]` writes `DIR/placementconfigs.yaml` and
 `DIR/resourcereservations.yaml` (default DIR: ./crds); tests check the files are current.

@@ -29,16 +29,15 @@ from nexus_admit.kube.errors import (
     object_key,
     object_ref,
 )
-from nexus_admit.kube.translate import placement_config_from_object
-from nexus_admit.kube.workload import (
-    OWNER_KINDS,
+from nexus_admit.kube.kueue import (
     KueueIndex,
     admission_order_key,
     creation_key,
     is_pending_on_check,
-    workload_template_requests,
-    workload_to_gang,
 )
+from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.translate import placement_config_from_object
+from nexus_admit.kube.workload import OWNER_KINDS, workload_to_gang
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 
 __all__ = ["ClusterDump", "DumpError", "flatten", "load_dump", "load_objects"]

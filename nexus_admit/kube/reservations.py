@@ -1,7 +1,7 @@
 """ResourceReservation shapes, names, liveness and slot keys: the one home for them.
 
 Who calls it: the controller (to write reservations and to read them back after a restart),
-`plan` and the snapshot builder (`kube/cluster.py`, which counts live reservations as taken
+`plan` and the snapshot builder (`kube/cluster/`, which counts live reservations as taken
 capacity). A reservation is the durable record of one placement decision; everything the
 controller needs after a restart can be read back from it and from the pods that carry its
 label, so nothing here keeps state.

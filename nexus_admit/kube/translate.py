@@ -17,7 +17,6 @@ from nexus_admit.kube.cluster import (
     build_snapshot,
     gpu_fraction_milli,
     node_from_object,
-    parse_time,
     pod_is_active,
     topologies_from_objects,
 )
@@ -30,6 +29,7 @@ from nexus_admit.kube.kueue import (
     tas_pod_sets,
 )
 from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.requests import PodRequests, effective_requests, pod_requests
 from nexus_admit.kube.reservations import (
     reservation_is_live,

@@ -1,6 +1,6 @@
 """One remembered value per object, kept while the object's version stays the same.
 
-Who uses it: `cluster.py` (a Node's translation, a pod's requests) and `reservations.py`
+Who uses it: `cluster/` (a Node's translation, a pod's requests) and `reservations.py`
 (a reservation's slots). The controller rebuilds its snapshot every pass from objects that
 mostly did not change; each cache holds one entry per object (by name or uid), replaced when
 its version changes, so it never grows with the number of versions seen. Locked: snapshots
@@ -10,12 +10,12 @@ are built in worker threads while the loop reads too.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Generic, TypeVar
 
 from cachetools import LRUCache
 
-__all__ = ["VersionedCache"]
+__all__ = ["VersionedCache", "object_version"]
 
 V = TypeVar("V")
 
@@ -36,3 +36,11 @@ class VersionedCache(Generic[V]):
         with self._lock:
             self._entries[key] = (version, value)
         return value
+
+
+def object_version(obj: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(uid, resourceVersion) of an object, None when it has none (a dump file, a test)."""
+    m = obj.get("metadata") if obj is not None else None
+    if not isinstance(m, Mapping) or not m.get("uid") or not m.get("resourceVersion"):
+        return None
+    return (str(m["uid"]), str(m["resourceVersion"]))

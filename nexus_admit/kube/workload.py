@@ -35,17 +35,7 @@ from nexus_admit.kube.errors import (
     object_ref,
     sequence,
 )
-from nexus_admit.kube.kueue import (
-    KueueIndex,
-    admission_order_key,
-    creation_key,
-    flavor_constraints,
-    is_pending_on_check,
-    our_check_names,
-    tas_pod_sets,
-    tier_claims,
-    workload_tier,
-)
+from nexus_admit.kube.kueue import KueueIndex, flavor_constraints, workload_tier
 from nexus_admit.kube.podspec import (
     annotated_numa_policy,
     annotated_workload_type,
@@ -55,7 +45,6 @@ from nexus_admit.kube.podspec import (
     tolerations,
     topology_requests,
     vram_per_gpu_mib,
-    workload_template_requests,
 )
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.model import (
@@ -68,23 +57,7 @@ from nexus_admit.model import (
     WorkloadType,
 )
 
-# KueueIndex and the rest below moved to kube/kueue.py and kube/podspec.py; they are named
-# here for the importers that other changes in flight still edit (kube/dump.py,
-# controller/webhook.py, controller/preemption.py): import them from their modules
-__all__ = [
-    "OWNER_KINDS",
-    "KueueIndex",
-    "admission_order_key",
-    "classify_workload",
-    "creation_key",
-    "is_pending_on_check",
-    "our_check_names",
-    "tas_pod_sets",
-    "tier_claims",
-    "workload_template_requests",
-    "workload_tier",
-    "workload_to_gang",
-]
+__all__ = ["OWNER_KINDS", "classify_workload", "workload_to_gang"]
 
 
 # ---------------------------------------------------------------- classification

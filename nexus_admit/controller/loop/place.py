@@ -46,8 +46,8 @@ from nexus_admit.controller.writes import (
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.kueue import tas_pod_sets, tier_claims
 from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
-from nexus_admit.kube.workload import tas_pod_sets, tier_claims
 from nexus_admit.model import Gang, Placement, PlacementConfig
 from nexus_admit.placement.decide import (
     Decision,

@@ -14,8 +14,8 @@ from nexus_admit.controller.ledger import Assumed
 from nexus_admit.controller.writes import WritePipeline
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.reservations import reservation_workload_key
-from nexus_admit.kube.workload import KueueIndex
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.sequence import OrderedPlacer

@@ -28,6 +28,7 @@ from nexus_admit.controller.preemption.victims import (
 from nexus_admit.controller.writes import answer, keep_pending, reserve
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.kueue import KueueIndex, workload_tier
 from nexus_admit.kube.reservations import (
     reservation_is_live,
     reservation_key,
@@ -35,7 +36,6 @@ from nexus_admit.kube.reservations import (
     reservation_slots,
     reservation_workload_key,
 )
-from nexus_admit.kube.workload import KueueIndex, workload_tier
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.decide import Drain, LiveDrain, MoveOffDrain, PlaceOverDrains, Preempt
 from nexus_admit.placement.preemption import RunningGang

@@ -42,9 +42,9 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import pod_is_active
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import reservation_is_live, reservation_slots
-from nexus_admit.kube.workload import KueueIndex
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig, Slot
 from nexus_admit.placement.preemption import PreemptionPlan, RunningGang
 

@@ -30,6 +30,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.kueue import our_check_names
 from nexus_admit.kube.queues import (
     QueueLookup,
     local_queue_cluster_queue,
@@ -37,7 +38,6 @@ from nexus_admit.kube.queues import (
     queue_uses_check,
 )
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
-from nexus_admit.kube.workload import our_check_names
 
 __all__ = [
     "GateAnswer",
