@@ -2,11 +2,15 @@
 
 The pod gate policy (`kube/pod_gate_policy.queue_gate_policy`) runs in the apiserver,
 where CEL cannot look a LocalQueue up; its binding names this ConfigMap as its parameter,
-and it gates a pod created with the queue label iff "<namespace>.<queue>" is a key of the
-ConfigMap's data. Here the leader writes the keys: every LocalQueue whose ClusterQueue
-lists one of our AdmissionChecks (`kube/queues.gated_queues`), the ClusterQueue as the
-value. Pods of every other queue never match the policy, and never reach the webhook,
-so an outage of nexus-admit cannot hold them up.
+and it gates a pod created with the queue label unless "<namespace>.<queue>" is listed in
+the ConfigMap's data with "" (a queue known not to use our check). Here the leader writes
+every LocalQueue (`kube/queues.gated_queues`): its ClusterQueue as the value when that lists
+one of our AdmissionChecks, else "". Pods of the queues listed with "" never match the
+policy nor reach the webhook, so an outage of nexus-admit cannot hold them up; a queue
+created a moment before its first pods (not listed yet) is gated to be safe, and the
+ungater lifts the gate once Kueue admits a pod without a reservation of ours
+(`ungating.ungater.unpinned_release`). Only a queue created while no replica runs waits
+for nexus-admit (or `nexus-admit release`).
 
 Who calls it: `admissioncheck.sync_checks`, once per pass (leader only). The ConfigMap is
 written by server-side apply under our field manager, only when the list changed (and

@@ -86,10 +86,14 @@ def pod_gate_policy(name: str) -> dict[str, Any]:
 
 # the queue's key in the ConfigMap (kube/queues.gated_queue_key): a namespace has no dots.
 # request.namespace, not object.metadata.namespace: a pod may be created without one.
+# Listed with its ClusterQueue: the queue uses our check; listed with "": it does not;
+# not listed: not known yet (created a moment ago), gated to be safe, and the ungater lifts
+# the gate once it knows. No data at all (nexus-admit never wrote it): nothing is gated.
+_QUEUE_KEY: Final = (
+    f"(request.namespace + '.' + object.metadata.labels['{L.KUEUE_QUEUE_NAME_LABEL}'])"
+)
 QUEUE_GATE_CONDITION: Final = (
-    "has(params.data) && "
-    f"(request.namespace + '.' + object.metadata.labels['{L.KUEUE_QUEUE_NAME_LABEL}']) "
-    "in params.data"
+    f"has(params.data) && (!({_QUEUE_KEY} in params.data) || params.data[{_QUEUE_KEY}] != '')"
 )
 
 

@@ -91,9 +91,12 @@ def gated_queues(
     cluster_queues: Iterable[Mapping[str, Any]],
     checks: Collection[str],
 ) -> tuple[dict[str, str], list[str]]:
-    """Every LocalQueue whose ClusterQueue lists one of `checks`, as {key: ClusterQueue}
-    (`gated_queue_key`), and the problems of the queues that use a check but cannot be
-    listed. Malformed objects are skipped: they lead nowhere."""
+    """Every LocalQueue as {key (`gated_queue_key`): its ClusterQueue when that lists one of
+    `checks`, else ""}, and the problems of the queues that cannot be listed. The gate
+    policy gates a pod whose queue is listed with a ClusterQueue, or not listed at all: a
+    queue created a moment before its first pods (the list not yet written) is gated rather
+    than left unpinned, and the ungater lifts the gate from a pod whose queue turns out not
+    to use the check. Malformed objects are skipped: they lead nowhere."""
     by_name: dict[str, Mapping[str, Any]] = {}
     for cq in cluster_queues:
         name = _mapping(cq.get("metadata") if isinstance(cq, Mapping) else None).get("name")
@@ -107,16 +110,17 @@ def gated_queues(
             continue
         m = _mapping(lq.get("metadata"))
         ns, name = m.get("namespace"), m.get("name")
-        cq_name = local_queue_cluster_queue(lq)
-        if not (isinstance(ns, str) and isinstance(name, str)) or cq_name not in using:
+        if not (isinstance(ns, str) and isinstance(name, str)):
             continue
+        cq_name = local_queue_cluster_queue(lq)
         key = gated_queue_key(ns, name)
         if key is None:
-            problems.append(
-                f"LocalQueue {ns}/{name}: its name is too long to be listed for the gate "
-                f"policy (namespace + '.' + name over {_CONFIGMAP_KEY_MAX} characters); "
-                "its pods are gated only by the webhook"
-            )
+            if cq_name in using:
+                problems.append(
+                    f"LocalQueue {ns}/{name}: its name is too long to be listed for the gate "
+                    f"policy (namespace + '.' + name over {_CONFIGMAP_KEY_MAX} characters); "
+                    "its pods are gated as a queue not yet known"
+                )
             continue
-        listed[key] = cq_name
+        listed[key] = cq_name if cq_name in using else ""
     return listed, problems

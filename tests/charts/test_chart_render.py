@@ -421,7 +421,8 @@ def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces()
 
 def test_the_queue_gate_matches_only_pods_of_queues_the_configmap_lists() -> None:
     """The policy's own rules, read as the apiserver does: the queue label selects, the
-    ConfigMap key "<namespace>.<queue>" decides; a reservation label is the other policy's."""
+    ConfigMap key "<namespace>.<queue>" decides (listed with a ClusterQueue, or not yet
+    known: gated; listed with "": not); a reservation label is the other policy's."""
     spec = queue_gate_policy("x")["spec"]
     exprs = spec["matchConstraints"]["objectSelector"]["matchExpressions"]
     assert {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"} in exprs
@@ -429,6 +430,7 @@ def test_the_queue_gate_matches_only_pods_of_queues_the_configmap_lists() -> Non
     (queue_condition,) = [c for c in spec["matchConditions"] if c["name"] == "queue-uses-the-check"]
     assert "request.namespace + '.'" in queue_condition["expression"]
     assert "in params.data" in queue_condition["expression"]
+    assert "!= ''" in queue_condition["expression"]
     assert spec["failurePolicy"] == "Fail"
 
 

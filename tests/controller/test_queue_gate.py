@@ -47,7 +47,8 @@ def test_lists_exactly_the_queues_that_use_the_check_and_writes_only_on_change()
     api = FakeApi()
     ctx = ctx_with(api)
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert written(api) == {"a.train": "gpu", "b.serve": "gpu"}
+    # every queue it knows: with its ClusterQueue when that uses the check, else ""
+    assert written(api) == {"a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     assert api.count("apply", "ConfigMap") == 1
     ctx.store.upsert(
@@ -55,7 +56,7 @@ def test_lists_exactly_the_queues_that_use_the_check_and_writes_only_on_change()
         {"metadata": {"name": "train", "namespace": "a"}, "spec": {"clusterQueue": "cpu"}},
     )
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert written(api) == {"b.serve": "gpu"}
+    assert written(api) == {"a.train": "", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
 
 
 def test_a_failed_write_is_retried_next_pass() -> None:
@@ -65,7 +66,7 @@ def test_a_failed_write_is_retried_next_pass() -> None:
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     assert ctx.gated_queues is None
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert written(api) == {"a.train": "gpu", "b.serve": "gpu"}
+    assert written(api) == {"a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
 
 
 def test_nothing_is_written_when_no_configmap_is_named() -> None:

@@ -107,7 +107,8 @@ def test_a_malformed_pod_names_no_queue(pod: Any) -> None:
     assert pod_queue(pod) == ""
 
 
-def test_gated_queues_lists_exactly_the_local_queues_of_cluster_queues_with_the_check() -> None:
+def test_gated_queues_lists_every_local_queue_with_its_cluster_queue_only_when_it_uses_the_check(
+) -> None:
     local = [
         lq("gpu", "gpu-cq"),
         lq("gpu", "gpu-cq", ns="other"),
@@ -119,7 +120,9 @@ def test_gated_queues_lists_exactly_the_local_queues_of_cluster_queues_with_the_
     ]
     clusters = [cq("gpu-cq", CHECK), cq("cpu-cq"), {"metadata": None}, cq("odd", None)]
     listed, problems = gated_queues(local, clusters, {CHECK})  # type: ignore[arg-type]
-    assert listed == {"team.gpu": "gpu-cq", "other.gpu": "gpu-cq"}
+    # listed with "": known not to use the check (never gated); absent: not known yet
+    assert listed == {"team.gpu": "gpu-cq", "other.gpu": "gpu-cq", "team.cpu": "",
+                      "team.dangling": ""}
     assert problems == []
 
 
