@@ -243,6 +243,8 @@ MUST = [
     ("watch", "workloads.kueue.x-k8s.io", "--all-namespaces"),
     ("get", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("patch", "workloads.kueue.x-k8s.io", "--subresource=status", "-n", "default"),
+    # blockOwnerDeletion on the reservation's ownerReference (OwnerReferencesPermissionEnforcement)
+    ("update", "workloads.kueue.x-k8s.io", "--subresource=finalizers", "-n", "default"),
     ("watch", "localqueues.kueue.x-k8s.io", "--all-namespaces"),
     ("watch", "clusterqueues.kueue.x-k8s.io"),
     ("watch", "resourceflavors.kueue.x-k8s.io"),
@@ -274,6 +276,7 @@ MUST_NOT = [
     ("delete", "pods", "-n", "default"),
     ("create", "pods", "--subresource=binding", "-n", "default"),
     ("patch", "workloads.kueue.x-k8s.io", "-n", "default"),
+    ("update", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("delete", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("patch", "clusterqueues.kueue.x-k8s.io"),
     ("patch", "placementconfigs.scheduling.kubenexus.io"),

@@ -289,6 +289,9 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
         expected |= {("kueue.x-k8s.io", kind, v) for v in read}
     expected |= {("kueue.x-k8s.io", "admissionchecks", v) for v in read}
     expected |= {("kueue.x-k8s.io", "workloads/status", "patch")}
+    # the reservation's ownerReference sets blockOwnerDeletion: OwnerReferencesPermission-
+    # Enforcement refuses every create without update on the owner's finalizers
+    expected |= {("kueue.x-k8s.io", "workloads/finalizers", "update")}
     expected |= {("kueue.x-k8s.io", "admissionchecks/status", "patch")}
     expected |= {("topology.node.k8s.io", "noderesourcetopologies", v) for v in read}
     expected |= {("resource.k8s.io", "resourceslices", v) for v in read}
