@@ -524,6 +524,196 @@ def test_the_controller_as_the_chart_service_account_places_a_gang(
     )
 
 
+# ---- what the ServiceAccount may change (the least-privilege policies) -----------------
+
+POLICY = f"{FULLNAME}-least-privilege"
+OWN_GATE_POD, OTHER_GATE_POD, OTHER_CHECK = "lp-own-gate", "lp-other-gate", "lp-other-check"
+
+
+def as_sa(cluster: Any, *args: str, patch: Any) -> tuple[bool, str]:
+    """A server-side dry run of `kubectl patch` as the controller's ServiceAccount: the
+    apiserver runs admission (RBAC, then the policies) and stores nothing."""
+    r = cluster.kubectl(
+        "patch",
+        *args,
+        f"--as={SA}",
+        "--dry-run=server",
+        "-p",
+        json.dumps(patch),
+        check=False,
+    )
+    return r.returncode == 0, r.stderr
+
+
+def gated_pod(name: str, gate: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": JOBS_NS, "labels": {"app": "lp"}},
+        "spec": {
+            "schedulingGates": [{"name": gate}],
+            "containers": [{"name": "c", "image": "registry.invalid/pause:e2e"}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def policy_targets(sa_controller: ServiceAccountController, e2e_cluster: Any) -> Iterator[None]:
+    """Two gated pods (ours and someone else's gate) and an AdmissionCheck of another
+    controller, created as admin; the ServiceAccount's writes to them are dry runs."""
+    other_check = {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": OTHER_CHECK},
+        "spec": {"controllerName": "example.com/someone-else"},
+    }
+    e2e_cluster.apply(
+        [gated_pod(OWN_GATE_POD, GATE), gated_pod(OTHER_GATE_POD, "example.com/hold"), other_check]
+    )
+    yield
+    for obj in (("pod", OWN_GATE_POD, "-n", JOBS_NS), ("pod", OTHER_GATE_POD, "-n", JOBS_NS)):
+        e2e_cluster.kubectl("delete", *obj, "--ignore-not-found", "--wait=false", check=False)
+    e2e_cluster.kubectl(
+        "delete", "admissionchecks.kueue.x-k8s.io", OTHER_CHECK, "--ignore-not-found", check=False
+    )
+
+
+def test_the_service_account_may_change_only_the_fields_it_owns(
+    policy_targets: None, e2e_cluster: Any, core_v1: client.CoreV1Api
+) -> None:
+    """The controller placed and ungated a gang as the ServiceAccount under these policies
+    (the test above); here every other change it could make through RBAC is refused."""
+    for suffix in ("pods", "checks"):
+        assert kubectl_json(e2e_cluster, "get", "validatingadmissionpolicy", f"{POLICY}-{suffix}")
+    (running, *_) = core_v1.list_namespaced_pod(JOBS_NS, label_selector="job-name=gang").items
+    pod = ("pod", running.metadata.name, "-n", JOBS_NS)
+    slot_key = "scheduling.kubenexus.io/slot"
+    image = running.spec.containers[0].image
+    allowed = {
+        "its own annotation": (pod, {"metadata": {"annotations": {slot_key: "main/9"}}}),
+        "pin and ungate a pod it gated": (
+            ("pod", OWN_GATE_POD, "-n", JOBS_NS),
+            {
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "h100-r0-0"},
+                    "schedulingGates": [{"$patch": "delete", "name": GATE}],
+                }
+            },
+        ),
+    }
+    refused = {
+        "a tenant's label": (pod, {"metadata": {"labels": {"app": "x"}}}, "labels of a pod"),
+        "a tenant's annotation": (
+            pod,
+            {"metadata": {"annotations": {"example.com/owner": "x"}}},
+            "annotations of a pod",
+        ),
+        "the image": (
+            pod,
+            {"spec": {"containers": [{"name": "worker", "image": image + "-evil"}]}},
+            "scheduling gates, nodeSelector and affinity",
+        ),
+        "a toleration": (
+            pod,
+            {"spec": {"tolerations": [{"operator": "Exists"}]}},
+            "scheduling gates, nodeSelector and affinity",
+        ),
+        "a finalizer": (pod, {"metadata": {"finalizers": ["example.com/x"]}}, "finalizers"),
+        "someone else's gate": (
+            ("pod", OTHER_GATE_POD, "-n", JOBS_NS),
+            {"spec": {"schedulingGates": [{"$patch": "delete", "name": "example.com/hold"}]}},
+            "only remove its own scheduling gate",
+        ),
+        "pinning a pod it did not gate": (
+            ("pod", OTHER_GATE_POD, "-n", JOBS_NS),
+            {"spec": {"nodeSelector": {"kubernetes.io/hostname": "h100-r0-0"}}},
+            "only a pod that carries its scheduling gate",
+        ),
+    }
+    for what, (target, patch) in allowed.items():
+        ok, err = as_sa(e2e_cluster, *target, patch=patch)
+        assert ok, f"{what}: {err}"
+    for what, (target, patch, words) in refused.items():
+        ok, err = as_sa(e2e_cluster, *target, patch=patch)
+        assert not ok, f"{what} was allowed"
+        assert "denied request" in err and words in err, f"{what}: {err}"
+
+    # Workload status: its own check entry, nothing else
+    (wl,) = [
+        w
+        for w in e2e_cluster_workloads(e2e_cluster)
+        if any(c.get("name") == CHECK for c in (w.get("status") or {}).get("admissionChecks", []))
+    ][:1]
+    workload = ("workloads.kueue.x-k8s.io", wl["metadata"]["name"], "-n", JOBS_NS)
+    entries = wl["status"]["admissionChecks"]
+    i = next(i for i, c in enumerate(entries) if c["name"] == CHECK)
+    status = ("--subresource=status", "--type=json")
+    ok, err = as_sa(
+        e2e_cluster,
+        *workload,
+        *status,
+        patch=[{"op": "replace", "path": f"/status/admissionChecks/{i}/message", "value": "m"}],
+    )
+    assert ok, f"its own check entry: {err}"
+    foreign_entry = {
+        "name": "someone-elses-check",
+        "state": "Ready",
+        "message": "forged",
+        "lastTransitionTime": "2030-01-01T00:00:00Z",
+    }
+    refused_status = {
+        "another check's entry": (
+            [{"op": "add", "path": "/status/admissionChecks/-", "value": foreign_entry}],
+            "its own admission check entries",
+        ),
+        "a Workload condition": (
+            [
+                {
+                    "op": "add",
+                    "path": "/status/conditions/-",
+                    "value": {
+                        "type": "Forged",
+                        "status": "True",
+                        "reason": "Forged",
+                        "message": "x",
+                        "lastTransitionTime": "2030-01-01T00:00:00Z",
+                    },
+                }
+            ],
+            "only status.admissionChecks",
+        ),
+    }
+    for what, (patch, words) in refused_status.items():
+        ok, err = as_sa(e2e_cluster, *workload, *status, patch=patch)
+        assert not ok, f"{what} was allowed"
+        assert "denied request" in err and words in err, f"{what}: {err}"
+
+    # AdmissionChecks: the status of its own only
+    condition = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "False",
+                    "reason": "Forged",
+                    "message": "x",
+                    "lastTransitionTime": "2030-01-01T00:00:00Z",
+                }
+            ]
+        }
+    }
+    check = ("admissionchecks.kueue.x-k8s.io", "--subresource=status", "--type=merge")
+    ok, err = as_sa(e2e_cluster, check[0], CHECK, *check[1:], patch=condition)
+    assert ok, f"its own AdmissionCheck: {err}"
+    ok, err = as_sa(e2e_cluster, check[0], OTHER_CHECK, *check[1:], patch=condition)
+    assert not ok and "its own AdmissionChecks only" in err, err
+
+
+def e2e_cluster_workloads(cluster: Any) -> list[dict[str, Any]]:
+    got = kubectl_json(cluster, "get", "workloads.kueue.x-k8s.io", "-n", JOBS_NS)
+    return list((got or {}).get("items") or [])
+
+
 def test_helm_upgrade_changes_the_placement_config_keeps_certificate_and_reservations(
     sa_controller: ServiceAccountController,
     e2e_cluster: Any,

@@ -10,6 +10,7 @@ import base64
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -194,12 +195,18 @@ def test_default_render_has_exactly_the_expected_objects(
             "Secret",
             "Service",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     for o in default_objects:
         if o["kind"] not in {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck"} | {
             "MutatingWebhookConfiguration",
             "PlacementConfig",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         }:
             assert o["metadata"]["namespace"] == NS, o["kind"]
 
@@ -550,3 +557,67 @@ def test_an_existing_service_account_must_be_named(
     r = template({"serviceAccount": {"create": False}}, tmp=tmp_path)
     assert r.returncode != 0
     assert "serviceAccount.name is required" in r.stderr
+
+
+# ---- least privilege: the policies on the ServiceAccount's writes ---------------------------
+
+
+def policies(objects: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {o["metadata"]["name"]: o for o in by_kind(objects, "ValidatingAdmissionPolicy")}
+
+
+def test_least_privilege_policies_bind_only_the_controllers_service_account(
+    default_objects: list[dict[str, Any]], custom_objects: list[dict[str, Any]]
+) -> None:
+    for objects, sa, check, name in (
+        (default_objects, f"system:serviceaccount:{NS}:{FULLNAME}", "nexus-placement", FULLNAME),
+        (custom_objects, f"system:serviceaccount:{NS}:placer", "gpu-placement", "gpu-placer"),
+    ):
+        found = policies(objects)
+        assert set(found) == {f"{name}-least-privilege-pods", f"{name}-least-privilege-checks"}
+        for policy in found.values():
+            spec = policy["spec"]
+            assert spec["failurePolicy"] == "Fail"
+            (cond,) = spec["matchConditions"]
+            assert cond["expression"] == f"request.userInfo.username == '{sa}'"
+            assert all(
+                r["operations"] == ["UPDATE"] for r in spec["matchConstraints"]["resourceRules"]
+            )
+        pods = found[f"{name}-least-privilege-pods"]["spec"]
+        assert pods["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]
+        checks = found[f"{name}-least-privilege-checks"]["spec"]
+        assert checks["matchConstraints"]["resourceRules"][0]["resources"] == [
+            "workloads/status",
+            "admissionchecks/status",
+        ]
+        ours = {v["name"]: v["expression"] for v in checks["variables"]}["ours"]
+        assert ours == f"['{check}']"
+        bindings = {
+            b["spec"]["policyName"]: b for b in by_kind(objects, "ValidatingAdmissionPolicyBinding")
+        }
+        assert set(bindings) == set(found)
+        assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+        assert all("matchResources" not in b["spec"] for b in bindings.values()), "every namespace"
+
+
+def test_least_privilege_lists_every_check_it_is_given_and_can_be_turned_off(
+    tmp_path: Path,
+) -> None:
+    objects = render({"leastPrivilege": {"admissionChecks": ["a", "b"]}}, tmp=tmp_path)
+    (checks,) = [p for n, p in policies(objects).items() if n.endswith("-checks")]
+    ours = {v["name"]: v["expression"] for v in checks["spec"]["variables"]}["ours"]
+    assert ours == "['a', 'b']"
+    off = render({"leastPrivilege": {"enabled": False}}, tmp=tmp_path)
+    assert not by_kind(off, "ValidatingAdmissionPolicy")
+    assert not by_kind(off, "ValidatingAdmissionPolicyBinding")
+
+
+def test_least_privilege_rules_name_the_gate_and_prefix_the_controller_uses(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    from nexus_admit.kube import labels as L
+
+    text = yaml.safe_dump(policies(default_objects))
+    assert L.GATE_PLACEMENT in text
+    assert f"'{L.ANN_SLOT.rsplit('/', 1)[0]}/'" in text  # scheduling.kubenexus.io/
+    assert f"'{L.ADMISSION_CHECK_CONTROLLER}'" in text
