@@ -258,6 +258,9 @@ MUST = [
     ("delete", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),
     ("patch", "resourcereservations.scheduling.kubenexus.io", "--subresource=status", "-n", "x"),
     ("create", "events.events.k8s.io", "-n", "default"),
+    # /metrics behind authentication and authorisation (the chart's metrics.auth default)
+    ("create", "tokenreviews.authentication.k8s.io"),
+    ("create", "subjectaccessreviews.authorization.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("get", "leases.coordination.k8s.io", "-n", NS),
     ("create", "leases.coordination.k8s.io", "-n", NS),
@@ -321,7 +324,12 @@ class ServiceAccountController(NexusController):
         super().__init__(
             cluster,
             name="nexus-admit-chart-sa",
-            extra_args=["--leader-elect", f"--lease-namespace={NS}", f"--lease-name={LEASE}"],
+            extra_args=[
+                "--leader-elect",
+                f"--lease-namespace={NS}",
+                f"--lease-name={LEASE}",
+                "--metrics-auth=kubernetes",  # the chart's default (metrics.auth)
+            ],
         )
         self.sa_kubeconfig = kubeconfig
         self.webhook_config_name = self.policy_name = f"{RELEASE}-e2e-local"
@@ -714,6 +722,52 @@ def e2e_cluster_workloads(cluster: Any) -> list[dict[str, Any]]:
     return list((got or {}).get("items") or [])
 
 
+# ---- /metrics behind the apiserver's authentication and authorisation -------------------
+
+
+def http_get(url: str, token: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_answer_only_a_caller_the_apiserver_authorises(
+    sa_controller: ServiceAccountController, e2e_cluster: Any
+) -> None:
+    base = f"http://127.0.0.1:{sa_controller.health_port}"
+    scraper, binding = "metrics-scraper", f"{FULLNAME}-e2e-scraper"
+    e2e_cluster.kubectl("create", "serviceaccount", scraper, "-n", NS, check=False)
+    e2e_cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        f"--clusterrole={FULLNAME}-metrics-reader",
+        f"--serviceaccount={NS}:{scraper}",
+        check=False,
+    )
+    try:
+        reader = e2e_cluster.kubectl("create", "token", scraper, "-n", NS).stdout.strip()
+        other = e2e_cluster.kubectl("create", "token", FULLNAME, "-n", NS).stdout.strip()
+        assert http_get(f"{base}/metrics")[0] == 401, "no token"
+        assert http_get(f"{base}/metrics", "not-a-token")[0] == 401, "a made-up token"
+        status, text = http_get(f"{base}/metrics", other)
+        assert status == 403 and "may not get /metrics" in text, "authenticated, no role"
+        status, text = http_get(f"{base}/metrics", reader)
+        assert status == 200 and "nexus_admit_" in text, text[:200]
+        assert http_get(f"{base}/healthz")[0] == 200, "the kubelet's probes need no token"
+    finally:
+        e2e_cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
+        e2e_cluster.kubectl("delete", "serviceaccount", scraper, "-n", NS, "--ignore-not-found")
+
+
 def test_helm_upgrade_changes_the_placement_config_keeps_certificate_and_reservations(
     sa_controller: ServiceAccountController,
     e2e_cluster: Any,
@@ -758,6 +812,9 @@ def test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds(
     gone = [
         ("clusterrole", FULLNAME),
         ("clusterrolebinding", FULLNAME),
+        ("clusterrole", f"{FULLNAME}-metrics-reader"),
+        ("validatingadmissionpolicy", f"{FULLNAME}-least-privilege-pods"),
+        ("validatingadmissionpolicybinding", f"{FULLNAME}-least-privilege-checks"),
         ("mutatingwebhookconfiguration", FULLNAME),
         ("mutatingadmissionpolicy", f"{FULLNAME}-pod-gate"),
         ("mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate"),

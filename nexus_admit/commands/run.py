@@ -57,6 +57,14 @@ def run(
     health_port: Annotated[
         int, typer.Option(envvar="NEXUS_HEALTH_PORT", help="/healthz, /readyz and /metrics.")
     ] = 8080,
+    metrics_auth: Annotated[
+        str,
+        typer.Option(
+            envvar="NEXUS_METRICS_AUTH",
+            help="none: /metrics is open; kubernetes: only callers the apiserver authenticates "
+            "(TokenReview) and authorises for GET /metrics (SubjectAccessReview).",
+        ),
+    ] = "none",
     policy: Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement policy.")] = "nexus",
     resync_seconds: Annotated[float, typer.Option(envvar="NEXUS_RESYNC_SECONDS")] = 60.0,
     retry_seconds: Annotated[
@@ -113,6 +121,7 @@ def run(
             webhook_cert_check_seconds=webhook_cert_check_seconds,
             health_addr=health_addr,
             health_port=health_port,
+            metrics_auth=metrics_auth,
             policy=policy,
             resync_seconds=resync_seconds,
             retry_seconds=retry_seconds,

@@ -185,9 +185,11 @@ def test_default_render_has_exactly_the_expected_objects(
         [
             "AdmissionCheck",
             "ClusterRole",
+            "ClusterRole",  # <fullname>-metrics-reader, for the scraper
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
+            "NetworkPolicy",
             "PlacementConfig",
             "PodDisruptionBudget",
             "Role",
@@ -281,7 +283,10 @@ def test_every_rendered_flag_is_a_flag_of_nexus_admit_run(
 
 
 def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[str, Any]]) -> None:
-    rules = one(default_objects, "ClusterRole")["rules"]
+    (role,) = [
+        r for r in by_kind(default_objects, "ClusterRole") if r["metadata"]["name"] == FULLNAME
+    ]
+    rules = role["rules"]
     granted = {
         (group, resource, verb)
         for r in rules
@@ -308,6 +313,9 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     }
     expected |= {("scheduling.kubenexus.io", "resourcereservations/status", "patch")}
     expected |= {("events.k8s.io", "events", "create")}
+    # /metrics behind authentication and authorisation (metrics.auth: kubernetes)
+    expected |= {("authentication.k8s.io", "tokenreviews", "create")}
+    expected |= {("authorization.k8s.io", "subjectaccessreviews", "create")}
     crds = "customresourcedefinitions"
     expected |= {("apiextensions.k8s.io", crds, v) for v in ("list", "watch")}
     assert granted == expected
@@ -621,3 +629,73 @@ def test_least_privilege_rules_name_the_gate_and_prefix_the_controller_uses(
     assert L.GATE_PLACEMENT in text
     assert f"'{L.ANN_SLOT.rsplit('/', 1)[0]}/'" in text  # scheduling.kubenexus.io/
     assert f"'{L.ADMISSION_CHECK_CONTROLLER}'" in text
+
+
+# ---- a closed surface: /metrics and the NetworkPolicy ---------------------------------------
+
+
+def test_metrics_need_a_token_the_apiserver_authorises_by_default(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    assert "--metrics-auth=kubernetes" in container(default_objects)["args"]
+    (reader,) = [
+        r
+        for r in by_kind(default_objects, "ClusterRole")
+        if r["metadata"]["name"] == f"{FULLNAME}-metrics-reader"
+    ]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_open_metrics_drop_the_review_permissions_and_the_reader_role(tmp_path: Path) -> None:
+    objects = render(
+        {"metrics": {"auth": "none"}, "serviceMonitor": {"enabled": True}}, tmp=tmp_path
+    )
+    assert "--metrics-auth=none" in container(objects)["args"]
+    roles = by_kind(objects, "ClusterRole")
+    assert [r["metadata"]["name"] for r in roles] == [FULLNAME]
+    granted = {res for r in roles[0]["rules"] for res in r["resources"]}
+    assert not granted & {"tokenreviews", "subjectaccessreviews"}
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+
+
+def test_service_monitor_scrapes_with_its_token_when_metrics_need_one(
+    custom_objects: list[dict[str, Any]],
+) -> None:
+    (endpoint,) = one(custom_objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_network_policy_admits_only_the_webhook_and_the_metrics_port(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    policy = one(default_objects, "NetworkPolicy")["spec"]
+    deploy = one(default_objects, "Deployment")
+    assert policy["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = {c["name"]: c["containerPort"] for c in container(default_objects)["ports"]}
+    webhook, metrics = policy["ingress"]
+    assert webhook["ports"] == [{"port": ports["webhook"], "protocol": "TCP"}]
+    assert "from" not in webhook, "default: any source (the apiserver's address varies)"
+    assert metrics["ports"] == [{"port": ports["health"], "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+
+
+def test_network_policy_sources_are_configurable_and_it_can_be_turned_off(
+    tmp_path: Path,
+) -> None:
+    apiserver = [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+    scraper = [{"namespaceSelector": {"matchLabels": {"team": "obs"}}, "podSelector": {}}]
+    objects = render(
+        {"networkPolicy": {"webhookFrom": apiserver, "metricsFrom": scraper}}, tmp=tmp_path
+    )
+    webhook, metrics = one(objects, "NetworkPolicy")["spec"]["ingress"]
+    assert webhook["from"] == apiserver and metrics["from"] == scraper
+    # no webhook, no scraper: nothing may come in
+    closed = render(
+        {"webhook": {"enabled": False}, "networkPolicy": {"metricsFrom": []}}, tmp=tmp_path
+    )
+    assert one(closed, "NetworkPolicy")["spec"]["ingress"] == []
+    assert not by_kind(render({"networkPolicy": {"enabled": False}}, tmp=tmp_path), "NetworkPolicy")
