@@ -102,7 +102,7 @@ BAD_RESERVATIONS: dict[str, tuple[dict[str, Any], str]] = {
     # item 1 of issue 28: this passed the schema, then every snapshot failed on it
     "cpu-banana": (with_pod_set(requests={"cpu": "banana"}), "requests.cpu"),
     "negative-memory": (with_pod_set(requests={"memory": "-64Gi"}), "requests.memory"),
-    "negative-int-cpu": (with_pod_set(requests={"cpu": -4}), "requests.cpu"),
+    "negative-int-cpu": (with_pod_set(requests={"cpu": -4}), "must not be negative"),
     "gpu-share-junk": (with_pod_set(gpuShare="half"), "gpuShare"),
     "duplicate-slot-index": (with_pod_set(slots=[slot(0), slot(0)]), "Duplicate value"),
     "duplicate-gpu": (with_pod_set(slots=[slot(0, gpus=[1, 1])]), "Duplicate value"),

@@ -222,9 +222,13 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 _QTY = {
-    "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}],
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
     "x-kubernetes-int-or-string": True,
-    "pattern": QUANTITY_PATTERN,
+    "pattern": QUANTITY_PATTERN,  # strings only; the rule covers integers
+    "maxLength": 64,
+    "x-kubernetes-validations": [
+        {"rule": "type(self) == string || self >= 0", "message": "must not be negative"}
+    ],
 }
 
 # Slots one reservation may hold, over all its pod sets. A slot costs at most ~360 bytes in
