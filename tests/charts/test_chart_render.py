@@ -157,7 +157,7 @@ def test_schema_rejects_a_typo_with_the_path(set_flag: str, message: str) -> Non
 def test_schema_forbids_unknown_keys_at_every_object_level() -> None:
     """Every object in the schema either lists its properties with additionalProperties false,
     or is a map of one value type, or is a free-form Kubernetes field named as such."""
-    free_form = {"affinity", "namespaceSelector", "tolerations", "extraEnv"}
+    free_form = {"affinity", "namespaceSelector", "podSelector", "tolerations", "extraEnv"}
 
     def walk(node: dict[str, Any], path: str) -> None:
         if node.get("type") == "object" or "properties" in node:
