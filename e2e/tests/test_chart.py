@@ -599,15 +599,6 @@ def test_the_service_account_may_change_only_the_fields_it_owns(
     image = running.spec.containers[0].image
     allowed = {
         "its own annotation": (pod, {"metadata": {"annotations": {slot_key: "main/9"}}}),
-        "pin and ungate a pod it gated": (
-            ("pod", OWN_GATE_POD, "-n", JOBS_NS),
-            {
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": "h100-r0-0"},
-                    "schedulingGates": [{"$patch": "delete", "name": GATE}],
-                }
-            },
-        ),
     }
     refused = {
         "a tenant's label": (pod, {"metadata": {"labels": {"app": "x"}}}, "labels of a pod"),
@@ -638,6 +629,20 @@ def test_the_service_account_may_change_only_the_fields_it_owns(
             "only a pod that carries its scheduling gate",
         ),
     }
+    # the ungater's own writes pass: it pinned and ungated the gang above (nodeSelector,
+    # slot annotations, gate removal in one patch) and lifts its gate from a plain pod
+    wait_for(
+        "the controller lifts its gate from a plain pod, as the ServiceAccount",
+        lambda: (
+            not [
+                g
+                for g in core_v1.read_namespaced_pod(OWN_GATE_POD, JOBS_NS).spec.scheduling_gates
+                or []
+                if g.name == GATE
+            ]
+        ),
+        timeout=60,
+    )
     for what, (target, patch) in allowed.items():
         ok, err = as_sa(e2e_cluster, *target, patch=patch)
         assert ok, f"{what}: {err}"
