@@ -243,6 +243,8 @@ MUST = [
     ("watch", "workloads.kueue.x-k8s.io", "--all-namespaces"),
     ("get", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("patch", "workloads.kueue.x-k8s.io", "--subresource=status", "-n", "default"),
+    # blockOwnerDeletion on the reservation's ownerReference (OwnerReferencesPermissionEnforcement)
+    ("update", "workloads.kueue.x-k8s.io", "--subresource=finalizers", "-n", "default"),
     ("watch", "localqueues.kueue.x-k8s.io", "--all-namespaces"),
     ("watch", "clusterqueues.kueue.x-k8s.io"),
     ("watch", "resourceflavors.kueue.x-k8s.io"),
@@ -256,6 +258,9 @@ MUST = [
     ("delete", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),
     ("patch", "resourcereservations.scheduling.kubenexus.io", "--subresource=status", "-n", "x"),
     ("create", "events.events.k8s.io", "-n", "default"),
+    # /metrics behind authentication and authorisation (the chart's metrics.auth default)
+    ("create", "tokenreviews.authentication.k8s.io"),
+    ("create", "subjectaccessreviews.authorization.k8s.io"),
     ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("get", "leases.coordination.k8s.io", "-n", NS),
     ("create", "leases.coordination.k8s.io", "-n", NS),
@@ -274,6 +279,7 @@ MUST_NOT = [
     ("delete", "pods", "-n", "default"),
     ("create", "pods", "--subresource=binding", "-n", "default"),
     ("patch", "workloads.kueue.x-k8s.io", "-n", "default"),
+    ("update", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("delete", "workloads.kueue.x-k8s.io", "-n", "default"),
     ("patch", "clusterqueues.kueue.x-k8s.io"),
     ("patch", "placementconfigs.scheduling.kubenexus.io"),
@@ -318,7 +324,12 @@ class ServiceAccountController(NexusController):
         super().__init__(
             cluster,
             name="nexus-admit-chart-sa",
-            extra_args=["--leader-elect", f"--lease-namespace={NS}", f"--lease-name={LEASE}"],
+            extra_args=[
+                "--leader-elect",
+                f"--lease-namespace={NS}",
+                f"--lease-name={LEASE}",
+                "--metrics-auth=kubernetes",  # the chart's default (metrics.auth)
+            ],
         )
         self.sa_kubeconfig = kubeconfig
         self.webhook_config_name = self.policy_name = f"{RELEASE}-e2e-local"
@@ -521,6 +532,264 @@ def test_the_controller_as_the_chart_service_account_places_a_gang(
     )
 
 
+# ---- what the ServiceAccount may change (the least-privilege policies) -----------------
+
+POLICY = f"{FULLNAME}-least-privilege"
+OWN_GATE_POD, OTHER_GATE_POD, OTHER_CHECK = "lp-own-gate", "lp-other-gate", "lp-other-check"
+
+
+def as_sa(cluster: Any, *args: str, patch: Any) -> tuple[bool, str]:
+    """A server-side dry run of `kubectl patch` as the controller's ServiceAccount: the
+    apiserver runs admission (RBAC, then the policies) and stores nothing."""
+    r = cluster.kubectl(
+        "patch",
+        *args,
+        f"--as={SA}",
+        "--dry-run=server",
+        "-p",
+        json.dumps(patch),
+        check=False,
+    )
+    return r.returncode == 0, r.stderr
+
+
+def gated_pod(name: str, gate: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": JOBS_NS, "labels": {"app": "lp"}},
+        "spec": {
+            "schedulingGates": [{"name": gate}],
+            "containers": [{"name": "c", "image": "registry.invalid/pause:e2e"}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def policy_targets(sa_controller: ServiceAccountController, e2e_cluster: Any) -> Iterator[None]:
+    """Two gated pods (ours and someone else's gate) and an AdmissionCheck of another
+    controller, created as admin; the ServiceAccount's writes to them are dry runs."""
+    other_check = {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": OTHER_CHECK},
+        "spec": {"controllerName": "example.com/someone-else"},
+    }
+    e2e_cluster.apply(
+        [gated_pod(OWN_GATE_POD, GATE), gated_pod(OTHER_GATE_POD, "example.com/hold"), other_check]
+    )
+    yield
+    for obj in (("pod", OWN_GATE_POD, "-n", JOBS_NS), ("pod", OTHER_GATE_POD, "-n", JOBS_NS)):
+        e2e_cluster.kubectl("delete", *obj, "--ignore-not-found", "--wait=false", check=False)
+    e2e_cluster.kubectl(
+        "delete", "admissionchecks.kueue.x-k8s.io", OTHER_CHECK, "--ignore-not-found", check=False
+    )
+
+
+def test_the_service_account_may_change_only_the_fields_it_owns(
+    policy_targets: None, e2e_cluster: Any, core_v1: client.CoreV1Api
+) -> None:
+    """The controller placed and ungated a gang as the ServiceAccount under these policies
+    (the test above); here every other change it could make through RBAC is refused."""
+    for suffix in ("pods", "checks"):
+        assert kubectl_json(e2e_cluster, "get", "validatingadmissionpolicy", f"{POLICY}-{suffix}")
+    (running, *_) = core_v1.list_namespaced_pod(JOBS_NS, label_selector="job-name=gang").items
+    pod = ("pod", running.metadata.name, "-n", JOBS_NS)
+    slot_key = "scheduling.kubenexus.io/slot"
+    image = running.spec.containers[0].image
+    allowed = {
+        "its own annotation": (pod, {"metadata": {"annotations": {slot_key: "main/9"}}}),
+    }
+    refused = {
+        "a tenant's label": (pod, {"metadata": {"labels": {"app": "x"}}}, "labels of a pod"),
+        "a tenant's annotation": (
+            pod,
+            {"metadata": {"annotations": {"example.com/owner": "x"}}},
+            "annotations of a pod",
+        ),
+        "the image": (
+            pod,
+            {"spec": {"containers": [{"name": "worker", "image": image + "-evil"}]}},
+            "scheduling gates, nodeSelector and affinity",
+        ),
+        "a deadline": (  # the apiserver lets a pod's activeDeadlineSeconds be set
+            pod,
+            {"spec": {"activeDeadlineSeconds": 3600}},
+            "scheduling gates, nodeSelector and affinity",
+        ),
+        "a finalizer": (pod, {"metadata": {"finalizers": ["example.com/x"]}}, "finalizers"),
+        "someone else's gate": (
+            ("pod", OTHER_GATE_POD, "-n", JOBS_NS),
+            {"spec": {"schedulingGates": [{"$patch": "delete", "name": "example.com/hold"}]}},
+            "only remove its own scheduling gate",
+        ),
+        "pinning a pod it did not gate": (
+            ("pod", OTHER_GATE_POD, "-n", JOBS_NS),
+            {"spec": {"nodeSelector": {"kubernetes.io/hostname": "h100-r0-0"}}},
+            "only a pod that carries its scheduling gate",
+        ),
+    }
+    # the ungater's own writes pass: it pinned and ungated the gang above (nodeSelector,
+    # slot annotations, gate removal in one patch) and lifts its gate from a plain pod
+    wait_for(
+        "the controller lifts its gate from a plain pod, as the ServiceAccount",
+        lambda: (
+            not [
+                g
+                for g in core_v1.read_namespaced_pod(OWN_GATE_POD, JOBS_NS).spec.scheduling_gates
+                or []
+                if g.name == GATE
+            ]
+        ),
+        timeout=60,
+    )
+    for what, (target, patch) in allowed.items():
+        ok, err = as_sa(e2e_cluster, *target, patch=patch)
+        assert ok, f"{what}: {err}"
+    for what, (target, patch, words) in refused.items():
+        ok, err = as_sa(e2e_cluster, *target, patch=patch)
+        assert not ok, f"{what} was allowed"
+        assert "denied request" in err and words in err, f"{what}: {err}"
+
+    # Workload and AdmissionCheck status. The ServiceAccount may patch but not get a
+    # status subresource, which `kubectl patch` does first: the patches go through the
+    # API client, impersonating it.
+    api = client.CustomObjectsApi(impersonating(e2e_cluster, SA))
+    (wl,) = [
+        w
+        for w in e2e_cluster_workloads(e2e_cluster)
+        if any(c.get("name") == CHECK for c in (w.get("status") or {}).get("admissionChecks", []))
+    ][:1]
+    entries = wl["status"]["admissionChecks"]
+    i = next(i for i, c in enumerate(entries) if c["name"] == CHECK)
+
+    def workload_status(patch: list[dict[str, Any]]) -> tuple[bool, str]:
+        return refused_or_not(
+            lambda: api.patch_namespaced_custom_object_status(
+                KUEUE_GROUP,
+                KUEUE_VERSION,
+                JOBS_NS,
+                "workloads",
+                wl["metadata"]["name"],
+                patch,
+                dry_run="All",
+                _content_type="application/json-patch+json",
+            )
+        )
+
+    ok, err = workload_status(
+        [{"op": "replace", "path": f"/status/admissionChecks/{i}/message", "value": "m"}]
+    )
+    assert ok, f"its own check entry: {err}"
+    foreign_entry = {
+        "name": "someone-elses-check",
+        "state": "Ready",
+        "message": "forged",
+        "lastTransitionTime": "2030-01-01T00:00:00Z",
+    }
+    forged_condition = {
+        "type": "Forged",
+        "status": "True",
+        "reason": "Forged",
+        "message": "x",
+        "lastTransitionTime": "2030-01-01T00:00:00Z",
+    }
+    refused_status = {
+        "another check's entry": (
+            [{"op": "add", "path": "/status/admissionChecks/-", "value": foreign_entry}],
+            "its own admission check entries",
+        ),
+        "a Workload condition": (
+            [{"op": "add", "path": "/status/conditions/-", "value": forged_condition}],
+            "only status.admissionChecks",
+        ),
+    }
+    for what, (patch, words) in refused_status.items():
+        ok, err = workload_status(patch)
+        assert not ok, f"{what} was allowed"
+        assert "denied request" in err and words in err, f"{what}: {err}"
+
+    def check_status(name: str) -> tuple[bool, str]:
+        body = {"status": {"conditions": [{**forged_condition, "type": "Active"}]}}
+        return refused_or_not(
+            lambda: api.patch_cluster_custom_object_status(
+                KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", name, body, dry_run="All"
+            )
+        )
+
+    ok, err = check_status(CHECK)
+    assert ok, f"its own AdmissionCheck: {err}"
+    ok, err = check_status(OTHER_CHECK)
+    assert not ok and "its own AdmissionChecks only" in err, err
+
+
+def impersonating(cluster: Any, user: str) -> client.ApiClient:
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api.set_default_header("Impersonate-User", user)
+    return api
+
+
+def refused_or_not(call: Any) -> tuple[bool, str]:
+    try:
+        call()
+    except client.ApiException as e:
+        return False, str(e.body)
+    return True, ""
+
+
+def e2e_cluster_workloads(cluster: Any) -> list[dict[str, Any]]:
+    got = kubectl_json(cluster, "get", "workloads.kueue.x-k8s.io", "-n", JOBS_NS)
+    return list((got or {}).get("items") or [])
+
+
+# ---- /metrics behind the apiserver's authentication and authorisation -------------------
+
+
+def http_get(url: str, token: str | None = None) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_metrics_answer_only_a_caller_the_apiserver_authorises(
+    sa_controller: ServiceAccountController, e2e_cluster: Any
+) -> None:
+    base = f"http://127.0.0.1:{sa_controller.health_port}"
+    scraper, binding = "metrics-scraper", f"{FULLNAME}-e2e-scraper"
+    e2e_cluster.kubectl("create", "serviceaccount", scraper, "-n", NS, check=False)
+    e2e_cluster.kubectl(
+        "create",
+        "clusterrolebinding",
+        binding,
+        f"--clusterrole={FULLNAME}-metrics-reader",
+        f"--serviceaccount={NS}:{scraper}",
+        check=False,
+    )
+    try:
+        reader = e2e_cluster.kubectl("create", "token", scraper, "-n", NS).stdout.strip()
+        other = e2e_cluster.kubectl("create", "token", FULLNAME, "-n", NS).stdout.strip()
+        assert http_get(f"{base}/metrics")[0] == 401, "no token"
+        assert http_get(f"{base}/metrics", "not-a-token")[0] == 401, "a made-up token"
+        status, text = http_get(f"{base}/metrics", other)
+        assert status == 403 and "may not get /metrics" in text, "authenticated, no role"
+        status, text = http_get(f"{base}/metrics", reader)
+        assert status == 200 and "nexus_admit_" in text, text[:200]
+        assert http_get(f"{base}/healthz")[0] == 200, "the kubelet's probes need no token"
+    finally:
+        e2e_cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
+        e2e_cluster.kubectl("delete", "serviceaccount", scraper, "-n", NS, "--ignore-not-found")
+
+
 def test_helm_upgrade_changes_the_placement_config_keeps_certificate_and_reservations(
     sa_controller: ServiceAccountController,
     e2e_cluster: Any,
@@ -565,6 +834,9 @@ def test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds(
     gone = [
         ("clusterrole", FULLNAME),
         ("clusterrolebinding", FULLNAME),
+        ("clusterrole", f"{FULLNAME}-metrics-reader"),
+        ("validatingadmissionpolicy", f"{FULLNAME}-least-privilege-pods"),
+        ("validatingadmissionpolicybinding", f"{FULLNAME}-least-privilege-checks"),
         ("mutatingwebhookconfiguration", FULLNAME),
         ("mutatingadmissionpolicy", f"{FULLNAME}-pod-gate"),
         ("mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate"),

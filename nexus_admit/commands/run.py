@@ -111,6 +111,14 @@ _DegradedAfterSeconds = Annotated[
         "follower marks our AdmissionChecks Active=False with the reason. 0: never.",
     ),
 ]
+_MetricsAuth = Annotated[
+    str,
+    typer.Option(
+        envvar="NEXUS_METRICS_AUTH",
+        help="none: /metrics is open; kubernetes: only callers the apiserver authenticates "
+        "(TokenReview) and authorises for GET /metrics (SubjectAccessReview).",
+    ),
+]
 _Fault = Annotated[
     str | None,
     typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
@@ -128,6 +136,7 @@ def run(
     webhook_cert_check_seconds: _CertCheckSeconds = _D.webhook_cert_check_seconds,
     health_addr: _HealthAddr = _D.health_addr,
     health_port: _HealthPort = _D.health_port,
+    metrics_auth: _MetricsAuth = _D.metrics_auth,
     policy: _Policy = _D.policy,
     resync_seconds: _ResyncSeconds = _D.resync_seconds,
     tick_seconds: _TickSeconds = _D.tick_seconds,
@@ -158,6 +167,7 @@ def run(
             webhook_cert_check_seconds=webhook_cert_check_seconds,
             health_addr=health_addr,
             health_port=health_port,
+            metrics_auth=metrics_auth,
             policy=policy,
             resync_seconds=resync_seconds,
             tick_seconds=tick_seconds,

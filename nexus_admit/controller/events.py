@@ -17,11 +17,24 @@ from nexus_admit.controller.api import KubeApi
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
 
-__all__ = ["event_body", "post_event"]
+__all__ = ["NOTE_LIMIT_BYTES", "event_body", "fit_note", "post_event"]
 
 log = logging.getLogger("nexus_admit.events")
-_NOTE_LIMIT = 1024  # the API's limit on an event's note
+# the API's limit on an event's note, in bytes (Go's len of the UTF-8 string): a longer
+# note makes the apiserver refuse the whole Event
+NOTE_LIMIT_BYTES = 1024
+_ELLIPSIS = "…"
 _INSTANCE = socket.gethostname()[:128]
+
+
+def fit_note(note: str) -> str:
+    """`note`, cut to NOTE_LIMIT_BYTES of UTF-8 with "…" at the cut (never inside a
+    character)."""
+    data = note.encode()
+    if len(data) <= NOTE_LIMIT_BYTES:
+        return note
+    room = NOTE_LIMIT_BYTES - len(_ELLIPSIS.encode())
+    return data[:room].decode(errors="ignore") + _ELLIPSIS
 
 
 def event_body(
@@ -48,7 +61,7 @@ def event_body(
         "action": action,
         "reason": reason,
         "type": event_type,
-        "note": note if len(note) <= _NOTE_LIMIT else note[: _NOTE_LIMIT - 1] + "…",
+        "note": fit_note(note),
         "regarding": {
             "apiVersion": regarding.get("apiVersion"),
             "kind": regarding.get("kind"),

@@ -34,6 +34,7 @@ from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.loop.cycle import run_loop
+from nexus_admit.controller.metrics_auth import MetricsAuthorizer, bearer_token
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.ungating.ungater import run_ungater
 from nexus_admit.controller.webhook.review import answer_review
@@ -225,7 +226,14 @@ async def _health_server(ctx: Context, hook: list[WebhookThread]) -> web.AppRunn
             return web.Response(status=503, text="webhook not serving")
         return web.Response(text="ok")
 
-    async def metrics(_: web.Request) -> web.Response:
+    authorizer = MetricsAuthorizer(ctx.api) if ctx.options.metrics_auth == "kubernetes" else None
+
+    async def metrics(request: web.Request) -> web.Response:
+        if authorizer is not None:
+            decision = await authorizer.decide(bearer_token(request.headers))
+            if decision.status != 200:
+                headers = {"WWW-Authenticate": "Bearer"} if decision.status == 401 else {}
+                return web.Response(status=decision.status, text=decision.reason, headers=headers)
         body = generate_latest(ctx.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -297,13 +305,15 @@ async def run(options: RunOptions) -> None:
 
 def _log_start(options: RunOptions, elector: LeaseElector | None) -> None:
     log.info(
-        "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s",
+        "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s "
+        "(metrics auth: %s)",
         options.policy,
         options.dry_run,
         f"{options.webhook_addr}:{options.webhook_port}{WEBHOOK_PATH}"
         if options.webhook
         else "off",
         options.health_port,
+        options.metrics_auth,
     )
     if elector is not None:
         c = elector.config

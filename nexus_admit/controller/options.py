@@ -13,11 +13,14 @@ from pathlib import Path
 from nexus_admit.controller.faults import parse_fault
 
 __all__ = [
+    "METRICS_AUTH",
     "SERVICE_ACCOUNT_NAMESPACE_FILE",
     "OptionsError",
     "RunOptions",
     "service_account_namespace",
 ]
+
+METRICS_AUTH = ("none", "kubernetes")
 
 # the namespace of the pod's ServiceAccount, mounted by the kubelet
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -39,6 +42,9 @@ class RunOptions:
     webhook_cert_check_seconds: float = 10.0  # how often the cert files are checked for a new pair
     health_addr: str = "0.0.0.0"
     health_port: int = 8080  # /healthz, /readyz, /metrics
+    # "kubernetes": /metrics answers only bearer tokens the apiserver authenticates
+    # (TokenReview) and authorises for GET /metrics (SubjectAccessReview); "none": open
+    metrics_auth: str = "none"
     policy: str = "nexus"
     resync_seconds: float = 60.0  # full re-list of every watched kind
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
@@ -85,6 +91,10 @@ class RunOptions:
         if self.webhook_cert_check_seconds <= 0:
             raise OptionsError(
                 f"--webhook-cert-check-seconds {self.webhook_cert_check_seconds}: above 0"
+            )
+        if self.metrics_auth not in METRICS_AUTH:
+            raise OptionsError(
+                f"--metrics-auth {self.metrics_auth!r}: one of {', '.join(METRICS_AUTH)}"
             )
         if self.resync_seconds < 5:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")

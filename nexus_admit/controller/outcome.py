@@ -10,7 +10,7 @@ The message is the one line `kubectl describe workload` shows, so it names the d
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,13 +80,55 @@ def common_domain(
     return found
 
 
+def _domains(placement: Placement, snapshot: ClusterSnapshot, levels: Sequence[str]) -> str:
+    """Where the pods are, highest level first: the domain's name when all share one, a few
+    names joined by "+", else a count ("zone-a › h100-b0 › 2 gce-topology-subblock")."""
+    nodes = {s.node for s in placement.slots}
+    parts = []
+    for level in levels:
+        if level == L.HOSTNAME_LABEL:
+            break
+        values = sorted(
+            {snapshot.nodes[n].labels.get(level, "?") for n in nodes if n in snapshot.nodes}
+        )
+        if not values:
+            continue
+        short = level.rsplit("/", 1)[-1]
+        parts.append(
+            f"{short} {'+'.join(values)}" if len(values) <= 2 else f"{len(values)} {short}s"
+        )
+    return " › ".join(parts)
+
+
+def _hardware(
+    placement: Placement,
+    snapshot: ClusterSnapshot,
+    hardware_class: Callable[[str], str | None] | None,
+) -> str:
+    """The hardware classes the pods landed on (the GPU products without a config)."""
+    products = {
+        snapshot.nodes[s.node].gpu_product or "cpu"
+        for s in placement.slots
+        if s.node in snapshot.nodes
+    }
+    if hardware_class is not None:
+        products = {hardware_class(p) or p for p in products}
+    return "/".join(sorted(products)) or "?"
+
+
 def placed(
     placement: Placement,
     gang: Gang,
     reservation: str,
     snapshot: ClusterSnapshot,
     levels: Sequence[str],
+    *,
+    hardware_class: Callable[[str], str | None] | None = None,
 ) -> Outcome:
+    """Ready. The message leads with one line a person reads (how many pods where, the
+    domains, tier → hardware class, the reservation), then the engine's explanation and
+    terms. `hardware_class` (PlacementConfig.hardware_class) names the class; without it
+    the GPU products are named."""
     updates = []
     for ps in gang.pod_sets:
         update: dict[str, Any] = {"name": ps.name, "labels": {L.LABEL_RESERVATION: reservation}}
@@ -96,9 +138,15 @@ def placed(
         updates.append(update)
     nodes = len({s.node for s in placement.slots})
     head = f"placed {len(placement.slots)} pods on {nodes} nodes (reservation {reservation})"
+    where = _domains(placement, snapshot, levels)
+    lead = (
+        f"{head}{' in ' + where if where else ''}; "
+        f"tier {gang.tier} → {_hardware(placement, snapshot, hardware_class)}."
+    )
+    details = "; ".join(placement.explanation)
     return Outcome(
         CheckState.READY,
-        clip("; ".join([head, *placement.explanation])),
+        clip(f"{lead} Why: {details}" if details else lead),
         "Placed",
         pod_set_updates=tuple(updates),
     )

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -251,6 +251,7 @@ async def commit(
     placement: Placement,
     body: dict[str, Any],
     levels: Sequence[str],
+    hardware_class: Callable[[str], str | None] | None = None,
 ) -> Reserved:
     """Create the reservation, then write the check Ready from what it holds. The check
     write goes out in the background (not awaited by the loop): only the create
@@ -259,7 +260,8 @@ async def commit(
     reserved = await create_reservation(ctx, snapshot, workload, gang, placement, body)
     if reserved.placement is not None:
         ctx.faults.hit("kill-after-reservation")
-        outcome = placed(reserved.placement, gang, reservation_name(workload), snapshot, levels)
+        outcome = placed(reserved.placement, gang, reservation_name(workload), snapshot, levels,
+                         hardware_class=hardware_class)
         ctx.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
     elif reserved.refusal is not None:
         ctx.background.spawn(answer_refused(ctx, workload, check, reserved.refusal),

@@ -146,12 +146,19 @@ def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
 
 
 def _bounds(prop: dict[str, Any]) -> str:
+    for option in prop.get("anyOf") or []:  # an optional field: the bounds of its value
+        if option.get("type") != "null":
+            prop = {**option, **{k: v for k, v in prop.items() if k != "anyOf"}}
     parts = []
     for key, sign in (
         ("minimum", "≥"),
         ("exclusiveMinimum", ">"),
         ("maximum", "≤"),
         ("minItems", "items ≥"),
+        ("maxItems", "items ≤"),
+        ("minLength", "length ≥"),
+        ("maxLength", "length ≤"),
+        ("maxProperties", "keys ≤"),
     ):
         if key in prop:
             parts.append(f"{sign} {prop[key]}")
@@ -183,7 +190,10 @@ def render() -> str:
         "The spec of a `PlacementConfig` (`scheduling.kubenexus.io/v1alpha1`, cluster-scoped).",
         "An AdmissionCheck names one in `spec.parameters`; every field may be omitted and then",
         "takes the default below. The controller reads changes from its watch; an invalid spec",
-        "turns the AdmissionCheck `Active=False` with the reason.",
+        "turns the AdmissionCheck `Active=False` with the reason. The CRD (generated from the",
+        "same model) carries these bounds, and the cross-field rules as CEL (unique names,",
+        "`defaultTier` one of the tiers, `classCosts` naming known classes, not both",
+        "`topologyName` and `levels`), so the apiserver refuses such a spec at `kubectl apply`.",
         "",
         "| field | type | bounds | default | meaning |",
         "|---|---|---|---|---|",

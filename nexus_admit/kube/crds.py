@@ -18,9 +18,11 @@ from typing import Any
 import yaml
 
 from nexus_admit.kube import labels as L
-from nexus_admit.model import PlacementConfig
+from nexus_admit.model import PlacementConfig, SolveStatus
 
 __all__ = [
+    "MAX_RESERVATION_SLOTS",
+    "QUANTITY_PATTERN",
     "crd_files",
     "placement_config_crd",
     "placement_config_schema",
@@ -67,6 +69,10 @@ def _structural(node: Any, defs: Mapping[str, Any]) -> Any:
         if key == "const":
             out["enum"] = [value]
             continue
+        if key == "propertyNames":
+            # not part of a structural schema: the key bounds become a CEL rule
+            out.setdefault("x-kubernetes-validations", []).append(_key_rule(value))
+            continue
         if key == "properties":
             out[key] = {k: _structural(v, defs) for k, v in value.items()}
             continue
@@ -76,14 +82,72 @@ def _structural(node: Any, defs: Mapping[str, Any]) -> Any:
     return out
 
 
+def _key_rule(names: Mapping[str, Any]) -> dict[str, str]:
+    low, high = int(names.get("minLength", 0)), int(names["maxLength"])
+    return {
+        "rule": f"self.all(k, size(k) >= {low} && size(k) <= {high})",
+        "message": f"keys must be {low} to {high} characters long",
+    }
+
+
+def _cel_list(items: list[str]) -> str:
+    return "[" + ", ".join(f"'{i}'" for i in items) + "]"
+
+
+def _placement_config_rules(spec: dict[str, Any]) -> None:
+    """What the model's cross-field validator checks, as CEL and list types the apiserver
+    enforces (so `kubectl apply` refuses what the controller would report as invalid)."""
+    default = PlacementConfig()
+    props = spec["properties"]
+    # unique names: a list of type map refuses a second entry with the same key
+    for field, key in (("hardwareClasses", "name"), ("tiers", "name"), ("vramThresholds", "tier")):
+        props[field]["x-kubernetes-list-type"] = "map"
+        props[field]["x-kubernetes-list-map-keys"] = [key]
+    props["topology"]["x-kubernetes-validations"] = [
+        {
+            "rule": "!(has(self.topologyName) && has(self.levels))",
+            "message": "set either topologyName or levels, not both",
+        },
+        {
+            "rule": "!has(self.levels) || size(self.levels) > 0",
+            "message": "levels must name at least one node label",
+        },
+    ]
+    tiers = (
+        f"(has(self.tiers) ? self.tiers.map(t, t.name) : {_cel_list(list(default.tier_names()))})"
+    )
+    classes = (
+        "(has(self.hardwareClasses) ? self.hardwareClasses.map(c, c.name) : "
+        f"{_cel_list(list(default.class_names))})"
+    )
+    spec["x-kubernetes-validations"] = [
+        {
+            "rule": f"(has(self.defaultTier) ? self.defaultTier : '{default.default_tier}') "
+            f"in {tiers}",
+            "message": "defaultTier must be one of the tiers",
+        },
+        {
+            "rule": "!has(self.tiers) || self.tiers.all(t, !has(t.classCosts) || "
+            f"t.classCosts.all(c, c in {classes}))",
+            "message": "tiers[].classCosts may name only hardwareClasses",
+        },
+        {
+            "rule": f"!has(self.vramThresholds) || self.vramThresholds.all(v, v.tier in {tiers})",
+            "message": "vramThresholds may name only tiers",
+        },
+    ]
+
+
 def placement_config_schema() -> dict[str, Any]:
-    """The OpenAPI schema of PlacementConfig.spec, from the pydantic model."""
+    """The OpenAPI schema of PlacementConfig.spec, from the pydantic model, with the model's
+    cross-field rules as CEL."""
     raw = PlacementConfig.model_json_schema(by_alias=True, mode="validation")
     spec: dict[str, Any] = _structural(raw, raw.get("$defs", {}))
     spec["description"] = (
         "Everything an admin may tune about nexus-admit's placement. Omitted fields take the "
         "built-in defaults."
     )
+    _placement_config_rules(spec)
     return spec
 
 
@@ -151,7 +215,35 @@ def placement_config_crd() -> dict[str, Any]:
     )
 
 
-_QTY = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+# Kubernetes' own quantity syntax (apimachinery's resource.Quantity), without a sign: a
+# reservation holds capacity, so a negative request would free someone else's.
+QUANTITY_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QTY = {
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "x-kubernetes-int-or-string": True,
+    "pattern": QUANTITY_PATTERN,  # strings only; the rule covers integers
+    "maxLength": 64,
+    "x-kubernetes-validations": [
+        {"rule": "type(self) == string || self >= 0", "message": "must not be negative"}
+    ],
+}
+
+# Slots one reservation may hold, over all its pod sets. A slot costs at most ~360 bytes in
+# the spec and ~410 in the status (253-character node and pod names, 16 GPUs): 1,024 slots
+# stay under 0.8 MiB, well below the ~1.5 MiB an object may have in etcd, with room for the
+# decision and the metadata. A larger gang is refused by the apiserver on create.
+MAX_RESERVATION_SLOTS = 1024
+MAX_POD_SETS = 8  # Kueue's own limit on a Workload's podSets
+MAX_GPUS_PER_SLOT = 64
+_DNS_SUBDOMAIN = 253
+_DNS_LABEL = 63
+
+
+def _string(max_length: int, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "maxLength": max_length, **extra}
 
 
 def resource_reservation_crd() -> dict[str, Any]:
@@ -159,47 +251,82 @@ def resource_reservation_crd() -> dict[str, Any]:
         "type": "object",
         "required": ["index", "node"],
         "properties": {
-            "index": {"type": "integer", "minimum": 0, "description": "Pod index in the pod set."},
-            "node": {"type": "string", "description": "Node the pod is pinned to."},
+            "index": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 2**31 - 1,
+                "description": "Pod index in the pod set.",
+            },
+            "node": _string(_DNS_SUBDOMAIN, minLength=1, description="Node the pod is pinned to."),
             "gpus": {
                 "type": "array",
-                "items": {"type": "integer", "minimum": 0},
+                "maxItems": MAX_GPUS_PER_SLOT,
+                "items": {"type": "integer", "minimum": 0, "maximum": 1023},
+                "x-kubernetes-list-type": "set",
                 "description": "GPU device indices on the node.",
             },
-            "numaZone": {"type": "integer", "minimum": 0, "description": "NUMA zone id."},
+            "numaZone": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 1023,
+                "description": "NUMA zone id.",
+            },
         },
     }
     pod_set = {
         "type": "object",
         "required": ["name", "slots"],
         "properties": {
-            "name": {"type": "string"},
+            "name": _string(_DNS_LABEL, minLength=1),
             "requests": {
                 "type": "object",
                 "description": "Per-pod requests held by each slot (cpu, memory).",
+                "maxProperties": 16,
                 "additionalProperties": _QTY,
+                "x-kubernetes-validations": [_key_rule({"minLength": 1, "maxLength": 317})],
             },
             "gpuShare": {
                 **_QTY,
                 "description": "Share of each GPU one pod uses (1 = whole; 0.5 = half).",
             },
-            "slots": {"type": "array", "items": slot, "x-kubernetes-list-type": "atomic"},
+            "slots": {
+                "type": "array",
+                "maxItems": MAX_RESERVATION_SLOTS,
+                "items": slot,
+                # one slot per pod index
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["index"],
+            },
         },
     }
     spec = {
         "type": "object",
         "required": ["workloadRef", "podSets"],
+        "x-kubernetes-validations": [
+            {
+                "rule": f"self.podSets.map(p, size(p.slots)).sum() <= {MAX_RESERVATION_SLOTS}",
+                "message": f"a reservation holds at most {MAX_RESERVATION_SLOTS} slots "
+                "over all its pod sets",
+            }
+        ],
         "properties": {
             "workloadRef": {
                 "type": "object",
                 "required": ["name"],
                 "properties": {
-                    "name": {"type": "string"},
-                    "namespace": {"type": "string"},
-                    "uid": {"type": "string"},
+                    "name": _string(_DNS_SUBDOMAIN, minLength=1),
+                    "namespace": _string(_DNS_LABEL),
+                    "uid": _string(128),
                 },
             },
-            "podSets": {"type": "array", "items": pod_set},
+            "podSets": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_POD_SETS,
+                "items": pod_set,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
             "expiresAt": {
                 "type": "string",
                 "format": "date-time",
@@ -209,13 +336,32 @@ def resource_reservation_crd() -> dict[str, Any]:
                 "type": "object",
                 "description": "Why the pods go where they go: the engine's answer.",
                 "properties": {
-                    "policy": {"type": "string"},
-                    "status": {"type": "string"},
+                    "policy": _string(_DNS_LABEL),
+                    "status": {
+                        "type": "string",
+                        "enum": [s.value for s in SolveStatus],
+                    },
                     "objective": {"type": "number"},
-                    "nodes": {"type": "integer", "description": "Distinct nodes used."},
-                    "gpus": {"type": "integer", "description": "GPU devices reserved."},
-                    "terms": {"type": "object", "additionalProperties": {"type": "number"}},
-                    "explanation": {"type": "array", "items": {"type": "string"}},
+                    "nodes": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "Distinct nodes used.",
+                    },
+                    "gpus": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "GPU devices reserved.",
+                    },
+                    "terms": {
+                        "type": "object",
+                        "maxProperties": 64,
+                        "additionalProperties": {"type": "number"},
+                    },
+                    "explanation": {
+                        "type": "array",
+                        "maxItems": 64,
+                        "items": _string(4096),
+                    },
                     "mode": {
                         "type": "string",
                         "enum": ["placed", "borrowed", "preempting", "draining"],
@@ -232,12 +378,12 @@ def resource_reservation_crd() -> dict[str, Any]:
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": {"type": "string"},
+            "type": _string(316),
             "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
-            "reason": {"type": "string"},
-            "message": {"type": "string"},
+            "reason": _string(1024),
+            "message": _string(32768),
             "lastTransitionTime": {"type": "string", "format": "date-time"},
-            "observedGeneration": {"type": "integer"},
+            "observedGeneration": {"type": "integer", "minimum": 0},
         },
     }
     status = {
@@ -246,18 +392,20 @@ def resource_reservation_crd() -> dict[str, Any]:
             "phase": {"type": "string", "enum": ["Reserved", "Bound", "Released"]},
             "slots": {
                 "type": "array",
+                "maxItems": MAX_RESERVATION_SLOTS,
                 "items": {
                     "type": "object",
                     "properties": {
-                        "slot": {"type": "string", "description": "<podSet>/<index>"},
-                        "pod": {"type": "string"},
-                        "uid": {"type": "string"},
+                        "slot": _string(128, description="<podSet>/<index>"),
+                        "pod": _string(_DNS_SUBDOMAIN),
+                        "uid": _string(128),
                         "state": {"type": "string", "enum": ["Claimed", "Bound", "Released"]},
                     },
                 },
             },
             "conditions": {
                 "type": "array",
+                "maxItems": 16,
                 "items": condition,
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],

@@ -9,9 +9,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 __all__ = [
@@ -32,18 +32,38 @@ __all__ = [
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 DEFAULT_LEVELS: tuple[str, ...] = ("topology.kubernetes.io/zone", HOSTNAME_LABEL)
 
+# Upper bounds on every field. A config is written by an admin, but one value past what the
+# controller can compute with (a TTL of 1e12 s overflows a datetime on every pass; a weight
+# of 1e20 overflows CP-SAT's 64-bit objective) would stop placement for everyone, so the
+# model and the CRD (generated from it) refuse it up front. The bounds sit far above any
+# sensible setting and leave the defaults and the engine's tuning untouched.
+MAX_WEIGHT = 1_000_000
+MAX_CLASS_COST = 100_000
+DAY_SECONDS = 86_400
+WEEK_SECONDS = 7 * DAY_SECONDS
+
+# A tier or hardware class name: a Kubernetes label value (a ClusterQueue's tier label).
+Name = Annotated[str, Field(min_length=1, max_length=63)]
+# A node label key: an optional DNS-subdomain prefix (253), "/", a name (63).
+LabelKey = Annotated[str, Field(min_length=1, max_length=317)]
+Weight = Annotated[int, Field(ge=0, le=MAX_WEIGHT)]
+
 
 class _Spec(BaseModel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
     )
 
 
 class TopologySpec(_Spec):
     """Fabric levels, highest first. Either explicit label keys or a Kueue Topology name."""
 
-    topology_name: str | None = None
-    levels: tuple[str, ...] | None = None
+    topology_name: str | None = Field(default=None, min_length=1, max_length=253)
+    levels: tuple[LabelKey, ...] | None = Field(default=None, max_length=16)
 
     @model_validator(mode="after")
     def _one_of(self) -> TopologySpec:
@@ -55,49 +75,53 @@ class TopologySpec(_Spec):
 
 
 class HardwareClass(_Spec):
-    name: str
-    gpu_products: tuple[str, ...] = Field(min_length=1)
+    name: Name
+    gpu_products: tuple[Annotated[str, Field(min_length=1, max_length=253)], ...] = Field(
+        min_length=1, max_length=64
+    )
 
 
 class Tier(_Spec):
-    name: str
+    name: Name
     # cost per GPU of this tier's work on each hardware class; a negative cost would reward
     # a mismatch (and drive the objective below zero), so it is refused
-    class_costs: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    class_costs: dict[Name, Annotated[int, Field(ge=0, le=MAX_CLASS_COST)]] = Field(
+        default_factory=dict, max_length=64
+    )
 
 
 class VramThreshold(_Spec):
     """A pod of this tier should use at least `minUtilization` of each GPU's VRAM;
     VRAM left below that line is counted as stranded."""
 
-    tier: str
+    tier: Name
     min_utilization: float = Field(ge=0.0, le=1.0)
 
 
 class ObjectiveWeights(_Spec):
     """Weights of the objective terms; each term is also reported on its own."""
 
-    tier_mismatch: int = Field(default=10, ge=0)  # × class cost per GPU
-    vram_stranded: int = Field(default=1, ge=0)  # per GiB of stranded VRAM
-    island_broken: int = Field(default=2000, ge=0)  # per pristine island first touched
-    domain_spread: int = Field(default=400, ge=0)  # per extra domain, × level rank
+    tier_mismatch: Weight = 10  # × class cost per GPU
+    vram_stranded: Weight = 1  # per GiB of stranded VRAM
+    island_broken: Weight = 2000  # per pristine island first touched
+    domain_spread: Weight = 400  # per extra domain, × level rank
     # per level the gang is split across domains of, × level rank, × the gang's GPUs:
     # leaving one domain slows every GPU of the gang (Gavel measured consolidated against
     # spread, not per extra domain). Off by default: on the benchmark's large fleets the
     # node pruning does not yet keep the fewest-rack covers this weight asks for.
-    gang_split: int = Field(default=0, ge=0)
-    node_count: int = Field(default=50, ge=0)  # per node used (packing, training/batch)
-    fragmentation: int = Field(default=20, ge=0)  # per partly used node left partly free
+    gang_split: Weight = 0
+    node_count: Weight = 50  # per node used (packing, training/batch)
+    fragmentation: Weight = 20  # per partly used node left partly free
     # per GPU left free in the racks/ToRs a gang touches: Kueue TAS's BestFit over domains,
     # so later gangs still find whole racks (packing types and one-pod gangs)
-    domain_fragmentation: int = Field(default=1, ge=0)
-    numa_unaligned: int = Field(default=100, ge=0)  # per pod without single-NUMA fit
-    spread: int = Field(default=300, ge=0)  # inference/service: pods on the busiest node
+    domain_fragmentation: Weight = 1
+    numa_unaligned: Weight = 100  # per pod without single-NUMA fit
+    spread: Weight = 300  # inference/service: pods on the busiest node
     # Engine-only placement-order preferences, off by default (see placement/fragmentation.py):
     # per GPU of fragmentation (FGD measure for the target workload) a gang adds,
-    frag_gradient: int = Field(default=0, ge=0)
+    frag_gradient: Weight = 0
     # and per node used × its rank in [0, 1) in the cluster's node order (packing gangs).
-    fill_order: int = Field(default=0, ge=0)
+    fill_order: Weight = 0
 
 
 class LocalityWait(_Spec):
@@ -109,17 +133,17 @@ class LocalityWait(_Spec):
     Delay scheduling for locality: a gang split across the fabric runs slower for its whole
     life (Gavel measured 0.30-0.50 of consolidated throughput), which a short wait avoids."""
 
-    level: str
-    max_wait_seconds: float = Field(default=3600.0, ge=0.0)
+    level: LabelKey
+    max_wait_seconds: float = Field(default=3600.0, ge=0.0, le=WEEK_SECONDS)
 
 
 class PreemptionWeights(_Spec):
     """What evicting one running gang costs; the victim set with the least total is chosen."""
 
-    victim: int = Field(default=1000, ge=0)  # per victim gang: fewest victims first
-    lost_gpu_hour: int = Field(default=100, ge=0)  # per GPU-hour the victim has run so far
-    tier: int = Field(default=500, ge=0)  # × how many tiers the victim ranks above the lowest
-    priority: int = Field(default=1, ge=0)  # × the victim's priority (negatives count as 0)
+    victim: Weight = 1000  # per victim gang: fewest victims first
+    lost_gpu_hour: Weight = 100  # per GPU-hour the victim has run so far
+    tier: Weight = 500  # × how many tiers the victim ranks above the lowest
+    priority: Weight = 1  # × the victim's priority (negatives count as 0)
 
 
 class Preemption(_Spec):
@@ -132,24 +156,26 @@ class Preemption(_Spec):
 
     enabled: bool = False
     # tier -> the tiers it may evict, each ranked below it; unset: every lower tier
-    may_evict: dict[str, tuple[str, ...]] | None = None
+    may_evict: dict[Name, Annotated[tuple[Name, ...], Field(max_length=32)]] | None = Field(
+        default=None, max_length=32
+    )
     # "borrowed": only placements on a higher tier's hardware may be evicted; "any": every
     # running gang of an evictable tier
     victims: Literal["borrowed", "any"] = "borrowed"
     max_victims_per_gang: int = Field(default=4, ge=1, le=64)
     # a victim must have run this long (no thrashing of gangs that just started)
-    min_run_seconds: float = Field(default=300.0, ge=0.0)
+    min_run_seconds: float = Field(default=300.0, ge=0.0, le=WEEK_SECONDS)
     # at most this much work (GPU-hours run so far, all victims together) is thrown away
     # for one preemptor; unset: no limit
-    max_lost_gpu_hours: float | None = Field(default=None, ge=0.0)
+    max_lost_gpu_hours: float | None = Field(default=None, ge=0.0, le=1e9)
     # how long the preemptor's reservation holds the freed capacity for the victims' pods
     # to leave before the preemption is given up and the gang retried
-    grace_period_seconds: float = Field(default=120.0, ge=0.0)
+    grace_period_seconds: float = Field(default=120.0, ge=0.0, le=DAY_SECONDS)
     # lower tiers borrow a higher tier's hardware only while that tier has nothing waiting
     backfill: bool = True
     # drain-to-fit: a gang waiting longer than this gets the cheapest domain to drain
     # (new placements avoid it until the gang fits); unset: off
-    drain_after_seconds: float | None = Field(default=None, ge=0.0)
+    drain_after_seconds: float | None = Field(default=None, ge=0.0, le=WEEK_SECONDS)
     weights: PreemptionWeights = Field(default_factory=PreemptionWeights)
 
 
@@ -162,12 +188,12 @@ class SolverSettings(_Spec):
     # Above this many candidate nodes the engine prunes to the best domains first, keeping
     # this many nodes or `keptFraction` of the candidates, whichever is more (a big fleet
     # has more good domain combinations to compare: 8 % of 7,000 candidates is 560).
-    max_candidate_nodes: int = Field(default=160, ge=8)
+    max_candidate_nodes: int = Field(default=160, ge=8, le=100_000)
     kept_fraction: float = Field(default=0.08, ge=0.0, le=1.0)
     # Stop when the objective is proven within this fraction of optimal (large models
     # only: models of at most `exactBelowNodes` nodes are always solved to proven optimum).
     relative_gap: float = Field(default=0.005, ge=0.0, le=1.0)
-    exact_below_nodes: int = Field(default=100, ge=0)
+    exact_below_nodes: int = Field(default=100, ge=0, le=100_000)
 
 
 def _default_classes() -> tuple[HardwareClass, ...]:
@@ -200,18 +226,21 @@ class PlacementConfig(_Spec):
     """The spec of a `PlacementConfig` object. `PlacementConfig()` is the built-in default."""
 
     topology: TopologySpec = Field(default_factory=lambda: TopologySpec(levels=DEFAULT_LEVELS))
-    hardware_classes: tuple[HardwareClass, ...] = Field(default_factory=_default_classes)
-    tiers: tuple[Tier, ...] = Field(default_factory=_default_tiers)
-    default_tier: str = "bronze"
-    vram_thresholds: tuple[VramThreshold, ...] = Field(default_factory=_default_vram)
+    hardware_classes: tuple[HardwareClass, ...] = Field(
+        default_factory=_default_classes, max_length=64
+    )
+    tiers: tuple[Tier, ...] = Field(default_factory=_default_tiers, max_length=32)
+    default_tier: Name = "bronze"
+    vram_thresholds: tuple[VramThreshold, ...] = Field(default_factory=_default_vram, max_length=32)
     weights: ObjectiveWeights = Field(default_factory=ObjectiveWeights)
     solver: SolverSettings = Field(default_factory=SolverSettings)
     numa_policy: Literal["single-numa-node", "preferred", "none"] = "preferred"
-    island_min_gpus: int = Field(default=8, ge=1)  # a node with ≥ this many GPUs is an island
+    # a node with ≥ this many GPUs is an island
+    island_min_gpus: int = Field(default=8, ge=1, le=1024)
     locality_wait: LocalityWait | None = None  # off by default
     preemption: Preemption = Field(default_factory=Preemption)  # off by default
-    reservation_ttl_seconds: int = Field(default=600, ge=10)
-    retry_after_seconds: int = Field(default=30, ge=1)
+    reservation_ttl_seconds: int = Field(default=600, ge=10, le=DAY_SECONDS)
+    retry_after_seconds: int = Field(default=30, ge=1, le=DAY_SECONDS)
 
     @model_validator(mode="after")
     def _consistent(self) -> PlacementConfig:

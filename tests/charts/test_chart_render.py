@@ -10,6 +10,7 @@ import base64
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -158,8 +159,8 @@ def test_schema_rejects_a_typo_with_the_path(set_flag: str, message: str) -> Non
 def test_schema_forbids_unknown_keys_at_every_object_level() -> None:
     """Every object in the schema either lists its properties with additionalProperties false,
     or is a map of one value type, or is a free-form Kubernetes field named as such."""
-    free_form = {"affinity", "namespaceSelector", "queuedPodNamespaceSelector", "tolerations",
-                 "extraEnv"}
+    free_form = {"affinity", "namespaceSelector", "queuedPodNamespaceSelector", "podSelector",
+                 "tolerations", "extraEnv"}
 
     def walk(node: dict[str, Any], path: str) -> None:
         if node.get("type") == "object" or "properties" in node:
@@ -187,9 +188,11 @@ def test_default_render_has_exactly_the_expected_objects(
         [
             "AdmissionCheck",
             "ClusterRole",
+            "ClusterRole",  # <fullname>-metrics-reader, for the scraper
             "ClusterRoleBinding",
             "Deployment",
             "MutatingWebhookConfiguration",
+            "NetworkPolicy",
             "PlacementConfig",
             "PodDisruptionBudget",
             "Role",
@@ -197,12 +200,18 @@ def test_default_render_has_exactly_the_expected_objects(
             "Secret",
             "Service",
             "ServiceAccount",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     for o in default_objects:
         if o["kind"] not in {"ClusterRole", "ClusterRoleBinding", "AdmissionCheck"} | {
             "MutatingWebhookConfiguration",
             "PlacementConfig",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         }:
             assert o["metadata"]["namespace"] == NS, o["kind"]
 
@@ -277,7 +286,10 @@ def test_every_rendered_flag_is_a_flag_of_nexus_admit_run(
 
 
 def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[str, Any]]) -> None:
-    rules = one(default_objects, "ClusterRole")["rules"]
+    (role,) = [
+        r for r in by_kind(default_objects, "ClusterRole") if r["metadata"]["name"] == FULLNAME
+    ]
+    rules = role["rules"]
     granted = {
         (group, resource, verb)
         for r in rules
@@ -292,6 +304,9 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
         expected |= {("kueue.x-k8s.io", kind, v) for v in read}
     expected |= {("kueue.x-k8s.io", "admissionchecks", v) for v in read}
     expected |= {("kueue.x-k8s.io", "workloads/status", "patch")}
+    # the reservation's ownerReference sets blockOwnerDeletion: OwnerReferencesPermission-
+    # Enforcement refuses every create without update on the owner's finalizers
+    expected |= {("kueue.x-k8s.io", "workloads/finalizers", "update")}
     expected |= {("kueue.x-k8s.io", "admissionchecks/status", "patch")}
     expected |= {("topology.node.k8s.io", "noderesourcetopologies", v) for v in read}
     expected |= {("resource.k8s.io", "resourceslices", v) for v in read}
@@ -301,6 +316,9 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     }
     expected |= {("scheduling.kubenexus.io", "resourcereservations/status", "patch")}
     expected |= {("events.k8s.io", "events", "create")}
+    # /metrics behind authentication and authorisation (metrics.auth: kubernetes)
+    expected |= {("authentication.k8s.io", "tokenreviews", "create")}
+    expected |= {("authorization.k8s.io", "subjectaccessreviews", "create")}
     crds = "customresourcedefinitions"
     expected |= {("apiextensions.k8s.io", crds, v) for v in ("list", "watch")}
     assert granted == expected
@@ -612,3 +630,137 @@ def test_an_existing_service_account_must_be_named(
     r = template({"serviceAccount": {"create": False}}, tmp=tmp_path)
     assert r.returncode != 0
     assert "serviceAccount.name is required" in r.stderr
+
+
+# ---- least privilege: the policies on the ServiceAccount's writes ---------------------------
+
+
+def policies(objects: list[dict[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {o["metadata"]["name"]: o for o in by_kind(objects, "ValidatingAdmissionPolicy")}
+
+
+def test_least_privilege_policies_bind_only_the_controllers_service_account(
+    default_objects: list[dict[str, Any]], custom_objects: list[dict[str, Any]]
+) -> None:
+    for objects, sa, check, name in (
+        (default_objects, f"system:serviceaccount:{NS}:{FULLNAME}", "nexus-placement", FULLNAME),
+        (custom_objects, f"system:serviceaccount:{NS}:placer", "gpu-placement", "gpu-placer"),
+    ):
+        found = policies(objects)
+        assert set(found) == {f"{name}-least-privilege-pods", f"{name}-least-privilege-checks"}
+        for policy in found.values():
+            spec = policy["spec"]
+            assert spec["failurePolicy"] == "Fail"
+            (cond,) = spec["matchConditions"]
+            assert cond["expression"] == f"request.userInfo.username == '{sa}'"
+            assert all(
+                r["operations"] == ["UPDATE"] for r in spec["matchConstraints"]["resourceRules"]
+            )
+        pods = found[f"{name}-least-privilege-pods"]["spec"]
+        assert pods["matchConstraints"]["resourceRules"][0]["resources"] == ["pods"]
+        checks = found[f"{name}-least-privilege-checks"]["spec"]
+        assert checks["matchConstraints"]["resourceRules"][0]["resources"] == [
+            "workloads/status",
+            "admissionchecks/status",
+        ]
+        ours = {v["name"]: v["expression"] for v in checks["variables"]}["ours"]
+        assert ours == f"['{check}']"
+        bindings = {
+            b["spec"]["policyName"]: b for b in by_kind(objects, "ValidatingAdmissionPolicyBinding")
+        }
+        assert set(bindings) == set(found)
+        assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+        assert all("matchResources" not in b["spec"] for b in bindings.values()), "every namespace"
+
+
+def test_least_privilege_lists_every_check_it_is_given_and_can_be_turned_off(
+    tmp_path: Path,
+) -> None:
+    objects = render({"leastPrivilege": {"admissionChecks": ["a", "b"]}}, tmp=tmp_path)
+    (checks,) = [p for n, p in policies(objects).items() if n.endswith("-checks")]
+    ours = {v["name"]: v["expression"] for v in checks["spec"]["variables"]}["ours"]
+    assert ours == "['a', 'b']"
+    off = render({"leastPrivilege": {"enabled": False}}, tmp=tmp_path)
+    assert not by_kind(off, "ValidatingAdmissionPolicy")
+    assert not by_kind(off, "ValidatingAdmissionPolicyBinding")
+
+
+def test_least_privilege_rules_name_the_gate_and_prefix_the_controller_uses(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    from nexus_admit.kube import labels as L
+
+    text = yaml.safe_dump(policies(default_objects))
+    assert L.GATE_PLACEMENT in text
+    assert f"'{L.ANN_SLOT.rsplit('/', 1)[0]}/'" in text  # scheduling.kubenexus.io/
+    assert f"'{L.ADMISSION_CHECK_CONTROLLER}'" in text
+
+
+# ---- a closed surface: /metrics and the NetworkPolicy ---------------------------------------
+
+
+def test_metrics_need_a_token_the_apiserver_authorises_by_default(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    assert "--metrics-auth=kubernetes" in container(default_objects)["args"]
+    (reader,) = [
+        r
+        for r in by_kind(default_objects, "ClusterRole")
+        if r["metadata"]["name"] == f"{FULLNAME}-metrics-reader"
+    ]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+
+
+def test_open_metrics_drop_the_review_permissions_and_the_reader_role(tmp_path: Path) -> None:
+    objects = render(
+        {"metrics": {"auth": "none"}, "serviceMonitor": {"enabled": True}}, tmp=tmp_path
+    )
+    assert "--metrics-auth=none" in container(objects)["args"]
+    roles = by_kind(objects, "ClusterRole")
+    assert [r["metadata"]["name"] for r in roles] == [FULLNAME]
+    granted = {res for r in roles[0]["rules"] for res in r["resources"]}
+    assert not granted & {"tokenreviews", "subjectaccessreviews"}
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+
+
+def test_service_monitor_scrapes_with_its_token_when_metrics_need_one(
+    custom_objects: list[dict[str, Any]],
+) -> None:
+    (endpoint,) = one(custom_objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+def test_network_policy_admits_only_the_webhook_and_the_metrics_port(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    policy = one(default_objects, "NetworkPolicy")["spec"]
+    deploy = one(default_objects, "Deployment")
+    assert policy["podSelector"]["matchLabels"] == deploy["spec"]["selector"]["matchLabels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = {c["name"]: c["containerPort"] for c in container(default_objects)["ports"]}
+    webhook, metrics = policy["ingress"]
+    assert webhook["ports"] == [{"port": ports["webhook"], "protocol": "TCP"}]
+    assert "from" not in webhook, "default: any source (the apiserver's address varies)"
+    assert metrics["ports"] == [{"port": ports["health"], "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+
+
+def test_network_policy_sources_are_configurable_and_it_can_be_turned_off(
+    tmp_path: Path,
+) -> None:
+    apiserver = [{"ipBlock": {"cidr": "10.0.0.0/28"}}]
+    scraper = [{"namespaceSelector": {"matchLabels": {"team": "obs"}}, "podSelector": {}}]
+    objects = render(
+        {"networkPolicy": {"webhookFrom": apiserver, "metricsFrom": scraper}}, tmp=tmp_path
+    )
+    webhook, metrics = one(objects, "NetworkPolicy")["spec"]["ingress"]
+    assert webhook["from"] == apiserver and metrics["from"] == scraper
+    # no webhook, no scraper: nothing may come in
+    closed = render(
+        {"webhook": {"enabled": False}, "networkPolicy": {"metricsFrom": []}}, tmp=tmp_path
+    )
+    assert one(closed, "NetworkPolicy")["spec"]["ingress"] == []
+    assert not by_kind(render({"networkPolicy": {"enabled": False}}, tmp=tmp_path), "NetworkPolicy")

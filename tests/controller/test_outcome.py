@@ -58,6 +58,31 @@ def test_placed_is_ready_with_the_reservation_label_and_the_reason() -> None:
     assert "why" in out.message
 
 
+def test_placed_message_leads_with_where_and_tier_to_class_before_the_details() -> None:
+    gang = Gang("ns/w", (PodSet("main", count=2, gpus=1),), tier="gold")
+    out = placed(placement(["a", "c"]), gang, "w-abc", snapshot(), LEVELS)
+    lead, details = out.message.split(" Why: ", 1)
+    product = snapshot().nodes["a"].gpu_product
+    assert lead == (
+        f"placed 2 pods on 2 nodes (reservation w-abc) in block b0 › rack r0+r1; "
+        f"tier gold → {product}."
+    )
+    assert details == "why"
+    # with the config's classes the class is named
+    named = placed(
+        placement(["a", "b"]), gang, "w-abc", snapshot(), LEVELS, hardware_class=lambda p: "fast"
+    )
+    assert named.message.startswith(
+        "placed 2 pods on 2 nodes (reservation w-abc) in block b0 › rack r0; tier gold → fast."
+    )
+    # a long explanation is clipped, the lead line is kept whole
+    long = placement(["a", "b"])
+    long.explanation[:] = ["terms: " + "x=1, " * 500]
+    clipped = placed(long, gang, "w-abc", snapshot(), LEVELS).message
+    assert clipped.startswith("placed 2 pods") and "tier gold →" in clipped
+    assert clipped.endswith("…")
+
+
 @pytest.mark.parametrize(
     ("status", "retry_after", "state", "requeue"),
     [

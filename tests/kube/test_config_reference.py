@@ -20,6 +20,10 @@ def test_the_reference_in_docs_is_current() -> None:
 
 def test_defaults_and_bounds_come_from_the_model() -> None:
     text = render()
-    assert "| `weights.islandBroken` | integer | ≥ 0 | `2000` |" in text
+    assert "| `weights.islandBroken` | integer | ≥ 0, ≤ 1000000 | `2000` |" in text
+    # upper bounds too, of optional fields as well
+    assert "| `reservationTtlSeconds` | integer | ≥ 10, ≤ 86400 | `600` |" in text
+    assert "| `preemption.drainAfterSeconds` | number | ≥ 0.0, ≤ 604800 | absent |" in text
+    assert "| `tiers` | list of objects | items ≤ 32 |" in text
     assert "| `solver.timeLimitSeconds` | number | > 0.0, ≤ 600.0 | `1.0` |" in text
     assert "`single-numa-node` \\| `preferred` \\| `none`" in text

@@ -283,3 +283,51 @@ def test_kept_fraction_outside_zero_to_one_is_rejected(fraction: float) -> None:
 def test_solver_defaults_are_one_worker_and_eight_percent_kept() -> None:
     solver = PlacementConfig().solver
     assert (solver.workers, solver.max_candidate_nodes, solver.kept_fraction) == (1, 160, 0.08)
+
+
+# ---------------------------------------------------------------- upper bounds
+
+OUT_OF_BOUNDS = {
+    # a TTL of 1e12 s overflowed the reservation's expiry datetime on every pass
+    "ttl-1e12": ({"reservationTtlSeconds": 1e12}, "reservationTtlSeconds"),
+    "ttl-over-a-day": ({"reservationTtlSeconds": 86_401}, "reservationTtlSeconds"),
+    "retry-1e9": ({"retryAfterSeconds": 10**9}, "retryAfterSeconds"),
+    "weight-overflows-int64": ({"weights": {"islandBroken": 10**20}}, "islandBroken"),
+    "preemption-weight": ({"preemption": {"weights": {"victim": 10**7}}}, "victim"),
+    "infinite-wait": ({"preemption": {"gracePeriodSeconds": float("inf")}}, "grace"),
+    "nan-drain": ({"preemption": {"drainAfterSeconds": float("nan")}}, "drainAfter"),
+    "lost-hours": ({"preemption": {"maxLostGpuHours": 1e30}}, "maxLostGpuHours"),
+    "locality": ({"localityWait": {"level": "rack", "maxWaitSeconds": 1e9}}, "maxWait"),
+    "island": ({"islandMinGpus": 4096}, "islandMinGpus"),
+    "candidates": ({"solver": {"maxCandidateNodes": 10**7}}, "maxCandidateNodes"),
+    "class-cost": ({"tiers": [{"name": "bronze", "classCosts": {"economy": 10**9}}]}, "classC"),
+    "long-tier-name": ({"tiers": [{"name": "t" * 64}], "defaultTier": "t" * 64}, "name"),
+    "empty-class-name": ({"hardwareClasses": [{"name": "", "gpuProducts": ["*"]}]}, "name"),
+    "too-many-tiers": (
+        {"tiers": [{"name": f"t{i}"} for i in range(33)], "defaultTier": "t0"},
+        "tiers",
+    ),
+    "too-many-levels": ({"topology": {"levels": [f"l{i}" for i in range(17)]}}, "levels"),
+    "long-label-key": ({"topology": {"levels": ["x" * 318]}}, "levels"),
+}
+
+
+@pytest.mark.parametrize("spec,field", OUT_OF_BOUNDS.values(), ids=list(OUT_OF_BOUNDS))
+def test_values_past_the_upper_bounds_are_refused_naming_the_field(
+    spec: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError) as e:
+        PlacementConfig.from_spec(spec)
+    assert field in str(e.value)
+
+
+def test_the_upper_bounds_admit_the_largest_sensible_values() -> None:
+    c = PlacementConfig.from_spec(
+        {
+            "reservationTtlSeconds": 86_400,
+            "weights": {"islandBroken": 1_000_000},
+            "preemption": {"drainAfterSeconds": 7 * 86_400, "maxLostGpuHours": 1e6},
+            "solver": {"maxCandidateNodes": 100_000},
+        }
+    )
+    assert c.reservation_ttl_seconds == 86_400 and c.weights.island_broken == 1_000_000

@@ -189,7 +189,8 @@ async def _apply(
                                        rec.now)
         if held is not None:
             await answer(ctx, workload, check,
-                         placed(held, decision.gang, name, rec.snapshot, levels))
+                         placed(held, decision.gang, name, rec.snapshot, levels,
+                                hardware_class=config.hardware_class))
     elif isinstance(decision, Preempt):
         await apply_preempt(ctx, placer, workload, check, decision, running.gangs,
                             running.reservations, config, rec.now)
@@ -212,7 +213,8 @@ async def _write_placed(
     ctx = rec.ctx
     body = assume(ctx, rec.placer, workload, gang, placement, config, rec.now)
     levels = config.resolve_levels(rec.snapshot.kueue_topologies)
-    write = commit(ctx, rec.snapshot, workload, check, gang, placement, body, levels)
+    write = commit(ctx, rec.snapshot, workload, check, gang, placement, body, levels,
+                   config.hardware_class)
     if rec.writes is None:
         settle(rec.placer, await write)
     else:
@@ -243,13 +245,15 @@ async def _answer_from_reservation(
                                         config, rec.now)
             if held is not None:
                 await answer(ctx, workload, check,
-                             placed(held, decision.gang, name, rec.snapshot, levels))
+                             placed(held, decision.gang, name, rec.snapshot, levels,
+                                hardware_class=config.hardware_class))
             return
     if victims and not await preemption_done(ctx, workload, check, existing, victims, config,
                                              rec.now):
         return
     await answer(ctx, workload, check,
-                 placed(placement_of(existing, gang), gang, name, rec.snapshot, levels))
+                 placed(placement_of(existing, gang), gang, name, rec.snapshot, levels,
+                        hardware_class=config.hardware_class))
 
 
 def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
