@@ -34,7 +34,7 @@ from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.preemption import (
     PreemptionPlan,
     RunningGang,
-    kept_off_is_not_never,
+    answer_when_kept_off,
     owners_waiting,
     plan_drain,
     plan_preemption,
@@ -238,7 +238,7 @@ def decide(request: DecisionRequest, capacity: Capacity) -> Decision:
         why = [BACKFILL_REASON] if gang is not request.gang else []
         if admitted is not gang:
             why.append(DRAINED_REASON)
-        placement = kept_off_is_not_never(capacity.snapshot, request.gang, placement, config,
+        placement = answer_when_kept_off(capacity.snapshot, request.gang, placement, config,
                                           "; ".join(why))
     if placement.feasible:
         return Place(gang, placement)

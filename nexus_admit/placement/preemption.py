@@ -39,10 +39,10 @@ __all__ = [
     "PreemptionPlan",
     "RunningGang",
     "Victim",
+    "answer_when_kept_off",
     "borrowed_nodes",
     "evictable",
     "is_borrowed",
-    "kept_off_is_not_never",
     "owners_waiting",
     "plan_drain",
     "plan_preemption",
@@ -183,7 +183,7 @@ def restrict_borrowing(snapshot: ClusterSnapshot, gang: Gang, config: PlacementC
     return replace(gang, pod_sets=pod_sets)
 
 
-def kept_off_is_not_never(snapshot: ClusterSnapshot, original: Gang, placement: Placement,
+def answer_when_kept_off(snapshot: ClusterSnapshot, original: Gang, placement: Placement,
                           config: PlacementConfig, why: str) -> Placement:
     """The answer for a gang kept off some nodes for a while (backfill, a drained domain):
     when it does not fit, its reason starts with `why` (the user reads it in the check

@@ -28,8 +28,8 @@ from nexus_admit.model import (
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.preemption import (
     RunningGang,
+    answer_when_kept_off,
     is_borrowed,
-    kept_off_is_not_never,
     owners_waiting,
     plan_drain,
     plan_preemption,
@@ -198,7 +198,7 @@ def test_a_gang_kept_off_that_does_not_fit_now_says_why() -> None:
     bronze = Gang("ns/b", (PodSet("w", 1, gpus=8),), tier="bronze")
     cfg = config()
     kept = restrict_borrowing(snap, bronze, cfg, ["gold"])
-    placement = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
+    placement = answer_when_kept_off(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
     assert not placement.feasible and placement.retryable
     assert placement.reason.startswith(WHY + "; "), placement.reason
 
@@ -210,14 +210,14 @@ def test_a_gang_kept_off_everything_that_fits_waits_but_one_that_never_fits_is_r
     cfg = config()
     bronze = Gang("ns/b", (PodSet("w", 1, gpus=8),), tier="bronze")
     kept = restrict_borrowing(snap, bronze, cfg, ["gold"])
-    placement = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
+    placement = answer_when_kept_off(snap, bronze, ENGINE.place(snap, kept, cfg), cfg, WHY)
     assert placement.retryable and placement.reason.startswith(WHY)
     huge = Gang("ns/h", (PodSet("w", 1, gpus=16),), tier="bronze")
-    never = kept_off_is_not_never(
+    never = answer_when_kept_off(
         snap, huge, ENGINE.place(snap, restrict_borrowing(snap, huge, cfg, ["gold"]), cfg),
         cfg, WHY)
     assert not never.retryable and WHY not in never.reason
-    fits = kept_off_is_not_never(snap, bronze, ENGINE.place(snap, bronze, cfg), cfg, WHY)
+    fits = answer_when_kept_off(snap, bronze, ENGINE.place(snap, bronze, cfg), cfg, WHY)
     assert fits.feasible and not fits.reason
 
 
