@@ -22,6 +22,7 @@ from nexus_admit.controller.preemption.victims import (
     is_drain,
     preempts_annotation,
     progress,
+    still_holds,
     victim_message,
     waiting_message,
 )
@@ -30,7 +31,6 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.kueue import KueueIndex, workload_tier
 from nexus_admit.kube.reservations import (
-    reservation_is_live,
     reservation_key,
     reservation_name,
     reservation_slots,
@@ -72,12 +72,7 @@ def yielding_drains(
     own = object_key(workload)
     out: dict[str, Mapping[str, Any]] = {}
     for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
-        if not is_drain(rr) or reservation_workload_key(rr) == own:
-            continue
-        try:
-            if not reservation_is_live(rr, now):
-                continue
-        except TranslationError:
+        if not is_drain(rr) or reservation_workload_key(rr) == own or not still_holds(rr, now):
             continue
         drained = ctx.store.get("Workload", reservation_workload_key(rr))
         if (

@@ -55,6 +55,7 @@ __all__ = [
     "preempts_annotation",
     "progress",
     "running_gangs",
+    "still_holds",
 ]
 
 log = logging.getLogger("nexus_admit.preemption")
@@ -108,6 +109,17 @@ def _ready_on_our_check(workload: Mapping[str, Any], checks: Sequence[str]) -> b
     return any(current_entry(workload, c).get("state") == CheckState.READY.value for c in checks)
 
 
+def still_holds(rr: Mapping[str, Any], now: datetime) -> bool:
+    """The reservation is not being deleted and is live (a malformed one holds nothing
+    here; the snapshot reports it)."""
+    if meta(rr).get("deletionTimestamp"):
+        return False
+    try:
+        return reservation_is_live(rr, now)
+    except TranslationError:
+        return False
+
+
 def running_gangs(
     checks: Sequence[str],
     dump: ClusterDump,
@@ -126,12 +138,7 @@ def running_gangs(
     out: list[RunningGang] = []
     reservations: dict[str, str] = {}
     for rr in dump.kind(L.KIND_RESOURCE_RESERVATION):
-        if meta(rr).get("deletionTimestamp"):
-            continue
-        try:
-            if not reservation_is_live(rr, now):
-                continue
-        except TranslationError:
+        if not still_holds(rr, now):
             continue
         wl_key = str(child(child(rr, "spec"), "workloadRef").get("name") or "")
         ns = str(meta(rr).get("namespace") or "default")
