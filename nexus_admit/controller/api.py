@@ -123,6 +123,10 @@ class KubeApi:
         # with leader election: asked right before every write is sent, so a replica that
         # lost the Lease writes nothing, not even a write queued before it noticed
         self.write_guard: Callable[[], bool] | None = None
+        # with leader election: a guarded write gives up after this long, so one sent while
+        # leading cannot land after the Lease may have passed to another replica (the
+        # margin between the renew deadline and the Lease's duration); None: `timeout`
+        self.write_timeout: float | None = None
 
     # ---- the one request ----
     def request(
@@ -159,6 +163,8 @@ class KubeApi:
         if self.dry_run:
             log.info("dry-run: would %s (%s %s)", what, method, path)
             return {}
+        if guarded and self.write_timeout is not None:
+            kw.setdefault("timeout", self.write_timeout)
         return self.request(method, path, **kw)
 
     # ---- reads ----

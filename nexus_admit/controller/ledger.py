@@ -33,8 +33,9 @@ class Assumed:
 @dataclass(slots=True)
 class Ledger:
     assumed: dict[str, Assumed] = field(default_factory=dict)
-    # creates of this pass whose answer was lost: the reservation may exist, so its slots
-    # stay taken until the pass ends (the next pass's snapshot shows it or not)
+    # creates whose answer was lost: the reservation may exist, so its slots stay taken
+    # until the watch shows it or the same time as an assumption has passed without (a
+    # later pass must not promise them again meanwhile)
     unsure: dict[str, Assumed] = field(default_factory=dict)
 
     def assume(
@@ -51,16 +52,15 @@ class Ledger:
         if a is not None:
             self.unsure[reservation] = a
 
-    def new_pass(self) -> None:
-        self.unsure.clear()
-
     def settle(self, counted: Callable[[Assumed], bool]) -> None:
-        """Drop the assumptions the cluster's own objects now account for."""
-        for key in [k for k, a in self.assumed.items() if counted(a)]:
-            del self.assumed[key]
+        """Drop the assumptions, and the lost creates, the cluster's own objects now
+        account for (or that `counted` says are over)."""
+        for held in (self.assumed, self.unsure):
+            for key in [k for k, a in held.items() if counted(a)]:
+                del held[key]
 
     def hold_in(self, placer: OrderedPlacer, skip: frozenset[str] = frozenset()) -> None:
-        """Take every outstanding assumption's capacity (and this pass's unsure creates')
+        """Take every outstanding assumption's capacity (and the lost creates')
         from the placer's snapshot, but the reservations in `skip`."""
         for a in (*self.assumed.values(), *self.unsure.values()):
             if a.reservation in skip:

@@ -128,6 +128,8 @@ def elect(ctx: Context) -> LeaseElector:
     )
     ctx.elector = elector
     ctx.api.write_guard = ctx.acting
+    # fencing: a write sent while leading is given up before the Lease could pass on
+    ctx.api.write_timeout = o.lease_seconds - o.renew_deadline_seconds
     return elector
 
 

@@ -213,3 +213,24 @@ def test_of_two_replicas_only_the_leader_places_and_it_releases_the_lease_on_sto
     assert sorted(total.values()) == [0, 2], total  # one replica answered both, the other none
     assert len(api.of_kind(L.KIND_RESOURCE_RESERVATION)) == 2
     assert lease(api)["spec"]["holderIdentity"] == "", "released on the way out"
+
+
+def test_a_guarded_write_gives_up_before_the_lease_could_pass_to_another_replica() -> None:
+    """Fencing: a write sent while leading times out within the margin between the renew
+    deadline and the Lease's duration, so it cannot land under the next leader; reads and
+    the Lease's own writes keep the longer timeout."""
+    api = KubeApi(None)  # type: ignore[arg-type]
+    sent: list[tuple[str, float | None]] = []
+
+    def request(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        sent.append((method, kw.get("timeout")))
+        return {}
+
+    api.request = request  # type: ignore[method-assign]
+    ctx = Context(options=fast_options("a"), api=api, engine=None)  # type: ignore[arg-type]
+    elect(ctx)
+    assert api.write_timeout == pytest.approx(0.6 - 0.4)
+    api.write_guard = lambda: True  # as while leading
+    api.create("Pod", {"metadata": {"name": "p", "namespace": "ns"}})
+    api.get("Pod", "p", "ns")
+    assert sent == [("POST", pytest.approx(0.2)), ("GET", None)]

@@ -36,9 +36,11 @@ def test_forget_gives_capacity_back_and_a_gone_node_is_skipped() -> None:
     assert not ledger.assumed
 
 
-def test_a_lost_create_holds_its_slots_for_the_rest_of_its_pass_only() -> None:
-    """A create whose answer was lost may have been made: a second snapshot of the same
-    pass (the one a drain's yield solves on) must hold it, the next pass's must not."""
+def test_a_lost_create_holds_its_slots_until_the_watch_shows_it_or_it_expires() -> None:
+    """A create whose answer was lost may have been made: every snapshot holds it (a
+    second one of the same pass, the next passes'), until the watch shows the reservation
+    (the snapshot counts it then) or as long as an assumption has gone by without it.
+    Before: the next pass forgot it and could promise its GPUs again."""
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
     ledger = Ledger()
     ledger.assume("ns/rr", "ns/w", gang, (Slot("main", 0, "n1", tuple(range(8)), 0),), 0.0)
@@ -49,10 +51,14 @@ def test_a_lost_create_holds_its_slots_for_the_rest_of_its_pass_only() -> None:
     ledger.hold_in(same_pass, skip=frozenset({"ns/drain"}))
     assert same_pass.snapshot.nodes["n1"].free_whole_gpus == 0
     assert same_pass.snapshot.nodes["n2"].free_whole_gpus == 8  # skipped
-    ledger.new_pass()
     next_pass = placer_for("n1")
     ledger.hold_in(next_pass)
-    assert next_pass.snapshot.nodes["n1"].free_whole_gpus == 8
+    assert next_pass.snapshot.nodes["n1"].free_whole_gpus == 0
+    ledger.settle(lambda a: a.reservation == "ns/rr")  # the watch brought it
+    assert "ns/rr" not in ledger.unsure
+    after = placer_for("n1")
+    ledger.hold_in(after)
+    assert after.snapshot.nodes["n1"].free_whole_gpus == 8
 
 
 def _config():  # type: ignore[no-untyped-def]

@@ -225,7 +225,6 @@ def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
     ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
-    ctx.ledger.new_pass()
     ctx.ledger.settle(
         lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )
