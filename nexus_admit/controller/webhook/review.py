@@ -26,6 +26,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cachetools import TTLCache
+
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
@@ -205,16 +207,36 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> L
         return lookup
     lq = lookup("LocalQueue", f"{namespace}/{queue}")
     if lq is None:
-        lq = await asyncio.to_thread(ctx.api.get, "LocalQueue", queue, namespace)
+        lq = await fetch(ctx, "LocalQueue", queue, namespace)
         if lq is None:
             return lookup
         keep("LocalQueue", f"{namespace}/{queue}", lq)
     cq_name = local_queue_cluster_queue(lq)
     if cq_name and lookup("ClusterQueue", cq_name) is None:
-        cq = await asyncio.to_thread(ctx.api.get, "ClusterQueue", cq_name)
+        cq = await fetch(ctx, "ClusterQueue", cq_name)
         if cq is not None:
             keep("ClusterQueue", cq_name, cq)
     return lookup
+
+
+# a name the apiserver just said does not exist is not asked again for this long: a flood
+# of reviews naming made-up queues or reservations costs one GET per name, not per pod
+MISS_SECONDS = 2.0
+_misses: TTLCache[tuple[str, str, str], bool] = TTLCache(maxsize=4096, ttl=MISS_SECONDS)
+
+
+async def fetch(
+    ctx: Context, kind: str, name: str, namespace: str | None = None
+) -> dict[str, Any] | None:
+    """A GET the watch has not answered yet, with misses remembered for a moment. Runs on
+    the webhook's own loop only (the cache is not shared between threads)."""
+    key = (kind, namespace or "", name)
+    if key in _misses:
+        return None
+    found = await asyncio.to_thread(ctx.api.get, kind, name, namespace)
+    if found is None:
+        _misses[key] = True
+    return found
 
 
 async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> GateAnswer:
@@ -235,14 +257,14 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
         return GateAnswer(True)
     rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
     if rr is None:
-        rr = await asyncio.to_thread(ctx.api.get, L.KIND_RESOURCE_RESERVATION, rr_name, namespace)
+        rr = await fetch(ctx, L.KIND_RESOURCE_RESERVATION, rr_name, namespace)
     workload = None
     if rr is not None:
         key = reservation_workload_key(rr)
         workload = ctx.store.get("Workload", key)
         if workload is None:
             ns, _, name = key.partition("/")
-            workload = await asyncio.to_thread(ctx.api.get, "Workload", name, ns)
+            workload = await fetch(ctx, "Workload", name, ns)
     answer = decide(pod, namespace, rr, workload)
     ctx.metrics.webhook_requests.labels("gated" if answer.allowed else "denied").inc()
     return answer

@@ -271,3 +271,25 @@ def test_a_webhook_that_cannot_listen_says_so_at_start(tmp_path: Any) -> None:
         with pytest.raises(WebhookStartError, match="ddress"):
             server.start(timeout=10)
         assert not server.alive()
+
+
+def test_a_flood_of_reviews_naming_an_unknown_reservation_costs_one_get(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: every review naming a reservation the store lacks sent one synchronous GET
+    to the apiserver. Now a miss is remembered for a moment (`MISS_SECONDS`)."""
+    from nexus_admit.controller.webhook import review as review_module
+
+    monkeypatch.setattr(review_module, "_misses", review_module.TTLCache(maxsize=8, ttl=60))
+    gets: list[tuple[Any, ...]] = []
+
+    class Counting(FakeApi):
+        def get(self, *args: Any, **kwargs: Any) -> Any:
+            gets.append(args)
+            return None
+
+    ctx = webhook_ctx(Counting())
+    ctx.store = Store()
+    for _ in range(20):
+        response = answered(ctx, pod())
+        assert response["allowed"] is False
+    assert len(gets) == 1, gets
