@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime as dt
 import hashlib
-import ipaddress
 import json
 import os
 import shutil
@@ -42,8 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,58 +50,55 @@ E2E_DIR = Path(__file__).resolve().parent
 REPO = E2E_DIR.parent
 sys.path.insert(0, str(E2E_DIR))
 import fleet as fleet_mod  # noqa: E402
+from plane.components import (  # noqa: E402
+    COMPONENTS,
+    CORE_COMPONENTS,
+    KUEUE_CONVERSION_CRDS,
+    KUEUE_GROUP_KIND_CONCURRENCY,
+    KUEUE_NAMESPACE,
+    KWOK_STAGES,
+    POD_CIDR,
+    SERVICE_CIDR,
+    WORKLOAD_CONTROLLERS,
+    Launch,
+    WorkloadController,
+    controller_crds,
+    installed_controllers,
+    kueue_frameworks,
+    kueue_webhooks,
+    webhook_configurations,
+)
+from plane.pki import (  # noqa: E402  (_pki, _key_pem: used by nexus_controller.py)
+    _key_pem,
+    _pki,
+    ensure_kueue_metrics_cert,
+    generate_pki,
+    write_kubeconfig,
+)
+from plane.processes import (  # noqa: E402
+    ClusterError,
+    ComponentExited,
+    _cmdline,
+    _http_ok,
+    _insecure_ctx,
+    _terminate,
+    free_port,
+    log,
+    pid_alive,
+)
 
-COMPONENTS = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-    "kueue",
+__all__ = [
+    "COMPONENTS",
+    "KUEUE_NAMESPACE",
+    "Cluster",
+    "ClusterError",
+    "ComponentExited",
+    "_key_pem",
+    "_pki",
+    "build_binaries",
+    "free_port",
+    "log",
 ]
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
-KUEUE_NAMESPACE = "kueue-system"
-# Kueue's reconciler workers per kind, from the configuration Kueue ships
-KUEUE_GROUP_KIND_CONCURRENCY = {
-    "Job.batch": 5,
-    "Pod": 5,
-    "Workload.kueue.x-k8s.io": 10,
-    "LocalQueue.kueue.x-k8s.io": 5,
-    "Cohort.kueue.x-k8s.io": 1,
-    "ClusterQueue.kueue.x-k8s.io": 5,
-    "ResourceFlavor.kueue.x-k8s.io": 1,
-}
-# CRDs whose conversion webhook Kueue's own kustomization enables
-# (config/components/crd/kustomization.yaml, the webhook_in_* patches).
-KUEUE_CONVERSION_CRDS = {
-    "localqueues.kueue.x-k8s.io",
-    "clusterqueues.kueue.x-k8s.io",
-    "cohorts.kueue.x-k8s.io",
-    "workloads.kueue.x-k8s.io",
-    "multikueueclusters.kueue.x-k8s.io",
-}
-KUEUE_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset"]
-# KWOK stages shipped with kwok (kustomize/stage/...): node lifecycle + pods become Running
-# and are deleted for real. Pod completion is ours (e2e/kwok/pod-complete.yaml): opt-in.
-KWOK_STAGES = [
-    "stage/node/fast/node-initialize.yaml",
-    "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "stage/pod/fast/pod-ready.yaml",
-    "stage/pod/fast/pod-delete.yaml",
-]
-
-
-def log(msg: str) -> None:
-    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-class ComponentExited(ClusterError):
-    pass
 
 
 def default_state_dir() -> Path:
@@ -143,293 +136,16 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now and never handed out before by this process: the kernel may give
-    the same ephemeral port to two calls in a row (seen: a controller's webhook and health
-    ports were equal, and its webhook could not bind)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
-# --------------------------------------------------------------------------- PKI
-
-
-def _pki():
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    return x509, hashes, serialization, ec, ExtendedKeyUsageOID, NameOID
-
-
-def _key_pem(key) -> bytes:
-    _, _, serialization, _, _, _ = _pki()
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def generate_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, client certs, Kueue webhook cert, service-account keys."""
-    x509, hashes, serialization, ec, EKU, NameOID = _pki()
-    pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    until = now + dt.timedelta(days=30)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nexus-e2e-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(until)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "ca.key").write_bytes(_key_pem(ca_key))
-
-    def leaf(
-        name: str, cn: str, orgs: list[str], dns: list[str], ips: list[str], server: bool
-    ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage([EKU.SERVER_AUTH if server else EKU.CLIENT_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-        )
-        if dns or ips:
-            sans: list[Any] = [x509.DNSName(d) for d in dns]
-            sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
-        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{name}.key").write_bytes(_key_pem(key))
-
-    svc_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
-    leaf(
-        "apiserver",
-        "kube-apiserver",
-        [],
-        [
-            "localhost",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local",
-        ],
-        ["127.0.0.1", svc_ip],
-        server=True,
-    )
-    leaf("admin", "kubernetes-admin", ["system:masters"], [], [], server=False)
-    leaf("kube-controller-manager", "system:kube-controller-manager", [], [], [], server=False)
-    leaf("kube-scheduler", "system:kube-scheduler", [], [], [], server=False)
-    # aggregation layer (front proxy) identity, restricted by --requestheader-allowed-names
-    leaf("front-proxy-client", "front-proxy-client", [], [], [], server=False)
-    leaf("kueue-webhook", "kueue-webhook", [], ["localhost"], ["127.0.0.1"], server=True)
-    wh = pki / "kueue-webhook"
-    wh.mkdir(exist_ok=True)
-    shutil.copy(pki / "kueue-webhook.crt", wh / "tls.crt")
-    shutil.copy(pki / "kueue-webhook.key", wh / "tls.key")
-
-    sa = ec.generate_private_key(ec.SECP256R1())
-    (pki / "sa.key").write_bytes(_key_pem(sa))
-    (pki / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    for p in pki.rglob("*.key"):
-        p.chmod(0o600)
-
-
-# Kueue (v0.19, cmd/kueue/main.go) always loads a metrics serving certificate from this fixed
-# path when its internal cert management is off, even when the metrics server is disabled.
-KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
-
-
-def ensure_kueue_metrics_cert(pki: Path) -> None:
-    """Put a (never served) certificate where Kueue insists on finding one."""
-    d = KUEUE_METRICS_CERT_DIR
-    if (d / "tls.crt").exists() and (d / "tls.key").exists():
-        return
+def _tls_listening(port: int) -> bool:
+    """A TLS server answers a handshake on 127.0.0.1:port (a webhook server that is up)."""
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        for name in ("tls.key", "tls.crt"):  # atomic: other state dirs may start Kueue too
-            tmp = d / f".{name}.{os.getpid()}"
-            shutil.copy(pki / ("kueue-webhook" + Path(name).suffix), tmp)
-            tmp.chmod(0o600)
-            tmp.replace(d / name)
-    except OSError as e:
-        raise ClusterError(
-            f"Kueue needs {d}/tls.crt and tls.key (any certificate; the metrics server is "
-            f"off). Create them once as root, e.g. by running `e2e/cluster.py up` as root: {e}"
-        ) from e
-
-
-def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
-    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "nexus-e2e",
-                "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": b64(pki / f"{user}.crt"),
-                    "client-key-data": b64(pki / f"{user}.key"),
-                },
-            }
-        ],
-        "contexts": [{"name": "nexus-e2e", "context": {"cluster": "nexus-e2e", "user": user}}],
-        "current-context": "nexus-e2e",
-    }
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    path.chmod(0o600)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def pid_alive(pid: int, exe: str | None = None) -> bool:
-    """True if `pid` runs (not a zombie) and, when given, its argv[0] is `exe`."""
-    st = _proc_state(pid)
-    if st is None:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+            _insecure_ctx().wrap_socket(raw, server_hostname="127.0.0.1"),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
         return False
-    if st in ("Z", "X"):
-        _reap(pid)
-        return False
-    if exe is not None:
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return argv0 == exe
-    return True
-
-
-def _cmdline(pid: int) -> list[str]:
-    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-
-
-def _terminate(procs: list[tuple[int, str]], grace: float = 10.0) -> None:
-    """SIGTERM every (pid, argv0) that still runs that binary; SIGKILL what outlives `grace`."""
-    live = [(pid, exe) for pid, exe in procs if pid_alive(pid, exe)]
-    for pid, _ in live:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for pid, _ in live:
-            _reap(pid)
-        live = [(pid, exe) for pid, exe in live if pid_alive(pid)]
-    for pid, exe in live:
-        if pid_alive(pid, exe):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    for _ in range(50):
-        for pid, _ in live:
-            _reap(pid)
-        live = [(pid, exe) for pid, exe in live if pid_alive(pid)]
-        if not live:
-            return
-        time.sleep(0.1)
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None, expect: str | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-            body = r.read().decode(errors="replace")
-            return r.status == 200 and (expect is None or expect in body)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return False
-
-
-def _insecure_ctx() -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
 
 
 # --------------------------------------------------------------------------- cluster
@@ -505,12 +221,15 @@ class Cluster:
             return _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz")
         if name == "kueue":
             return _http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
+        for c in WORKLOAD_CONTROLLERS:
+            if c.name == name:
+                return _http_ok(f"http://127.0.0.1:{ports[name + '_health']}{c.readyz}")
         raise KeyError(name)
 
     def status(self) -> dict[str, Any]:
         info = self.info()
         comps = {}
-        for name in COMPONENTS:
+        for name in self._component_names(info):
             c = info.get("components", {}).get(name)
             if not c:
                 comps[name] = {"running": False}
@@ -531,11 +250,16 @@ class Cluster:
             "components": comps,
         }
 
+    @staticmethod
+    def _component_names(info: dict[str, Any]) -> list[str]:
+        """The core components and the workload controllers this plane runs."""
+        return CORE_COMPONENTS + list(info.get("controllers", []))
+
     def is_up(self) -> bool:
         info = self.info()
         if not info.get("ready"):
             return False
-        for name in COMPONENTS:
+        for name in self._component_names(info):
             c = info["components"].get(name)
             if not c or not pid_alive(c["pid"], c["exe"]):
                 return False
@@ -744,6 +468,11 @@ class Cluster:
             "kwok",
             "kueue_webhook",
             "kueue_health",
+            *(
+                f"{c.name}_{kind}"
+                for c in installed_controllers(bin_dir)
+                for kind in ("webhook", "health")
+            ),
         ):
             p = free_port()
             while p in ports.values():
@@ -757,6 +486,7 @@ class Cluster:
                 "server": server,
                 "ready": False,
                 "components": {},
+                "controllers": [c.name for c in installed_controllers(bin_dir)],
                 "started": time.strftime("%F %T"),
             }
         )
@@ -770,7 +500,10 @@ class Cluster:
     def _up(self, b: Path, ports: dict[str, int], server: str) -> None:
         st, pki, cfg = self.state, self.pki, self.state / "config"
         t = time.monotonic()
-        generate_pki(pki)
+        controllers = installed_controllers(b)
+        generate_pki(
+            pki, SERVICE_CIDR, ["kueue", *(c.name for c in controllers if c.serves_webhooks)]
+        )
         write_kubeconfig(self.kubeconfig, server, pki, "admin")
         for user in ("kube-controller-manager", "kube-scheduler"):
             write_kubeconfig(cfg / f"{user}.kubeconfig", server, pki, user)
@@ -875,7 +608,11 @@ class Cluster:
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}]
         )
         self.timings["crds"] = round(time.monotonic() - t, 2)
-        log("CRDs established (Kueue, NodeResourceTopology)")
+        log(
+            "CRDs established (Kueue, NodeResourceTopology"
+            + "".join(f", {c.name}" for c in controllers)
+            + ")"
+        )
 
         kcm_kc = cfg / "kube-controller-manager.kubeconfig"
         self._spawn(
@@ -910,12 +647,25 @@ class Cluster:
         # Kueue
         ensure_kueue_metrics_cert(pki)
         kueue_cfg = cfg / "kueue.yaml"
-        kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(ports), sort_keys=False))
+        kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(b, ports), sort_keys=False))
         self._spawn(
             "kueue",
             [str(b / "kueue"), f"--config={kueue_cfg}"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
+        for c in controllers:
+            argv, env = c.command(
+                Launch(
+                    bin=b,
+                    config_dir=cfg,
+                    pki=pki,
+                    kubeconfig=self.kubeconfig,
+                    state=st,
+                    webhook_port=ports[f"{c.name}_webhook"],
+                    health_port=ports[f"{c.name}_health"],
+                )
+            )
+            self._spawn(c.name, argv, env=env)
 
         # the fleet while Kueue starts
         t = time.monotonic()
@@ -931,9 +681,10 @@ class Cluster:
         self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
         log("kueue readyz ok")
 
-        self.apply(self._kueue_webhooks(b, ports))
+        self.apply(kueue_webhooks(b, ports["kueue_webhook"], (pki / "ca.crt").read_bytes()))
         self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
         log("Kueue webhooks answer (dry-run Job was suspended)")
+        self._controllers_ready(b, controllers, ports)
 
         self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
         total_nodes = len(fleet_mod.nodes(spec))
@@ -957,6 +708,30 @@ class Cluster:
             ["kube-controller-manager"],
         )
         log("ClusterQueues active")
+
+    def _controllers_ready(
+        self, b: Path, controllers: list[WorkloadController], ports: dict[str, int]
+    ) -> None:
+        """Wait for each workload controller's readyz, then register its webhooks."""
+        for c in controllers:
+            self._wait(c.name, lambda c=c: self._health(c.name, ports), 120, [c.name])
+            if c.serves_webhooks:
+                self.apply(
+                    webhook_configurations(
+                        b / "manifests" / c.name / "webhook",
+                        c.name,
+                        ports[f"{c.name}_webhook"],
+                        (self.pki / "ca.crt").read_bytes(),
+                    )
+                )
+                self._wait(
+                    f"{c.name}-webhook",
+                    lambda c=c: _tls_listening(ports[f"{c.name}_webhook"]),
+                    60,
+                    [c.name],
+                )
+        if controllers:
+            log("workload controllers ready: " + ", ".join(c.name for c in controllers))
 
     # -- generated configuration ----------------------------------------------------------
     def _kwok_config(self, b: Path, ports: dict[str, int]) -> str:
@@ -1018,9 +793,11 @@ class Cluster:
             out += [d for d in yaml.safe_load_all(nrt.read_text()) if d]
         else:
             log(f"WARNING: {nrt} missing (binaries built before the NRT CRD was added)")
+        for c in installed_controllers(b):
+            out += controller_crds(b, c)
         return out
 
-    def _kueue_config(self, ports: dict[str, int]) -> dict[str, Any]:
+    def _kueue_config(self, b: Path, ports: dict[str, int]) -> dict[str, Any]:
         return {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -1040,42 +817,9 @@ class Cluster:
             # worker, and a burst of Jobs queues behind Kueue's single Job reconciler
             "controller": {"groupKindConcurrency": KUEUE_GROUP_KIND_CONCURRENCY},
             "clientConnection": {"qps": 300, "burst": 500},
-            "integrations": {"frameworks": KUEUE_FRAMEWORKS},
+            "integrations": {"frameworks": kueue_frameworks(b)},
             "featureGates": {"VisibilityOnDemand": False},
         }
-
-    def _kueue_webhooks(self, b: Path, ports: dict[str, int]) -> list[dict[str, Any]]:
-        """Kueue's webhook configurations with service refs rewritten to 127.0.0.1 URLs."""
-        src = b / "manifests" / "kueue" / "webhook" / "manifests.yaml"
-        ns_selector = {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": ["kube-system", KUEUE_NAMESPACE],
-                }
-            ]
-        }
-        out = []
-        for doc in yaml.safe_load_all(src.read_text()):
-            if not doc or doc.get("kind") not in (
-                "MutatingWebhookConfiguration",
-                "ValidatingWebhookConfiguration",
-            ):
-                continue
-            doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
-            for wh in doc.get("webhooks", []):
-                path = wh["clientConfig"]["service"]["path"]
-                wh["clientConfig"] = {
-                    "url": f"https://127.0.0.1:{ports['kueue_webhook']}{path}",
-                    "caBundle": self._ca_bundle(),
-                }
-                groups = {g for r in wh.get("rules", []) for g in r.get("apiGroups", [])}
-                if groups != {"kueue.x-k8s.io"}:
-                    # same selector Kueue's kustomization puts on every job-framework webhook
-                    wh["namespaceSelector"] = ns_selector
-            out.append(doc)
-        return out
 
     # -- readiness probes ---------------------------------------------------------------
     def _webhook_answers(self) -> bool:
@@ -1146,7 +890,11 @@ class Cluster:
         comps = info.get("components", {})
         # clients first (in parallel), then the apiserver, then etcd: an apiserver whose
         # etcd is gone does not finish its graceful shutdown before the SIGKILL deadline
-        for stage in (COMPONENTS[2:], ["kube-apiserver"], ["etcd"]):
+        for stage in (
+            [n for n in comps if n not in ("kube-apiserver", "etcd")],
+            ["kube-apiserver"],
+            ["etcd"],
+        ):
             _terminate([(comps[n]["pid"], comps[n]["exe"]) for n in stage if n in comps])
         for p in self._procs.values():
             if p.poll() is None:
