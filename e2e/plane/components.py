@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from plane.processes import ClusterError
 
 CORE_COMPONENTS = [
     "etcd",
@@ -87,6 +89,7 @@ class WorkloadController:
     serves_webhooks: bool
     command: Callable[[Launch], tuple[list[str], dict[str, str]]]
     readyz: str = "/readyz"
+    needs: tuple[str, ...] = ()  # other controllers its objects go through
 
     def installed(self, bin_dir: Path) -> bool:
         return (bin_dir / self.binary).exists()
@@ -190,6 +193,7 @@ WORKLOAD_CONTROLLERS = [
         ("trainer.kubeflow.org/trainjob",),
         True,
         _trainer,
+        needs=("jobset",),  # a TrainJob runs as a JobSet
     ),
     WorkloadController(
         "kuberay",
@@ -203,7 +207,30 @@ COMPONENTS = CORE_COMPONENTS + [c.name for c in WORKLOAD_CONTROLLERS]
 
 
 def installed_controllers(bin_dir: Path) -> list[WorkloadController]:
-    return [c for c in WORKLOAD_CONTROLLERS if c.installed(bin_dir)]
+    """The workload controllers this plane runs: those built, narrowed by
+    NEXUS_E2E_CONTROLLERS (comma-separated names, or "none") when it is set."""
+    built = [c for c in WORKLOAD_CONTROLLERS if c.installed(bin_dir)]
+    wanted = os.environ.get("NEXUS_E2E_CONTROLLERS")
+    if wanted is None:
+        return built
+    names = {n.strip() for n in wanted.split(",") if n.strip()} - {"none"}
+    unknown = names - {c.name for c in WORKLOAD_CONTROLLERS}
+    if unknown:
+        raise ClusterError(
+            f"NEXUS_E2E_CONTROLLERS names unknown controllers {sorted(unknown)}; known: "
+            + ", ".join(c.name for c in WORKLOAD_CONTROLLERS)
+        )
+    missing = names - {c.name for c in built}
+    if missing:
+        raise ClusterError(
+            f"NEXUS_E2E_CONTROLLERS asks for {sorted(missing)}, not built in {bin_dir} "
+            "(their version is empty in e2e/versions.env)"
+        )
+    chosen = [c for c in built if c.name in names]
+    for c in chosen:
+        if not set(c.needs) <= names:
+            raise ClusterError(f"NEXUS_E2E_CONTROLLERS: {c.name} needs {', '.join(c.needs)} too")
+    return chosen
 
 
 def kueue_frameworks(bin_dir: Path) -> list[str]:
