@@ -11,9 +11,11 @@ Components, all started as background processes of this machine (no containers):
 etcd -> kube-apiserver (secure serving, RBAC+Node authz, service-account keys) ->
 kube-controller-manager + kube-scheduler -> KWOK controller (fake GPU nodes from
 e2e/fleet.yaml, plus their NodeResourceTopology objects) -> Kueue (webhooks on 127.0.0.1
-with a generated CA, the cluster's webhook configurations rewritten to URLs).
+with a generated CA, the cluster's webhook configurations rewritten to URLs) and the
+workload controllers that were built (JobSet, LeaderWorkerSet, Kubeflow Trainer, KubeRay:
+plane/components.py), Kueue's frameworks list naming exactly those.
 
-Binaries come from e2e/build/build.sh (Go modules, cached per version set). State (PKI,
+Binaries come from e2e/build/build.sh (Go modules, cached per component). State (PKI,
 configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
 <repo>/.e2e-state; the admin kubeconfig is <state>/kubeconfig.
 
@@ -21,7 +23,11 @@ Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, sk
 build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fleet.yaml
 scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes),
 NEXUS_E2E_NODE_GRACE_SECONDS (node lease duration and node-monitor grace period; unset:
-40 s and the controller-manager's default).
+40 s and the controller-manager's default), NEXUS_E2E_CONTROLLERS (the workload controllers
+to run, comma-separated or "none"; unset: all built).
+
+The PKI is in plane/pki.py, process handling in plane/processes.py, what runs and its
+configuration in plane/components.py; this file keeps the Cluster class and the CLI.
 """
 
 from __future__ import annotations
