@@ -60,18 +60,20 @@ from plane.components import (  # noqa: E402
     COMPONENTS,
     CORE_COMPONENTS,
     KUEUE_CONVERSION_CRDS,
-    KUEUE_GROUP_KIND_CONCURRENCY,
     KUEUE_NAMESPACE,
-    KWOK_STAGES,
-    POD_CIDR,
     SERVICE_CIDR,
     WORKLOAD_CONTROLLERS,
     Launch,
     WorkloadController,
+    apiserver_argv,
     controller_crds,
+    controller_manager_argv,
+    etcd_argv,
     installed_controllers,
-    kueue_frameworks,
+    kueue_config,
     kueue_webhooks,
+    kwok_config,
+    scheduler_argv,
     webhook_configurations,
     yaml_docs,
 )
@@ -510,99 +512,16 @@ class Cluster:
             raise
 
     def _up(self, b: Path, ports: dict[str, int], server: str) -> None:
-        st, pki, cfg = self.state, self.pki, self.state / "config"
-        t = time.monotonic()
         controllers = installed_controllers(b)
-        generate_pki(
-            pki, SERVICE_CIDR, ["kueue", *(c.name for c in controllers if c.serves_webhooks)]
-        )
-        write_kubeconfig(self.kubeconfig, server, pki, "admin")
-        for user in ("kube-controller-manager", "kube-scheduler"):
-            write_kubeconfig(cfg / f"{user}.kubeconfig", server, pki, user)
-        self.timings["pki"] = round(time.monotonic() - t, 2)
-
-        # etcd
-        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
-        self._spawn(
-            "etcd",
-            [
-                str(b / "etcd"),
-                "--name=e2e",
-                f"--data-dir={st / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=e2e={peer_url}",
-                "--initial-cluster-state=new",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-                "--quota-backend-bytes=4294967296",
-            ],
-        )
-        self._wait("etcd", lambda: self._health("etcd", ports), 30, ["etcd"])
-        log(f"etcd ready on {etcd_url}")
-
-        # kube-apiserver
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(b / "kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports['apiserver']}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--authorization-mode=Node,RBAC",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                # NEXUS_E2E_PROFILING=1 serves /debug/pprof (where the benchmark's CPU goes)
-                f"--profiling={str(os.environ.get('NEXUS_E2E_PROFILING') == '1').lower()}",
-                f"--cert-dir={pki / 'apiserver-generated'}",
-                "--event-ttl=1h",
-                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-            ],
-        )
-        self._wait(
-            "kube-apiserver",
-            lambda: self._health("kube-apiserver", ports),
-            90,
-            ["etcd", "kube-apiserver"],
-        )
-        log(f"kube-apiserver ready on {server}")
-
+        self._write_pki(server, controllers)
+        self._start_etcd_and_apiserver(b, ports, server)
         # scheduler and kwok now; the CRDs go in before the controller-manager starts so that
         # its garbage collector watches Kueue objects from its first discovery on.
-        sched_kc = cfg / "kube-scheduler.kubeconfig"
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(b / "kube-scheduler"),
-                f"--kubeconfig={sched_kc}",
-                f"--authentication-kubeconfig={sched_kc}",
-                f"--authorization-kubeconfig={sched_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['scheduler']}",
-                f"--cert-dir={pki / 'scheduler-generated'}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
+        self._spawn("kube-scheduler", scheduler_argv(b, self.config_dir, self.pki, ports))
+        kwok_cfg = self.config_dir / "kwok.yaml"
+        kwok_cfg.write_text(
+            kwok_config(b, ports, node_grace_seconds(), E2E_DIR / "kwok" / "pod-complete.yaml")
         )
-        kwok_cfg = cfg / "kwok.yaml"
-        kwok_cfg.write_text(self._kwok_config(b, ports))
         self._spawn(
             "kwok",
             [
@@ -612,7 +531,53 @@ class Cluster:
                 f"--server-address=127.0.0.1:{ports['kwok']}",
             ],
         )
+        self._install_crds(b, ports, controllers)
+        self._spawn(
+            "kube-controller-manager",
+            controller_manager_argv(b, self.config_dir, self.pki, ports, node_grace_seconds()),
+        )
+        self._start_kueue_and_controllers(b, ports, controllers)
+        spec = self._apply_fleet()  # while Kueue starts
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self._wait(name, lambda n=name: self._health(n, ports), 60, [name])
+        self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
+        log("kueue readyz ok")
+        self.apply(kueue_webhooks(b, ports["kueue_webhook"], (self.pki / "ca.crt").read_bytes()))
+        self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
+        log("Kueue webhooks answer (dry-run Job was suspended)")
+        self._controllers_ready(b, controllers, ports)
+        self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
+        self._wait_settled(len(fleet_mod.nodes(spec)))
 
+    @property
+    def config_dir(self) -> Path:
+        return self.state / "config"
+
+    def _write_pki(self, server: str, controllers: list[WorkloadController]) -> None:
+        t = time.monotonic()
+        webhook_servers = ["kueue", *(c.name for c in controllers if c.serves_webhooks)]
+        generate_pki(self.pki, SERVICE_CIDR, webhook_servers)
+        write_kubeconfig(self.kubeconfig, server, self.pki, "admin")
+        for user in ("kube-controller-manager", "kube-scheduler"):
+            write_kubeconfig(self.config_dir / f"{user}.kubeconfig", server, self.pki, user)
+        self.timings["pki"] = round(time.monotonic() - t, 2)
+
+    def _start_etcd_and_apiserver(self, b: Path, ports: dict[str, int], server: str) -> None:
+        self._spawn("etcd", etcd_argv(b, self.state, ports))
+        self._wait("etcd", lambda: self._health("etcd", ports), 30, ["etcd"])
+        log(f"etcd ready on http://127.0.0.1:{ports['etcd']}")
+        self._spawn("kube-apiserver", apiserver_argv(b, self.pki, ports))
+        self._wait(
+            "kube-apiserver",
+            lambda: self._health("kube-apiserver", ports),
+            90,
+            ["etcd", "kube-apiserver"],
+        )
+        log(f"kube-apiserver ready on {server}")
+
+    def _install_crds(
+        self, b: Path, ports: dict[str, int], controllers: list[WorkloadController]
+    ) -> None:
         t = time.monotonic()
         self.apply(self._crds(b, ports))
         self.timings["crds-apply"] = round(time.monotonic() - t, 2)
@@ -621,66 +586,34 @@ class Cluster:
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}]
         )
         self.timings["crds"] = round(time.monotonic() - t, 2)
-        log(
-            "CRDs established (Kueue, NodeResourceTopology"
-            + "".join(f", {c.name}" for c in controllers)
-            + ")"
-        )
+        names = ["Kueue", "NodeResourceTopology", *(c.name for c in controllers)]
+        log(f"CRDs established ({', '.join(names)})")
 
-        kcm_kc = cfg / "kube-controller-manager.kubeconfig"
-        self._spawn(
-            "kube-controller-manager",
-            [
-                str(b / "kube-controller-manager"),
-                f"--kubeconfig={kcm_kc}",
-                f"--authentication-kubeconfig={kcm_kc}",
-                f"--authorization-kubeconfig={kcm_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kcm']}",
-                f"--cert-dir={pki / 'kcm-generated'}",
-                "--leader-elect=false",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                "--use-service-account-credentials=true",
-                "--controllers=*",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={pki / 'ca.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--kube-api-qps=200",
-                "--kube-api-burst=400",
-                "--profiling=false",
-                *(
-                    [f"--node-monitor-grace-period={node_grace_seconds()}s"]
-                    if node_grace_seconds()
-                    else []
-                ),
-            ],
-        )
-
-        # Kueue
-        ensure_kueue_metrics_cert(pki)
-        kueue_cfg = cfg / "kueue.yaml"
-        kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(b, ports), sort_keys=False))
+    def _start_kueue_and_controllers(
+        self, b: Path, ports: dict[str, int], controllers: list[WorkloadController]
+    ) -> None:
+        ensure_kueue_metrics_cert(self.pki)
+        kueue_cfg = self.config_dir / "kueue.yaml"
+        kueue_cfg.write_text(yaml.safe_dump(kueue_config(b, self.pki, ports), sort_keys=False))
         self._spawn(
             "kueue",
             [str(b / "kueue"), f"--config={kueue_cfg}"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
         for c in controllers:
-            argv, env = c.command(
-                Launch(
-                    bin=b,
-                    config_dir=cfg,
-                    pki=pki,
-                    kubeconfig=self.kubeconfig,
-                    state=st,
-                    webhook_port=ports[f"{c.name}_webhook"],
-                    health_port=ports[f"{c.name}_health"],
-                )
+            launch = Launch(
+                bin=b,
+                config_dir=self.config_dir,
+                pki=self.pki,
+                kubeconfig=self.kubeconfig,
+                state=self.state,
+                webhook_port=ports[f"{c.name}_webhook"],
+                health_port=ports[f"{c.name}_health"],
             )
+            argv, env = c.command(launch)
             self._spawn(c.name, argv, env=env)
 
-        # the fleet while Kueue starts
+    def _apply_fleet(self) -> dict[str, Any]:
         t = time.monotonic()
         spec = fleet_spec()
         objects = fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec)
@@ -688,19 +621,10 @@ class Cluster:
             self.apply(objects[i : i + 250])
         self.timings["fleet-apply"] = round(time.monotonic() - t, 2)
         log(f"fleet applied ({sum(s['nodes'] for s in fleet_mod.summary(spec).values())} nodes)")
+        return spec
 
-        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-            self._wait(name, lambda n=name: self._health(n, ports), 60, [name])
-        self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
-        log("kueue readyz ok")
-
-        self.apply(kueue_webhooks(b, ports["kueue_webhook"], (pki / "ca.crt").read_bytes()))
-        self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
-        log("Kueue webhooks answer (dry-run Job was suspended)")
-        self._controllers_ready(b, controllers, ports)
-
-        self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
-        total_nodes = len(fleet_mod.nodes(spec))
+    def _wait_settled(self, total_nodes: int) -> None:
+        """Every node Ready, every ClusterQueue active, the default ServiceAccount made."""
         self._wait(
             "nodes-ready",
             lambda: self._count_ready_nodes() >= total_nodes,
@@ -747,35 +671,6 @@ class Cluster:
             log("workload controllers ready: " + ", ".join(c.name for c in controllers))
 
     # -- generated configuration ----------------------------------------------------------
-    def _kwok_config(self, b: Path, ports: dict[str, int]) -> str:
-        conf = {
-            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-            "kind": "KwokConfiguration",
-            "options": {
-                "manageAllNodes": False,
-                "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
-                "nodeLeaseDurationSeconds": node_grace_seconds() or 40,
-                "nodeLeaseParallelism": 4,
-                # KWOK stands in for every node's kubelet: its default of 4 workers for all
-                # pod status updates of a 1,000-node fleet queues them behind one another,
-                # where real kubelets write in parallel
-                "podPlayStageParallelism": 16,
-                "nodePlayStageParallelism": 4,
-                "enablePodsOnNodeSyncStreamWatch": True,
-                "cidr": POD_CIDR,
-                "nodeIP": "10.240.0.1",
-                "nodePort": ports["kwok"],
-                "serverAddress": f"127.0.0.1:{ports['kwok']}",
-                "enableCRDs": [],
-            },
-        }
-        parts = [yaml.safe_dump(conf, sort_keys=False)]
-        kust = b / "manifests" / "kwok" / "kustomize"
-        for rel in KWOK_STAGES:
-            parts.append((kust / rel).read_text())
-        parts.append((E2E_DIR / "kwok" / "pod-complete.yaml").read_text())
-        return "\n---\n".join(p.strip() for p in parts) + "\n"
-
     def _ca_bundle(self) -> str:
         return base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
 
@@ -807,30 +702,6 @@ class Cluster:
         for c in installed_controllers(b):
             out += controller_crds(b, c)
         return out
-
-    def _kueue_config(self, b: Path, ports: dict[str, int]) -> dict[str, Any]:
-        return {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": KUEUE_NAMESPACE,
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {
-                "host": "127.0.0.1",
-                "port": ports["kueue_webhook"],
-                "certDir": str(self.pki / "kueue-webhook"),
-            },
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "manageJobsWithoutQueueName": False,
-            # as Kueue ships it (config/components/manager/controller_manager_config.yaml and
-            # its helm chart): without this, controller-runtime runs every reconciler with one
-            # worker, and a burst of Jobs queues behind Kueue's single Job reconciler
-            "controller": {"groupKindConcurrency": KUEUE_GROUP_KIND_CONCURRENCY},
-            "clientConnection": {"qps": 300, "burst": 500},
-            "integrations": {"frameworks": kueue_frameworks(b)},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
 
     # -- readiness probes ---------------------------------------------------------------
     def _webhook_answers(self) -> bool:

@@ -356,3 +356,156 @@ def kueue_webhooks(bin_dir: Path, port: int, ca_bundle: bytes) -> list[dict[str,
     return webhook_configurations(
         src, "kueue", port, ca_bundle, ns_selector, frozenset({"kueue.x-k8s.io"})
     )
+
+
+# --------------------------------------------------------------------------- core commands
+# The plane's core processes; `ports` holds the free ports cluster.py picked for them.
+
+
+def etcd_argv(b: Path, state: Path, ports: dict[str, int]) -> list[str]:
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
+    return [
+        str(b / "etcd"),
+        "--name=e2e",
+        f"--data-dir={state / 'etcd'}",
+        f"--listen-client-urls={etcd_url}",
+        f"--advertise-client-urls={etcd_url}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=e2e={peer_url}",
+        "--initial-cluster-state=new",
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+        "--quota-backend-bytes=4294967296",
+    ]
+
+
+def apiserver_argv(b: Path, pki: Path, ports: dict[str, int]) -> list[str]:
+    etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+    return [
+        str(b / "kube-apiserver"),
+        f"--etcd-servers={etcd_url}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={ports['apiserver']}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}",
+        f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--service-account-key-file={pki / 'sa.pub'}",
+        f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--authorization-mode=Node,RBAC",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--allow-privileged=true",
+        "--endpoint-reconciler-type=none",
+        # NEXUS_E2E_PROFILING=1 serves /debug/pprof (where the benchmark's CPU goes)
+        f"--profiling={str(os.environ.get('NEXUS_E2E_PROFILING') == '1').lower()}",
+        f"--cert-dir={pki / 'apiserver-generated'}",
+        "--event-ttl=1h",
+        f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+    ]
+
+
+def scheduler_argv(b: Path, cfg: Path, pki: Path, ports: dict[str, int]) -> list[str]:
+    sched_kc = cfg / "kube-scheduler.kubeconfig"
+    return [
+        str(b / "kube-scheduler"),
+        f"--kubeconfig={sched_kc}",
+        f"--authentication-kubeconfig={sched_kc}",
+        f"--authorization-kubeconfig={sched_kc}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports['scheduler']}",
+        f"--cert-dir={pki / 'scheduler-generated'}",
+        "--leader-elect=false",
+        "--profiling=false",
+    ]
+
+
+def controller_manager_argv(
+    b: Path, cfg: Path, pki: Path, ports: dict[str, int], node_grace: int | None
+) -> list[str]:
+    kcm_kc = cfg / "kube-controller-manager.kubeconfig"
+    return [
+        str(b / "kube-controller-manager"),
+        f"--kubeconfig={kcm_kc}",
+        f"--authentication-kubeconfig={kcm_kc}",
+        f"--authorization-kubeconfig={kcm_kc}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={ports['kcm']}",
+        f"--cert-dir={pki / 'kcm-generated'}",
+        "--leader-elect=false",
+        f"--service-account-private-key-file={pki / 'sa.key'}",
+        f"--root-ca-file={pki / 'ca.crt'}",
+        "--use-service-account-credentials=true",
+        "--controllers=*",
+        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+        f"--cluster-signing-key-file={pki / 'ca.key'}",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--kube-api-qps=200",
+        "--kube-api-burst=400",
+        "--profiling=false",
+        *([f"--node-monitor-grace-period={node_grace}s"] if node_grace else []),
+    ]
+
+
+def kwok_config(b: Path, ports: dict[str, int], node_grace: int | None, extra_stage: Path) -> str:
+    """KWOK's configuration and stages: `extra_stage` is e2e/kwok/pod-complete.yaml."""
+    conf = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokConfiguration",
+        "options": {
+            "manageAllNodes": False,
+            "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
+            "nodeLeaseDurationSeconds": node_grace or 40,
+            "nodeLeaseParallelism": 4,
+            # KWOK stands in for every node's kubelet: its default of 4 workers for all
+            # pod status updates of a 1,000-node fleet queues them behind one another,
+            # where real kubelets write in parallel
+            "podPlayStageParallelism": 16,
+            "nodePlayStageParallelism": 4,
+            "enablePodsOnNodeSyncStreamWatch": True,
+            "cidr": POD_CIDR,
+            "nodeIP": "10.240.0.1",
+            "nodePort": ports["kwok"],
+            "serverAddress": f"127.0.0.1:{ports['kwok']}",
+            "enableCRDs": [],
+        },
+    }
+    parts = [yaml.safe_dump(conf, sort_keys=False)]
+    kust = b / "manifests" / "kwok" / "kustomize"
+    for rel in KWOK_STAGES:
+        parts.append((kust / rel).read_text())
+    parts.append(extra_stage.read_text())
+    return "\n---\n".join(p.strip() for p in parts) + "\n"
+
+
+def kueue_config(b: Path, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {
+            "host": "127.0.0.1",
+            "port": ports["kueue_webhook"],
+            "certDir": str(pki / "kueue-webhook"),
+        },
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        # as Kueue ships it (config/components/manager/controller_manager_config.yaml and
+        # its helm chart): without this, controller-runtime runs every reconciler with one
+        # worker, and a burst of Jobs queues behind Kueue's single Job reconciler
+        "controller": {"groupKindConcurrency": KUEUE_GROUP_KIND_CONCURRENCY},
+        "clientConnection": {"qps": 300, "burst": 500},
+        "integrations": {"frameworks": kueue_frameworks(b)},
+        "featureGates": {"VisibilityOnDemand": False},
+    }
