@@ -34,15 +34,15 @@ def _key_pem(key) -> bytes:
     )
 
 
-def generate_pki(pki: Path, service_cidr: str, webhook_servers: list[str]) -> None:
-    """CA, apiserver serving cert, client certs, service-account keys and, for each name in
-    `webhook_servers`, a serving certificate for 127.0.0.1 in <pki>/<name>-webhook/tls.*
-    (the layout controller-runtime's webhook server reads)."""
-    x509, hashes, serialization, ec, EKU, NameOID = _pki()
-    pki.mkdir(parents=True, exist_ok=True)
+def _validity() -> tuple[dt.datetime, dt.datetime]:
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    until = now + dt.timedelta(days=30)
+    return now, now + dt.timedelta(days=30)
 
+
+def _ca() -> tuple[Any, Any]:
+    """A self-signed ECDSA CA: (certificate, key)."""
+    x509, hashes, _, ec, _, NameOID = _pki()
+    now, until = _validity()
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nexus-e2e-ca")])
     ca = (
@@ -73,52 +73,72 @@ def generate_pki(pki: Path, service_cidr: str, webhook_servers: list[str]) -> No
         )
         .sign(ca_key, hashes.SHA256())
     )
+    return ca, ca_key
+
+
+def _leaf(
+    ca: Any, ca_key: Any, cn: str, orgs: list[str], dns: list[str], ips: list[str], server: bool
+) -> tuple[Any, Any]:
+    """A certificate signed by the CA, for a server (SANs) or a client: (certificate, key)."""
+    x509, hashes, _, ec, EKU, NameOID = _pki()
+    now, until = _validity()
+    ca_name = ca.subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name(attrs))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=True,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([EKU.SERVER_AUTH if server else EKU.CLIENT_AUTH]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    if dns or ips:
+        sans: list[Any] = [x509.DNSName(d) for d in dns]
+        sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return b.sign(ca_key, hashes.SHA256()), key
+
+
+def generate_pki(pki: Path, service_cidr: str, webhook_servers: list[str]) -> None:
+    """CA, apiserver serving cert, client certs, service-account keys and, for each name in
+    `webhook_servers`, a serving certificate for 127.0.0.1 in <pki>/<name>-webhook/tls.*
+    (the layout controller-runtime's webhook server reads)."""
+    _, _, serialization, ec, _, _ = _pki()
+    pki.mkdir(parents=True, exist_ok=True)
+    ca, ca_key = _ca()
     (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (pki / "ca.key").write_bytes(_key_pem(ca_key))
 
     def leaf(
         name: str, cn: str, orgs: list[str], dns: list[str], ips: list[str], server: bool
     ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage([EKU.SERVER_AUTH if server else EKU.CLIENT_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-        )
-        if dns or ips:
-            sans: list[Any] = [x509.DNSName(d) for d in dns]
-            sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
+        cert, key = _leaf(ca, ca_key, cn, orgs, dns, ips, server)
         (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         (pki / f"{name}.key").write_bytes(_key_pem(key))
 
