@@ -11,9 +11,11 @@ Components, all started as background processes of this machine (no containers):
 etcd -> kube-apiserver (secure serving, RBAC+Node authz, service-account keys) ->
 kube-controller-manager + kube-scheduler -> KWOK controller (fake GPU nodes from
 e2e/fleet.yaml, plus their NodeResourceTopology objects) -> Kueue (webhooks on 127.0.0.1
-with a generated CA, the cluster's webhook configurations rewritten to URLs).
+with a generated CA, the cluster's webhook configurations rewritten to URLs) and the
+workload controllers that were built (JobSet, LeaderWorkerSet, Kubeflow Trainer, KubeRay:
+plane/components.py), Kueue's frameworks list naming exactly those.
 
-Binaries come from e2e/build/build.sh (Go modules, cached per version set). State (PKI,
+Binaries come from e2e/build/build.sh (Go modules, cached per component). State (PKI,
 configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default
 <repo>/.e2e-state; the admin kubeconfig is <state>/kubeconfig.
 
@@ -21,7 +23,11 @@ Environment: NEXUS_E2E_STATE (state dir), NEXUS_E2E_BIN (use this binary dir, sk
 build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fleet.yaml
 scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes),
 NEXUS_E2E_NODE_GRACE_SECONDS (node lease duration and node-monitor grace period; unset:
-40 s and the controller-manager's default).
+40 s and the controller-manager's default), NEXUS_E2E_CONTROLLERS (the workload controllers
+to run, comma-separated or "none"; unset: all built).
+
+The PKI is in plane/pki.py, process handling in plane/processes.py, what runs and its
+configuration in plane/components.py; this file keeps the Cluster class and the CLI.
 """
 
 from __future__ import annotations
@@ -29,9 +35,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime as dt
 import hashlib
-import ipaddress
 import json
 import os
 import shutil
@@ -42,8 +46,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -54,58 +56,58 @@ E2E_DIR = Path(__file__).resolve().parent
 REPO = E2E_DIR.parent
 sys.path.insert(0, str(E2E_DIR))
 import fleet as fleet_mod  # noqa: E402
+from plane.components import (  # noqa: E402
+    COMPONENTS,
+    CORE_COMPONENTS,
+    KUEUE_CONVERSION_CRDS,
+    KUEUE_NAMESPACE,
+    SERVICE_CIDR,
+    WORKLOAD_CONTROLLERS,
+    Launch,
+    WorkloadController,
+    apiserver_argv,
+    controller_crds,
+    controller_manager_argv,
+    etcd_argv,
+    installed_controllers,
+    kueue_config,
+    kueue_webhooks,
+    kwok_config,
+    scheduler_argv,
+    webhook_configurations,
+    yaml_docs,
+)
+from plane.pki import (  # noqa: E402  (_pki, _key_pem: used by nexus_controller.py)
+    _key_pem,
+    _pki,
+    ensure_kueue_metrics_cert,
+    generate_pki,
+    write_kubeconfig,
+)
+from plane.processes import (  # noqa: E402
+    ClusterError,
+    ComponentExited,
+    _cmdline,
+    _http_ok,
+    _insecure_ctx,
+    _terminate,
+    free_port,
+    log,
+    pid_alive,
+)
 
-COMPONENTS = [
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-    "kueue",
+__all__ = [
+    "COMPONENTS",
+    "KUEUE_NAMESPACE",
+    "Cluster",
+    "ClusterError",
+    "ComponentExited",
+    "_key_pem",
+    "_pki",
+    "build_binaries",
+    "free_port",
+    "log",
 ]
-SERVICE_CIDR = "10.96.0.0/16"
-POD_CIDR = "10.244.0.0/16"
-KUEUE_NAMESPACE = "kueue-system"
-# Kueue's reconciler workers per kind, from the configuration Kueue ships
-KUEUE_GROUP_KIND_CONCURRENCY = {
-    "Job.batch": 5,
-    "Pod": 5,
-    "Workload.kueue.x-k8s.io": 10,
-    "LocalQueue.kueue.x-k8s.io": 5,
-    "Cohort.kueue.x-k8s.io": 1,
-    "ClusterQueue.kueue.x-k8s.io": 5,
-    "ResourceFlavor.kueue.x-k8s.io": 1,
-}
-# CRDs whose conversion webhook Kueue's own kustomization enables
-# (config/components/crd/kustomization.yaml, the webhook_in_* patches).
-KUEUE_CONVERSION_CRDS = {
-    "localqueues.kueue.x-k8s.io",
-    "clusterqueues.kueue.x-k8s.io",
-    "cohorts.kueue.x-k8s.io",
-    "workloads.kueue.x-k8s.io",
-    "multikueueclusters.kueue.x-k8s.io",
-}
-KUEUE_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset"]
-# KWOK stages shipped with kwok (kustomize/stage/...): node lifecycle + pods become Running
-# and are deleted for real. Pod completion is ours (e2e/kwok/pod-complete.yaml): opt-in.
-KWOK_STAGES = [
-    "stage/node/fast/node-initialize.yaml",
-    "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "stage/pod/fast/pod-ready.yaml",
-    "stage/pod/fast/pod-delete.yaml",
-]
-
-
-def log(msg: str) -> None:
-    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-class ComponentExited(ClusterError):
-    pass
 
 
 def default_state_dir() -> Path:
@@ -143,293 +145,16 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now and never handed out before by this process: the kernel may give
-    the same ephemeral port to two calls in a row (seen: a controller's webhook and health
-    ports were equal, and its webhook could not bind)."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
-
-
-# --------------------------------------------------------------------------- PKI
-
-
-def _pki():
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    return x509, hashes, serialization, ec, ExtendedKeyUsageOID, NameOID
-
-
-def _key_pem(key) -> bytes:
-    _, _, serialization, _, _, _ = _pki()
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def generate_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, client certs, Kueue webhook cert, service-account keys."""
-    x509, hashes, serialization, ec, EKU, NameOID = _pki()
-    pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    until = now + dt.timedelta(days=30)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nexus-e2e-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(until)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (pki / "ca.key").write_bytes(_key_pem(ca_key))
-
-    def leaf(
-        name: str, cn: str, orgs: list[str], dns: list[str], ips: list[str], server: bool
-    ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=True,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(
-                x509.ExtendedKeyUsage([EKU.SERVER_AUTH if server else EKU.CLIENT_AUTH]),
-                critical=False,
-            )
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
-            )
-        )
-        if dns or ips:
-            sans: list[Any] = [x509.DNSName(d) for d in dns]
-            sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = b.sign(ca_key, hashes.SHA256())
-        (pki / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (pki / f"{name}.key").write_bytes(_key_pem(key))
-
-    svc_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
-    leaf(
-        "apiserver",
-        "kube-apiserver",
-        [],
-        [
-            "localhost",
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local",
-        ],
-        ["127.0.0.1", svc_ip],
-        server=True,
-    )
-    leaf("admin", "kubernetes-admin", ["system:masters"], [], [], server=False)
-    leaf("kube-controller-manager", "system:kube-controller-manager", [], [], [], server=False)
-    leaf("kube-scheduler", "system:kube-scheduler", [], [], [], server=False)
-    # aggregation layer (front proxy) identity, restricted by --requestheader-allowed-names
-    leaf("front-proxy-client", "front-proxy-client", [], [], [], server=False)
-    leaf("kueue-webhook", "kueue-webhook", [], ["localhost"], ["127.0.0.1"], server=True)
-    wh = pki / "kueue-webhook"
-    wh.mkdir(exist_ok=True)
-    shutil.copy(pki / "kueue-webhook.crt", wh / "tls.crt")
-    shutil.copy(pki / "kueue-webhook.key", wh / "tls.key")
-
-    sa = ec.generate_private_key(ec.SECP256R1())
-    (pki / "sa.key").write_bytes(_key_pem(sa))
-    (pki / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
-    for p in pki.rglob("*.key"):
-        p.chmod(0o600)
-
-
-# Kueue (v0.19, cmd/kueue/main.go) always loads a metrics serving certificate from this fixed
-# path when its internal cert management is off, even when the metrics server is disabled.
-KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
-
-
-def ensure_kueue_metrics_cert(pki: Path) -> None:
-    """Put a (never served) certificate where Kueue insists on finding one."""
-    d = KUEUE_METRICS_CERT_DIR
-    if (d / "tls.crt").exists() and (d / "tls.key").exists():
-        return
+def _tls_listening(port: int) -> bool:
+    """A TLS server answers a handshake on 127.0.0.1:port (a webhook server that is up)."""
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        for name in ("tls.key", "tls.crt"):  # atomic: other state dirs may start Kueue too
-            tmp = d / f".{name}.{os.getpid()}"
-            shutil.copy(pki / ("kueue-webhook" + Path(name).suffix), tmp)
-            tmp.chmod(0o600)
-            tmp.replace(d / name)
-    except OSError as e:
-        raise ClusterError(
-            f"Kueue needs {d}/tls.crt and tls.key (any certificate; the metrics server is "
-            f"off). Create them once as root, e.g. by running `e2e/cluster.py up` as root: {e}"
-        ) from e
-
-
-def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
-    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "nexus-e2e",
-                "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": b64(pki / f"{user}.crt"),
-                    "client-key-data": b64(pki / f"{user}.key"),
-                },
-            }
-        ],
-        "contexts": [{"name": "nexus-e2e", "context": {"cluster": "nexus-e2e", "user": user}}],
-        "current-context": "nexus-e2e",
-    }
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    path.chmod(0o600)
-
-
-# --------------------------------------------------------------------------- processes
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def pid_alive(pid: int, exe: str | None = None) -> bool:
-    """True if `pid` runs (not a zombie) and, when given, its argv[0] is `exe`."""
-    st = _proc_state(pid)
-    if st is None:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+            _insecure_ctx().wrap_socket(raw, server_hostname="127.0.0.1"),
+        ):
+            return True
+    except (OSError, ssl.SSLError):
         return False
-    if st in ("Z", "X"):
-        _reap(pid)
-        return False
-    if exe is not None:
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return argv0 == exe
-    return True
-
-
-def _cmdline(pid: int) -> list[str]:
-    return [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-
-
-def _terminate(procs: list[tuple[int, str]], grace: float = 10.0) -> None:
-    """SIGTERM every (pid, argv0) that still runs that binary; SIGKILL what outlives `grace`."""
-    live = [(pid, exe) for pid, exe in procs if pid_alive(pid, exe)]
-    for pid, _ in live:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        time.sleep(0.1)
-        for pid, _ in live:
-            _reap(pid)
-        live = [(pid, exe) for pid, exe in live if pid_alive(pid)]
-    for pid, exe in live:
-        if pid_alive(pid, exe):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-    for _ in range(50):
-        for pid, _ in live:
-            _reap(pid)
-        live = [(pid, exe) for pid, exe in live if pid_alive(pid)]
-        if not live:
-            return
-        time.sleep(0.1)
-
-
-def _http_ok(url: str, ctx: ssl.SSLContext | None = None, expect: str | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-            body = r.read().decode(errors="replace")
-            return r.status == 200 and (expect is None or expect in body)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return False
-
-
-def _insecure_ctx() -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    return ctx
 
 
 # --------------------------------------------------------------------------- cluster
@@ -505,12 +230,15 @@ class Cluster:
             return _http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz")
         if name == "kueue":
             return _http_ok(f"http://127.0.0.1:{ports['kueue_health']}/readyz")
+        for c in WORKLOAD_CONTROLLERS:
+            if c.name == name:
+                return _http_ok(f"http://127.0.0.1:{ports[name + '_health']}{c.readyz}")
         raise KeyError(name)
 
     def status(self) -> dict[str, Any]:
         info = self.info()
         comps = {}
-        for name in COMPONENTS:
+        for name in self._component_names(info):
             c = info.get("components", {}).get(name)
             if not c:
                 comps[name] = {"running": False}
@@ -531,11 +259,16 @@ class Cluster:
             "components": comps,
         }
 
+    @staticmethod
+    def _component_names(info: dict[str, Any]) -> list[str]:
+        """The core components and the workload controllers this plane runs."""
+        return CORE_COMPONENTS + list(info.get("controllers", []))
+
     def is_up(self) -> bool:
         info = self.info()
         if not info.get("ready"):
             return False
-        for name in COMPONENTS:
+        for name in self._component_names(info):
             c = info["components"].get(name)
             if not c or not pid_alive(c["pid"], c["exe"]):
                 return False
@@ -652,7 +385,12 @@ class Cluster:
 
     def apply(self, docs: list[dict[str, Any]] | str, retries: int = 1, delay: float = 1.0) -> None:
         """Server-side apply a list of objects (or YAML text)."""
-        text = docs if isinstance(docs, str) else yaml.safe_dump_all(docs, sort_keys=False)
+        # objects go as one JSON List: dumping megabytes of CRDs as YAML takes seconds
+        text = (
+            docs
+            if isinstance(docs, str)
+            else json.dumps({"apiVersion": "v1", "kind": "List", "items": docs})
+        )
         for attempt in range(retries):
             r = self.kubectl(
                 "apply",
@@ -744,6 +482,11 @@ class Cluster:
             "kwok",
             "kueue_webhook",
             "kueue_health",
+            *(
+                f"{c.name}_{kind}"
+                for c in installed_controllers(bin_dir)
+                for kind in ("webhook", "health")
+            ),
         ):
             p = free_port()
             while p in ports.values():
@@ -757,6 +500,7 @@ class Cluster:
                 "server": server,
                 "ready": False,
                 "components": {},
+                "controllers": [c.name for c in installed_controllers(bin_dir)],
                 "started": time.strftime("%F %T"),
             }
         )
@@ -768,96 +512,16 @@ class Cluster:
             raise
 
     def _up(self, b: Path, ports: dict[str, int], server: str) -> None:
-        st, pki, cfg = self.state, self.pki, self.state / "config"
-        t = time.monotonic()
-        generate_pki(pki)
-        write_kubeconfig(self.kubeconfig, server, pki, "admin")
-        for user in ("kube-controller-manager", "kube-scheduler"):
-            write_kubeconfig(cfg / f"{user}.kubeconfig", server, pki, user)
-        self.timings["pki"] = round(time.monotonic() - t, 2)
-
-        # etcd
-        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd_peer']}"
-        self._spawn(
-            "etcd",
-            [
-                str(b / "etcd"),
-                "--name=e2e",
-                f"--data-dir={st / 'etcd'}",
-                f"--listen-client-urls={etcd_url}",
-                f"--advertise-client-urls={etcd_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster=e2e={peer_url}",
-                "--initial-cluster-state=new",
-                "--unsafe-no-fsync",
-                "--log-level=warn",
-                "--quota-backend-bytes=4294967296",
-            ],
-        )
-        self._wait("etcd", lambda: self._health("etcd", ports), 30, ["etcd"])
-        log(f"etcd ready on {etcd_url}")
-
-        # kube-apiserver
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(b / "kube-apiserver"),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={ports['apiserver']}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}",
-                f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}",
-                f"--service-account-key-file={pki / 'sa.pub'}",
-                f"--service-account-signing-key-file={pki / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                "--authorization-mode=Node,RBAC",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                # NEXUS_E2E_PROFILING=1 serves /debug/pprof (where the benchmark's CPU goes)
-                f"--profiling={str(os.environ.get('NEXUS_E2E_PROFILING') == '1').lower()}",
-                f"--cert-dir={pki / 'apiserver-generated'}",
-                "--event-ttl=1h",
-                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
-                "--requestheader-allowed-names=front-proxy-client",
-                "--requestheader-username-headers=X-Remote-User",
-                "--requestheader-group-headers=X-Remote-Group",
-                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
-                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-            ],
-        )
-        self._wait(
-            "kube-apiserver",
-            lambda: self._health("kube-apiserver", ports),
-            90,
-            ["etcd", "kube-apiserver"],
-        )
-        log(f"kube-apiserver ready on {server}")
-
+        controllers = installed_controllers(b)
+        self._write_pki(server, controllers)
+        self._start_etcd_and_apiserver(b, ports, server)
         # scheduler and kwok now; the CRDs go in before the controller-manager starts so that
         # its garbage collector watches Kueue objects from its first discovery on.
-        sched_kc = cfg / "kube-scheduler.kubeconfig"
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(b / "kube-scheduler"),
-                f"--kubeconfig={sched_kc}",
-                f"--authentication-kubeconfig={sched_kc}",
-                f"--authorization-kubeconfig={sched_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['scheduler']}",
-                f"--cert-dir={pki / 'scheduler-generated'}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
+        self._spawn("kube-scheduler", scheduler_argv(b, self.config_dir, self.pki, ports))
+        kwok_cfg = self.config_dir / "kwok.yaml"
+        kwok_cfg.write_text(
+            kwok_config(b, ports, node_grace_seconds(), E2E_DIR / "kwok" / "pod-complete.yaml")
         )
-        kwok_cfg = cfg / "kwok.yaml"
-        kwok_cfg.write_text(self._kwok_config(b, ports))
         self._spawn(
             "kwok",
             [
@@ -867,57 +531,89 @@ class Cluster:
                 f"--server-address=127.0.0.1:{ports['kwok']}",
             ],
         )
+        self._install_crds(b, ports, controllers)
+        self._spawn(
+            "kube-controller-manager",
+            controller_manager_argv(b, self.config_dir, self.pki, ports, node_grace_seconds()),
+        )
+        self._start_kueue_and_controllers(b, ports, controllers)
+        spec = self._apply_fleet()  # while Kueue starts
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            self._wait(name, lambda n=name: self._health(n, ports), 60, [name])
+        self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
+        log("kueue readyz ok")
+        self.apply(kueue_webhooks(b, ports["kueue_webhook"], (self.pki / "ca.crt").read_bytes()))
+        self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
+        log("Kueue webhooks answer (dry-run Job was suspended)")
+        self._controllers_ready(b, controllers, ports)
+        self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
+        self._wait_settled(len(fleet_mod.nodes(spec)))
 
+    @property
+    def config_dir(self) -> Path:
+        return self.state / "config"
+
+    def _write_pki(self, server: str, controllers: list[WorkloadController]) -> None:
+        t = time.monotonic()
+        webhook_servers = ["kueue", *(c.name for c in controllers if c.serves_webhooks)]
+        generate_pki(self.pki, SERVICE_CIDR, webhook_servers)
+        write_kubeconfig(self.kubeconfig, server, self.pki, "admin")
+        for user in ("kube-controller-manager", "kube-scheduler"):
+            write_kubeconfig(self.config_dir / f"{user}.kubeconfig", server, self.pki, user)
+        self.timings["pki"] = round(time.monotonic() - t, 2)
+
+    def _start_etcd_and_apiserver(self, b: Path, ports: dict[str, int], server: str) -> None:
+        self._spawn("etcd", etcd_argv(b, self.state, ports))
+        self._wait("etcd", lambda: self._health("etcd", ports), 30, ["etcd"])
+        log(f"etcd ready on http://127.0.0.1:{ports['etcd']}")
+        self._spawn("kube-apiserver", apiserver_argv(b, self.pki, ports))
+        self._wait(
+            "kube-apiserver",
+            lambda: self._health("kube-apiserver", ports),
+            90,
+            ["etcd", "kube-apiserver"],
+        )
+        log(f"kube-apiserver ready on {server}")
+
+    def _install_crds(
+        self, b: Path, ports: dict[str, int], controllers: list[WorkloadController]
+    ) -> None:
         t = time.monotonic()
         self.apply(self._crds(b, ports))
+        self.timings["crds-apply"] = round(time.monotonic() - t, 2)
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         self.apply(
             [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}]
         )
         self.timings["crds"] = round(time.monotonic() - t, 2)
-        log("CRDs established (Kueue, NodeResourceTopology)")
+        names = ["Kueue", "NodeResourceTopology", *(c.name for c in controllers)]
+        log(f"CRDs established ({', '.join(names)})")
 
-        kcm_kc = cfg / "kube-controller-manager.kubeconfig"
-        self._spawn(
-            "kube-controller-manager",
-            [
-                str(b / "kube-controller-manager"),
-                f"--kubeconfig={kcm_kc}",
-                f"--authentication-kubeconfig={kcm_kc}",
-                f"--authorization-kubeconfig={kcm_kc}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['kcm']}",
-                f"--cert-dir={pki / 'kcm-generated'}",
-                "--leader-elect=false",
-                f"--service-account-private-key-file={pki / 'sa.key'}",
-                f"--root-ca-file={pki / 'ca.crt'}",
-                "--use-service-account-credentials=true",
-                "--controllers=*",
-                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-                f"--cluster-signing-key-file={pki / 'ca.key'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--kube-api-qps=200",
-                "--kube-api-burst=400",
-                "--profiling=false",
-                *(
-                    [f"--node-monitor-grace-period={node_grace_seconds()}s"]
-                    if node_grace_seconds()
-                    else []
-                ),
-            ],
-        )
-
-        # Kueue
-        ensure_kueue_metrics_cert(pki)
-        kueue_cfg = cfg / "kueue.yaml"
-        kueue_cfg.write_text(yaml.safe_dump(self._kueue_config(ports), sort_keys=False))
+    def _start_kueue_and_controllers(
+        self, b: Path, ports: dict[str, int], controllers: list[WorkloadController]
+    ) -> None:
+        ensure_kueue_metrics_cert(self.pki)
+        kueue_cfg = self.config_dir / "kueue.yaml"
+        kueue_cfg.write_text(yaml.safe_dump(kueue_config(b, self.pki, ports), sort_keys=False))
         self._spawn(
             "kueue",
             [str(b / "kueue"), f"--config={kueue_cfg}"],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
+        for c in controllers:
+            launch = Launch(
+                bin=b,
+                config_dir=self.config_dir,
+                pki=self.pki,
+                kubeconfig=self.kubeconfig,
+                state=self.state,
+                webhook_port=ports[f"{c.name}_webhook"],
+                health_port=ports[f"{c.name}_health"],
+            )
+            argv, env = c.command(launch)
+            self._spawn(c.name, argv, env=env)
 
-        # the fleet while Kueue starts
+    def _apply_fleet(self) -> dict[str, Any]:
         t = time.monotonic()
         spec = fleet_spec()
         objects = fleet_mod.nodes(spec) + fleet_mod.node_resource_topologies(spec)
@@ -925,18 +621,10 @@ class Cluster:
             self.apply(objects[i : i + 250])
         self.timings["fleet-apply"] = round(time.monotonic() - t, 2)
         log(f"fleet applied ({sum(s['nodes'] for s in fleet_mod.summary(spec).values())} nodes)")
+        return spec
 
-        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-            self._wait(name, lambda n=name: self._health(n, ports), 60, [name])
-        self._wait("kueue", lambda: self._health("kueue", ports), 120, ["kueue"])
-        log("kueue readyz ok")
-
-        self.apply(self._kueue_webhooks(b, ports))
-        self._wait("kueue-webhook", self._webhook_answers, 60, ["kueue"])
-        log("Kueue webhooks answer (dry-run Job was suspended)")
-
-        self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
-        total_nodes = len(fleet_mod.nodes(spec))
+    def _wait_settled(self, total_nodes: int) -> None:
+        """Every node Ready, every ClusterQueue active, the default ServiceAccount made."""
         self._wait(
             "nodes-ready",
             lambda: self._count_ready_nodes() >= total_nodes,
@@ -958,45 +646,38 @@ class Cluster:
         )
         log("ClusterQueues active")
 
-    # -- generated configuration ----------------------------------------------------------
-    def _kwok_config(self, b: Path, ports: dict[str, int]) -> str:
-        conf = {
-            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-            "kind": "KwokConfiguration",
-            "options": {
-                "manageAllNodes": False,
-                "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
-                "nodeLeaseDurationSeconds": node_grace_seconds() or 40,
-                "nodeLeaseParallelism": 4,
-                # KWOK stands in for every node's kubelet: its default of 4 workers for all
-                # pod status updates of a 1,000-node fleet queues them behind one another,
-                # where real kubelets write in parallel
-                "podPlayStageParallelism": 16,
-                "nodePlayStageParallelism": 4,
-                "enablePodsOnNodeSyncStreamWatch": True,
-                "cidr": POD_CIDR,
-                "nodeIP": "10.240.0.1",
-                "nodePort": ports["kwok"],
-                "serverAddress": f"127.0.0.1:{ports['kwok']}",
-                "enableCRDs": [],
-            },
-        }
-        parts = [yaml.safe_dump(conf, sort_keys=False)]
-        kust = b / "manifests" / "kwok" / "kustomize"
-        for rel in KWOK_STAGES:
-            parts.append((kust / rel).read_text())
-        parts.append((E2E_DIR / "kwok" / "pod-complete.yaml").read_text())
-        return "\n---\n".join(p.strip() for p in parts) + "\n"
+    def _controllers_ready(
+        self, b: Path, controllers: list[WorkloadController], ports: dict[str, int]
+    ) -> None:
+        """Wait for each workload controller's readyz, then register its webhooks."""
+        for c in controllers:
+            self._wait(c.name, lambda c=c: self._health(c.name, ports), 120, [c.name])
+            if c.serves_webhooks:
+                self.apply(
+                    webhook_configurations(
+                        b / "manifests" / c.name / "webhook",
+                        c.name,
+                        ports[f"{c.name}_webhook"],
+                        (self.pki / "ca.crt").read_bytes(),
+                    )
+                )
+                self._wait(
+                    f"{c.name}-webhook",
+                    lambda c=c: _tls_listening(ports[f"{c.name}_webhook"]),
+                    60,
+                    [c.name],
+                )
+        if controllers:
+            log("workload controllers ready: " + ", ".join(c.name for c in controllers))
 
+    # -- generated configuration ----------------------------------------------------------
     def _ca_bundle(self) -> str:
         return base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
 
     def _crds(self, b: Path, ports: dict[str, int]) -> list[dict[str, Any]]:
         out = []
         for f in sorted((b / "manifests" / "kueue" / "crd").glob("*.yaml")):
-            for doc in yaml.safe_load_all(f.read_text()):
-                if not doc:
-                    continue
+            for doc in yaml_docs(f):
                 if doc["metadata"]["name"] in KUEUE_CONVERSION_CRDS:
                     doc["spec"]["conversion"] = {
                         "strategy": "Webhook",
@@ -1012,69 +693,14 @@ class Cluster:
         # nexus-admit's own CRDs, before the controller-manager starts, so that its garbage
         # collector knows ResourceReservations (owned by Workloads) from its first discovery
         for f in sorted((REPO / "crds").glob("*.yaml")):
-            out += [d for d in yaml.safe_load_all(f.read_text()) if d]
+            out += yaml_docs(f)
         nrt = b / "manifests" / "nrt" / "crd.yaml"
         if nrt.exists():
-            out += [d for d in yaml.safe_load_all(nrt.read_text()) if d]
+            out += yaml_docs(nrt)
         else:
             log(f"WARNING: {nrt} missing (binaries built before the NRT CRD was added)")
-        return out
-
-    def _kueue_config(self, ports: dict[str, int]) -> dict[str, Any]:
-        return {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": KUEUE_NAMESPACE,
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {
-                "host": "127.0.0.1",
-                "port": ports["kueue_webhook"],
-                "certDir": str(self.pki / "kueue-webhook"),
-            },
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "manageJobsWithoutQueueName": False,
-            # as Kueue ships it (config/components/manager/controller_manager_config.yaml and
-            # its helm chart): without this, controller-runtime runs every reconciler with one
-            # worker, and a burst of Jobs queues behind Kueue's single Job reconciler
-            "controller": {"groupKindConcurrency": KUEUE_GROUP_KIND_CONCURRENCY},
-            "clientConnection": {"qps": 300, "burst": 500},
-            "integrations": {"frameworks": KUEUE_FRAMEWORKS},
-            "featureGates": {"VisibilityOnDemand": False},
-        }
-
-    def _kueue_webhooks(self, b: Path, ports: dict[str, int]) -> list[dict[str, Any]]:
-        """Kueue's webhook configurations with service refs rewritten to 127.0.0.1 URLs."""
-        src = b / "manifests" / "kueue" / "webhook" / "manifests.yaml"
-        ns_selector = {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "NotIn",
-                    "values": ["kube-system", KUEUE_NAMESPACE],
-                }
-            ]
-        }
-        out = []
-        for doc in yaml.safe_load_all(src.read_text()):
-            if not doc or doc.get("kind") not in (
-                "MutatingWebhookConfiguration",
-                "ValidatingWebhookConfiguration",
-            ):
-                continue
-            doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
-            for wh in doc.get("webhooks", []):
-                path = wh["clientConfig"]["service"]["path"]
-                wh["clientConfig"] = {
-                    "url": f"https://127.0.0.1:{ports['kueue_webhook']}{path}",
-                    "caBundle": self._ca_bundle(),
-                }
-                groups = {g for r in wh.get("rules", []) for g in r.get("apiGroups", [])}
-                if groups != {"kueue.x-k8s.io"}:
-                    # same selector Kueue's kustomization puts on every job-framework webhook
-                    wh["namespaceSelector"] = ns_selector
-            out.append(doc)
+        for c in installed_controllers(b):
+            out += controller_crds(b, c)
         return out
 
     # -- readiness probes ---------------------------------------------------------------
@@ -1146,7 +772,11 @@ class Cluster:
         comps = info.get("components", {})
         # clients first (in parallel), then the apiserver, then etcd: an apiserver whose
         # etcd is gone does not finish its graceful shutdown before the SIGKILL deadline
-        for stage in (COMPONENTS[2:], ["kube-apiserver"], ["etcd"]):
+        for stage in (
+            [n for n in comps if n not in ("kube-apiserver", "etcd")],
+            ["kube-apiserver"],
+            ["etcd"],
+        ):
             _terminate([(comps[n]["pid"], comps[n]["exe"]) for n in stage if n in comps])
         for p in self._procs.values():
             if p.poll() is None:

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Build the real control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, Kueue, KWOK, helm) from their upstream Go modules.
+# kube-scheduler, kubectl, Kueue, KWOK, helm) and the workload controllers Kueue integrates
+# with (JobSet, LeaderWorkerSet, Kubeflow Trainer, KubeRay, MPI operator) from their
+# upstream Go modules, at the versions pinned in e2e/versions.env.
 #
-# Binaries land in ${NEXUS_CACHE:-~/.cache/nexus-admit}/bin/<key>/ where <key> hashes
-# versions.env and this script: a warm cache returns at once, a cold one compiles.
-# Prints the binary directory on the last line of stdout.
+# Each component is cached on its own, in
+#   ${NEXUS_CACHE:-~/.cache/nexus-admit}/bin/<component>-<version>-<recipe hash>/
+# where the recipe hash covers that component's build function and pinned versions only:
+# adding or bumping one controller rebuilds that controller and nothing else. The
+# components are then gathered, as symlinks, into
+#   bin/set-<hash of the component directories>/
+# (binaries at its top, manifests/<component>/ beside them), which is what e2e/cluster.py
+# runs from. A warm cache returns at once. Prints that directory on the last line of stdout.
+#
+# A controller whose version variable is empty or absent in versions.env is not built
+# (and e2e/cluster.py then neither runs it nor enables its Kueue integration).
+# NEXUS_E2E_BUILD_ONLY: see below.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 e2e="$(dirname "$here")"
@@ -13,23 +24,70 @@ source "$e2e/versions.env"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 cache_root="${NEXUS_CACHE:-$HOME/.cache/nexus-admit}"
-key="$(cat "$e2e/versions.env" "$here/build.sh" | sha256sum | cut -c1-16)"
-bin="$cache_root/bin/$key"
-work="$cache_root/work/$key"
-if [[ -f "$bin/.complete" ]]; then
-  echo "$bin"
-  exit 0
-fi
-mkdir -p "$bin" "$work"
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
 started=$SECONDS
 
-built() { [[ -x "$bin/$1" ]]; }
-die() { log "FAILED to build $1"; exit 1; }
+module_dir() { # module@version -> its directory in the module cache (downloads it)
+  go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
+}
 
-# --- Kubernetes: wrapper module with a replace line for every staging module ------
-build_kubernetes() {
-  local mod="$work/kubernetes"
+# go_build <work dir> <module> <version> <package> <output> [ldflags]: build a main package
+# of an upstream module through a wrapper module that requires it, so that the upstream
+# go.mod decides every dependency version (as `go install module/cmd@version` would).
+go_build() {
+  local mod="$1" module="$2" version="$3" package="$4" output="$5" ldflags="${6:-}"
+  mkdir -p "$mod"
+  printf 'module nexus-admit.local/e2e/%s\ngo 1.26.0\nrequire %s %s\n' \
+    "$(basename "$mod")" "$module" "$version" > "$mod/go.mod"
+  # Seed go.sum from the (checksum-verified) upstream module: some of its pinned
+  # dependencies are not in the public checksum database (e.g. Kueue's scheduler-library).
+  local updir
+  updir="$(module_dir "$module@$version")"
+  if [[ -f "$updir/go.sum" ]]; then
+    cp "$updir/go.sum" "$mod/go.sum" && chmod u+w "$mod/go.sum"
+  fi
+  local t0=$SECONDS
+  log "compiling $(basename "$output") ($module $version)"
+  (cd "$mod" && go build -trimpath -ldflags "-s -w $ldflags" -o "$output.tmp" "$package") \
+    || die "go build $package ($module $version)"
+  mv "$output.tmp" "$output"
+  log "done $(basename "$output") in $((SECONDS - t0))s ($(du -m "$output" | cut -f1) MiB)"
+}
+
+# copy_tree <src> <dst>: a manifest directory out of the read-only module cache
+copy_tree() {
+  mkdir -p "$(dirname "$2")"
+  cp -r "$1" "$2"
+  chmod -R u+w "$2"
+}
+
+# ------------------------------------------------------------------- component recipes
+# recipe_<component> <out dir> <work dir>: put binaries in <out>, manifests in
+# <out>/manifests/<component>/. Each recipe's text is part of its cache key.
+
+recipe_etcd() {
+  local out="$1" mod="$2/etcd"
+  mkdir -p "$mod"
+  printf 'module nexus-admit.local/e2e/etcd\ngo 1.26.0\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$mod/go.mod"
+  cat > "$mod/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  log "compiling etcd $ETCD_VERSION"
+  (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/etcd" .) || die etcd
+}
+
+# Kubernetes: a wrapper module with a replace line for every staging module
+recipe_kubernetes() {
+  local out="$1" mod="$2/kubernetes"
   mkdir -p "$mod"
   local upstream_mod
   upstream_mod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
@@ -57,82 +115,195 @@ GO
     ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z -X $p.gitCommit=0000000000000000000000000000000000000000"
   done
   for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-    built "$cmd" && continue
+    [[ -x "$out/$cmd" ]] && continue # a build interrupted after this binary resumes here
+    local t0=$SECONDS
     log "compiling $cmd $KUBERNETES_VERSION (cold builds take several minutes each)"
-    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") || die "$cmd"
-    mv "$bin/$cmd.tmp" "$bin/$cmd"
-    log "done $cmd after $((SECONDS - started))s"
+    (cd "$mod" && go build -trimpath -ldflags "$ld" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") || die "$cmd"
+    mv "$out/$cmd.tmp" "$out/$cmd"
+    log "done $cmd in $((SECONDS - t0))s"
   done
 }
 
-# --- etcd: wrapper main around etcdmain -------------------------------------------
-build_etcd() {
-  built etcd && return
-  local mod="$work/etcd"
-  mkdir -p "$mod"
-  printf 'module nexus-admit.local/e2e/etcd\ngo 1.26.0\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$mod/go.mod"
-  cat > "$mod/main.go" <<'GO'
-package main
+recipe_kueue() {
+  local out="$1"
+  go_build "$2/kueue" sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue "$out/kueue" \
+    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  local src
+  src="$(module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION")/config/components"
+  copy_tree "$src/crd/bases" "$out/manifests/kueue/crd"
+  copy_tree "$src/webhook" "$out/manifests/kueue/webhook"
+  copy_tree "$src/rbac" "$out/manifests/kueue/rbac"
+  # CRD patches that turn on Kueue's conversion webhook (applied by e2e/cluster.py)
+  copy_tree "$src/crd/patches" "$out/manifests/kueue/crd-patches"
+}
 
-import (
-	"os"
+recipe_kwok() {
+  local out="$1"
+  go_build "$2/kwok" sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "$out/kwok" \
+    "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+  copy_tree "$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")/kustomize" "$out/manifests/kwok/kustomize"
+}
 
-	"go.etcd.io/etcd/server/v3/etcdmain"
+recipe_helm() {
+  go_build "$2/helm" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$1/helm" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+}
+
+# NodeResourceTopology CRD (topology.node.k8s.io), shipped in its API module: no binary
+recipe_nrt() {
+  local src
+  src="$(module_dir "github.com/k8stopologyawareschedwg/noderesourcetopology-api@$NRT_API_VERSION")"
+  mkdir -p "$1/manifests/nrt"
+  cp "$src/manifests/crd.yaml" "$1/manifests/nrt/crd.yaml"
+}
+
+recipe_jobset() {
+  local out="$1"
+  go_build "$2/jobset" sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset "$out/jobset-controller"
+  local src
+  src="$(module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")/config/components"
+  copy_tree "$src/crd/bases" "$out/manifests/jobset/crd"
+  copy_tree "$src/webhook" "$out/manifests/jobset/webhook"
+}
+
+recipe_lws() {
+  local out="$1"
+  go_build "$2/lws" sigs.k8s.io/lws "$LWS_VERSION" sigs.k8s.io/lws/cmd "$out/lws-controller"
+  local src
+  src="$(module_dir "sigs.k8s.io/lws@$LWS_VERSION")/config"
+  copy_tree "$src/crd/bases" "$out/manifests/lws/crd"
+  copy_tree "$src/webhook" "$out/manifests/lws/webhook"
+}
+
+recipe_trainer() {
+  local out="$1" module=github.com/kubeflow/trainer/v2
+  go_build "$2/trainer" "$module" "$TRAINER_VERSION" "$module/cmd/trainer-controller-manager" \
+    "$out/trainer-controller-manager"
+  local src
+  src="$(module_dir "$module@$TRAINER_VERSION")/manifests/base"
+  copy_tree "$src/crds" "$out/manifests/trainer/crd"
+  copy_tree "$src/webhook" "$out/manifests/trainer/webhook"
+  copy_tree "$src/runtimes" "$out/manifests/trainer/runtimes"
+}
+
+recipe_kuberay() {
+  local out="$1" module=github.com/ray-project/kuberay/ray-operator
+  go_build "$2/kuberay" "$module" "$KUBERAY_VERSION" "$module" "$out/kuberay-operator"
+  copy_tree "$(module_dir "$module@$KUBERAY_VERSION")/config/crd/bases" "$out/manifests/kuberay/crd"
+}
+
+recipe_mpi_operator() {
+  local out="$1" module=github.com/kubeflow/mpi-operator
+  go_build "$2/mpi-operator" "$module" "$MPI_OPERATOR_VERSION" "$module/cmd/mpi-operator" \
+    "$out/mpi-operator" "-X $module/pkg/version.Version=$MPI_OPERATOR_VERSION"
+  mkdir -p "$out/manifests/mpi-operator/crd"
+  cp "$(module_dir "$module@$MPI_OPERATOR_VERSION")/manifests/base/kubeflow.org_mpijobs.yaml" \
+    "$out/manifests/mpi-operator/crd/"
+}
+
+# ------------------------------------------------------------------- the cache
+# component name, recipe function, the versions.env variables it depends on
+components=(
+  "etcd recipe_etcd ETCD_VERSION"
+  "kubernetes recipe_kubernetes KUBERNETES_VERSION KUBERNETES_STAGING_VERSION"
+  "kueue recipe_kueue KUEUE_VERSION"
+  "kwok recipe_kwok KWOK_VERSION"
+  "helm recipe_helm HELM_VERSION"
+  "nrt recipe_nrt NRT_API_VERSION"
+  "jobset recipe_jobset JOBSET_VERSION"
+  "lws recipe_lws LWS_VERSION"
+  "trainer recipe_trainer TRAINER_VERSION"
+  "kuberay recipe_kuberay KUBERAY_VERSION"
+  "mpi-operator recipe_mpi_operator MPI_OPERATOR_VERSION"
 )
+shared_helpers="$(declare -f module_dir go_build copy_tree)"
 
-func main() { etcdmain.Main(os.Args) }
-GO
-  log "compiling etcd $ETCD_VERSION"
-  (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" .) || die etcd
-  mv "$bin/etcd.tmp" "$bin/etcd"
-  log "done etcd after $((SECONDS - started))s"
+# component_dir <name> <recipe> <vars...>: the cache directory of one component
+component_dir() {
+  local name="$1" recipe="$2" inputs=""
+  shift 2
+  local v
+  for v in "$@"; do inputs+="$v=${!v}"$'\n'; done
+  local hash
+  hash="$(printf '%s\n%s\n%s\n' "$inputs" "$(declare -f "$recipe")" "$shared_helpers" \
+    | sha256sum | cut -c1-12)"
+  echo "$cache_root/bin/$name-${!1}-$hash"
 }
 
-# --- plain `go build module/cmd@version` style builds via a wrapper module -----------
-build_from_module() { # name module version package
-  local name="$1" module="$2" version="$3" package="$4"
-  built "$name" && return
-  local mod="$work/$name"
-  mkdir -p "$mod"
-  printf 'module nexus-admit.local/e2e/%s\ngo 1.26.0\nrequire %s %s\n' "$name" "$module" "$version" > "$mod/go.mod"
-  # Seed go.sum from the (checksum-verified) upstream module: some of its pinned
-  # dependencies are not in the public checksum database (e.g. Kueue's scheduler-library).
-  local updir
-  updir="$(go mod download -json "$module@$version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  [[ -f "$updir/go.sum" ]] && cp "$updir/go.sum" "$mod/go.sum" && chmod u+w "$mod/go.sum"
-  log "compiling $name $version"
-  (cd "$mod" && go build -trimpath -ldflags "-s -w $5" -o "$bin/$name.tmp" "$package") || die "$name"
-  mv "$bin/$name.tmp" "$bin/$name"
-  log "done $name after $((SECONDS - started))s"
+# ensure_component <dir> <name> <recipe>: build it unless cached. Builds into <dir>.partial
+# under a lock, so two runs never build the same component at once and an interrupted build
+# of Kubernetes keeps the binaries it finished.
+ensure_component() {
+  local dir="$1" name="$2" recipe="$3"
+  [[ -f "$dir/.complete" ]] && return
+  mkdir -p "$cache_root/bin" "$cache_root/work" "$cache_root/locks"
+  local lock_fd
+  exec {lock_fd}>"$cache_root/locks/$(basename "$dir")"
+  flock "$lock_fd"
+  if [[ ! -f "$dir/.complete" ]]; then
+    local part="$dir.partial" t0=$SECONDS
+    mkdir -p "$part"
+    "$recipe" "$part" "$cache_root/work/$(basename "$dir")"
+    printf '%s\n' "$((SECONDS - t0))" > "$part/.build-seconds"
+    touch "$part/.complete"
+    rm -rf "$dir"
+    mv "$part" "$dir"
+    log "$name ready in $((SECONDS - t0))s: $dir"
+  fi
+  exec {lock_fd}>&-
 }
 
-# --- manifests shipped inside the Go modules (CRDs, webhooks, stages) ----------------
-copy_manifests() {
-  local kueue_dir kwok_dir
-  kueue_dir="$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  kwok_dir="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  rm -rf "$bin/manifests" && mkdir -p "$bin/manifests/kueue" "$bin/manifests/kwok"
-  cp -r "$kueue_dir/config/components/crd/bases" "$bin/manifests/kueue/crd"
-  cp -r "$kueue_dir/config/components/webhook" "$bin/manifests/kueue/webhook"
-  cp -r "$kueue_dir/config/components/rbac" "$bin/manifests/kueue/rbac" 2>/dev/null || true
-  cp -r "$kwok_dir/kustomize" "$bin/manifests/kwok/kustomize"
-  # CRD patches that turn on Kueue's conversion webhook (applied by e2e/cluster.py).
-  cp -r "$kueue_dir/config/components/crd/patches" "$bin/manifests/kueue/crd-patches"
-  # NodeResourceTopology CRD (topology.node.k8s.io) shipped in its API module.
-  local nrt_dir
-  nrt_dir="$(go mod download -json "github.com/k8stopologyawareschedwg/noderesourcetopology-api@$NRT_API_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  mkdir -p "$bin/manifests/nrt"
-  cp "$nrt_dir/manifests/crd.yaml" "$bin/manifests/nrt/crd.yaml"
-  chmod -R u+w "$bin/manifests"
-}
+dirs=()
+for entry in "${components[@]}"; do
+  read -r name recipe first_var _ <<< "$entry"
+  [[ -n "${!first_var:-}" ]] || continue # not pinned: not built, not installed
+  read -r -a vars <<< "${entry#* * }"
+  dirs+=("$name:$(component_dir "$name" "$recipe" "${vars[@]}")")
+done
 
-build_etcd
-build_kubernetes
-build_from_module kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
-build_from_module kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
-build_from_module helm helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-copy_manifests
-cp "$e2e/versions.env" "$bin/versions.env"
-touch "$bin/.complete"
-log "control plane built in $((SECONDS - started))s into $bin"
-echo "$bin"
+# NEXUS_E2E_BUILD_ONLY="jobset lws": build (or find) only these components, print their
+# directories and stop (a CI step can prebuild some while others build elsewhere)
+if [[ -n "${NEXUS_E2E_BUILD_ONLY:-}" ]]; then
+  for entry in "${components[@]}"; do
+    read -r name recipe _ <<< "$entry"
+    [[ " $NEXUS_E2E_BUILD_ONLY " == *" $name "* ]] || continue
+    for d in "${dirs[@]}"; do
+      [[ "${d%%:*}" == "$name" ]] && ensure_component "${d#*:}" "$name" "$recipe" && echo "${d#*:}"
+    done
+  done
+  exit 0
+fi
+
+set_dir="$cache_root/bin/set-$(printf '%s\n' "${dirs[@]}" | sha256sum | cut -c1-16)"
+if [[ -f "$set_dir/.complete" ]]; then
+  echo "$set_dir"
+  exit 0
+fi
+
+for entry in "${components[@]}"; do
+  read -r name recipe first_var _ <<< "$entry"
+  [[ -n "${!first_var:-}" ]] || continue
+  for d in "${dirs[@]}"; do
+    [[ "${d%%:*}" == "$name" ]] && ensure_component "${d#*:}" "$name" "$recipe"
+  done
+done
+
+# the set: one directory of symlinks, the layout e2e/cluster.py and NEXUS_E2E_BIN expect
+tmp="$set_dir.tmp.$$"
+rm -rf "$tmp" && mkdir -p "$tmp/manifests"
+for d in "${dirs[@]}"; do
+  src="${d#*:}"
+  for f in "$src"/*; do
+    [[ -f "$f" && -x "$f" ]] && ln -s "$f" "$tmp/$(basename "$f")"
+  done
+  if [[ -d "$src/manifests" ]]; then
+    for m in "$src"/manifests/*; do ln -s "$m" "$tmp/manifests/$(basename "$m")"; done
+  fi
+done
+cp "$e2e/versions.env" "$tmp/versions.env"
+printf '%s\n' "${dirs[@]#*:}" > "$tmp/components"
+touch "$tmp/.complete"
+rm -rf "$set_dir"
+mv "$tmp" "$set_dir" 2>/dev/null || rm -rf "$tmp" # a concurrent run made the same set
+log "control plane ready in $((SECONDS - started))s: $set_dir"
+echo "$set_dir"
