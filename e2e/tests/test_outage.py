@@ -342,6 +342,7 @@ def test_degraded_a_follower_marks_the_check_inactive_while_nobody_leads(
             r = kubectl(
                 "apply",
                 "--server-side",
+                "--force-conflicts",  # the Lease was applied by another manager
                 "--dry-run=server",
                 "-f",
                 "-",
