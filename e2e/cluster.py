@@ -160,6 +160,42 @@ def _tls_listening(port: int) -> bool:
 # --------------------------------------------------------------------------- cluster
 
 
+# kube-apiserver tears down the informer of a (mutating) policy parameter kind for good (until it
+# restarts) as soon as no binding names that kind for a moment (kubernetes/kubernetes#130887):
+# after that, every binding with ConfigMap parameters finds none. The tests install and
+# uninstall the chart and the controller's gate policies many times per plane, so the
+# plane keeps one binding with ConfigMap parameters for its whole life. It matches
+# nothing (no one creates the resource it names).
+CONFIGMAP_PARAM_KEEPER: list[dict[str, Any]] = [
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": "e2e-configmap-param-keeper"},
+        "spec": {
+            "failurePolicy": "Ignore",
+            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": ["e2e.invalid"], "apiVersions": ["v1"],
+                                   "operations": ["CREATE"], "resources": ["nothing"]}]
+            },
+            "mutations": [{"patchType": "ApplyConfiguration",
+                           "applyConfiguration": {"expression": "Object{}"}}],
+            "reinvocationPolicy": "Never",
+        },
+    },
+    {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": "e2e-configmap-param-keeper"},
+        "spec": {
+            "policyName": "e2e-configmap-param-keeper",
+            "paramRef": {"name": "e2e-configmap-param-keeper", "namespace": "default",
+                         "parameterNotFoundAction": "Allow"},
+        },
+    },
+]
+
+
 class Cluster:
     """A local control plane rooted at a state directory (see the module docstring)."""
 
@@ -547,6 +583,7 @@ class Cluster:
         log("Kueue webhooks answer (dry-run Job was suspended)")
         self._controllers_ready(b, controllers, ports)
         self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
+        self.apply(CONFIGMAP_PARAM_KEEPER)
         self._wait_settled(len(fleet_mod.nodes(spec)))
 
     @property
