@@ -19,6 +19,7 @@ from test_controller import (
     H100,
     INDEX,
     PRODUCT,
+    RESERVATION,
     SLOT,
     job,
     job_pods,
@@ -111,3 +112,51 @@ def test_a_poisoned_pod_in_another_namespace_stops_no_placement(
     assert told.type == "Warning"
     assert f"metadata.annotations[{GPU_FRACTION}]" in told.message
     assert "'lol' is not a GPU share" in told.message
+
+
+def test_a_pod_claiming_a_workload_by_annotation_and_slot_rides_no_reservation(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """Item 5. Before: a tenant pod naming a placed Workload's reservation, with Kueue's
+    `kueue.x-k8s.io/workload` annotation set by hand, passed the ownership check, and a
+    pre-set slot annotation held that slot. Now membership comes from the owner chain
+    Kueue uses: such a pod is gated and never pinned, with an Event saying why, and the
+    Workload's own pod keeps its slot."""
+    ns = nexus_namespace
+    batch_v1.create_namespaced_job(ns, job("owner", "nexus-gold", pods=1, gpus=8))
+    wl = wait_check(custom_objects, ns, "owner", ("Ready",))
+    (owned,) = wait_for("owner Running", lambda: running(core_v1, ns, "owner", 1), timeout=120)
+    rr_name = wl["status"]["admissionChecks"][0]["podSetUpdates"][0]["labels"][RESERVATION]
+    rider = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="rider",
+            labels={RESERVATION: rr_name},
+            annotations={"kueue.x-k8s.io/workload": wl["metadata"]["name"], SLOT: "main/0"},
+        ),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(
+                name="c", image="x",
+                resources=client.V1ResourceRequirements(
+                    requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}),
+            )]
+        ),
+    )
+    try:
+        core_v1.create_namespaced_pod(ns, rider)
+    except client.ApiException as denied:  # refused at the door is as good
+        assert "not part of Workload" in str(denied.body)
+        return
+    refused = wait_for(
+        "PlacementDenied Event on the rider",
+        lambda: next((e for e in core_v1.list_namespaced_event(ns).items
+                      if e.reason == "PlacementDenied" and e.involved_object.name == "rider"),
+                     None),
+        timeout=60,
+    )
+    assert "not ungated" in refused.message
+    pod = core_v1.read_namespaced_pod("rider", ns)
+    assert GATE in [g.name for g in pod.spec.scheduling_gates or []]
+    assert not pod.spec.node_name
+    assert "kubernetes.io/hostname" not in (pod.spec.node_selector or {})
+    still = core_v1.read_namespaced_pod(owned.metadata.name, ns)
+    assert still.status.phase == "Running" and still.metadata.annotations[SLOT] == "main/0"

@@ -34,6 +34,7 @@ from nexus_admit.controller.outcome import (
     retry_backoff_seconds,
 )
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.crds import MAX_RESERVATION_SLOTS
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.reservations import (
     attempt_key,
@@ -78,6 +79,7 @@ class Reserved:
     give_back: bool = False  # nothing holds the solved slots: they are free again
     found: tuple[Slot, ...] | None = None  # an earlier decision's reservation holds these
     refusal: str | None = None  # the apiserver refused the create: why (answered Retry)
+    never: bool = False  # the refusal holds for any placement of this gang: Rejected
 
 
 def settle(placer: OrderedPlacer, reserved: Reserved) -> bool:
@@ -160,6 +162,19 @@ def assume(
     return body
 
 
+def _too_large(body: Mapping[str, Any], slots: int) -> str | None:
+    """Why no reservation of this gang can be stored, or None: the CRD's slot limit, or
+    the bytes one object may hold."""
+    if slots > MAX_RESERVATION_SLOTS:
+        return (f"its reservation would hold {slots:,} pods, over the {MAX_RESERVATION_SLOTS:,} "
+                "a ResourceReservation may hold; split the workload into smaller gangs")
+    size = len(json.dumps(body, separators=(",", ":")))
+    if size > MAX_RESERVATION_BYTES:
+        return (f"its reservation would be {size:,} bytes, over the {MAX_RESERVATION_BYTES:,} "
+                "bytes an object may hold; split the workload into smaller gangs")
+    return None
+
+
 def _refusal(e: BaseException) -> str | None:
     """The apiserver answered 4xx (the write certainly did not happen): its reason."""
     status = getattr(e, "status", None)
@@ -187,12 +202,10 @@ async def create_reservation(
     key = object_key(workload)
     rr_key = reservation_key(workload)
     slots = tuple(placement.slots)
-    size = len(json.dumps(body, separators=(",", ":")))
-    if size > MAX_RESERVATION_BYTES:
+    too_large = _too_large(body, len(slots))
+    if too_large is not None:
         ctx.ledger.forget(rr_key)
-        return Reserved(gang, slots, over, None, give_back=True, refusal=(
-            f"its reservation would be {size:,} bytes, over the {MAX_RESERVATION_BYTES:,} "
-            "bytes an object may hold; split the workload into smaller gangs"))
+        return Reserved(gang, slots, over, None, give_back=True, refusal=too_large, never=True)
     try:
         created = await asyncio.to_thread(ctx.api.create, L.KIND_RESOURCE_RESERVATION, body)
     except Exception as e:  # urllib3 raises its own errors (MaxRetryError) in an outage
@@ -264,8 +277,9 @@ async def commit(
                          hardware_class=hardware_class)
         ctx.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
     elif reserved.refusal is not None:
-        ctx.background.spawn(answer_refused(ctx, workload, check, reserved.refusal),
-                             name="check-write")
+        ctx.background.spawn(
+            answer_refused(ctx, workload, check, reserved.refusal, never=reserved.never),
+            name="check-write")
     return reserved
 
 
@@ -293,7 +307,7 @@ async def reserve(
                                         over)
     settle(placer, reserved)
     if reserved.refusal is not None:
-        await answer_refused(ctx, workload, check, reserved.refusal)
+        await answer_refused(ctx, workload, check, reserved.refusal, never=reserved.never)
     return reserved.placement
 
 
@@ -315,11 +329,17 @@ async def answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome:
 
 
 async def answer_refused(
-    ctx: Context, workload: Mapping[str, Any], check: str, refusal: str
+    ctx: Context, workload: Mapping[str, Any], check: str, refusal: str, *, never: bool = False
 ) -> None:
     """A reservation the apiserver would not take: Retry with its reason, backing off, so
     the user (check message, Event) and the admin (the reason names what to fix) see it
-    instead of a pass that solves again for ever."""
+    instead of a pass that solves again for ever; Rejected when no placement of the gang
+    could be stored (`never`)."""
+    if never:
+        await answer(ctx, workload, check, Outcome(
+            CheckState.REJECTED, clip(f"cannot ever be placed: {refusal}"), "PlacementRejected",
+            "Warning"))
+        return
     retries = int(current_entry(workload, check).get("retryCount") or 0)
     after = retry_backoff_seconds(retries, ctx.options.retry_seconds)
     await answer(ctx, workload, check, retry(

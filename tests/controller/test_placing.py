@@ -230,7 +230,7 @@ def test_a_refused_reservation_create_is_answered_retry_with_the_apiservers_reas
     assert check_of(api, "v")["state"] == "Ready"
 
 
-def test_a_reservation_too_large_for_an_object_is_answered_retry_with_the_limit(
+def test_a_reservation_too_large_for_an_object_is_rejected_with_the_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from nexus_admit.controller import writes
 
@@ -240,7 +240,21 @@ def test_a_reservation_too_large_for_an_object_is_answered_retry_with_the_limit(
     run(ctx)
     assert api.count("create", RR) == 0
     entry = check_of(api, "w")
-    assert entry["state"] == "Retry" and "over the 200 bytes an object may hold" in entry["message"]
+    assert entry["state"] == "Rejected"
+    assert "over the 200 bytes an object may hold" in entry["message"]
+
+
+def test_a_gang_over_the_reservation_slot_limit_is_rejected_with_the_limit(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nexus_admit.controller import writes
+
+    monkeypatch.setattr(writes, "MAX_RESERVATION_SLOTS", 1)
+    api = cluster(pending("w", pods=2, gpus=4))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert api.count("create", RR) == 0
+    entry = check_of(api, "w")
+    assert entry["state"] == "Rejected" and "over the 1 a ResourceReservation" in entry["message"]
 
 
 def test_a_pending_workloads_own_reservation_holds_against_higher_priority_work() -> None:
