@@ -38,6 +38,7 @@ from kubernetes import client
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
 CHECK = "nexus-placement"
+COMPLETES = {"pod-complete.stage.kwok.x-k8s.io/delay": "60s"}
 GATE = "scheduling.kubenexus.io/placement"
 
 
@@ -59,8 +60,10 @@ def _job(name: str, queue: str, pods: int) -> client.V1Job:
             completions=pods,
             completion_mode="Indexed",
             backoff_limit=0,
+            # KWOK completes them: nothing of this test keeps GPUs busy for the next ones
             template=client.V1PodTemplateSpec(
-                spec=client.V1PodSpec(restart_policy="Never", containers=[_container(1)])
+                metadata=client.V1ObjectMeta(annotations=dict(COMPLETES)),
+                spec=client.V1PodSpec(restart_policy="Never", containers=[_container(1)]),
             ),
         ),
     )
@@ -68,7 +71,7 @@ def _job(name: str, queue: str, pods: int) -> client.V1Job:
 
 def _pod(name: str, queue: str, group: str | None = None, total: int = 1) -> client.V1Pod:
     labels = {QUEUE_LABEL: queue}
-    annotations = {"pod-complete.stage.kwok.x-k8s.io/delay": "60s"}
+    annotations = dict(COMPLETES)
     if group:
         labels[POD_GROUP_LABEL] = group
         annotations[POD_GROUP_TOTAL_ANNOTATION] = str(total)

@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from e2e_util import (
+    GPU,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    QUEUE_LABEL,
+    WaitTimeout,
+    condition,
+    wait_for,
+)
 from kubernetes import client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
@@ -153,12 +161,20 @@ class BoundWatch:
             time.sleep(1.0)
 
     def __enter__(self) -> BoundWatch:
-        def fleet_idle() -> bool:
-            return not any(p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")
-                           for p in self.core.list_pod_for_all_namespaces().items
-                           if p.metadata.namespace.startswith("e2e-"))
+        busy: list[str] = []
 
-        wait_for("no pods of other tests on the fleet", fleet_idle, timeout=180)
+        def fleet_idle() -> bool:
+            busy[:] = [f"{p.metadata.namespace}/{p.metadata.name} {p.status.phase}"
+                       f"{' deleting' if p.metadata.deletion_timestamp else ''}"
+                       for p in self.core.list_pod_for_all_namespaces().items
+                       if p.metadata.namespace.startswith("e2e-") and p.spec.node_name
+                       and p.status.phase not in ("Succeeded", "Failed")]
+            return not busy
+
+        try:
+            wait_for("no pods of other tests on the fleet", fleet_idle, timeout=180)
+        except WaitTimeout as e:
+            raise WaitTimeout(f"{e}; still there: {busy[:10]}") from None
         self.thread.start()
         return self
 
