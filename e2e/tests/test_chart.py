@@ -189,7 +189,13 @@ def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
     assert config and config["spec"]["defaultTier"] == "bronze"
     mwc = kubectl_json(e2e_cluster, "get", "mutatingwebhookconfiguration", FULLNAME)
     assert mwc is not None
-    assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME] * 2
+    # with the gate policies (this 1.36 apiserver serves them) the webhook keeps one hook:
+    # pods created with a reservation label by others than the Job controller; queued pods
+    # are gated by the queue gate policy, never sent to the webhook
+    assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME]
+    queue_policy = kubectl_json(
+        e2e_cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-queue-gate")
+    assert queue_policy and queue_policy["spec"]["paramKind"]["kind"] == "ConfigMap"
     secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
     assert secret and mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     # helm asked this 1.36 apiserver what it serves: the policy gates the Job controller's pods
@@ -336,9 +342,13 @@ class ServiceAccountController(NexusController):
         self.log_file.unlink(missing_ok=True)  # this run's log only
 
     def argv(self) -> list[str]:
+        # the ServiceAccount may write only its own release's queue list, as the chart runs it
+        own = {
+            "--kubeconfig=": f"--kubeconfig={self.sa_kubeconfig}",
+            "--queue-gate-configmap=": f"--queue-gate-configmap={NS}/{FULLNAME}-gated-queues",
+        }
         return [
-            f"--kubeconfig={self.sa_kubeconfig}" if a.startswith("--kubeconfig=") else a
-            for a in super().argv()
+            next((v for k, v in own.items() if a.startswith(k)), a) for a in super().argv()
         ]
 
     def check_active(self) -> bool:
