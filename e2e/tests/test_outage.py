@@ -38,7 +38,9 @@ from kubernetes import client
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
 CHECK = "nexus-placement"
-COMPLETES = {"pod-complete.stage.kwok.x-k8s.io/delay": "60s"}
+# KWOK completes the pods: a plain pod still running when its namespace goes keeps Kueue's
+# finalizer (its group never finishes) and holds its node for the tests after
+COMPLETES = {"pod-complete.stage.kwok.x-k8s.io/delay": "20s"}
 GATE = "scheduling.kubenexus.io/placement"
 
 
@@ -173,6 +175,8 @@ def test_a_queue_created_a_moment_before_its_pods_is_gated_then_released(
         lambda: all_running([core_v1.read_namespaced_pod("fresh", ns)], 1),
         timeout=90,
     )
+    wait_for("the pod finished", lambda: core_v1.read_namespaced_pod("fresh", ns).status.phase
+             == "Succeeded", timeout=90)
 
 
 def test_the_controller_keeps_the_gated_queue_list(nexus_namespace: str, core_v1) -> None:
@@ -208,6 +212,14 @@ def test_controller_down_pods_of_a_queue_without_the_check_are_created_and_run(
         timeout=90,
     )
     assert GATE in _gates(core_v1.read_namespaced_pod("ours", ns)), "nobody lifted our gate"
+    # gone before the controller is back: placed as the namespace goes, it would keep
+    # Kueue's finalizer and its node for the tests after
+    core_v1.delete_namespaced_pod("ours", ns)
+    wait_for(
+        "the gated pod gone",
+        lambda: not pods_with_labels(core_v1, ns, f"{QUEUE_LABEL}=nexus-silver"),
+        timeout=60,
+    )
 
 
 def _release(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -265,6 +277,12 @@ def test_release_unstrands_a_gang_gated_while_the_controller_is_down(
     )
     again = _release(e2e_cluster)
     assert again.returncode == 0 and "nothing waits on nexus-admit" in again.stdout, again.stdout
+    wait_for(
+        "the pod group finished (nothing left for the tests after)",
+        lambda: all(p.status.phase == "Succeeded" for p in
+                    pods_with_labels(core_v1, ns, f"{POD_GROUP_LABEL}={group}")),
+        timeout=120,
+    )
 
 
 LEASE = "nexus-admit-outage"
