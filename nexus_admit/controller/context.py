@@ -11,6 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from cachetools import TTLCache
+
 from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseElector
@@ -27,6 +29,11 @@ __all__ = ["CheckView", "Context", "utc_now"]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+# a name the apiserver just said does not exist is not asked again for this long: a flood
+# of pod reviews naming made-up queues or reservations costs one GET per name, not per pod
+WEBHOOK_MISS_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,11 @@ class Context:
     # leader, and re-listed since it became one (a follower's watches may lag)
     leader_ready: bool = False
     pass_task: asyncio.Task[None] | None = None  # the reconcile pass running now, if any
+    # names the apiserver just answered NotFound to a webhook lookup: (kind, ns, name);
+    # used on the webhook's own loop only (controller/webhook/review.py)
+    webhook_misses: TTLCache[tuple[str, str, str], bool] = field(
+        default_factory=lambda: TTLCache(maxsize=4096, ttl=WEBHOOK_MISS_SECONDS)
+    )
     # the loop that owns the store; the webhook's thread hands it what it fetched
     loop: asyncio.AbstractEventLoop | None = None
 

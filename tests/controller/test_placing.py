@@ -575,3 +575,28 @@ def test_a_pass_that_starts_while_a_check_write_is_in_flight_does_not_answer_aga
     assert applies == ["Workload", "Workload"]
     assert check_of(api, "w1")["state"] == "Ready"
     assert len(api.list(RR)[0]) == 1
+
+
+def test_a_workload_whose_step_fails_unexpectedly_stops_no_other(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever breaks while one Workload is placed (a bug, an object no check foresaw),
+    the pass goes on with the next ones; that Workload is tried again next pass."""
+    from nexus_admit.kube.dump import ClusterDump
+
+    real = ClusterDump.gang
+
+    def gang(self: ClusterDump, workload: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        if workload["metadata"]["name"] == "odd":
+            raise RuntimeError("unforeseen")
+        return real(self, workload, *args, **kw)
+
+    monkeypatch.setattr(ClusterDump, "gang", gang)
+    api = cluster(pending("odd", pods=1, gpus=8),
+                  pending("w", pods=1, gpus=8, created="2026-11-25T10:00:01Z"))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert check_of(api, "odd")["state"] == "Pending"
+    errors = {s.labels["step"]: s.value for m in ctx.metrics.errors.collect()
+              for s in m.samples if s.name.endswith("_total")}
+    assert errors.get("workload") == 1

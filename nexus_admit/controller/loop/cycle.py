@@ -210,7 +210,12 @@ async def place_pending(ctx: Context) -> None:
             check = our_pending_check(wl, ctx)
             if check is None or object_key(wl) in unread:
                 continue
-            await place_one(rec, wl, check)
+            try:
+                await place_one(rec, wl, check)
+            except Exception:  # this Workload waits for the next pass; the others go on
+                ctx.metrics.errors.labels("workload").inc()
+                log.exception("Workload %s: placing failed; the next pass tries again",
+                              object_key(wl))
     finally:
         await writes.flush(ctx.metrics)
 

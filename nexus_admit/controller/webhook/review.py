@@ -26,8 +26,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachetools import TTLCache
-
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
@@ -219,23 +217,17 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> L
     return lookup
 
 
-# a name the apiserver just said does not exist is not asked again for this long: a flood
-# of reviews naming made-up queues or reservations costs one GET per name, not per pod
-MISS_SECONDS = 2.0
-_misses: TTLCache[tuple[str, str, str], bool] = TTLCache(maxsize=4096, ttl=MISS_SECONDS)
-
-
 async def fetch(
     ctx: Context, kind: str, name: str, namespace: str | None = None
 ) -> dict[str, Any] | None:
-    """A GET the watch has not answered yet, with misses remembered for a moment. Runs on
-    the webhook's own loop only (the cache is not shared between threads)."""
+    """A GET the watch has not answered yet, with misses remembered for a moment
+    (`ctx.webhook_misses`; the webhook's own loop only, the cache is not thread-safe)."""
     key = (kind, namespace or "", name)
-    if key in _misses:
+    if key in ctx.webhook_misses:
         return None
     found = await asyncio.to_thread(ctx.api.get, kind, name, namespace)
     if found is None:
-        _misses[key] = True
+        ctx.webhook_misses[key] = True
     return found
 
 
