@@ -78,6 +78,12 @@ RESOURCES: dict[str, Resource] = {
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
     "ConfigMap": Resource("", "v1", "configmaps", True),
+    "StatefulSet": Resource("apps", "v1", "statefulsets", True),
+    # owners a pod's owner chain passes through on its way to its Workload's owner
+    # (`controller/owner_chain.py`), read one at a time
+    "ReplicaSet": Resource("apps", "v1", "replicasets", True),
+    "JobSet": Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", True),
+    "RayCluster": Resource("ray.io", "v1", "rayclusters", True),
 }
 
 # a lease call must answer well within the renew deadline (10 s by default)

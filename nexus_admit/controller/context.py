@@ -19,6 +19,7 @@ from nexus_admit.controller.leader import LeaseElector
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.owner_chain import OwnerChains
 from nexus_admit.controller.store import Store
 from nexus_admit.controller.tasks import Background
 from nexus_admit.model import PlacementConfig
@@ -102,6 +103,16 @@ class Context:
     )
     # the loop that owns the store; the webhook's thread hands it what it fetched
     loop: asyncio.AbstractEventLoop | None = None
+    # owners above pods, read on demand (owner_chain.py): one cache per event loop
+    owner_chains: OwnerChains = field(init=False)
+    webhook_owner_chains: OwnerChains = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.owner_chains = OwnerChains(self._get_owner)
+        self.webhook_owner_chains = OwnerChains(self._get_owner)
+
+    async def _get_owner(self, kind: str, name: str, namespace: str) -> dict[str, object] | None:
+        return await asyncio.to_thread(self.api.get, kind, name, namespace)
 
     def acting(self) -> bool:
         """May this replica decide and write? Always without leader election; with it,

@@ -5,12 +5,14 @@ where CEL cannot look a LocalQueue up; its binding names this ConfigMap as its p
 and it gates a pod created with the queue label unless "<namespace>.<queue>" is listed in
 the ConfigMap's data with "" (a queue known not to use our check). Here the leader writes
 every LocalQueue (`kube/queues.gated_queues`): its ClusterQueue as the value when that lists
-one of our AdmissionChecks, else "". Pods of the queues listed with "" never match the
-policy nor reach the webhook, so an outage of nexus-admit cannot hold them up; a queue
-created a moment before its first pods (not listed yet) is gated to be safe, and the
-ungater lifts the gate once Kueue admits a pod without a reservation of ours
-(`ungating.ungater.unpinned_release`). Only a queue created while no replica runs waits
-for nexus-admit (or `nexus-admit release`).
+one of our AdmissionChecks, else "", and every StatefulSet with its queue's value (Kueue
+suspends a StatefulSet's pods without putting the queue label on them at creation). Pods
+of the queues listed with "" never match the policy nor reach the webhook, so an outage
+of nexus-admit cannot hold them up; a queue (or StatefulSet) created a moment before its
+first pods (not listed yet) is gated to be safe, and the ungater lifts the gate once Kueue
+admits a pod without a reservation of ours (`ungating.ungater.unpinned_release`). Only a
+queue or StatefulSet created while no replica runs waits for nexus-admit (or
+`nexus-admit release`).
 
 Who calls it: `admissioncheck.sync_checks`, once per pass (leader only). The ConfigMap is
 written by server-side apply under our field manager, only when the list changed (and
@@ -46,7 +48,10 @@ async def sync_queue_gate(ctx: Context, checks: Collection[str]) -> None:
     if not target:
         return
     listed, problems = gated_queues(
-        ctx.store.items("LocalQueue"), ctx.store.items("ClusterQueue"), checks
+        ctx.store.items("LocalQueue"),
+        ctx.store.items("ClusterQueue"),
+        checks,
+        ctx.store.items("StatefulSet"),
     )
     if listed == ctx.gated_queues:
         return
@@ -59,7 +64,12 @@ async def sync_queue_gate(ctx: Context, checks: Collection[str]) -> None:
         ctx.metrics.errors.labels("queue_gate").inc()
         log.warning("could not write the gated queues to ConfigMap %s: %s", target, e)
         return
+    gated = sorted(k for k, v in listed.items() if v)
     log.info(
-        "gated queues in ConfigMap %s: %s", target, ", ".join(sorted(listed)) or "(none)"
+        "ConfigMap %s lists %d queues and StatefulSets, %d of them gated: %s",
+        target,
+        len(listed),
+        len(gated),
+        ", ".join(gated[:20]) + (" …" if len(gated) > 20 else "") or "(none)",
     )
     ctx.gated_queues = listed

@@ -44,7 +44,12 @@ WATCHED_KINDS = (
     "ResourceSlice",
     "ResourceReservation",
     "PlacementConfig",
+    # only their queue label is read (`kube/queues.gated_queues`): kept trimmed
+    "StatefulSet",
 )
+
+# kinds kept as their identity and labels only: their specs are large and never read
+_TRIMMED_KINDS = frozenset({"StatefulSet"})
 
 # read on demand and kept while needed (`owners.py`): a Workload's Job
 FETCHED_KINDS = ("Job",)
@@ -79,6 +84,12 @@ def _gated(pod: Mapping[str, Any]) -> bool:
     return isinstance(gates, list) and any(
         isinstance(g, Mapping) and g.get("name") == L.GATE_PLACEMENT for g in gates
     )
+
+
+def _trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
+    m = meta(obj)
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+    return {"kind": obj.get("kind"), "metadata": {k: m[k] for k in kept if k in m}}
 
 
 def _newer_or_same(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -146,7 +157,7 @@ class Store:
             return False
         if not _newer_or_same(obj, bucket.get(key)):
             return False
-        self._put(kind, key, dict(obj))
+        self._put(kind, key, _trimmed(obj) if kind in _TRIMMED_KINDS else dict(obj))
         self.tombstones.pop((kind, key), None)
         return True
 

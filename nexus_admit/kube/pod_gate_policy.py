@@ -5,9 +5,10 @@ a webhook call, and pods of queues without our check never depend on nexus-admit
 - `pod_gate_policy`: every pod created with a reservation label (Kueue wrote it into a
   Job's template when our check turned Ready).
 - `queue_gate_policy`: every pod created with Kueue's queue label whose queue uses our
-  check, whoever creates it (a ReplicaSet, a StatefulSet, LeaderWorkerSet, a tenant). CEL
-  cannot look a LocalQueue up, so its binding reads a ConfigMap the controller keeps
-  (`controller/queue_gate.py`): a pod is gated iff "<namespace>.<queue>" is one of its keys.
+  check, whoever creates it (a ReplicaSet, LeaderWorkerSet, a tenant), and every pod Kueue
+  suspends through its StatefulSet (created without the queue label: the StatefulSet's
+  queue decides). CEL cannot look a LocalQueue up, so its binding reads a ConfigMap the
+  controller keeps (`controller/queue_gate.py`, keys from `kube/queues.py`).
 
 The pod webhook still reviews reservation-labelled pods from anyone but the trusted
 creators and denies those that name a reservation that is not theirs; for the trusted
@@ -24,8 +25,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.queues import SUSPENDING_PARENT_ANNOTATION
 
 __all__ = [
+    "KUEUE_MANAGED_CONDITION",
     "POLICY_API_VERSION",
     "QUEUE_GATE_CONDITION",
     "TRUSTED_POD_CREATORS",
@@ -92,25 +95,41 @@ def pod_gate_policy(name: str) -> dict[str, Any]:
 _QUEUE_KEY: Final = (
     f"(request.namespace + '.' + object.metadata.labels['{L.KUEUE_QUEUE_NAME_LABEL}'])"
 )
+_PARENT_KEY: Final = "(request.namespace + '_StatefulSet_' + r.name)"
+_QUEUED: Final = (
+    "has(object.metadata.labels) && "
+    f"'{L.KUEUE_QUEUE_NAME_LABEL}' in object.metadata.labels"
+)
+_SUSPENDED_BY_STATEFULSET: Final = (
+    "has(object.metadata.annotations) && "
+    f"'{SUSPENDING_PARENT_ANNOTATION}' in object.metadata.annotations && "
+    f"object.metadata.annotations['{SUSPENDING_PARENT_ANNOTATION}'] == 'statefulset' && "
+    "has(object.metadata.ownerReferences)"
+)
+# a pod with the queue label: its queue decides; a pod Kueue suspends through its
+# StatefulSet (no queue label yet): the StatefulSet's entry decides
+KUEUE_MANAGED_CONDITION: Final = f"({_QUEUED}) || ({_SUSPENDED_BY_STATEFULSET})"
 QUEUE_GATE_CONDITION: Final = (
-    f"has(params.data) && (!({_QUEUE_KEY} in params.data) || params.data[{_QUEUE_KEY}] != '')"
+    f"has(params.data) && (({_QUEUED}) ? "
+    f"(!({_QUEUE_KEY} in params.data) || params.data[{_QUEUE_KEY}] != '') : "
+    "object.metadata.ownerReferences.exists(r, r.kind == 'StatefulSet' && "
+    f"(!({_PARENT_KEY} in params.data) || params.data[{_PARENT_KEY}] != '')))"
 )
 
 
 def queue_gate_policy(name: str) -> dict[str, Any]:
-    """Gate each pod created with the queue label of a queue that uses our check (the
-    binding's ConfigMap lists them). A pod with a reservation label is `pod_gate_policy`'s."""
+    """Gate each pod created with the queue label of a queue that uses our check, or
+    suspended by Kueue through a StatefulSet whose queue does (the binding's ConfigMap
+    lists them). A pod with a reservation label is `pod_gate_policy`'s."""
     policy = pod_gate_policy(name)
     spec = policy["spec"]
     spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
     spec["matchConstraints"]["objectSelector"] = {
-        "matchExpressions": [
-            {"key": L.KUEUE_QUEUE_NAME_LABEL, "operator": "Exists"},
-            {"key": L.LABEL_RESERVATION, "operator": "DoesNotExist"},
-        ]
+        "matchExpressions": [{"key": L.LABEL_RESERVATION, "operator": "DoesNotExist"}]
     }
     spec["matchConditions"] = [
         *spec["matchConditions"],
+        {"name": "kueue-managed", "expression": KUEUE_MANAGED_CONDITION},
         {"name": "queue-uses-the-check", "expression": QUEUE_GATE_CONDITION},
     ]
     return policy

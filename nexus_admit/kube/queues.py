@@ -7,6 +7,12 @@ its checks in `spec.admissionChecksStrategy.admissionChecks[].name`. A pod is ou
 chain ends in a ClusterQueue listing one of our checks. Any missing or malformed link
 means "not ours": a pod of a queue without the check is never touched.
 
+A StatefulSet's pods are the exception: Kueue puts the queue label on the StatefulSet and
+only an annotation on its pod template (`kueue.x-k8s.io/pod-suspending-parent:
+statefulset`); its pod reconciler adds the queue label to each pod after creation, too late
+for a gate. So the StatefulSet's own queue decides for its pods, listed under a key of
+its own (`gated_parent_key`).
+
 Who calls it: the pod webhook (`controller/webhook/review.py`) and the controller's sync
 of the queue list the gate policy reads (`controller/queue_gate.py`).
 """
@@ -19,19 +25,26 @@ from typing import Any
 from nexus_admit.kube import labels as L
 
 __all__ = [
+    "SUSPENDING_PARENT_ANNOTATION",
     "QueueLookup",
     "cluster_queue_checks",
+    "gated_parent_key",
     "gated_queue_key",
     "gated_queues",
     "local_queue_cluster_queue",
     "pod_queue",
     "queue_uses_check",
+    "suspending_statefulset",
 ]
 
 QueueLookup = Callable[[str, str], Mapping[str, Any] | None]  # (kind, key) → object or None
 
 # a ConfigMap key may hold at most 253 characters of [-._a-zA-Z0-9]
 _CONFIGMAP_KEY_MAX = 253
+# Kueue's pod template annotation naming the framework that suspends the pods through their
+# parent; "statefulset" is the one whose pods are created without the queue label
+SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
+STATEFULSET_PARENT = "statefulset"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -86,17 +99,42 @@ def gated_queue_key(namespace: str, queue: str) -> str | None:
     return key if namespace and queue and len(key) <= _CONFIGMAP_KEY_MAX else None
 
 
+def gated_parent_key(namespace: str, kind: str, name: str) -> str | None:
+    """The key of a workload parent (a StatefulSet) in the gate policy's ConfigMap:
+    "<namespace>_<kind>_<name>" (neither a namespace nor a name has an underscore, so it
+    never meets a queue's key), or None when too long."""
+    key = f"{namespace}_{kind}_{name}"
+    return key if namespace and name and len(key) <= _CONFIGMAP_KEY_MAX else None
+
+
+def suspending_statefulset(pod: Mapping[str, Any]) -> str:
+    """The name of the StatefulSet through which Kueue suspends this pod (Kueue's
+    annotation and the pod's StatefulSet owner), or "" for any other pod."""
+    m = _mapping(pod.get("metadata"))
+    if _mapping(m.get("annotations")).get(SUSPENDING_PARENT_ANNOTATION) != STATEFULSET_PARENT:
+        return ""
+    refs = m.get("ownerReferences")
+    for r in refs if isinstance(refs, list) else []:
+        if isinstance(r, Mapping) and r.get("kind") == "StatefulSet":
+            name = r.get("name")
+            return name if isinstance(name, str) else ""
+    return ""
+
+
 def gated_queues(
     local_queues: Iterable[Mapping[str, Any]],
     cluster_queues: Iterable[Mapping[str, Any]],
     checks: Collection[str],
+    statefulsets: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[dict[str, str], list[str]]:
     """Every LocalQueue as {key (`gated_queue_key`): its ClusterQueue when that lists one of
     `checks`, else ""}, and the problems of the queues that cannot be listed. The gate
     policy gates a pod whose queue is listed with a ClusterQueue, or not listed at all: a
     queue created a moment before its first pods (the list not yet written) is gated rather
     than left unpinned, and the ungater lifts the gate from a pod whose queue turns out not
-    to use the check. Malformed objects are skipped: they lead nowhere."""
+    to use the check. Each StatefulSet that names a known queue is listed too
+    (`gated_parent_key`), with its queue's value. Malformed objects are skipped: they lead
+    nowhere."""
     by_name: dict[str, Mapping[str, Any]] = {}
     for cq in cluster_queues:
         name = _mapping(cq.get("metadata") if isinstance(cq, Mapping) else None).get("name")
@@ -123,4 +161,19 @@ def gated_queues(
                 )
             continue
         listed[key] = cq_name if cq_name in using else ""
+    _list_statefulsets(statefulsets, listed)
     return listed, problems
+
+
+def _list_statefulsets(statefulsets: Iterable[Mapping[str, Any]], listed: dict[str, str]) -> None:
+    """Each StatefulSet under its parent key, valued as its queue is; one whose queue is
+    not listed stays unlisted (its pods gated to be safe, like a queue not known yet)."""
+    for sts in statefulsets:
+        m = _mapping(sts.get("metadata") if isinstance(sts, Mapping) else None)
+        ns, name = m.get("namespace"), m.get("name")
+        queue = pod_queue(sts) if isinstance(sts, Mapping) else ""
+        if not (isinstance(ns, str) and isinstance(name, str) and queue):
+            continue
+        queue_key, key = gated_queue_key(ns, queue), gated_parent_key(ns, "StatefulSet", name)
+        if key is not None and queue_key in listed:
+            listed[key] = listed[queue_key]

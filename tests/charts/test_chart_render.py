@@ -300,6 +300,10 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     read = {"get", "list", "watch"}
     expected = {("", "nodes", v) for v in read} | {("", "pods", v) for v in read | {"patch"}}
     expected |= {("batch", "jobs", "get")}  # read on demand (controller/owners.py)
+    # owners between a pod and its Workload's owner (controller/owner_chain.py)
+    expected |= {("apps", "replicasets", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
+    expected |= {("ray.io", "rayclusters", "get")}
+    expected |= {("apps", "statefulsets", v) for v in read}  # their queue label
     for kind in ("workloads", "localqueues", "clusterqueues", "resourceflavors", "topologies"):
         expected |= {("kueue.x-k8s.io", kind, v) for v in read}
     expected |= {("kueue.x-k8s.io", "admissionchecks", v) for v in read}
@@ -438,15 +442,20 @@ def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces()
 
 
 def test_the_queue_gate_matches_only_pods_of_queues_the_configmap_lists() -> None:
-    """The policy's own rules, read as the apiserver does: the queue label selects, the
-    ConfigMap key "<namespace>.<queue>" decides (listed with a ClusterQueue, or not yet
-    known: gated; listed with "": not); a reservation label is the other policy's."""
+    """The policy's own rules (the apiserver evaluates them in e2e/tests/test_outage.py and
+    test_kinds_placed.py): Kueue's queue label or its StatefulSet suspension selects, the
+    ConfigMap key "<namespace>.<queue>" (or "<namespace>_StatefulSet_<name>") decides
+    (listed with a ClusterQueue, or not yet known: gated; listed with "": not); a
+    reservation label is the other policy's."""
     spec = queue_gate_policy("x")["spec"]
     exprs = spec["matchConstraints"]["objectSelector"]["matchExpressions"]
-    assert {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"} in exprs
-    assert {"key": "scheduling.kubenexus.io/reservation", "operator": "DoesNotExist"} in exprs
-    (queue_condition,) = [c for c in spec["matchConditions"] if c["name"] == "queue-uses-the-check"]
+    assert exprs == [{"key": "scheduling.kubenexus.io/reservation", "operator": "DoesNotExist"}]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert "'kueue.x-k8s.io/queue-name' in object.metadata.labels" in conditions["kueue-managed"]
+    assert "'kueue.x-k8s.io/pod-suspending-parent'" in conditions["kueue-managed"]
+    queue_condition = {"expression": conditions["queue-uses-the-check"]}
     assert "request.namespace + '.'" in queue_condition["expression"]
+    assert "request.namespace + '_StatefulSet_' + r.name" in queue_condition["expression"]
     assert "in params.data" in queue_condition["expression"]
     assert "!= ''" in queue_condition["expression"]
     assert spec["failurePolicy"] == "Fail"
@@ -473,6 +482,12 @@ def test_gate_mode_picks_the_policy_or_the_webhook(
     # with the policies, queued pods are gated in the apiserver and never reach the webhook
     # (an outage of nexus-admit then cannot refuse a pod of a queue without the check)
     assert ("queued-pod-gate.scheduling.kubenexus.io" in hooks) == (not by_policy)
+    # a StatefulSet's pods carry no queue label at creation: a hook of their own
+    sts_hook = hooks.get("statefulset-pod-gate.scheduling.kubenexus.io")
+    assert (sts_hook is not None) == (not by_policy)
+    if sts_hook is not None:
+        (cond,) = sts_hook["matchConditions"]
+        assert "'kueue.x-k8s.io/pod-suspending-parent'" in cond["expression"]
     assert bool(by_kind(objects, "ConfigMap")) == by_policy
     flags = container(objects)["args"]
     assert any(f.startswith("--queue-gate-configmap=") for f in flags) == by_policy

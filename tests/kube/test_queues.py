@@ -155,3 +155,40 @@ def test_arbitrary_objects_never_crash_the_lookup(local: Any, cluster: Any) -> N
         return local if kind == "LocalQueue" else cluster
 
     assert queue_uses_check("team", "q", lookup, {CHECK}) in (True, False)
+
+
+def test_a_statefulset_is_listed_with_its_queues_value() -> None:
+    """Kueue suspends a StatefulSet's pods without the queue label: the StatefulSet's own
+    queue decides, under its own key; a StatefulSet of an unknown queue stays unlisted
+    (its pods gated to be safe, like a queue not known yet)."""
+    from nexus_admit.kube.queues import gated_parent_key, suspending_statefulset
+
+    def sts(name: str, queue: str | None) -> dict[str, object]:
+        labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+        return {"metadata": {"name": name, "namespace": "ns", "labels": labels}}
+
+    lqs = [
+        {"metadata": {"name": "gold", "namespace": "ns"}, "spec": {"clusterQueue": "cq-gold"}},
+        {"metadata": {"name": "plain", "namespace": "ns"}, "spec": {"clusterQueue": "cq-plain"}},
+    ]
+    cqs = [
+        {
+            "metadata": {"name": "cq-gold"},
+            "spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": "nexus"}]}},
+        },
+        {"metadata": {"name": "cq-plain"}, "spec": {}},
+    ]
+    stss = [sts("db", "gold"), sts("web", "plain"), sts("lost", "nowhere"), sts("free", None)]
+    listed, _ = gated_queues(lqs, cqs, {"nexus"}, stss)
+    assert listed[str(gated_parent_key("ns", "StatefulSet", "db"))] == "cq-gold"
+    assert listed[str(gated_parent_key("ns", "StatefulSet", "web"))] == ""
+    assert "ns_StatefulSet_lost" not in listed and "ns_StatefulSet_free" not in listed
+    pod = {
+        "metadata": {
+            "annotations": {"kueue.x-k8s.io/pod-suspending-parent": "statefulset"},
+            "ownerReferences": [{"kind": "StatefulSet", "name": "db", "uid": "u"}],
+        }
+    }
+    assert suspending_statefulset(pod) == "db"
+    pod["metadata"]["annotations"] = {}
+    assert suspending_statefulset(pod) == ""

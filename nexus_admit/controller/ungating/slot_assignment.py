@@ -2,10 +2,20 @@
 
 Who calls it: `ungater.py`, once per reservation with gated pods. The shape follows Kueue
 TAS's ungater: the claims are recomputed from the pods themselves (their slot annotation), so
-a restarted controller needs no memory; pods with a rank (Kueue's `podIndexLabel`, else the
-well-known Job / JobSet / LeaderWorkerSet / training-operator index labels) take the slot of
-the same index, so neighbouring ranks share nodes and racks (`kube.reservations` numbers the
+a restarted controller needs no memory; pods with a rank take the slot of the same index in
+their pod set, so neighbouring ranks share nodes and racks (`kube.reservations` numbers the
 slots in topology order); the others take the first free slot.
+
+A pod's rank within its pod set, by the kind's own labels (`RankRule`, read from the
+Workload's pod set the way Kueue TAS reads it):
+- Kueue's `topologyRequest`: `podIndexLabel`, and for a pod set made of several Jobs (a
+  JobSet's replicated job, a TrainJob's) `subGroupIndexLabel` / `subGroupCount`: rank =
+  job index × pods per Job + completion index;
+- the pod set template's `kueue.x-k8s.io/pod-index-offset` (a LeaderWorkerSet's workers
+  are indexed from 1, the leader being 0): subtracted;
+- without them (Kueue's TopologyAwareScheduling gate off): a JobSet pod's `job-index` ×
+  its pod set's pods per Job (from `replicatedjob-replicas`) + completion index; a
+  LeaderWorkerSet worker's `worker-index` − 1; else the well-known index labels.
 
 Pure: no kopf, no client.
 """
@@ -22,7 +32,7 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.kube.reservations import ReservedSlot, parse_slot_key
 
-__all__ = ["INDEX_LABELS", "PodView", "assign_slots", "pod_view"]
+__all__ = ["INDEX_LABELS", "PodView", "RankRule", "assign_slots", "pod_view", "rank_rules"]
 
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
 
@@ -53,20 +63,94 @@ class PodView:
     gpus: int = 0  # nvidia.com/gpu units it requests: it fits only a slot with as many
 
 
-def _rank(m: Mapping[str, Any], index_label: str | None) -> int | None:
-    labels = m.get("labels") or {}
-    annotations = m.get("annotations") or {}
-    keys = ((index_label,) if index_label else ()) + INDEX_LABELS
-    for source, names in ((labels, keys), (annotations, INDEX_ANNOTATIONS)):
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
+
+
+@dataclass(frozen=True, slots=True)
+class RankRule:
+    """How a pod set's pods carry their rank (see the module docstring)."""
+
+    count: int = 0  # pods in the pod set
+    index_label: str | None = None
+    sub_group_label: str | None = None
+    sub_groups: int = 0
+    offset: int = 0
+
+    def rank(self, labels: Mapping[str, Any], annotations: Mapping[str, Any]) -> int | None:
+        if self.index_label is not None:
+            index = _number(labels.get(self.index_label))
+            if index is None:
+                return None
+            index -= self.offset
+            if self.sub_group_label is None or self.sub_groups <= 1:
+                return index if index >= 0 else None
+            sub = _number(labels.get(self.sub_group_label))
+            per = self.count // self.sub_groups
+            if sub is None or not 0 <= index < per:
+                return None
+            return sub * per + index
+        return _fallback_rank(self, labels, annotations)
+
+
+def _fallback_rank(
+    rule: RankRule, labels: Mapping[str, Any], annotations: Mapping[str, Any]
+) -> int | None:
+    job, replicas = _number(labels.get(JOBSET_JOB_INDEX)), _number(labels.get(JOBSET_REPLICAS))
+    completion = _number(labels.get(COMPLETION_INDEX))
+    if job is not None and replicas and completion is not None and rule.count:
+        per = rule.count // replicas
+        return job * per + completion if 0 <= completion < per else None
+    worker = _number(labels.get(LWS_WORKER_INDEX))
+    if worker is not None:
+        return worker - rule.offset if worker >= rule.offset else None
+    for source, names in ((labels, INDEX_LABELS), (annotations, INDEX_ANNOTATIONS)):
         for k in names:
-            v = source.get(k)
-            if isinstance(v, str) and _RANK.fullmatch(v):
-                return int(v)
+            if (v := _number(source.get(k))) is not None:
+                return v
     return None
 
 
+def _number(v: Any) -> int | None:
+    return int(v) if isinstance(v, str) and _RANK.fullmatch(v) else None
+
+
+def rank_rules(workload: Mapping[str, Any] | None) -> dict[str, RankRule]:
+    """Each pod set's RankRule, from the Workload's spec (no Workload: none)."""
+    spec = (workload or {}).get("spec")
+    pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
+    items = [ps for ps in pod_sets if isinstance(ps, Mapping)] if isinstance(pod_sets, list) else []
+    names = {str(ps.get("name") or "main") for ps in items}
+    return {str(ps.get("name") or "main"): _rule(ps, names) for ps in items}
+
+
+def _rule(ps: Mapping[str, Any], names: set[str]) -> RankRule:
+    tr = ps.get("topologyRequest")
+    tr = tr if isinstance(tr, Mapping) else {}
+    tpl = ps.get("template")
+    tmeta = tpl.get("metadata") if isinstance(tpl, Mapping) else None
+    ann = tmeta.get("annotations") if isinstance(tmeta, Mapping) else None
+    offset = _number((ann if isinstance(ann, Mapping) else {}).get(POD_INDEX_OFFSET))
+    if offset is None:  # a LeaderWorkerSet's workers without Kueue TAS: the leader is 0
+        offset = 1 if ps.get("name") == "worker" and "leader" in names else 0
+    count, sub_groups = ps.get("count"), tr.get("subGroupCount")
+    label, sub_label = tr.get("podIndexLabel"), tr.get("subGroupIndexLabel")
+    return RankRule(
+        count=count if isinstance(count, int) else 0,
+        index_label=label if isinstance(label, str) and label else None,
+        sub_group_label=sub_label if isinstance(sub_label, str) and sub_label else None,
+        sub_groups=sub_groups if isinstance(sub_groups, int) else 0,
+        offset=offset,
+    )
+
+
 def pod_view(
-    pod: Mapping[str, Any], pod_sets: Sequence[str], index_label: str | None = None
+    pod: Mapping[str, Any],
+    pod_sets: Sequence[str],
+    rules: Mapping[str, RankRule] | None = None,
 ) -> PodView:
     m = meta(pod)
     labels = m.get("labels") or {}
@@ -75,10 +159,11 @@ def pod_view(
     pod_set = str(labels.get(KUEUE_PODSET_LABEL) or (pod_sets[0] if len(pod_sets) == 1 else ""))
     phase = (pod.get("status") or {}).get("phase")
     gated = L.GATE_PLACEMENT in gates
+    rule = (rules or {}).get(pod_set, RankRule())
     return PodView(
         name=str(m.get("name")),
         pod_set=pod_set,
-        rank=_rank(m, index_label),
+        rank=rule.rank(labels, m.get("annotations") or {}),
         gated=gated,
         # our pin sets the slot and lifts the gate in one patch: a gated pod's slot
         # annotation was written by someone else and holds nothing

@@ -39,8 +39,12 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.controller.tasks import gather_bounded
-from nexus_admit.controller.ungating.membership import owned_member
-from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
+from nexus_admit.controller.ungating.slot_assignment import (
+    PodView,
+    assign_slots,
+    pod_view,
+    rank_rules,
+)
 from nexus_admit.controller.webhook.review import foreign_reason
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Skipped, child, meta
@@ -70,16 +74,6 @@ def pin_patch(slot: ReservedSlot, hostname: str) -> dict[str, Any]:
     }
 
 
-def _index_label(workload: Mapping[str, Any] | None) -> str | None:
-    """Kueue's podIndexLabel of the Workload's first pod set that declares one."""
-    spec = child(workload, "spec") if workload else {}
-    for ps in spec.get("podSets") or []:
-        tr = ps.get("topologyRequest") if isinstance(ps, Mapping) else None
-        if isinstance(tr, Mapping) and tr.get("podIndexLabel"):
-            return str(tr["podIndexLabel"])
-    return None
-
-
 def _pod_sets(rr: Mapping[str, Any]) -> list[str]:
     spec = child(rr, "spec")
     return [str(ps.get("name")) for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
@@ -91,11 +85,11 @@ def _views(
     rr: Mapping[str, Any],
     skipped: list[Skipped],
 ) -> list[PodView]:
-    index_label = _index_label(ctx.store.get("Workload", reservation_workload_key(rr)))
+    rules = rank_rules(ctx.store.get("Workload", reservation_workload_key(rr)))
     out = []
     for p in pods:
         try:
-            view = pod_view(p, _pod_sets(rr), index_label)
+            view = pod_view(p, _pod_sets(rr), rules)
         except Exception as e:
             _skip_gated_pod(p, e, skipped)  # a pod off the gate may hold a slot: raises
             continue
@@ -158,6 +152,7 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     what is waiting, not the size of the cluster. `wait`: await the patches (tests); the
     ungater's loop does not, so a pod created while a gang's patches are in flight gets
     its own at once instead of after the whole batch (its claim keeps the next pass off)."""
+    await _resolve_owners(ctx)
     gated = ctx.store.gated_pods()
     # a claim is needed only while the store still shows the pod gated (its patch in
     # flight or failed); once the watch shows it ungated, its pin says which slot it has.
@@ -215,6 +210,22 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
         return
     for patch in writes:
         ctx.ungate_writes.spawn(patch, name="pin-patch")
+
+
+async def _resolve_owners(ctx: Context) -> None:
+    """Read the owners above every pod of the reservations that gated pods wait for
+    (membership needs them: `owner_chain.owned_member`); cached, so a pass after the first
+    reads only new owners."""
+    pods: dict[str, Mapping[str, Any]] = {}
+    for pod in ctx.store.gated_pods():
+        pods[str(meta(pod).get("uid"))] = pod
+        name = child(meta(pod), "labels").get(L.LABEL_RESERVATION)
+        if name:
+            ns = str(meta(pod).get("namespace"))
+            for member in ctx.store.pods_of_reservation(ns, str(name)):
+                pods[str(meta(member).get("uid"))] = member
+    if pods:
+        await ctx.owner_chains.resolve(pods.values())
 
 
 def _choose(
@@ -278,14 +289,8 @@ def _members(
     members: list[Mapping[str, Any]] = []
     for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
         try:
-            reason = foreign_reason(pod, namespace, rr, workload)
-            if reason is None and workload is not None and not owned_member(pod, workload):
-                reason = (
-                    f"the pod is not part of Workload {reservation_workload_key(rr)} by its "
-                    "owners (a Job's pods share the Workload's owner; Kueue makes each "
-                    "plain pod an owner of its Workload): a label or annotation naming the "
-                    "Workload is no proof"
-                )
+            ancestors = ctx.owner_chains.ancestor_uids(pod)
+            reason = foreign_reason(pod, namespace, rr, workload, ancestors)
         except Exception as e:
             _skip_gated_pod(pod, e, skipped)
             continue

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.owner_chain import owned_member
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
@@ -36,6 +37,7 @@ from nexus_admit.kube.queues import (
     local_queue_cluster_queue,
     pod_queue,
     queue_uses_check,
+    suspending_statefulset,
 )
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
 
@@ -52,23 +54,12 @@ __all__ = [
     "review_pod",
 ]
 
-POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-
 
 @dataclass(frozen=True, slots=True)
 class GateAnswer:
     allowed: bool
     message: str = ""
     add_gate: bool = False
-
-
-def _owner_uids(obj: Mapping[str, Any]) -> set[str]:
-    refs = meta(obj).get("ownerReferences")
-    return {
-        str(r.get("uid"))
-        for r in (refs if isinstance(refs, list) else [])
-        if isinstance(r, Mapping) and r.get("uid")
-    }
 
 
 def _gate_names(pod: Mapping[str, Any]) -> list[str]:
@@ -107,30 +98,19 @@ def gated_spec(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [*gates, {"name": L.GATE_PLACEMENT}]
 
 
-def _belongs(pod: Mapping[str, Any], workload: Mapping[str, Any]) -> bool:
-    """The pod is one of the Workload's: it shares the Workload's owner (a Job, JobSet...),
-    or it is in the Workload's plain-pod group, or Kueue's workload annotation names it."""
-    wm = meta(workload)
-    pm = meta(pod)
-    if _owner_uids(pod) & _owner_uids(workload):
-        return True
-    labels = child(pm, "labels")
-    annotations = child(pm, "annotations")
-    if labels.get(POD_GROUP_LABEL) and labels.get(POD_GROUP_LABEL) == wm.get("name"):
-        return True
-    return annotations.get(L.KUEUE_WORKLOAD_ANNOTATION) == wm.get("name")
-
-
 def foreign_reason(
     pod: Mapping[str, Any],
     namespace: str,
     reservation: Mapping[str, Any] | None,
     workload: Mapping[str, Any] | None,
+    ancestors: Collection[str] = (),
 ) -> str | None:
     """Why the pod may not use the reservation its label names, or None when it may: the
     reservation must exist in its namespace and belong to a live Workload the pod is part
-    of. The webhook denies such a pod; the ungater never gives it a slot (a pod created by
-    a trusted controller is gated in the apiserver and reaches only the ungater)."""
+    of by its owners (`ancestors`: the uids above its own owners,
+    `controller/owner_chain.py`). The webhook denies such a pod; the ungater never gives it
+    a slot (a pod created by a trusted controller is gated in the apiserver and reaches only
+    the ungater)."""
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if reservation is None:
         return (
@@ -147,11 +127,13 @@ def foreign_reason(
             f"{L.LABEL_RESERVATION} belongs to Workload "
             f"{reservation_workload_key(reservation)}, which no longer exists"
         )
-    if not _belongs(pod, workload):
+    if not owned_member(pod, workload, ancestors):
         return (
             f"the pod is not part of Workload {reservation_workload_key(reservation)}, which "
             f"ResourceReservation {namespace}/{rr_name} (pod label {L.LABEL_RESERVATION}) "
-            "belongs to: a pod cannot use another Workload's reservation"
+            "belongs to: none of the objects above the pod owns that Workload, and a label "
+            "or annotation naming it is no proof; a pod cannot use another Workload's "
+            "reservation"
         )
     return None
 
@@ -161,10 +143,11 @@ def decide(
     namespace: str,
     reservation: Mapping[str, Any] | None,
     workload: Mapping[str, Any] | None,
+    ancestors: Collection[str] = (),
 ) -> GateAnswer:
     if not child(meta(pod), "labels").get(L.LABEL_RESERVATION):
         return GateAnswer(True)
-    foreign = foreign_reason(pod, namespace, reservation, workload)
+    foreign = foreign_reason(pod, namespace, reservation, workload, ancestors)
     if foreign is not None:
         return GateAnswer(False, foreign)
     if child(pod, "spec").get("nodeName"):
@@ -187,10 +170,22 @@ def queued_under_check(
     return queue_uses_check(namespace, pod_queue(pod), get, checks)
 
 
-async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Lookup:
-    """The store, with the pod's LocalQueue and ClusterQueue fetched when the watch has not
-    brought them yet (a queue created a moment before its first pod). What was fetched
-    goes to the store through its own loop: this runs on the webhook's thread."""
+async def _statefulset_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> str:
+    """The queue of the StatefulSet Kueue suspends this pod through ("" for other pods):
+    such a pod is created without the queue label (`kube/queues.py`)."""
+    name = suspending_statefulset(pod)
+    if not name:
+        return ""
+    sts = ctx.store.get("StatefulSet", f"{namespace}/{name}")
+    if sts is None:
+        sts = await fetch(ctx, "StatefulSet", name, namespace)
+    return pod_queue(sts) if sts is not None else ""
+
+
+async def _fill_queue(ctx: Context, queue: str, namespace: str) -> Lookup:
+    """The store, with the LocalQueue `queue` and its ClusterQueue fetched when the watch
+    has not brought them yet (a queue created a moment before its first pod). What was
+    fetched goes to the store through its own loop: this runs on the webhook's thread."""
     fetched: dict[tuple[str, str], Mapping[str, Any]] = {}
 
     def lookup(kind: str, key: str) -> Mapping[str, Any] | None:
@@ -200,7 +195,6 @@ async def _fill_queue(ctx: Context, pod: Mapping[str, Any], namespace: str) -> L
         fetched[(kind, key)] = {"kind": kind, **obj}
         ctx.call_in_loop(ctx.store.upsert, kind, fetched[(kind, key)])
 
-    queue = pod_queue(pod)
     if not queue:
         return lookup
     lq = lookup("LocalQueue", f"{namespace}/{queue}")
@@ -238,11 +232,12 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
         return GateAnswer(False, malformed)
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name:
-        lookup = await _fill_queue(ctx, pod, namespace)
+        queue = pod_queue(pod) or await _statefulset_queue(ctx, pod, namespace)
+        lookup = await _fill_queue(ctx, queue, namespace)
         # our checks as the store shows them, not ctx.checks: that is refreshed by the
         # loop's passes, which only the leader runs, and every replica serves the webhook
         ours = our_check_names(ctx.store.items("AdmissionCheck"))
-        if queued_under_check(pod, namespace, lookup, ours):
+        if queue_uses_check(namespace, queue, lookup, ours):
             gates = _gate_names(pod)
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
@@ -257,7 +252,12 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
         if workload is None:
             ns, _, name = key.partition("/")
             workload = await fetch(ctx, "Workload", name, ns)
-    answer = decide(pod, namespace, rr, workload)
+    ancestors: set[str] = set()
+    if workload is not None:
+        pod_with_ns = {**pod, "metadata": {**meta(pod), "namespace": namespace}}
+        await ctx.webhook_owner_chains.resolve([pod_with_ns])
+        ancestors = ctx.webhook_owner_chains.ancestor_uids(pod_with_ns)
+    answer = decide(pod, namespace, rr, workload, ancestors)
     ctx.metrics.webhook_requests.labels("gated" if answer.allowed else "denied").inc()
     return answer
 

@@ -3,9 +3,17 @@ live pods are never handed out twice, slots of finished pods are reused."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from nexus_admit.controller.ungating.slot_assignment import PodView, assign_slots, pod_view
+from nexus_admit.controller.ungating.slot_assignment import (
+    PodView,
+    RankRule,
+    assign_slots,
+    pod_view,
+    rank_rules,
+)
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
 
@@ -89,7 +97,73 @@ def test_kueue_pod_index_label_wins() -> None:
             "labels": {"my/rank": "5", "batch.kubernetes.io/job-completion-index": "1"},
         }
     }
-    assert pod_view(p, ["main"], "my/rank").rank == 5
+    assert pod_view(p, ["main"], {"main": RankRule(count=8, index_label="my/rank")}).rank == 5
+
+
+def pod_set(name: str, count: int, topology: dict[str, Any] | None = None, **ann: str) -> dict:
+    ps: dict[str, Any] = {"name": name, "count": count, "template": {"metadata": {}}}
+    if topology:
+        ps["topologyRequest"] = topology
+    if ann:
+        ps["template"]["metadata"]["annotations"] = ann
+    return ps
+
+
+def ranked(labels: dict[str, str], pod_set_name: str, workload: dict[str, Any]) -> int | None:
+    p = {"metadata": {"name": "p", "labels": {"kueue.x-k8s.io/podset": pod_set_name, **labels}}}
+    return pod_view(p, [], rank_rules(workload)).rank
+
+
+JOBSET_TOPOLOGY = {
+    "podIndexLabel": "batch.kubernetes.io/job-completion-index",
+    "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index",
+    "subGroupCount": 2,
+}
+
+
+@pytest.mark.parametrize("with_kueue_tas", [True, False])
+def test_a_jobsets_ranks_run_across_its_jobs(with_kueue_tas: bool) -> None:
+    """2 Jobs × 2 pods in the `workers` pod set: job 1's pod 0 is rank 2, not 0 (the
+    completion index alone collides across Jobs); with Kueue's TAS gate off, JobSet's own
+    labels say the same."""
+    workers = pod_set("workers", 4, JOBSET_TOPOLOGY if with_kueue_tas else None)
+    workload = {"spec": {"podSets": [pod_set("driver", 1), workers]}}
+    ranks = {
+        (job, index): ranked(
+            {
+                "jobset.sigs.k8s.io/job-index": str(job),
+                "jobset.sigs.k8s.io/replicatedjob-replicas": "2",
+                "batch.kubernetes.io/job-completion-index": str(index),
+            },
+            "workers",
+            workload,
+        )
+        for job in (0, 1)
+        for index in (0, 1)
+    }
+    assert ranks == {(0, 0): 0, (0, 1): 1, (1, 0): 2, (1, 1): 3}
+    out_of_range = {
+        "jobset.sigs.k8s.io/job-index": "0",
+        "batch.kubernetes.io/job-completion-index": "2",
+    }
+    assert (
+        ranked(
+            out_of_range | {"jobset.sigs.k8s.io/replicatedjob-replicas": "2"}, "workers", workload
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize("offset_annotation", [True, False])
+def test_a_leaderworkersets_workers_rank_from_one(offset_annotation: bool) -> None:
+    """LWS: the leader is worker-index 0 in its own pod set; workers 1..3 take worker
+    slots 0..2 (Kueue's pod-index-offset, or the leader pod set's presence without it)."""
+    ann = {"kueue.x-k8s.io/pod-index-offset": "1"} if offset_annotation else {}
+    topology = {"podIndexLabel": "leaderworkerset.sigs.k8s.io/worker-index"}
+    workload = {"spec": {"podSets": [pod_set("leader", 1), pod_set("worker", 3, topology, **ann)]}}
+    label = "leaderworkerset.sigs.k8s.io/worker-index"
+    assert [ranked({label: str(i)}, "worker", workload) for i in (1, 2, 3)] == [0, 1, 2]
+    assert ranked({label: "0"}, "leader", workload) == 0
 
 
 @pytest.mark.parametrize(

@@ -68,12 +68,13 @@ def pod(owner_uid: str | None = "job-uid", **labels: str) -> dict[str, Any]:
             pod(owner_uid=None), RR, WL, False, "not part of Workload", id="bare-pod-denied"
         ),
         pytest.param(
+            # a tenant's pod claiming a group by label: the label is no proof (issue 28)
             pod(owner_uid=None, **{"kueue.x-k8s.io/pod-group-name": "job-train-1"}),
             RR,
             WL,
-            True,
-            "",
-            id="pod-group-member",
+            False,
+            "no proof",
+            id="pod-group-label-denied",
         ),
         pytest.param(pod(), None, None, False, "does not exist", id="missing-reservation"),
         pytest.param(
