@@ -284,7 +284,10 @@ RACK_CONFIG = PlacementConfig.model_validate(
 )
 
 
-def _racked(wl: dict[str, Any], levels: Any = RACK_CONFIG.resolve_levels({})) -> Gang:
+RACK_LEVELS = RACK_CONFIG.resolve_levels({})
+
+
+def _racked(wl: dict[str, Any], levels: Any = RACK_LEVELS) -> Gang:
     """Translated under zone › rack › host levels."""
     return _gang(wl, levels=levels, config=RACK_CONFIG)
 
