@@ -46,6 +46,7 @@ __all__ = [
     "KUEUE_API_GROUP",
     "KUEUE_API_VERSION",
     "KUEUE_GROUP_VERSION",
+    "KUEUE_PODSET_GROUP_NAME",
     "KUEUE_PODSET_PREFERRED_TOPOLOGY",
     "KUEUE_PODSET_REQUIRED_TOPOLOGY",
     "KUEUE_QUEUE_NAME_LABEL",
@@ -130,3 +131,5 @@ KUEUE_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
 KUEUE_PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
+# pod template annotation (Kueue copies it to topologyRequest.podSetGroupName): co-location
+KUEUE_PODSET_GROUP_NAME: Final = "kueue.x-k8s.io/podset-group-name"

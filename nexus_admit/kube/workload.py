@@ -13,9 +13,12 @@ Per pod set, from the pod template: effective requests, `gpu-fraction` (share of
 `gpu-memory` (VRAM per GPU), tolerations (+ the assigned flavors' tolerations),
 nodeSelector and required node affinity, and the nodes of the flavors Kueue assigned
 (`status.admission.podSetAssignments[].flavors` → ResourceFlavor `spec.nodeLabels`).
-`required-topology` / `preferred-topology` (ours, else Kueue's TAS `topologyRequest`) and
-`numa-policy` are gang-wide: pod sets must agree on the topology levels; the strictest NUMA
-policy wins.
+`required-topology` / `preferred-topology` (ours, else Kueue's TAS `topologyRequest`), the
+`workload-type` annotation and Kueue's `podset-group-name` (annotation or
+`topologyRequest.podSetGroupName`) are kept per pod set; pod sets may disagree. The gang-wide
+values are those of the GPU pod sets (of every pod set when none has GPUs): the narrowest
+level stated, the type stated by the pod sets with the most GPUs. `numa-policy` is
+gang-wide: the strictest wins. See `Gang.level_of` for which pod sets the levels bind.
 """
 
 from __future__ import annotations
@@ -233,12 +236,13 @@ def _waited_seconds(workload: Obj, now: datetime | None) -> float:
 
 @dataclass(slots=True)
 class _GangWide:
-    """What each pod set says about the whole gang, by pod set name: the pod sets must
-    agree on these (the NUMA policies: the strictest wins)."""
+    """What each pod set asks for, by pod set name: the gang-wide values are derived from
+    these (`_gang`); the NUMA policies: the strictest wins."""
 
     required: dict[str, str] = field(default_factory=dict)
     preferred: dict[str, str] = field(default_factory=dict)
     workload_types: dict[str, WorkloadType] = field(default_factory=dict)
+    groups: dict[str, str] = field(default_factory=dict)
     numa: list[NumaPolicy] = field(default_factory=list)
 
 
@@ -362,6 +366,10 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
             affinity_terms=node_affinity_terms(workload, pspec, f"{fld}.template.spec"),
             allowed_nodes=allowed,
             indexed=indexed,
+            required_level=said.required.get(name),
+            preferred_level=said.preferred.get(name),
+            workload_type=said.workload_types.get(name),
+            group=said.groups.get(name),
         )
     except ValueError as e:
         raise TranslationError(object_ref(workload), fld, str(e)) from None
@@ -375,7 +383,8 @@ def _gang_wide(
     ann: Mapping[str, Any],
     said: _GangWide,
 ) -> None:
-    """A pod set's workload type, NUMA policy and topology levels, into `said`."""
+    """A pod set's workload type, NUMA policy, topology levels and podset group, into
+    `said`."""
     workload, afld = ctx.workload, f"{fld}.template.metadata.annotations"
     workload_type = annotated_workload_type(workload, ann, afld)
     if workload_type is not None:
@@ -389,6 +398,9 @@ def _gang_wide(
         said.required[name] = required
     if preferred is not None:
         said.preferred[name] = preferred
+    group = topo.get("podSetGroupName") or ann.get(L.KUEUE_PODSET_GROUP_NAME)
+    if group:
+        said.groups[name] = str(group)
 
 
 def _node_constraints(
@@ -430,21 +442,11 @@ def _gang(
 ) -> Gang:
     workload = ctx.workload
     ref = object_ref(workload)
-
-    def one(values: dict[str, Any], what: str) -> Any:
-        distinct = sorted(set(values.values()), key=str)
-        if len(distinct) > 1:
-            raise TranslationError(
-                ref,
-                f"spec.podSets[*].template.metadata.annotations ({what})",
-                f"pod sets disagree ({dict(sorted(values.items()))}); the gang is placed as a "
-                f"whole, so give every pod set the same {what} or leave it out",
-            )
-        return distinct[0] if distinct else None
-
-    wtype = one(said.workload_types, L.ANN_WORKLOAD_TYPE) or classify_workload(
-        workload, ctx.owner
-    )
+    _check_groups(ref, pod_sets)
+    # the GPU pod sets decide for the gang (every pod set when none has GPUs)
+    deciding = [p for p in pod_sets if p.gpus] or pod_sets
+    order = _level_order(ctx, config)
+    wtype = _leading_type(deciding) or classify_workload(workload, ctx.owner)
     numa_policy = (
         max(said.numa, key=lambda p: _NUMA_RANK[p]) if said.numa else NumaPolicy(config.numa_policy)
     )
@@ -454,8 +456,8 @@ def _gang(
             pod_sets=tuple(pod_sets),
             tier=workload_tier(workload, ctx.kueue, config),
             workload_type=wtype,
-            required_level=one(said.required, L.ANN_REQUIRED_TOPOLOGY),
-            preferred_level=one(said.preferred, L.ANN_PREFERRED_TOPOLOGY),
+            required_level=_narrowest([p.required_level for p in deciding], order),
+            preferred_level=_narrowest([p.preferred_level for p in deciding], order),
             numa_policy=numa_policy,
             waited_seconds=_waited_seconds(workload, now),
         )
@@ -463,3 +465,51 @@ def _gang(
         if isinstance(e, TranslationError):
             raise
         raise TranslationError(ref, "spec.podSets", str(e)) from None
+
+
+def _check_groups(ref: str, pod_sets: list[PodSet]) -> None:
+    """The pod sets of one podset group share one domain: they must not ask for different
+    required levels (Kueue's own validation asks the same of them)."""
+    levels: dict[str, dict[str, str]] = {}
+    for p in pod_sets:
+        if p.group is not None and p.required_level is not None:
+            levels.setdefault(p.group, {})[p.name] = p.required_level
+    for group, stated in levels.items():
+        if len(set(stated.values())) > 1:
+            raise TranslationError(
+                ref,
+                f"spec.podSets[*].template.metadata.annotations ({L.KUEUE_PODSET_GROUP_NAME})",
+                f"pod sets of group {group!r} ask for different required levels "
+                f"({dict(sorted(stated.items()))}); a group shares one domain, so give them "
+                f"the same level",
+            )
+
+
+def _level_order(ctx: _Context, config: PlacementConfig) -> Sequence[str] | None:
+    """The topology levels, highest first, to rank the pod sets' levels by: the resolved
+    ones, else the config's own list (unknown with a Kueue Topology not at hand)."""
+    if ctx.levels is not None:
+        return ctx.levels
+    if config.topology.topology_name:
+        return None
+    return config.resolve_levels({})
+
+
+def _narrowest(stated: list[str | None], order: Sequence[str] | None) -> str | None:
+    """The narrowest (lowest) level stated; without a known order, the first stated."""
+    levels = [level for level in stated if level is not None]
+    if not levels:
+        return None
+    if order is None:
+        return levels[0]
+    return max(levels, key=lambda level: order.index(level) if level in order else -1)
+
+
+def _leading_type(pod_sets: list[PodSet]) -> WorkloadType | None:
+    """The workload type stated by the pod sets with the most GPUs (then pods), if any
+    states one; the first such pod set wins a tie."""
+    stated = [p for p in pod_sets if p.workload_type is not None]
+    if not stated:
+        return None
+    lead = max(stated, key=lambda p: (p.count * p.gpu_milli_per_pod, p.count))
+    return lead.workload_type

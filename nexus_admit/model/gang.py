@@ -101,6 +101,14 @@ class PodSet:
     allowed_nodes: frozenset[str] | None = None
     # pods carry an index (completion index, rank): neighbours should be neighbours
     indexed: bool = False
+    # What this pod set itself asks for; None = follow the gang (see `Gang.level_of`).
+    # The engine's soft terms read the gang-wide values; a required level is enforced.
+    required_level: str | None = None
+    preferred_level: str | None = None
+    workload_type: WorkloadType | None = None
+    # Kueue's podset-group-name: a group's pod sets share their required level (and a
+    # GPU-less member of a group with GPU pod sets is bound like them)
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -187,6 +195,44 @@ class Gang:
     @property
     def pod_count(self) -> int:
         return sum(p.count for p in self.pod_sets)
+
+    @property
+    def uses_gpus(self) -> bool:
+        return any(p.gpus for p in self.pod_sets)
+
+    def _mates(self, pod_set: PodSet) -> list[PodSet]:
+        """The pod sets of `pod_set`'s podset group (itself alone without a group)."""
+        if pod_set.group is None:
+            return [pod_set]
+        return [p for p in self.pod_sets if p.group == pod_set.group]
+
+    def follows_gang(self, pod_set: PodSet) -> bool:
+        """Whether the gang-wide `required_level` binds this pod set: neither it nor its
+        group states a level of its own, and it (or its group) has GPUs or the whole gang
+        has none. A GPU-less pod set beside GPU pod sets (a JobSet driver, a Ray head) is
+        free: it does not drag the gang's domain."""
+        mates = self._mates(pod_set)
+        if any(p.required_level is not None for p in mates):
+            return False
+        return any(p.gpus for p in mates) or not self.uses_gpus
+
+    def level_of(self, pod_set: PodSet) -> str | None:
+        """The level inside one domain of which this pod set's pods must all be: its own
+        (or its group's) stated level, else the gang's when it follows the gang, else none."""
+        for p in self._mates(pod_set):
+            if p.required_level is not None:
+                return p.required_level
+        return self.required_level if self.follows_gang(pod_set) else None
+
+    def required_domains(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(level, pod set names): the pod sets bound to each required level share one
+        domain of it. A gang whose pod sets all follow it has one entry naming them all."""
+        by_level: dict[str, list[str]] = {}
+        for p in self.pod_sets:
+            level = self.level_of(p)
+            if level is not None:
+                by_level.setdefault(level, []).append(p.name)
+        return tuple((level, tuple(names)) for level, names in by_level.items())
 
     @property
     def gpu_milli(self) -> int:

@@ -91,6 +91,7 @@ def build_model(problem: Problem, red: Reduction, terms: OrderTerms) -> GangMode
     _add_clique_terms(gm)
     _add_domain_terms(gm)
     _add_gang_terms(gm)
+    _add_pod_set_domains(gm)
     gm.minimize()
     return gm
 
@@ -223,20 +224,15 @@ def _add_clique_terms(gm: GangModel) -> None:
 
 def _add_domain_terms(gm: GangModel) -> None:
     """Per topology level above the host: the domains used, for domainSpread, gangSplit,
-    a required level and domainFragmentation (rack level only)."""
+    a required level binding the whole gang and domainFragmentation (rack level only)."""
     problem, weights = gm.problem, gm.weights
     host = len(problem.levels) - 1
-    required = problem.gang.required_level
-    required_index = problem.levels.index(required) if required else None
     for level in range(host):
         best_fit = bool(weights["domainFragmentation"]) and level == host - 1
-        if (
-            not (weights["domainSpread"] or weights["gangSplit"])
-            and level != required_index
-            and not best_fit
-        ):
+        required = problem.binds_whole_gang(level)
+        if not (weights["domainSpread"] or weights["gangSplit"]) and not required and not best_fit:
             continue
-        _add_level(gm, level, level == required_index, best_fit)
+        _add_level(gm, level, required, best_fit)
 
 
 def _add_level(gm: GangModel, level: int, required: bool, best_fit: bool) -> None:
@@ -303,7 +299,7 @@ def _add_rack_fit(
 def _add_gang_terms(gm: GangModel) -> None:
     """A required host, nodesUsed, maxPodsPerNode and the fill order of twins."""
     problem, model, weights = gm.problem, gm.model, gm.weights
-    if problem.gang.required_level == problem.levels[-1]:
+    if problem.binds_whole_gang(len(problem.levels) - 1):
         model.add(sum(gm.used.values()) == 1)  # required hostname: the whole gang on one node
     if weights["nodesUsed"]:
         gm.objective.append(weights["nodesUsed"] * SCALE * sum(gm.used.values()))
@@ -319,6 +315,26 @@ def _add_gang_terms(gm: GangModel) -> None:
             model.add(
                 sum(v for _, v in gm.by_unit[first]) >= sum(v for _, v in gm.by_unit[second])
             )
+
+
+def _add_pod_set_domains(gm: GangModel) -> None:
+    """Required levels that bind only some pod sets (a GPU-less driver is left out of the
+    workers' rack; a pod set with a level of its own): those pod sets' pods inside one
+    domain of the level, the others free. (Gangs whose required level binds every pod set
+    take `_add_level`'s / `_add_gang_terms`' form and never reach here.)"""
+    problem, model = gm.problem, gm.model
+    for level, names in problem.partial_domains():
+        in_domain: dict[Domain | None, cp_model.IntVar] = {}
+        for (pod_set, rep), pods in gm.pods.items():
+            if pod_set not in names:
+                continue
+            domain = problem.paths[rep][level]
+            chosen = in_domain.get(domain)
+            if chosen is None:
+                chosen = model.new_bool_var(f"pod_set_domain[{level},{domain}]")
+                in_domain[domain] = chosen
+            model.add(pods == 0).only_enforce_if(~chosen)
+        model.add_exactly_one(in_domain.values())
 
 
 def _add_node_capacity(

@@ -38,6 +38,9 @@ class Problem:
     impossible: str = ""  # non-empty when no placement can ever exist
     # NVLink cliques all of whose nodes are pristine -> their node names
     pristine_cliques: dict[str, list[str]] = field(default_factory=dict)
+    # (level index, pod set names): each group of pod sets inside one domain of its level
+    # (Gang.required_domains; one entry naming every pod set for a gang that all follows)
+    required_domains: list[tuple[int, frozenset[str]]] = field(default_factory=list)
     # level index -> free GPU share per domain (filled on first use; the snapshot is fixed)
     _domain_free: dict[int, dict[Domain, int]] = field(default_factory=dict, init=False, repr=False)
 
@@ -57,6 +60,24 @@ class Problem:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def binds_whole_gang(self, level_index: int) -> bool:
+        """Whether every pod set of the gang must share one domain of this level."""
+        every = frozenset(p.name for p in self.gang.pod_sets)
+        return any(li == level_index and names == every for li, names in self.required_domains)
+
+    def partial_domains(self) -> list[tuple[int, frozenset[str]]]:
+        """The required domains that bind only some of the gang's pod sets."""
+        every = frozenset(p.name for p in self.gang.pod_sets)
+        return [(li, names) for li, names in self.required_domains if names != every]
+
+    def outside_gang_domain(self) -> list[PodSet]:
+        """The pod sets the gang-wide required level does not bind (a GPU-less driver,
+        a pod set with a level of its own); none without a gang-wide required level."""
+        gang = self.gang
+        if gang.required_level is None:
+            return []
+        return [p for p in gang.pod_sets if gang.level_of(p) != gang.required_level]
 
     def class_cost(self, node_name: str) -> int:
         return self.config.class_cost(self.gang.tier, self.node_class[node_name])
@@ -82,11 +103,12 @@ class Problem:
         """Per domain of one level, how many copies of the whole gang its candidate nodes
         could hold were they idle (each pod set counted alone, so an upper bound for gangs of
         several pod sets). Memoised per snapshot: it reads only static facts."""
-        required = self.gang.required_level if self.gang.required_level in self.levels else None
         level = self.levels[level_index]
         room: dict[Domain, int] | None = None
-        for ps in self.gang.pod_sets:
-            key = ("idle-room", self.levels, level, _static_key(ps, required),
+        # the pod sets a gang-wide level would bind (a free GPU-less driver need not fit)
+        bound = [p for p in self.gang.pod_sets if self.gang.follows_gang(p)]
+        for ps in bound or self.gang.pod_sets:
+            key = ("idle-room", self.levels, level, _static_key(ps, self._label_level(ps)),
                    self.gang.numa_policy)
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
@@ -105,10 +127,24 @@ class Problem:
             room = copies
         return room or {}
 
+    def _label_level(self, ps: PodSet) -> str | None:
+        """The level whose label this pod set's nodes must carry (its required level)."""
+        level = self.gang.level_of(ps)
+        return level if level in self.levels else None
+
 
 def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:
     if level is not None and level not in levels:
         return f"{what} level {level!r} is not a configured topology level {list(levels)}"
+    return ""
+
+
+def _check_pod_set_levels(gang: Gang, levels: tuple[str, ...]) -> str:
+    for ps in gang.pod_sets:
+        for level, what in ((ps.required_level, "required"), (ps.preferred_level, "preferred")):
+            problem = _check_level(level, levels, f"pod set {ps.name!r} {what}-topology")
+            if problem:
+                return problem
     return ""
 
 
@@ -153,16 +189,24 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     for node in snapshot:
         if node.clique in pristine:
             problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
-    problem.impossible = _check_level(
-        gang.required_level, levels, "required-topology"
-    ) or _check_level(gang.preferred_level, levels, "preferred-topology")
+    problem.impossible = (
+        _check_level(gang.required_level, levels, "required-topology")
+        or _check_level(gang.preferred_level, levels, "preferred-topology")
+        or _check_pod_set_levels(gang, levels)
+    )
+    problem.required_domains = [
+        (levels.index(level), frozenset(names))
+        for level, names in gang.required_domains()
+        if level in levels
+    ]
     if gang.tier not in config.tier_names():
         problem.impossible = problem.impossible or (
             f"tier {gang.tier!r} is not defined in the PlacementConfig {list(config.tier_names())}"
         )
-    req_idx = levels.index(gang.required_level) if gang.required_level in levels else None
     for ps in gang.pod_sets:
-        key = _static_key(ps, gang.required_level if req_idx is not None else None)
+        label_level = problem._label_level(ps)
+        req_idx = levels.index(label_level) if label_level is not None else None
+        key = _static_key(ps, label_level)
         cached = cache.get(key)
         if cached is None:
             ok: list[str] = []
@@ -170,7 +214,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
             for node in snapshot:
                 reason = ps.static_fit(node)
                 if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
-                    reason = f"no {gang.required_level} label"
+                    reason = f"no {label_level} label"
                 if reason is None:
                     ok.append(node.name)
                 else:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
-from nexus_admit.model import ClusterSnapshot, Domain, Gang, Slot, apply_slots, fit_pod
+from nexus_admit.model import ClusterSnapshot, Domain, Gang, PodSet, Slot, apply_slots, fit_pod
 from nexus_admit.placement.baselines.tas import tas_counts
 from nexus_admit.placement.objective import (
     evaluate_terms,
@@ -122,6 +122,9 @@ def prune_domains(problem: Problem, red: Reduction) -> Reduction:
     gang, bound every such domain from below, take the best greedy (Kueue-TAS-like)
     fill of the most promising ones as an upper bound, and keep the nodes of the
     domains whose lower bound does not exceed it, best first, within the node budget."""
+    outside = problem.outside_gang_domain()
+    if outside and len(outside) < len(problem.gang.pod_sets):
+        return _prune_around(problem, red, outside)
     solver = problem.config.solver
     budget = max(solver.max_candidate_nodes, round(solver.kept_fraction * len(red.nodes)))
     weights = term_weights(problem)
@@ -144,6 +147,48 @@ def prune_domains(problem: Problem, red: Reduction) -> Reduction:
         kept.append(m)
         filled += room[m]
     return restrict(red, kept, f"pruned to the {len(kept)} cheapest nodes")
+
+
+def _prune_around(problem: Problem, red: Reduction, outside: list[PodSet]) -> Reduction:
+    """Pruning for a gang whose required level binds only some pod sets: the domains are
+    pruned for those (as a gang of their own), and each pod set outside keeps its cheapest
+    nodes with room for twice its pods (inside one domain of its own level, if it has
+    one). A heuristic; the solver's hint is then the greedy fill of the kept nodes."""
+    names = {p.name for p in outside}
+    inner = tuple(p for p in problem.gang.pod_sets if p.name not in names)
+    sub = replace(problem, gang=replace(problem.gang, pod_sets=inner))
+    inner_caps = {k: c for k, c in red.caps.items() if k[0] not in names}
+    inner_nodes = list(dict.fromkeys(n for _, n in inner_caps))
+    kept = prune_domains(sub, Reduction(inner_nodes, inner_caps)).nodes
+    taken = set(kept)
+    weights = term_weights(problem)
+    for ps in outside:
+        own = sorted(
+            ((n, c) for (p, n), c in red.caps.items() if p == ps.name),
+            key=lambda nc: (pod_cost(problem, nc[0], weights), -nc[1]),
+        )
+        level = problem.gang.level_of(ps)
+        if level is not None:
+            li = problem.level_index(level)
+            room: dict[Domain | None, int] = defaultdict(int)
+            for n, c in own:
+                room[problem.paths[n][li]] += c
+            first = next((problem.paths[n][li] for n, _ in own
+                          if room[problem.paths[n][li]] >= ps.count), None)
+            own = [(n, c) for n, c in own if problem.paths[n][li] == first]
+        held = 0
+        for n, c in own:
+            if held >= 2 * ps.count:
+                break
+            held += c
+            if n not in taken:
+                kept.append(n)
+                taken.add(n)
+    note = (
+        f"pruned to {len(kept)} nodes: the {problem.gang.required_level} domains for the pod "
+        f"sets bound to it, the cheapest nodes for {', '.join(sorted(names))}"
+    )
+    return restrict(red, kept, note)
 
 
 def _levels_to_try(problem: Problem) -> Iterable[int]:

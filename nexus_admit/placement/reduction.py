@@ -9,11 +9,19 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nexus_admit.model import Domain, NumaPolicy
+from nexus_admit.model import Domain, NumaPolicy, PodSet
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.problem import Problem
 
-__all__ = ["Reduction", "candidates", "holds", "reduce_symmetry", "restrict", "shortfall"]
+__all__ = [
+    "Reduction",
+    "candidates",
+    "holds",
+    "keeps_off_gpus",
+    "reduce_symmetry",
+    "restrict",
+    "shortfall",
+]
 
 
 @dataclass(slots=True)
@@ -31,20 +39,36 @@ class Reduction:
 
 
 def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
-    """Every node with room for at least one pod of some pod set, with its caps."""
+    """Every node with room for at least one pod of some pod set, with its caps. A free
+    GPU-less pod set beside GPU pod sets (see `keeps_off_gpus`) keeps to the nodes without
+    GPUs when those have room for all its pods."""
     caps: dict[tuple[str, str], int] = {}
     nodes: dict[str, None] = {}
+    notes: list[str] = []
     policy = problem.gang.numa_policy
     all_nodes = problem.snapshot.nodes
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
         fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
-        for name, fit in zip(names, fits, strict=True):
-            cap = min(fit, ps.count)
-            if cap > 0:
-                caps[(ps.name, name)] = cap
-                nodes[name] = None
-    return Reduction(list(nodes), caps)
+        room = [(name, min(fit, ps.count)) for name, fit in zip(names, fits, strict=True)]
+        room = [(name, cap) for name, cap in room if cap > 0]
+        if keeps_off_gpus(problem, ps):
+            cpu_only = [(name, cap) for name, cap in room if not all_nodes[name].gpu_count]
+            if sum(cap for _, cap in cpu_only) >= ps.count:
+                room = cpu_only
+                notes.append(f"pod set {ps.name}: no GPUs, kept to {len(room)} CPU nodes")
+        for name, cap in room:
+            caps[(ps.name, name)] = cap
+            nodes[name] = None
+    return Reduction(list(nodes), caps, notes=notes)
+
+
+def keeps_off_gpus(problem: Problem, ps: PodSet) -> bool:
+    """A pod set without GPUs, not bound to any required domain, in a gang with GPU pod sets
+    (a JobSet driver, a Ray head): it should not take a GPU node's room when nodes without
+    GPUs have it."""
+    gang = problem.gang
+    return not ps.gpus and gang.uses_gpus and gang.level_of(ps) is None
 
 
 def shortfall(problem: Problem, red: Reduction) -> str:

@@ -12,7 +12,7 @@ from nexus_admit.model import (
     Placement,
     PlacementConfig,
 )
-from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.problem import Problem, prepare
 
 __all__ = ["violations"]
 
@@ -89,9 +89,19 @@ def violations(
             and (gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE)
         ):
             out.append(f"{name} NUMA zone {z}: CPU over-committed")
-    if gang.required_level is not None and placement.slots:
-        li = problem.levels.index(gang.required_level)
-        domains = {problem.paths[s.node][li] for s in placement.slots if s.node in problem.paths}
-        if len(domains) != 1 or None in domains:
-            out.append(f"required {gang.required_level}: spans {len(domains)} domains")
+    out += _required_domains_broken(problem, placement)
+    return out
+
+
+def _required_domains_broken(problem: Problem, placement: Placement) -> list[str]:
+    """Each required level whose bound pod sets span more than one of its domains."""
+    out = []
+    for li, names in problem.required_domains:
+        bound = [s for s in placement.slots if s.pod_set in names and s.node in problem.paths]
+        domains = {problem.paths[s.node][li] for s in bound}
+        if bound and (len(domains) != 1 or None in domains):
+            whose = ""
+            if not problem.binds_whole_gang(li):
+                whose = f" (pod sets {', '.join(sorted(names))})"
+            out.append(f"required {problem.levels[li]}{whose}: spans {len(domains)} domains")
     return out

@@ -18,6 +18,7 @@ from nexus_admit.kube.errors import TranslationError
 from nexus_admit.kube.kueue import KueueIndex, is_pending_on_check, our_check_names
 from nexus_admit.kube.workload import classify_workload, workload_to_gang
 from nexus_admit.model import (
+    Gang,
     NodeSelectorRequirement,
     NumaPolicy,
     PlacementConfig,
@@ -271,24 +272,149 @@ def test_unknown_topology_level() -> None:
     assert e.value.field.endswith("[scheduling.kubenexus.io/required-topology]")
 
 
-def test_pod_sets_must_agree_on_topology() -> None:
+_REQ = "scheduling.kubenexus.io/required-topology"
+_PREF = "scheduling.kubenexus.io/preferred-topology"
+_TYPE = "scheduling.kubenexus.io/workload-type"
+_RACK = "cloud.provider.com/topology-rack"
+_ZONE = "topology.kubernetes.io/zone"
+_HOST = "kubernetes.io/hostname"
+_GROUP = "kueue.x-k8s.io/podset-group-name"
+RACK_CONFIG = PlacementConfig.model_validate(
+    {"topology": {"levels": [_ZONE, _RACK, _HOST]}}
+)
+
+
+RACK_LEVELS = RACK_CONFIG.resolve_levels({})
+
+
+def _racked(wl: dict[str, Any], levels: Any = RACK_LEVELS) -> Gang:
+    """Translated under zone › rack › host levels."""
+    return _gang(wl, levels=levels, config=RACK_CONFIG)
+
+
+def test_disagreeing_pod_sets_translate_each_keeps_its_own() -> None:
     wl = workload(
         "w",
         [
-            pod_set(
-                "a",
-                annotations={"scheduling.kubenexus.io/required-topology": "kubernetes.io/hostname"},
-            ),
-            pod_set(
-                "b",
-                annotations={
-                    "scheduling.kubenexus.io/required-topology": "topology.kubernetes.io/zone"
-                },
-            ),
+            pod_set("a", 2, gpus=8, annotations={_REQ: _HOST, _PREF: _RACK}),
+            pod_set("b", 2, gpus=8, annotations={_REQ: _ZONE, _PREF: _ZONE}),
         ],
     )
-    with pytest.raises(TranslationError, match="disagree"):
-        _gang(wl)
+    gang = _racked(wl)
+    a, b = gang.pod_sets
+    assert (a.required_level, a.preferred_level) == (_HOST, _RACK)
+    assert (b.required_level, b.preferred_level) == (_ZONE, _ZONE)
+    # the gang-wide levels: the narrowest the GPU pod sets ask for
+    assert (gang.required_level, gang.preferred_level) == (_HOST, _RACK)
+    # each pod set's own level binds it; they are different domains
+    assert gang.required_domains() == ((_HOST, ("a",)), (_ZONE, ("b",)))
+
+
+def test_narrowest_level_without_resolved_levels_uses_the_configs_order() -> None:
+    wl = workload(
+        "w",
+        [
+            pod_set("a", gpus=8, annotations={_REQ: _ZONE}),
+            pod_set("b", gpus=8, annotations={_REQ: _RACK}),
+        ],
+    )
+    assert _racked(wl, levels=None).required_level == _RACK
+
+
+def test_gpu_less_driver_does_not_drag_the_gang() -> None:
+    """A JobSet-like driver (CPU only, no level of its own) beside workers asking for a
+    rack: the gang's level is the workers', the driver is not bound to it."""
+    wl = workload(
+        "js",
+        [
+            pod_set("driver", 1, cpu="2", gpus=0, annotations={_TYPE: "service"}),
+            pod_set("workers", 4, gpus=8, annotations={_REQ: _RACK}),
+        ],
+        owner_kind="JobSet",
+    )
+    gang = _racked(wl)
+    driver, workers = gang.pod_sets
+    assert gang.required_level == _RACK
+    assert gang.level_of(workers) == _RACK and gang.level_of(driver) is None
+    assert gang.required_domains() == ((_RACK, ("workers",)),)
+    # the driver's own type stays its own; the GPU pod sets' decides for the gang
+    assert driver.workload_type is WorkloadType.SERVICE
+    assert gang.workload_type is WorkloadType.TRAINING
+
+
+def test_gpu_less_pod_set_with_its_own_level_is_bound_to_it() -> None:
+    wl = workload(
+        "js",
+        [
+            pod_set("driver", 1, cpu="2", gpus=0, annotations={_REQ: _RACK}),
+            pod_set("workers", 4, gpus=8, annotations={_REQ: _RACK}),
+        ],
+    )
+    gang = _racked(wl)
+    assert gang.required_domains() == ((_RACK, ("driver", "workers")),)
+
+
+def test_level_stated_only_by_the_gpu_less_pod_set_binds_only_it() -> None:
+    wl = workload(
+        "w",
+        [
+            pod_set("head", 1, cpu="2", gpus=0, annotations={_REQ: _ZONE}),
+            pod_set("workers", 2, gpus=8),
+        ],
+    )
+    gang = _racked(wl)
+    assert gang.required_level is None
+    assert gang.required_domains() == ((_ZONE, ("head",)),)
+
+
+def test_gpu_pod_sets_type_with_most_gpus_leads() -> None:
+    wl = workload(
+        "w",
+        [
+            pod_set("small", 1, gpus=1, annotations={_TYPE: "inference"}),
+            pod_set("big", 2, gpus=8, annotations={_TYPE: "training"}),
+        ],
+    )
+    gang = _racked(wl)
+    assert gang.workload_type is WorkloadType.TRAINING
+    assert [p.workload_type for p in gang.pod_sets] == [
+        WorkloadType.INFERENCE,
+        WorkloadType.TRAINING,
+    ]
+
+
+def test_podset_group_binds_a_gpu_less_leader_with_its_workers() -> None:
+    """LWS-like leader without GPUs grouped with its workers (Kueue's podset-group-name,
+    from the annotation or from topologyRequest.podSetGroupName): one rack for both."""
+    for leader_group in (
+        {"annotations": {_GROUP: "g"}},
+        {"topology_request": {"required": _RACK, "podSetGroupName": "g"}},
+    ):
+        wl = workload(
+            "lws",
+            [
+                pod_set("leader", 1, cpu="2", gpus=0, **leader_group),  # type: ignore[arg-type]
+                pod_set("worker", 3, gpus=8, annotations={_REQ: _RACK, _GROUP: "g"}),
+            ],
+            owner_kind="LeaderWorkerSet",
+        )
+        gang = _racked(wl)
+        leader, worker = gang.pod_sets
+        assert leader.group == worker.group == "g"
+        assert gang.level_of(leader) == _RACK
+        assert gang.required_domains() == ((_RACK, ("leader", "worker")),)
+
+
+def test_group_members_asking_for_different_levels_are_refused() -> None:
+    wl = workload(
+        "w",
+        [
+            pod_set("leader", 1, annotations={_REQ: _HOST, _GROUP: "g"}),
+            pod_set("worker", 3, annotations={_REQ: _ZONE, _GROUP: "g"}),
+        ],
+    )
+    with pytest.raises(TranslationError, match="group 'g' ask for different required levels"):
+        _racked(wl)
 
 
 def test_numa_policy_strictest_wins_and_default_from_config() -> None:

@@ -3,6 +3,8 @@ selector requirements, and why a pod set can never run on a node (`static_fit`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nexus_admit.model import (
@@ -234,3 +236,37 @@ def test_static_fit_unschedulable_comes_first() -> None:
     node = gpu_node("n", taints=(NO_SCHEDULE,), gpus=2)
     node.schedulable = False
     assert PodSet("w", 1, gpus=8).static_fit(node) == "unschedulable"
+
+
+# ---------------------------------------------------------------- which pod sets a level binds
+
+_DRIVER = PodSet("driver", 1, cpu_milli=1000)
+_WORKERS = PodSet("workers", 4, gpus=8)
+
+
+def test_a_gpu_less_pod_set_beside_gpu_pod_sets_is_free() -> None:
+    gang = Gang("ns/js", (_DRIVER, _WORKERS), required_level="rack")
+    assert not gang.follows_gang(_DRIVER) and gang.follows_gang(_WORKERS)
+    assert gang.level_of(_DRIVER) is None and gang.level_of(_WORKERS) == "rack"
+    assert gang.required_domains() == (("rack", ("workers",)),)
+
+
+def test_a_gang_without_gpus_binds_every_pod_set() -> None:
+    gang = Gang("ns/cpu", (_DRIVER, replace(_DRIVER, name="other")), required_level="rack")
+    assert gang.required_domains() == (("rack", ("driver", "other")),)
+
+
+def test_own_level_and_group_levels() -> None:
+    own = replace(_DRIVER, required_level="zone")
+    assert Gang("ns/g", (own, _WORKERS), required_level="rack").required_domains() == (
+        ("zone", ("driver",)),
+        ("rack", ("workers",)),
+    )
+    # a group: the GPU-less leader shares its workers' level, stated or the gang's
+    leader, workers = replace(_DRIVER, group="g"), replace(_WORKERS, group="g")
+    gang = Gang("ns/lws", (leader, workers), required_level="rack")
+    assert gang.required_domains() == (("rack", ("driver", "workers")),)
+    stated = replace(workers, required_level="host")
+    assert Gang("ns/lws", (leader, stated), required_level="host").level_of(leader) == "host"
+    # no level anywhere: nothing is bound
+    assert Gang("ns/free", (_DRIVER, _WORKERS)).required_domains() == ()

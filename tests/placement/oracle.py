@@ -11,8 +11,12 @@ docs and the term list promise:
 * NUMA: a pod is aligned when its GPUs hang off one zone that also has its CPU free (the
   zone's CPU is then taken); single-numa-node requires that on nodes with zones; a pod is
   counted unaligned only where one zone could ever hold its GPUs;
-* levels: a required level keeps every pod inside one domain of it; domains are qualified
-  by the levels above them;
+* levels: a required level keeps every pod bound to it inside one domain of it; domains
+  are qualified by the levels above them. A pod set is bound to the level it or its podset
+  group states (the first member stating one), else to the gang's level when it or its
+  group has GPUs or the gang has none; a GPU-less pod set beside GPU pod sets and bound to
+  nothing (a driver) is free, and uses only nodes without GPUs when those have room for all
+  its pods; the pod sets bound to one level share one domain of it;
 * the objective, in thousandths of a point (the engine's integer scale, so the comparison
   is exact): tier cost per GPU share; stranded VRAM per GPU below the tier's line;
   pristine islands (8-GPU nodes) and pristine NVLink cliques the gang starts but leaves
@@ -268,6 +272,42 @@ class Oracle:
         self.levels = config.resolve_levels(snapshot.kueue_topologies)
         self.path = {n.name: paths(n, self.levels) for n in snapshot}
         self.sets = {ps.name: ps for ps in gang.pod_sets}
+        # level index -> the pod sets that must share one domain of it
+        self.bound: dict[int, set[str]] = defaultdict(set)
+        for ps in gang.pod_sets:
+            level = self._level_of(ps)
+            if level is not None:
+                self.bound[self.levels.index(level)].add(ps.name)
+
+    def _level_of(self, ps: PodSet) -> str | None:
+        group = [p for p in self.gang.pod_sets if ps.group is not None and p.group == ps.group]
+        group = group or [ps]
+        stated = [p.required_level for p in group if p.required_level is not None]
+        if stated:
+            return stated[0]
+        gang_has_gpus = any(p.gpus for p in self.gang.pod_sets)
+        if any(p.gpus for p in group) or not gang_has_gpus:
+            return self.gang.required_level
+        return None
+
+    def _eligible_nodes(self, ps: PodSet) -> list[str]:
+        names = [n.name for n in self.snap if eligible(n, ps)]
+        if ps.gpus or self._level_of(ps) is not None or not any(
+            p.gpus for p in self.gang.pod_sets
+        ):
+            return names
+        cpu_nodes = [n for n in names if not self.snap.nodes[n].gpu_count]
+        room = sum(capacity(self.snap.nodes[n], ps, self.gang.numa_policy) for n in cpu_nodes)
+        return cpu_nodes if room >= ps.count else names
+
+    def _one_domain_each(self, counts: Mapping[tuple[str, str], int]) -> list[str]:
+        """The required levels whose bound pods span several domains (or none)."""
+        out = []
+        for li, names in self.bound.items():
+            domains = {self.path[n][li] for (p, n), c in counts.items() if p in names and c}
+            if len(domains) > 1 or None in domains:
+                out.append(self.levels[li])
+        return out
 
     # -- the written definition of each term, in thousandths of a point
     def value(self, counts: Mapping[tuple[str, str], int], unaligned: int) -> int:
@@ -358,13 +398,10 @@ class Oracle:
     def best(self) -> int | None:
         """The lowest objective over every feasible placement, None if there is none."""
         gang = self.gang
-        eligible_nodes = {
-            ps.name: [n.name for n in self.snap if eligible(n, ps)] for ps in gang.pod_sets
-        }
+        eligible_nodes = {ps.name: self._eligible_nodes(ps) for ps in gang.pod_sets}
         per_set = [
             list(_distributions(ps.count, eligible_nodes[ps.name])) for ps in gang.pod_sets
         ]
-        req = self.levels.index(gang.required_level) if gang.required_level else None
         best: int | None = None
         for combo in itertools.product(*per_set):
             counts = {
@@ -373,9 +410,7 @@ class Oracle:
                 for n, c in dist.items()
             }
             used = {n for _, n in counts}
-            if req is not None and len({self.path[n][req] for n in used}) != 1:
-                continue
-            if req is not None and any(self.path[n][req] is None for n in used):
+            if self._one_domain_each(counts):
                 continue
             unaligned = 0
             for n in used:
@@ -399,7 +434,7 @@ class Oracle:
         for slot in slots:
             ps, node = self.sets[slot.pod_set], state[slot.node]
             counts[(ps.name, node.name)] += 1
-            if not eligible(self.snap.nodes[node.name], ps):
+            if node.name not in self._eligible_nodes(ps):
                 problems.append(f"{slot} on an ineligible node")
             node.free_cpu_milli -= ps.cpu_milli
             node.free_memory_mib -= ps.memory_mib
@@ -425,10 +460,8 @@ class Oracle:
                 unaligned += 1
             if min(node.free_cpu_milli, node.free_memory_mib, node.free_pods) < 0:
                 problems.append(f"{slot}: node {node.name} over capacity")
-        if gang.required_level:
-            req = self.levels.index(gang.required_level)
-            if len({self.path[s.node][req] for s in slots}) != 1:
-                problems.append(f"slots span several {gang.required_level} domains")
+        for level in self._one_domain_each(counts):
+            problems.append(f"slots span several {level} domains")
         for ps in gang.pod_sets:
             if sum(1 for s in slots if s.pod_set == ps.name) != ps.count:
                 problems.append(f"pod set {ps.name}: wrong number of slots")

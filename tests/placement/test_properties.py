@@ -118,7 +118,13 @@ def oracle_cases(draw: st.DrawFn) -> tuple[ClusterSnapshot, Gang, PlacementConfi
             gpu_milli=milli,
             vram_mib=draw(st.sampled_from((0, 0, 10_240, 20_480))) if kind == "whole" else 0,
             allowed_nodes=allowed,
+            # a level of its own, Kueue's podset group (multi-pod-set gangs)
+            required_level=draw(st.sampled_from((None, None, None, None, RACK, HOST))),
+            group=draw(st.sampled_from((None, None, "g"))),
         ))
+    if len(sets) == 2 and sets[0].group == sets[1].group == "g" and sets[0].required_level:
+        # a group's members ask for one level (the translation refuses others)
+        sets[1] = replace(sets[1], required_level=sets[0].required_level)
     gang = Gang(
         "ns/g",
         tuple(sets),

@@ -74,8 +74,9 @@ def tas_counts(
     gang = problem.gang
     chosen: list[tuple[Domain, int]] | None = None
     start = 0
-    if gang.required_level is not None:
-        start = levels.index(gang.required_level)
+    required = gang.level_of(pod_set)  # the pod set's own, the gang's, or none (a free driver)
+    if required is not None:
+        start = levels.index(required)
         fitting = {d: s for d, s in state[start].items() if s >= need}
         if not fitting:
             return None
