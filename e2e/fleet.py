@@ -47,12 +47,12 @@ def expand(spec: dict[str, Any]) -> list[FakeNode]:
     topo = spec["topologyLabels"]
     out: list[FakeNode] = []
     for pool in spec["pools"]:
-        gpu = pool["gpu"]
+        gpu = pool.get("gpu")  # a CPU pool has none
         for r in range(int(pool["racks"])):
             rack = f"{pool['name']}-r{r}"
             block = f"{pool['name']}-b{r // int(pool.get('racksPerBlock', 1))}"
             clique = None
-            if gpu.get("clique") == "per-rack":
+            if gpu and gpu.get("clique") == "per-rack":
                 cluster_uuid = uuid.uuid5(_CLIQUE_NAMESPACE, f"{pool['name']}-fabric")
                 clique = f"{cluster_uuid}.{r + 1}"
             for i in range(int(pool["nodesPerRack"])):
@@ -64,17 +64,24 @@ def expand(spec: dict[str, Any]) -> list[FakeNode]:
                         topo["block"]: block,
                         topo["rack"]: rack,
                         topo["host"]: name,
-                        "nvidia.com/gpu.product": gpu["product"],
-                        "nvidia.com/gpu.family": gpu["family"],
-                        "nvidia.com/gpu.count": str(gpu["count"]),
-                        "nvidia.com/gpu.memory": str(gpu["memoryMiB"]),
                         "scheduling.kubenexus.io/e2e-pool": pool["name"],
                     }
                 )
+                if gpu:
+                    labels.update(
+                        {
+                            "nvidia.com/gpu.present": "true",
+                            "nvidia.com/gpu.product": gpu["product"],
+                            "nvidia.com/gpu.family": gpu["family"],
+                            "nvidia.com/gpu.count": str(gpu["count"]),
+                            "nvidia.com/gpu.memory": str(gpu["memoryMiB"]),
+                        }
+                    )
                 if clique:
                     labels["nvidia.com/gpu.clique"] = clique
                 allocatable = {k: str(v) for k, v in pool["allocatable"].items()}
-                allocatable[GPU_RESOURCE] = str(gpu["count"])
+                if gpu:
+                    allocatable[GPU_RESOURCE] = str(gpu["count"])
                 out.append(
                     FakeNode(
                         name=name,
@@ -86,7 +93,7 @@ def expand(spec: dict[str, Any]) -> list[FakeNode]:
                         annotations=dict(spec.get("kwokAnnotation", {})),
                         allocatable=allocatable,
                         numa_zones=int(pool.get("numaZones", 1)),
-                        gpus=int(gpu["count"]),
+                        gpus=int(gpu["count"]) if gpu else 0,
                     )
                 )
     return out
@@ -118,6 +125,8 @@ def nrt_manifest(n: FakeNode) -> dict[str, Any]:
     for z in range(n.numa_zones):
         resources = []
         for res in ("cpu", "memory", GPU_RESOURCE):
+            if res not in n.allocatable:
+                continue  # a CPU node has no GPUs to split
             q = _split(n.allocatable[res], n.numa_zones)
             resources.append({"name": res, "capacity": q, "allocatable": q, "available": q})
         zones.append(

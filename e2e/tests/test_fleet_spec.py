@@ -10,12 +10,17 @@ def test_fleet_expansion_is_consistent():
     nodes = fleet.nodes(spec)
     nrts = {o["metadata"]["name"]: o for o in fleet.node_resource_topologies(spec)}
     names = [n["metadata"]["name"] for n in nodes]
-    assert len(names) == len(set(names)) == 64
+    assert len(names) == len(set(names)) == 66
     assert fleet.summary(spec) == {
         "h100": {"nodes": 32, "gpus": 256},
         "a100": {"nodes": 16, "gpus": 128},
         "l40s": {"nodes": 16, "gpus": 64},
+        "cpu": {"nodes": 2, "gpus": 0},
     }
+    cpu_nodes = [n for n in nodes if n["metadata"]["name"].startswith("cpu-")]
+    assert all("nvidia.com/gpu" not in n["status"]["allocatable"] for n in cpu_nodes)
+    assert all("nvidia.com/gpu.present" not in n["metadata"]["labels"] for n in cpu_nodes)
+    nodes = [n for n in nodes if n not in cpu_nodes]
     for n in nodes:
         labels, alloc = n["metadata"]["labels"], n["status"]["allocatable"]
         assert labels["nvidia.com/gpu.count"] == alloc["nvidia.com/gpu"]

@@ -109,11 +109,16 @@ _SUSPENDED_BY_STATEFULSET: Final = (
 # a pod with the queue label: its queue decides; a pod Kueue suspends through its
 # StatefulSet (no queue label yet): the StatefulSet's entry decides
 KUEUE_MANAGED_CONDITION: Final = f"({_QUEUED}) || ({_SUSPENDED_BY_STATEFULSET})"
+# a StatefulSet not listed yet (created a moment ago): gated unless its namespace is known
+# to have no queue that uses the check
+_NAMESPACE_GATES: Final = (
+    "(!(request.namespace in params.data) || params.data[request.namespace] != '')"
+)
 QUEUE_GATE_CONDITION: Final = (
     f"has(params.data) && (({_QUEUED}) ? "
     f"(!({_QUEUE_KEY} in params.data) || params.data[{_QUEUE_KEY}] != '') : "
     "object.metadata.ownerReferences.exists(r, r.kind == 'StatefulSet' && "
-    f"(!({_PARENT_KEY} in params.data) || params.data[{_PARENT_KEY}] != '')))"
+    f"(({_PARENT_KEY} in params.data) ? params.data[{_PARENT_KEY}] != '' : {_NAMESPACE_GATES})))"
 )
 
 

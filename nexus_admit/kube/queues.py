@@ -44,6 +44,8 @@ _CONFIGMAP_KEY_MAX = 253
 # Kueue's pod template annotation naming the framework that suspends the pods through their
 # parent; "statefulset" is the one whose pods are created without the queue label
 SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
+# the value of a namespace's own key when one of its LocalQueues uses the check
+NAMESPACE_USES_CHECK = "uses-check"
 STATEFULSET_PARENT = "statefulset"
 
 
@@ -133,7 +135,9 @@ def gated_queues(
     queue created a moment before its first pods (the list not yet written) is gated rather
     than left unpinned, and the ungater lifts the gate from a pod whose queue turns out not
     to use the check. Each StatefulSet that names a known queue is listed too
-    (`gated_parent_key`), with its queue's value. Malformed objects are skipped: they lead
+    (`gated_parent_key`), with its queue's value, and each namespace with a LocalQueue
+    (its bare name: NAMESPACE_USES_CHECK when one of its queues uses the check, else ""),
+    which decides for a StatefulSet not listed yet. Malformed objects are skipped: they lead
     nowhere."""
     by_name: dict[str, Mapping[str, Any]] = {}
     for cq in cluster_queues:
@@ -161,6 +165,10 @@ def gated_queues(
                 )
             continue
         listed[key] = cq_name if cq_name in using else ""
+        # the namespace itself: does any of its queues use the check (a StatefulSet not
+        # listed yet is gated only in such a namespace)
+        if listed.get(ns) != NAMESPACE_USES_CHECK:
+            listed[ns] = NAMESPACE_USES_CHECK if cq_name in using else ""
     _list_statefulsets(statefulsets, listed)
     return listed, problems
 

@@ -12,6 +12,7 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.queue_gate import sync_queue_gate
 from tests.controller.fake_api import FakeApi
 
+NAMESPACES = {"a": "uses-check", "b": "uses-check"}  # both have a queue using the check
 CHECK = "nexus-placement"
 TARGET = "nexus-system/gated"
 
@@ -48,7 +49,9 @@ def test_lists_exactly_the_queues_that_use_the_check_and_writes_only_on_change()
     ctx = ctx_with(api)
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     # every queue it knows: with its ClusterQueue when that uses the check, else ""
-    assert written(api) == {"a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
+    assert written(api) == {
+        "a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": "", **NAMESPACES
+    }
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     assert api.count("apply", "ConfigMap") == 1
     ctx.store.upsert(
@@ -56,7 +59,10 @@ def test_lists_exactly_the_queues_that_use_the_check_and_writes_only_on_change()
         {"metadata": {"name": "train", "namespace": "a"}, "spec": {"clusterQueue": "cpu"}},
     )
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert written(api) == {"a.train": "", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
+    # namespace a has no queue using the check any more
+    assert written(api) == {
+        "a.train": "", "b.serve": "gpu", "a.batch": "", "a.junk": "", "a": "", "b": "uses-check"
+    }
 
 
 def test_a_failed_write_is_retried_next_pass() -> None:
@@ -66,7 +72,9 @@ def test_a_failed_write_is_retried_next_pass() -> None:
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     assert ctx.gated_queues is None
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert written(api) == {"a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": ""}
+    assert written(api) == {
+        "a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": "", **NAMESPACES
+    }
 
 
 def test_nothing_is_written_when_no_configmap_is_named() -> None:

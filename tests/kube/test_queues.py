@@ -121,8 +121,9 @@ def test_gated_queues_lists_every_local_queue_with_its_cluster_queue_only_when_i
     clusters = [cq("gpu-cq", CHECK), cq("cpu-cq"), {"metadata": None}, cq("odd", None)]
     listed, problems = gated_queues(local, clusters, {CHECK})  # type: ignore[arg-type]
     # listed with "": known not to use the check (never gated); absent: not known yet
+    # and each namespace: does one of its queues use the check
     assert listed == {"team.gpu": "gpu-cq", "other.gpu": "gpu-cq", "team.cpu": "",
-                      "team.dangling": ""}
+                      "team.dangling": "", "team": "uses-check", "other": "uses-check"}
     assert problems == []
 
 
