@@ -431,9 +431,19 @@ def test_deployment_and_statefulset_stay_placed_and_scale(nexus_namespace, core_
     submitted = time.time()
     apps.create_namespaced_deployment(ns, _deployment("infer", "nexus-silver", 4, 1))
     apps.create_namespaced_stateful_set(ns, _statefulset("db", "nexus-silver", 3, 2))
+
+    def all_ready() -> bool:
+        wls = custom_objects.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, ns, "workloads"
+        )["items"]
+        # a Deployment's pods are one Workload each; the StatefulSet is one pod group
+        return len(wls) == 5 and all(check_entry(w).get("state") == "Ready" for w in wls)
+
+    wait_for("5 Workloads with check Ready", all_ready, timeout=120)
+    ready = time.time()
     deploy = _running(core_v1, ns, "app=infer", 4)
     sts = _running(core_v1, ns, "app=db", 3)
-    _timed("Deployment+StatefulSet", submitted, submitted, time.time())
+    _timed("Deployment+StatefulSet", submitted, ready, time.time())
     _each_pinned(custom_objects, core_v1, ns, deploy + sts)
     for pods, kind in ((deploy, "Deployment"), (sts, "StatefulSet")):
         assert len(_racks(core_v1, pods)) >= 2, f"the {kind}'s replicas share one rack"
