@@ -31,6 +31,7 @@ from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import greedy
 from nexus_admit.placement.reduction import Reduction
+from nexus_admit.placement.spread import eligible_domains, sibling_counts, spread_level_weights
 
 __all__ = ["GangModel", "build_model", "units"]
 
@@ -43,7 +44,9 @@ def units(problem: Problem, red: Reduction) -> dict[str, list[str]]:
     gang = problem.gang
     single = len(gang.pod_sets) == 1 and gang.pod_sets[0].gpus > 0
     on_one_host = gang.required_level == problem.levels[-1]
-    if not (single and gang.workload_type.packs) or on_one_host:
+    # spread rules and siblings count pods per node: every node its own unit
+    per_node = bool(gang.spread_rules or gang.siblings)
+    if not (single and gang.workload_type.packs) or on_one_host or per_node:
         return {n: [n] for n in red.nodes}
     groups: dict[str, list[str]] = {n: [n] for n in red.nodes}
     for twins in red.twins:
@@ -91,6 +94,7 @@ def build_model(problem: Problem, red: Reduction, terms: OrderTerms) -> GangMode
     _add_clique_terms(gm)
     _add_domain_terms(gm)
     _add_gang_terms(gm)
+    _add_spread(gm)
     gm.minimize()
     return gm
 
@@ -319,6 +323,57 @@ def _add_gang_terms(gm: GangModel) -> None:
             model.add(
                 sum(v for _, v in gm.by_unit[first]) >= sum(v for _, v in gm.by_unit[second])
             )
+
+
+def _domain_loads(
+    gm: GangModel, level: int
+) -> dict[Domain, tuple[cp_model.LinearExprT, int]]:
+    """Per domain of one level: the gang's pods in it, and the most it can hold."""
+    problem = gm.problem
+    exprs: dict[Domain, list[cp_model.IntVar]] = defaultdict(list)
+    most: dict[Domain, int] = defaultdict(int)
+    for rep, entries in gm.by_unit.items():
+        domain = problem.paths[rep][level]
+        if domain is None:
+            continue
+        exprs[domain].extend(v for _, v in entries)
+        most[domain] += sum(gm.red.caps[(ps.name, rep)] for ps, _ in entries) * len(gm.units[rep])
+    pods = problem.gang.pod_count
+    return {d: (sum(vs), min(pods, most[d])) for d, vs in exprs.items()}
+
+
+def _add_spread(gm: GangModel) -> None:
+    """spreadPairs (pairs of the service's pods sharing a domain, siblings included; the
+    convex x(x-1)/2 by its tangent lines) and the gang's hard spread rules."""
+    problem, model = gm.problem, gm.model
+    weight = gm.weights["spreadPairs"]
+    for level, per_pair in spread_level_weights(problem) if weight else []:
+        siblings = sibling_counts(problem, level)
+        coef = weight * per_pair * SCALE
+        for domain, (load, most) in _domain_loads(gm, level).items():
+            if siblings.get(domain, 0):
+                gm.objective.append(coef * siblings[domain] * load)
+            if most > 1:
+                pairs = model.new_int_var(0, most * (most - 1) // 2, f"pairs[{level},{domain}]")
+                for k in range(1, most):
+                    model.add(pairs >= k * load - k * (k + 1) // 2)
+                gm.objective.append(coef * pairs)
+    for rule in problem.gang.spread_rules:
+        level = problem.levels.index(rule.level)
+        siblings = sibling_counts(problem, level)
+        loads = _domain_loads(gm, level)
+        if rule.max_per_domain is not None:
+            for domain, (load, _) in loads.items():
+                model.add(load + siblings.get(domain, 0) <= rule.max_per_domain)
+        if rule.max_skew is not None:
+            eligible = eligible_domains(problem, level)
+            low = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "low")
+            high = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "high")
+            for domain in eligible:
+                count = siblings.get(domain, 0) + (loads[domain][0] if domain in loads else 0)
+                model.add(low <= count)
+                model.add(count <= high)
+            model.add(high - low <= rule.max_skew)
 
 
 def _add_node_capacity(

@@ -86,7 +86,9 @@ class Problem:
         level = self.levels[level_index]
         room: dict[Domain, int] | None = None
         for ps in self.gang.pod_sets:
-            key = ("idle-room", self.levels, level, _static_key(ps, required),
+            allowed = self.config.allowed_classes(self.gang.tier) if ps.gpus else None
+            key = ("idle-room", self.levels, level,
+                   _static_key(ps, required, _allowed_key(self.config, allowed)),
                    self.gang.numa_policy)
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
@@ -112,9 +114,14 @@ def _check_level(level: str | None, levels: tuple[str, ...], what: str) -> str:
     return ""
 
 
-def _static_key(ps: PodSet, required_level: str | None) -> tuple[object, ...]:
+def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> object:
+    """What a tier's allowedClasses add to the eligibility key (nothing when unset)."""
+    return None if allowed is None else (tuple(sorted(allowed)), config.hardware_classes)
+
+
+def _static_key(ps: PodSet, required_level: str | None, allowed: object = None) -> tuple[object, ...]:
     """Everything `PodSet.static_fit` reads, so eligibility can be memoised per snapshot."""
-    return (
+    key: tuple[object, ...] = (
         "eligible",
         ps.gpus,
         ps.vram_mib,
@@ -126,6 +133,8 @@ def _static_key(ps: PodSet, required_level: str | None) -> tuple[object, ...]:
         ps.allowed_nodes,
         required_level,  # the label key: an index would mean another label under other levels
     )
+    # the tier's allowedClasses (GPU pod sets only); unset leaves the key as it always was
+    return key if allowed is None else (*key, allowed)
 
 
 def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:
@@ -156,13 +165,19 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     problem.impossible = _check_level(
         gang.required_level, levels, "required-topology"
     ) or _check_level(gang.preferred_level, levels, "preferred-topology")
+    for rule in gang.spread_rules:
+        problem.impossible = problem.impossible or _check_level(rule.level, levels, "spread rule")
     if gang.tier not in config.tier_names():
         problem.impossible = problem.impossible or (
             f"tier {gang.tier!r} is not defined in the PlacementConfig {list(config.tier_names())}"
         )
     req_idx = levels.index(gang.required_level) if gang.required_level in levels else None
+    tier_classes = config.allowed_classes(gang.tier)
     for ps in gang.pod_sets:
-        key = _static_key(ps, gang.required_level if req_idx is not None else None)
+        allowed = tier_classes if ps.gpus else None
+        key = _static_key(
+            ps, gang.required_level if req_idx is not None else None, _allowed_key(config, allowed)
+        )
         cached = cache.get(key)
         if cached is None:
             ok: list[str] = []
@@ -171,6 +186,8 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
                 reason = ps.static_fit(node)
                 if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
                     reason = f"no {gang.required_level} label"
+                if reason is None and allowed is not None and node_class[node.name] not in allowed:
+                    reason = "hardware class not in the tier's allowedClasses"
                 if reason is None:
                     ok.append(node.name)
                 else:

@@ -36,15 +36,29 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
     nodes: dict[str, None] = {}
     policy = problem.gang.numa_policy
     all_nodes = problem.snapshot.nodes
+    per_node = _per_node_limit(problem)
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
         fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
         for name, fit in zip(names, fits, strict=True):
             cap = min(fit, ps.count)
+            if per_node is not None:  # a spread rule per node, net of the siblings there
+                cap = min(cap, per_node - problem.gang.siblings.get(name, 0))
             if cap > 0:
                 caps[(ps.name, name)] = cap
                 nodes[name] = None
     return Reduction(list(nodes), caps)
+
+
+def _per_node_limit(problem: Problem) -> int | None:
+    """The fewest pods of the service a node may hold by the gang's spread rules."""
+    host = problem.levels[-1]
+    limits = [
+        r.max_per_domain
+        for r in problem.gang.spread_rules
+        if r.level == host and r.max_per_domain is not None
+    ]
+    return min(limits) if limits else None
 
 
 def shortfall(problem: Problem, red: Reduction) -> str:
@@ -100,6 +114,8 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
             return (*symmetry_key(problem, red, name, memo), *_frag_key(problem, name, memo))
 
         key = memo.derived(node, signature, compute) if signature is not None else compute()
+        if gang.siblings:  # siblings make nodes of one shape differ
+            key = (*key, gang.siblings.get(name, 0))
         if seen[key] < need:
             seen[key] += 1
             kept.append(name)

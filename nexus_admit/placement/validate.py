@@ -13,6 +13,7 @@ from nexus_admit.model import (
     PlacementConfig,
 )
 from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.spread import rule_violations
 
 __all__ = ["violations"]
 
@@ -89,6 +90,7 @@ def violations(
             and (gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE)
         ):
             out.append(f"{name} NUMA zone {z}: CPU over-committed")
+    out.extend(rule_violations(problem, placement.pods_per_node()))
     if gang.required_level is not None and placement.slots:
         li = problem.levels.index(gang.required_level)
         domains = {problem.paths[s.node][li] for s in placement.slots if s.node in problem.paths}
