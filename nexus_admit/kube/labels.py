@@ -46,6 +46,7 @@ __all__ = [
     "KUEUE_API_GROUP",
     "KUEUE_API_VERSION",
     "KUEUE_GROUP_VERSION",
+    "KUEUE_POD_GROUP_SERVING",
     "KUEUE_PODSET_PREFERRED_TOPOLOGY",
     "KUEUE_PODSET_REQUIRED_TOPOLOGY",
     "KUEUE_QUEUE_NAME_LABEL",
@@ -130,3 +131,5 @@ KUEUE_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
 KUEUE_PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
+# on the pods (and Workload pod templates) of a serving pod group: StatefulSet, LWS
+KUEUE_POD_GROUP_SERVING: Final = "kueue.x-k8s.io/pod-group-serving"
