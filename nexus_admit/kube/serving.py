@@ -40,9 +40,9 @@ __all__ = [
     "ServiceIndex",
     "is_serving_pod",
     "owner_pod",
+    "service_key",
     "serving_gang",
     "serving_templates",
-    "service_key",
     "with_siblings",
 ]
 

@@ -10,10 +10,10 @@ from nexus_admit.model.cluster import GPU_WHOLE, Node, Taint
 
 __all__ = [
     "Gang",
-    "SpreadRule",
     "NodeSelectorRequirement",
     "NumaPolicy",
     "PodSet",
+    "SpreadRule",
     "Toleration",
     "WorkloadType",
 ]

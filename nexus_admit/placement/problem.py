@@ -119,7 +119,9 @@ def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> obj
     return None if allowed is None else (tuple(sorted(allowed)), config.hardware_classes)
 
 
-def _static_key(ps: PodSet, required_level: str | None, allowed: object = None) -> tuple[object, ...]:
+def _static_key(
+    ps: PodSet, required_level: str | None, allowed: object = None
+) -> tuple[object, ...]:
     """Everything `PodSet.static_fit` reads, so eligibility can be memoised per snapshot."""
     key: tuple[object, ...] = (
         "eligible",

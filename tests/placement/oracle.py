@@ -21,9 +21,10 @@ docs and the term list promise:
   share left idle on touched GPU nodes (packing); GPUs left free in touched racks when a
   rack could hold the gang (packing or one-pod gangs); unaligned pods; the busiest node's
   pods and the pairs of the service's pods sharing a node or domain, siblings included,
-  × PlacementConfig.spread's weight of that level (spreading types); fragGradient (FGD's measure, per pod the growth that as many
-  pods of the set as fit cause, averaged) and fillOrder (per node used, its rank with
-  non-islands first, packing only), each per-pod/per-node cost rounded to a thousandth.
+  × PlacementConfig.spread's weight of that level (spreading types); fragGradient (FGD's
+  measure, per pod the growth that as many pods of the set as fit cause, averaged) and
+  fillOrder (per node used, its rank with non-islands first, packing only), each
+  per-pod/per-node cost rounded to a thousandth.
 
 The best value over every assignment of pods to nodes (and of GPUs and NUMA zones on each
 node) is what the engine must reach.
