@@ -189,7 +189,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
                 if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
                     reason = f"no {gang.required_level} label"
                 if reason is None and allowed is not None and node_class[node.name] not in allowed:
-                    reason = "hardware class not in the tier's allowedClasses"
+                    reason = "outside the tier's allowedClasses"
                 if reason is None:
                     ok.append(node.name)
                 else:
