@@ -31,7 +31,12 @@ from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import greedy
 from nexus_admit.placement.reduction import Reduction
-from nexus_admit.placement.spread import eligible_domains, sibling_counts, spread_level_weights
+from nexus_admit.placement.spread import (
+    domain_of,
+    eligible_domains,
+    sibling_counts,
+    spread_level_weights,
+)
 
 __all__ = ["GangModel", "build_model", "units"]
 
@@ -333,7 +338,7 @@ def _domain_loads(
     exprs: dict[Domain, list[cp_model.IntVar]] = defaultdict(list)
     most: dict[Domain, int] = defaultdict(int)
     for rep, entries in gm.by_unit.items():
-        domain = problem.paths[rep][level]
+        domain = domain_of(problem, rep, level)
         if domain is None:
             continue
         exprs[domain].extend(v for _, v in entries)

@@ -22,6 +22,7 @@ from nexus_admit.model import Domain, SpreadRule
 from nexus_admit.placement.problem import Problem
 
 __all__ = [
+    "domain_of",
     "eligible_domains",
     "node_pair_cost",
     "pair_cost",
@@ -45,13 +46,21 @@ def spread_level_weights(problem: Problem) -> list[tuple[int, int]]:
     return out
 
 
+def domain_of(problem: Problem, node: str, level_index: int) -> Domain | None:
+    """The node's domain at one level; at the host level the node itself, even where a
+    level above has no label (the path is cut there, a node is still a node)."""
+    if level_index == len(problem.levels) - 1:
+        return (node,)
+    path = problem.paths.get(node)
+    return path[level_index] if path is not None else None
+
+
 def sibling_counts(problem: Problem, level_index: int) -> dict[Domain, int]:
     """The service's pods already placed, per domain of one level (nodes the snapshot does
     not know, or without the level's label, count nowhere)."""
     out: dict[Domain, int] = defaultdict(int)
     for node, pods in problem.gang.siblings.items():
-        path = problem.paths.get(node)
-        domain = path[level_index] if path is not None else None
+        domain = domain_of(problem, node, level_index) if node in problem.paths else None
         if domain is not None and pods > 0:
             out[domain] += pods
     return out
@@ -64,7 +73,7 @@ def pair_cost(problem: Problem, per_node: Mapping[str, int]) -> float:
         siblings = sibling_counts(problem, li)
         placed: dict[Domain, int] = defaultdict(int)
         for node, pods in per_node.items():
-            domain = problem.paths[node][li]
+            domain = domain_of(problem, node, li)
             if domain is not None:
                 placed[domain] += pods
         total += weight * sum(siblings.get(d, 0) * x + x * (x - 1) // 2 for d, x in placed.items())
@@ -82,7 +91,7 @@ def eligible_domains(problem: Problem, level_index: int) -> set[Domain]:
     out: set[Domain] = set()
     for names in problem.candidates.values():
         for name in names:
-            domain = problem.paths[name][level_index]
+            domain = domain_of(problem, name, level_index)
             if domain is not None:
                 out.add(domain)
     return out
@@ -98,7 +107,7 @@ def rule_violations(problem: Problem, per_node: Mapping[str, int]) -> list[str]:
         li = problem.levels.index(rule.level)
         counts = sibling_counts(problem, li)
         for node, pods in per_node.items():
-            domain = problem.paths[node][li]
+            domain = domain_of(problem, node, li)
             if domain is not None:
                 counts[domain] += pods
         out.extend(_broken(rule, counts, eligible_domains(problem, li)))

@@ -365,11 +365,14 @@ class Oracle:
             weight = spread.node if level == HOST else spread.levels.get(level, spread.domain)
             placed: dict[tuple[str, ...], int] = defaultdict(int)
             siblings: dict[tuple[str, ...], int] = defaultdict(int)
+            def domain(n: str, li: int = li, level: str = level) -> tuple[str, ...] | None:
+                return (n,) if level == HOST else self.path[n][li]  # a node is always one
+
             for n, c in per_node.items():
-                if (d := self.path[n][li]) is not None:
+                if (d := domain(n)) is not None:
                     placed[d] += c
             for n, c in self.gang.siblings.items():
-                if n in self.path and (d := self.path[n][li]) is not None:
+                if n in self.path and (d := domain(n)) is not None:
                     siblings[d] += c
             total += weight * sum(siblings[d] * x + x * (x - 1) // 2 for d, x in placed.items())
         return total
