@@ -352,6 +352,7 @@ def _add_spread(gm: GangModel) -> None:
     convex x(x-1)/2 by its tangent lines) and the gang's hard spread rules."""
     problem, model = gm.problem, gm.model
     weight = gm.weights["spreadPairs"]
+    host = len(problem.levels) - 1
     for level, per_pair in spread_level_weights(problem) if weight else []:
         siblings = sibling_counts(problem, level)
         coef = weight * per_pair * SCALE
@@ -360,8 +361,11 @@ def _add_spread(gm: GangModel) -> None:
                 gm.objective.append(coef * siblings[domain] * load)
             if most > 1:
                 pairs = model.new_int_var(0, most * (most - 1) // 2, f"pairs[{level},{domain}]")
+                # on a node, the tangents scaled by the node's use (0 or 1: spreading units
+                # are single nodes), which ties pairs to nodes used in the LP relaxation
+                on = gm.used[domain[-1]] if level == host else 1
                 for k in range(1, most):
-                    model.add(pairs >= k * load - k * (k + 1) // 2)
+                    model.add(pairs >= k * load - k * (k + 1) // 2 * on)
                 gm.objective.append(coef * pairs)
     for rule in problem.gang.spread_rules:
         level = problem.levels.index(rule.level)
