@@ -330,9 +330,7 @@ def _add_gang_terms(gm: GangModel) -> None:
             )
 
 
-def _domain_loads(
-    gm: GangModel, level: int
-) -> dict[Domain, tuple[cp_model.LinearExprT, int]]:
+def _domain_loads(gm: GangModel, level: int) -> dict[Domain, tuple[cp_model.LinearExpr, int]]:
     """Per domain of one level: the gang's pods in it, and the most it can hold."""
     problem = gm.problem
     exprs: dict[Domain, list[cp_model.IntVar]] = defaultdict(list)
@@ -344,7 +342,7 @@ def _domain_loads(
         exprs[domain].extend(v for _, v in entries)
         most[domain] += sum(gm.red.caps[(ps.name, rep)] for ps, _ in entries) * len(gm.units[rep])
     pods = problem.gang.pod_count
-    return {d: (sum(vs), min(pods, most[d])) for d, vs in exprs.items()}
+    return {d: (cp_model.LinearExpr.sum(vs), min(pods, most[d])) for d, vs in exprs.items()}
 
 
 def _add_spread(gm: GangModel) -> None:
@@ -361,11 +359,13 @@ def _add_spread(gm: GangModel) -> None:
                 gm.objective.append(coef * siblings[domain] * load)
             if most > 1:
                 pairs = model.new_int_var(0, most * (most - 1) // 2, f"pairs[{level},{domain}]")
-                # on a node, the tangents scaled by the node's use (0 or 1: spreading units
-                # are single nodes), which ties pairs to nodes used in the LP relaxation
-                on = gm.used[domain[-1]] if level == host else 1
+                node = gm.used[domain[-1]] if level == host else None
                 for k in range(1, most):
-                    model.add(pairs >= k * load - k * (k + 1) // 2 * on)
+                    if node is None:
+                        model.add(pairs >= k * load - k * (k + 1) // 2)
+                    else:  # on a node, the tangents scaled by its use (0 or 1: spreading
+                        # units are single nodes): ties pairs to nodes used in the LP
+                        model.add(pairs >= k * load - k * (k + 1) // 2 * node)
                 gm.objective.append(coef * pairs)
     for rule in problem.gang.spread_rules:
         level = problem.levels.index(rule.level)
