@@ -7,8 +7,9 @@ Pending. What maps onto the model is honoured; the rest is refused with the reas
 
 - `whenUnsatisfiable: DoNotSchedule` (the default) over the pod's own pods (its
   `labelSelector` matches the pod's labels) and a `topologyKey` that is one of the
-  PlacementConfig's topology levels (the hostname included) → the pods of the service per
-  domain of that level differ by at most `maxSkew`, over the domains the pod may use.
+  PlacementConfig's topology levels (the hostname included) → each domain of that level
+  the gang puts pods in holds at most `maxSkew` more pods of the service than the
+  least-loaded domain the pod may use.
   Another key, a selector of other pods, or `minDomains` → refused.
 - `whenUnsatisfiable: ScheduleAnyway` is soft: not read (inference and service gangs
   spread by the spread term anyway; kube-scheduler's score has no say over a pinned pod).

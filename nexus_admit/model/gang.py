@@ -166,9 +166,10 @@ class PodSet:
 @dataclass(frozen=True, slots=True)
 class SpreadRule:
     """A hard limit on how the pods of the gang's service (its own pods and the siblings
-    already placed) share the domains of one topology level (the hostname: nodes):
-    at most `max_per_domain` per domain, and/or counts per domain that differ by at most
-    `max_skew` over the domains the gang may use (its pod sets' candidate nodes)."""
+    already placed) share the domains of one topology level (the hostname: nodes): in
+    every domain the gang puts pods in, at most `max_per_domain` of the service, and/or at
+    most `max_skew` more than in the least-loaded domain the gang may use (its pod sets'
+    candidate nodes)."""
 
     level: str  # a topology level label key
     max_skew: int | None = None

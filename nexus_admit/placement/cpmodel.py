@@ -20,7 +20,15 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
-from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
+from nexus_admit.model import (
+    GPU_WHOLE,
+    Domain,
+    Node,
+    NumaPolicy,
+    PodSet,
+    SpreadRule,
+    pod_capacity,
+)
 from nexus_admit.placement.objective import (
     level_weight,
     numa_alignable,
@@ -368,21 +376,33 @@ def _add_spread(gm: GangModel) -> None:
                         model.add(pairs >= k * load - k * (k + 1) // 2 * node)
                 gm.objective.append(coef * pairs)
     for rule in problem.gang.spread_rules:
-        level = problem.levels.index(rule.level)
-        siblings = sibling_counts(problem, level)
-        loads = _domain_loads(gm, level)
-        if rule.max_per_domain is not None:
-            for domain, (load, _) in loads.items():
-                model.add(load + siblings.get(domain, 0) <= rule.max_per_domain)
-        if rule.max_skew is not None:
-            eligible = eligible_domains(problem, level)
-            low = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "low")
-            high = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "high")
-            for domain in eligible:
-                count = siblings.get(domain, 0) + (loads[domain][0] if domain in loads else 0)
-                model.add(low <= count)
-                model.add(count <= high)
-            model.add(high - low <= rule.max_skew)
+        _add_rule(gm, rule)
+
+
+def _add_rule(gm: GangModel, rule: SpreadRule) -> None:
+    """Where the gang puts pods, at most `max_per_domain` of the service per domain, and
+    each such domain within `max_skew` of the least-loaded eligible domain (siblings
+    counted; a domain the gang does not use is never its to fix)."""
+    problem, model = gm.problem, gm.model
+    level = problem.levels.index(rule.level)
+    siblings = sibling_counts(problem, level)
+    loads = _domain_loads(gm, level)
+    if rule.max_per_domain is not None:
+        for domain, (load, _) in loads.items():
+            model.add(load <= max(0, rule.max_per_domain - siblings.get(domain, 0)))
+    if rule.max_skew is None:
+        return
+    eligible = eligible_domains(problem, level)
+    low = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "low")
+    fixed = [siblings.get(d, 0) for d in eligible if d not in loads]  # no pod can go there
+    if fixed:
+        model.add(low <= min(fixed))
+    for domain, (load, most) in loads.items():
+        count = siblings.get(domain, 0) + load
+        model.add(low <= count)
+        used = model.new_bool_var(f"spread_used[{level},{domain}]")
+        model.add(load <= most * used)
+        model.add(count - low <= rule.max_skew).only_enforce_if(used)
 
 
 def _add_node_capacity(

@@ -11,7 +11,7 @@ from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import pod_cost
 from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction
-from nexus_admit.placement.spread import node_pair_cost, rule_violations
+from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 
 __all__ = ["scan_lower_bound", "scan_single", "scans"]
 
@@ -56,10 +56,11 @@ def scan_single(
     )
     best: tuple[float, list[Slot]] | None = None
     costed = 0
+    allowed = one_pod_allowed(problem)
     for bound, _, name in ranked:
         if best is not None and bound >= best[0] - 1e-9:
             break
-        if problem.gang.spread_rules and rule_violations(problem, {name: 1}):
+        if not allowed(name):
             continue  # the service's spread rules keep it off this node
         slots = slots_for(problem, {(ps.name, name): 1})
         if isinstance(slots, str):

@@ -16,7 +16,7 @@ domains the gang may use.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from nexus_admit.model import Domain, SpreadRule
 from nexus_admit.placement.problem import Problem
@@ -25,6 +25,7 @@ __all__ = [
     "domain_of",
     "eligible_domains",
     "node_pair_cost",
+    "one_pod_allowed",
     "pair_cost",
     "rule_violations",
     "sibling_counts",
@@ -98,7 +99,9 @@ def eligible_domains(problem: Problem, level_index: int) -> set[Domain]:
 
 
 def rule_violations(problem: Problem, per_node: Mapping[str, int]) -> list[str]:
-    """How a placement (pods per node) with the siblings breaks the gang's spread rules."""
+    """How a placement (pods per node) breaks the gang's spread rules: where it puts pods,
+    more of the service in a domain than `max_per_domain`, or a domain more than `max_skew`
+    above the least-loaded eligible domain (siblings counted)."""
     out: list[str] = []
     for rule in problem.gang.spread_rules:
         if rule.level not in problem.levels:
@@ -106,23 +109,61 @@ def rule_violations(problem: Problem, per_node: Mapping[str, int]) -> list[str]:
             continue
         li = problem.levels.index(rule.level)
         counts = sibling_counts(problem, li)
+        used: set[Domain] = set()
         for node, pods in per_node.items():
             domain = domain_of(problem, node, li)
-            if domain is not None:
+            if domain is not None and pods > 0:
                 counts[domain] += pods
-        out.extend(_broken(rule, counts, eligible_domains(problem, li)))
+                used.add(domain)
+        out.extend(_broken(rule, counts, used, eligible_domains(problem, li)))
     return out
 
 
-def _broken(rule: SpreadRule, counts: Mapping[Domain, int], eligible: set[Domain]) -> list[str]:
+def one_pod_allowed(problem: Problem) -> Callable[[str], bool]:
+    """Whether one more pod on a node keeps the gang's spread rules: the counts are taken
+    once (a one-pod gang's scan asks it of every candidate node)."""
+    checks: list[Callable[[str], bool]] = []
+    for rule in problem.gang.spread_rules:
+        li = problem.levels.index(rule.level)
+        counts = sibling_counts(problem, li)
+        eligible = eligible_domains(problem, li)
+        checks.append(_one_more(problem, rule, li, counts, eligible))
+    return lambda node: all(check(node) for check in checks)
+
+
+def _one_more(
+    problem: Problem, rule: SpreadRule, li: int, counts: Mapping[Domain, int], eligible: set[Domain]
+) -> Callable[[str], bool]:
+    ordered = sorted(counts.get(d, 0) for d in eligible)
+
+    def allowed(node: str) -> bool:
+        domain = domain_of(problem, node, li)
+        if domain is None:
+            return True
+        now = counts.get(domain, 0) + 1
+        if rule.max_per_domain is not None and now > rule.max_per_domain:
+            return False
+        if rule.max_skew is None or not ordered:
+            return True
+        # the lowest count after the pod: unchanged unless this domain was the only lowest
+        low = ordered[0]
+        if domain in eligible and now - 1 == low and (len(ordered) == 1 or ordered[1] > low):
+            low = min(now, ordered[1]) if len(ordered) > 1 else now
+        return now - low <= rule.max_skew
+
+    return allowed
+
+
+def _broken(
+    rule: SpreadRule, counts: Mapping[Domain, int], used: set[Domain], eligible: set[Domain]
+) -> list[str]:
     out = []
-    busiest = max(counts.values(), default=0)
+    busiest = max((counts.get(d, 0) for d in used), default=0)
     if rule.max_per_domain is not None and busiest > rule.max_per_domain:
         out.append(f"{busiest} pods of the service in one {rule.level} domain "
                    f"(at most {rule.max_per_domain})")
-    if rule.max_skew is not None and eligible:
-        low = min(counts.get(d, 0) for d in eligible)
-        high = max(counts.get(d, 0) for d in eligible)
-        if high - low > rule.max_skew:
-            out.append(f"{rule.level} skew {high - low} (at most {rule.max_skew})")
+    if rule.max_skew is not None and eligible and used:
+        low = min(counts.get(d, 0) for d in eligible | used)
+        if busiest - low > rule.max_skew:
+            out.append(f"{rule.level} skew {busiest - low} (at most {rule.max_skew})")
     return out

@@ -20,9 +20,9 @@ from nexus_admit.model import (
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.sequence import OrderedPlacer
-from nexus_admit.placement.spread import pair_cost, rule_violations
+from nexus_admit.placement.spread import one_pod_allowed, pair_cost, rule_violations
 from nexus_admit.placement.validate import violations
-from tests.factories import A100, H100, HOST, LEVELS, RACK, T4, gpu_node, snapshot
+from tests.factories import A100, BLOCK, H100, HOST, LEVELS, RACK, T4, gpu_node, snapshot
 from tests.strategies import snapshots
 
 CONFIG = PlacementConfig.from_spec({"topology": {"levels": list(LEVELS)}})
@@ -170,3 +170,37 @@ def test_spread_never_puts_more_pods_on_a_node_than_anti_affinity_allows(
         assert count + siblings.get(node, 0) <= 1
     if placement.feasible:
         assert len(placement.slots) == pods
+
+
+_RULES = (
+    SpreadRule(RACK, max_skew=1),
+    SpreadRule(HOST, max_skew=1),
+    SpreadRule(BLOCK, max_per_domain=2),
+    SpreadRule(RACK, max_skew=2, max_per_domain=3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    snap=snapshots(max_nodes=5),
+    pods=st.integers(1, 4),
+    kind=st.sampled_from(list(WorkloadType)),
+    rules=st.lists(st.sampled_from(_RULES), min_size=1, max_size=2, unique=True),
+    on=st.lists(st.tuples(st.integers(0, 4), st.integers(1, 2)), max_size=3),
+)
+def test_the_engine_keeps_every_spread_rule_and_the_scan_agrees_with_the_check(
+    snap: ClusterSnapshot, pods: int, kind: WorkloadType, rules: list[SpreadRule],
+    on: list[tuple[int, int]],
+) -> None:
+    names = list(snap.nodes)
+    siblings = {names[i % len(names)]: n for i, n in on}
+    gang = Gang("ns/web", (PodSet("main", pods, cpu_milli=500, gpus=1),), tier="bronze",
+                workload_type=kind, service="StatefulSet/ns/web", siblings=siblings,
+                spread_rules=tuple(rules))
+    placement = CpSatEngine(seed=0).place(snap, gang, CONFIG)
+    assert violations(snap, gang, placement, CONFIG) == []
+    one = replace(gang, pod_sets=(PodSet("main", 1, cpu_milli=500, gpus=1),))
+    problem = prepare(snap, one, CONFIG)
+    allowed = one_pod_allowed(problem)
+    for name in names:
+        assert allowed(name) == (rule_violations(problem, {name: 1}) == []), name
