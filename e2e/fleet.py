@@ -164,8 +164,9 @@ def node_resource_topologies(spec: dict[str, Any] | None = None) -> list[dict[st
 def scaled(spec: dict[str, Any], total_nodes: int) -> dict[str, Any]:
     """The same fleet with about `total_nodes` nodes: every pool keeps its share of the
     nodes, its rack size and its racks per block; only the number of racks changes (the
-    load benchmark's 1,000-node fleet is fleet.yaml at a larger size)."""
-    pools = spec["pools"]
+    load benchmark's 1,000-node fleet is fleet.yaml at a larger size). Only the GPU pools:
+    the CPU nodes the tests keep for GPU-less drivers are not part of the benchmark's fleet."""
+    pools = [p for p in spec["pools"] if p.get("gpu")]
     base = [int(p["racks"]) * int(p["nodesPerRack"]) for p in pools]
     want = [total_nodes * b / sum(base) for b in base]
     # whole racks, largest remainders first, so the total lands as close as racks allow

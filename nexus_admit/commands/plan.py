@@ -35,6 +35,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump, DumpError, load_dump, load_objects
 from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.kueue import admission_order_key
+from nexus_admit.kube.serving import with_siblings
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.model import Placement, PlacementConfig
 from nexus_admit.placement.policies import make_policy
@@ -123,13 +124,22 @@ def run_plan(
     keys = [object_key(w) for w in selected]
     placer = OrderedPlacer(engine, dump.snapshot(exclude_workloads=keys))
     kueue = dump.kueue_index()
+    # a service's replicas placed earlier in this plan are siblings of the later ones
+    planned: dict[str, dict[str, int]] = {}
     for wl in selected:
         try:
             gang = dump.gang(wl, cfg, placer.snapshot, kueue)
         except TranslationError as e:
             result.errors.append(str(e))
             continue
-        result.placements.append(placer.place(gang, cfg))
+        if gang.service is not None:
+            gang = with_siblings(gang, planned.get(gang.service, {}))
+        placement = placer.place(gang, cfg)
+        if gang.service is not None and placement.feasible:
+            held = planned.setdefault(gang.service, {})
+            for node, pods in placement.pods_per_node().items():
+                held[node] = held.get(node, 0) + pods
+        result.placements.append(placement)
     return result
 
 

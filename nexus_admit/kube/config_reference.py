@@ -32,7 +32,11 @@ MEANINGS: dict[str, str] = {
     "tiers": "Service tiers; a ClusterQueue's label `scheduling.kubenexus.io/tier` names one.",
     "tiers[].name": "The tier name (the value of the ClusterQueue label).",
     "tiers[].classCosts": "Cost per GPU of this tier's work on each hardware class (0: its "
-    "home class).",
+    "home class). Soft: weighed against the other terms (a tier's GPU pod may still go to "
+    "a costlier class to keep an island of its own class whole).",
+    "tiers[].allowedClasses": "Hard: the only hardware classes this tier's GPU pods may run "
+    "on (CPU-only pods anywhere). Unset: every class. Trade-off: a gang waits (Retry) for "
+    "room on these classes instead of running at once on another.",
     "defaultTier": "The tier of Workloads whose ClusterQueue has no tier label.",
     "vramThresholds": "Per tier, the VRAM share of a GPU a pod should use; VRAM left below "
     "it counts as stranded.",
@@ -50,6 +54,15 @@ MEANINGS: dict[str, str] = {
     "weights.domainFragmentation": "Per GPU left free in the racks a gang touches.",
     "weights.numaUnaligned": "Per pod that does not fit one NUMA zone.",
     "weights.spread": "Inference and service gangs: pods on the busiest node.",
+    "spread": "Inference and service gangs only (training and batch never): the `spreadPairs` "
+    "term, per pair of the service's pods (the gang's and its siblings already placed: a "
+    "Deployment's other replicas) that share a node or a domain.",
+    "spread.node": "Per pair on one node. Above `weights.islandBroken` by default: replicas "
+    "take a node each even if that starts a pristine island; set it below to keep islands "
+    "whole and let replicas share nodes.",
+    "spread.domain": "Per pair in one domain of each level above the host not in `levels` (a "
+    "pair in one rack also shares its block and zone, so higher levels weigh more).",
+    "spread.levels": "Level label key → weight per pair in one of its domains.",
     "weights.fragGradient": "Engine-only: per GPU of fragmentation a gang adds (FGD measure).",
     "weights.fillOrder": "Engine-only: per node used × its rank in the node order.",
     "solver": "CP-SAT limits.",
@@ -192,7 +205,8 @@ def render() -> str:
         "takes the default below. The controller reads changes from its watch; an invalid spec",
         "turns the AdmissionCheck `Active=False` with the reason. The CRD (generated from the",
         "same model) carries these bounds, and the cross-field rules as CEL (unique names,",
-        "`defaultTier` one of the tiers, `classCosts` naming known classes, not both",
+        "`defaultTier` one of the tiers, `classCosts` and `allowedClasses` naming known",
+        "classes, not both",
         "`topologyName` and `levels`), so the apiserver refuses such a spec at `kubectl apply`.",
         "",
         "| field | type | bounds | default | meaning |",

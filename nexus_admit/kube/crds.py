@@ -132,6 +132,11 @@ def _placement_config_rules(spec: dict[str, Any]) -> None:
             "message": "tiers[].classCosts may name only hardwareClasses",
         },
         {
+            "rule": "!has(self.tiers) || self.tiers.all(t, !has(t.allowedClasses) || "
+            f"t.allowedClasses.all(c, c in {classes}))",
+            "message": "tiers[].allowedClasses may name only hardwareClasses",
+        },
+        {
             "rule": f"!has(self.vramThresholds) || self.vramThresholds.all(v, v.tier in {tiers})",
             "message": "vramThresholds may name only tiers",
         },

@@ -36,6 +36,7 @@ from nexus_admit.kube.kueue import (
     is_pending_on_check,
 )
 from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.serving import ServiceIndex, service_key, serving_gang
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import OWNER_KINDS, workload_to_gang
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
@@ -99,6 +100,8 @@ class ClusterDump:
     """Objects of a dump grouped by kind."""
 
     by_kind: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # which service's Workloads hold slots where (built on the first serving gang)
+    _services: ServiceIndex | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterDump:
@@ -117,7 +120,8 @@ class ClusterDump:
             local_queues=self.kind("LocalQueue"),
             resource_flavors=self.kind("ResourceFlavor"),
             admission_checks=self.kind("AdmissionCheck"),
-            owners=[o for k in sorted(OWNER_KINDS) for o in self.kind(k)],
+            # a plain-pod Workload's owner is its Pod (a Deployment's replica)
+            owners=[o for k in (*sorted(OWNER_KINDS), "Pod") for o in self.kind(k)],
         )
 
     def kueue_topologies(self) -> dict[str, tuple[str, ...]]:
@@ -220,21 +224,29 @@ class ClusterDump:
         now: datetime | None = None,
     ) -> Gang:
         """Translate one Workload against `snapshot` (its nodes and topologies); `now` gives
-        the gang its waited time (PlacementConfig.localityWait)."""
+        the gang its waited time (PlacementConfig.localityWait). A serving Workload gets its
+        service, the nodes where the service's other Workloads hold slots (the dump's live
+        reservations) and its pod templates' hard spread rules (kube/serving.py)."""
         try:
-            levels: tuple[str, ...] | None = config.resolve_levels(snapshot.kueue_topologies)
+            levels: tuple[str, ...] = config.resolve_levels(snapshot.kueue_topologies)
         except ValueError as e:
             raise TranslationError(
                 "PlacementConfig", "spec.topology.topologyName", str(e)
             ) from None
-        return workload_to_gang(
+        kueue = kueue or self.kueue_index()
+        gang = workload_to_gang(
             workload,
             config=config,
-            kueue=kueue or self.kueue_index(),
+            kueue=kueue,
             nodes=snapshot.nodes.values(),
             levels=levels,
             now=now,
         )
+        if self._services is None and service_key(workload, kueue) is not None:
+            self._services = ServiceIndex.of(
+                self.kind("Workload"), self.kind(L.KIND_RESOURCE_RESERVATION), kueue, now
+            )
+        return serving_gang(gang, workload, kueue, levels, self._services)
 
 
 def load_dump(source: str | Path | Sequence[Any]) -> ClusterDump:

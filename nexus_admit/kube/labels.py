@@ -49,6 +49,7 @@ __all__ = [
     "KUEUE_PODSET_GROUP_NAME",
     "KUEUE_PODSET_PREFERRED_TOPOLOGY",
     "KUEUE_PODSET_REQUIRED_TOPOLOGY",
+    "KUEUE_POD_GROUP_SERVING",
     "KUEUE_QUEUE_NAME_LABEL",
     "KUEUE_WORKLOAD_ANNOTATION",
     "LABEL_BORROWED",
@@ -133,3 +134,5 @@ KUEUE_PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology
 KUEUE_PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
 # pod template annotation (Kueue copies it to topologyRequest.podSetGroupName): co-location
 KUEUE_PODSET_GROUP_NAME: Final = "kueue.x-k8s.io/podset-group-name"
+# on the pods (and Workload pod templates) of a serving pod group: StatefulSet, LWS
+KUEUE_POD_GROUP_SERVING: Final = "kueue.x-k8s.io/pod-group-serving"

@@ -32,6 +32,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
+    child,
     mapping,
     meta,
     object_key,
@@ -50,6 +51,7 @@ from nexus_admit.kube.podspec import (
     vram_per_gpu_mib,
 )
 from nexus_admit.kube.requests import pod_requests
+from nexus_admit.kube.serving import is_serving_pod, serving_templates
 from nexus_admit.model import (
     Gang,
     Node,
@@ -170,10 +172,14 @@ def _uses_gpus(workload: Obj) -> bool:
 
 
 def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
-    """Workload type from owner kinds, then well-known labels (Workload and pod templates).
+    """Workload type from owner kinds, then Kueue's serving marks, then well-known labels
+    (Workload, pod templates, and the owner Pod of a plain-pod Workload).
 
     Deployment/StatefulSet/ReplicaSet and other services become `inference` when they use
-    GPUs. An indexed Job with GPUs and more than one pod is `training`. Default `batch`.
+    GPUs, so do a serving pod group (`kueue.x-k8s.io/pod-group-serving: "true"` on a pod
+    template) and a plain-pod Workload whose Pod is a ReplicaSet's or StatefulSet's
+    (`owner`: the Pod, from `KueueIndex.owner_of`). An indexed Job with GPUs and more than
+    one pod is `training`. Default `batch`.
     """
     gpus = _uses_gpus(workload)
     for kind in _owner_kinds(workload):
@@ -185,11 +191,18 @@ def classify_workload(workload: Obj, owner: Obj | None = None) -> WorkloadType:
         if kind == "Job" and gpus and _job_indexed(owner) and _pod_total(workload) > 1:
             return WorkloadType.TRAINING
         return t
+    # Kueue's serving pod groups (StatefulSet, LWS), and a Deployment's or StatefulSet's
+    # pod as its own Workload (owned by the Pod; Kueue copies only the pod spec)
+    pod = owner if owner is not None and owner.get("kind") == "Pod" else None
+    if serving_templates(workload) or (pod is not None and is_serving_pod(pod)):
+        return WorkloadType.INFERENCE if gpus else WorkloadType.SERVICE
     label_sets = [mapping(workload, meta(workload).get("labels"), "metadata.labels")]
     for i, tpl in enumerate(_templates(workload)):
         fld = f"spec.podSets[{i}].template.metadata"
         tmeta = mapping(workload, tpl.get("metadata"), fld)
         label_sets.append(mapping(workload, tmeta.get("labels"), f"{fld}.labels"))
+    if pod is not None:
+        label_sets.append(child(meta(pod), "labels"))
     for labels in label_sets:
         if any(k in labels for k in _INFERENCE_LABELS):
             return WorkloadType.INFERENCE

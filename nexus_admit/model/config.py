@@ -24,6 +24,7 @@ __all__ = [
     "Preemption",
     "PreemptionWeights",
     "SolverSettings",
+    "SpreadWeights",
     "Tier",
     "TopologySpec",
     "VramThreshold",
@@ -88,6 +89,9 @@ class Tier(_Spec):
     class_costs: dict[Name, Annotated[int, Field(ge=0, le=MAX_CLASS_COST)]] = Field(
         default_factory=dict, max_length=64
     )
+    # hard: this tier's GPU pods run only on these hardware classes (unset: on every class).
+    # A gang then waits for room on them rather than run on another class.
+    allowed_classes: tuple[Name, ...] | None = Field(default=None, min_length=1, max_length=64)
 
 
 class VramThreshold(_Spec):
@@ -122,6 +126,23 @@ class ObjectiveWeights(_Spec):
     frag_gradient: Weight = 0
     # and per node used × its rank in [0, 1) in the cluster's node order (packing gangs).
     fill_order: Weight = 0
+
+
+class SpreadWeights(_Spec):
+    """The spread term of inference and service gangs (never of training or batch): per
+    pair of pods of one service (a Deployment's replicas, a StatefulSet, an LWS group, or
+    the gang alone) that share a node, and per pair that share a domain of each level above
+    the host, counting the service's pods already placed. A pair in one rack usually also
+    shares its block and zone, so higher levels weigh more on their own."""
+
+    node: Weight = 2500  # above weights.islandBroken: replicas take a node each first
+    domain: Weight = 100  # every topology level above the host not in `levels`
+    levels: dict[LabelKey, Weight] = Field(default_factory=dict, max_length=16)
+
+    def level_weight(self, level: str, hostname: bool) -> int:
+        if hostname:
+            return self.node
+        return self.levels.get(level, self.domain)
 
 
 class LocalityWait(_Spec):
@@ -239,6 +260,7 @@ class PlacementConfig(_Spec):
     island_min_gpus: int = Field(default=8, ge=1, le=1024)
     locality_wait: LocalityWait | None = None  # off by default
     preemption: Preemption = Field(default_factory=Preemption)  # off by default
+    spread: SpreadWeights = Field(default_factory=SpreadWeights)  # inference/service only
     reservation_ttl_seconds: int = Field(default=600, ge=10, le=DAY_SECONDS)
     retry_after_seconds: int = Field(default=30, ge=1, le=DAY_SECONDS)
 
@@ -253,12 +275,16 @@ class PlacementConfig(_Spec):
         if self.default_tier not in tier_names:
             raise ValueError(f"defaultTier {self.default_tier!r} is not one of tiers {tier_names}")
         for tier in self.tiers:
-            unknown = set(tier.class_costs) - set(class_names)
-            if unknown:
-                raise ValueError(
-                    f"tiers[{tier.name}].classCosts names unknown hardware classes "
-                    f"{sorted(unknown)}; known: {class_names}"
-                )
+            for what, named in (
+                ("classCosts", tier.class_costs),
+                ("allowedClasses", tier.allowed_classes or ()),
+            ):
+                unknown = set(named) - set(class_names)
+                if unknown:
+                    raise ValueError(
+                        f"tiers[{tier.name}].{what} names unknown hardware classes "
+                        f"{sorted(unknown)}; known: {class_names}"
+                    )
         if "vram_thresholds" not in self.model_fields_set:
             # the built-in thresholds name the built-in tiers; keep those that exist
             kept = tuple(vt for vt in self.vram_thresholds if vt.tier in tier_names)
@@ -317,6 +343,13 @@ class PlacementConfig(_Spec):
             if t.name == tier:
                 return t.class_costs.get(hardware_class, 0)
         return 0
+
+    def allowed_classes(self, tier: str) -> frozenset[str] | None:
+        """The hardware classes a GPU pod of `tier` may run on; None: every class."""
+        for t in self.tiers:
+            if t.name == tier and t.allowed_classes is not None:
+                return frozenset(t.allowed_classes)
+        return None
 
     def tier_rank(self, tier: str) -> int:
         """0 for the highest tier; unknown tiers rank below every listed one."""

@@ -13,6 +13,7 @@ __all__ = [
     "NodeSelectorRequirement",
     "NumaPolicy",
     "PodSet",
+    "SpreadRule",
     "Toleration",
     "WorkloadType",
 ]
@@ -171,6 +172,25 @@ class PodSet:
 
 
 @dataclass(frozen=True, slots=True)
+class SpreadRule:
+    """A hard limit on how the pods of the gang's service (its own pods and the siblings
+    already placed) share the domains of one topology level (the hostname: nodes): in
+    every domain the gang puts pods in, at most `max_per_domain` of the service, and/or at
+    most `max_skew` more than in the least-loaded domain the gang may use (its pod sets'
+    candidate nodes)."""
+
+    level: str  # a topology level label key
+    max_skew: int | None = None
+    max_per_domain: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_skew is None and self.max_per_domain is None:
+            raise ValueError(f"spread rule on {self.level!r} limits nothing")
+        if min(self.max_skew or 1, self.max_per_domain or 1) < 1:
+            raise ValueError(f"spread rule on {self.level!r}: limits must be at least 1")
+
+
+@dataclass(frozen=True, slots=True)
 class Gang:
     """One Kueue Workload: all its pod sets are placed together or not at all."""
 
@@ -184,6 +204,12 @@ class Gang:
     # how long the workload has waited so far (creation to now; the simulator: since
     # arrival): PlacementConfig.localityWait holds a gang back only this long
     waited_seconds: float = 0.0
+    # Serving: the set of replicas this gang belongs to (a Deployment, a StatefulSet...),
+    # and where that set's other pods already run (node -> pods); spreading types count
+    # them in their spread term, and `spread_rules` count them too.
+    service: str | None = None
+    siblings: Mapping[str, int] = field(default_factory=dict)
+    spread_rules: tuple[SpreadRule, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.pod_sets:

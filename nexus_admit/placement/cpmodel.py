@@ -20,7 +20,15 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
-from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
+from nexus_admit.model import (
+    GPU_WHOLE,
+    Domain,
+    Node,
+    NumaPolicy,
+    PodSet,
+    SpreadRule,
+    pod_capacity,
+)
 from nexus_admit.placement.objective import (
     level_weight,
     numa_alignable,
@@ -31,6 +39,12 @@ from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import greedy
 from nexus_admit.placement.reduction import Reduction
+from nexus_admit.placement.spread import (
+    domain_of,
+    eligible_domains,
+    sibling_counts,
+    spread_level_weights,
+)
 
 __all__ = ["GangModel", "build_model", "units"]
 
@@ -43,7 +57,9 @@ def units(problem: Problem, red: Reduction) -> dict[str, list[str]]:
     gang = problem.gang
     single = len(gang.pod_sets) == 1 and gang.pod_sets[0].gpus > 0
     on_one_host = gang.required_level == problem.levels[-1]
-    if not (single and gang.workload_type.packs) or on_one_host:
+    # spread rules and siblings count pods per node: every node its own unit
+    per_node = bool(gang.spread_rules or gang.siblings)
+    if not (single and gang.workload_type.packs) or on_one_host or per_node:
         return {n: [n] for n in red.nodes}
     groups: dict[str, list[str]] = {n: [n] for n in red.nodes}
     for twins in red.twins:
@@ -92,6 +108,7 @@ def build_model(problem: Problem, red: Reduction, terms: OrderTerms) -> GangMode
     _add_domain_terms(gm)
     _add_gang_terms(gm)
     _add_pod_set_domains(gm)
+    _add_spread(gm)
     gm.minimize()
     return gm
 
@@ -335,6 +352,73 @@ def _add_pod_set_domains(gm: GangModel) -> None:
                 in_domain[domain] = chosen
             model.add(pods == 0).only_enforce_if(~chosen)
         model.add_exactly_one(in_domain.values())
+
+
+def _domain_loads(gm: GangModel, level: int) -> dict[Domain, tuple[cp_model.LinearExpr, int]]:
+    """Per domain of one level: the gang's pods in it, and the most it can hold."""
+    problem = gm.problem
+    exprs: dict[Domain, list[cp_model.IntVar]] = defaultdict(list)
+    most: dict[Domain, int] = defaultdict(int)
+    for rep, entries in gm.by_unit.items():
+        domain = domain_of(problem, rep, level)
+        if domain is None:
+            continue
+        exprs[domain].extend(v for _, v in entries)
+        most[domain] += sum(gm.red.caps[(ps.name, rep)] for ps, _ in entries) * len(gm.units[rep])
+    pods = problem.gang.pod_count
+    return {d: (cp_model.LinearExpr.sum(vs), min(pods, most[d])) for d, vs in exprs.items()}
+
+
+def _add_spread(gm: GangModel) -> None:
+    """spreadPairs (pairs of the service's pods sharing a domain, siblings included; the
+    convex x(x-1)/2 by its tangent lines) and the gang's hard spread rules."""
+    problem, model = gm.problem, gm.model
+    weight = gm.weights["spreadPairs"]
+    host = len(problem.levels) - 1
+    for level, per_pair in spread_level_weights(problem) if weight else []:
+        siblings = sibling_counts(problem, level)
+        coef = weight * per_pair * SCALE
+        for domain, (load, most) in _domain_loads(gm, level).items():
+            if siblings.get(domain, 0):
+                gm.objective.append(coef * siblings[domain] * load)
+            if most > 1:
+                pairs = model.new_int_var(0, most * (most - 1) // 2, f"pairs[{level},{domain}]")
+                node = gm.used[domain[-1]] if level == host else None
+                for k in range(1, most):
+                    if node is None:
+                        model.add(pairs >= k * load - k * (k + 1) // 2)
+                    else:  # on a node, the tangents scaled by its use (0 or 1: spreading
+                        # units are single nodes): ties pairs to nodes used in the LP
+                        model.add(pairs >= k * load - k * (k + 1) // 2 * node)
+                gm.objective.append(coef * pairs)
+    for rule in problem.gang.spread_rules:
+        _add_rule(gm, rule)
+
+
+def _add_rule(gm: GangModel, rule: SpreadRule) -> None:
+    """Where the gang puts pods, at most `max_per_domain` of the service per domain, and
+    each such domain within `max_skew` of the least-loaded eligible domain (siblings
+    counted; a domain the gang does not use is never its to fix)."""
+    problem, model = gm.problem, gm.model
+    level = problem.levels.index(rule.level)
+    siblings = sibling_counts(problem, level)
+    loads = _domain_loads(gm, level)
+    if rule.max_per_domain is not None:
+        for domain, (load, _) in loads.items():
+            model.add(load <= max(0, rule.max_per_domain - siblings.get(domain, 0)))
+    if rule.max_skew is None:
+        return
+    eligible = eligible_domains(problem, level)
+    low = model.new_int_var(0, problem.gang.pod_count + sum(siblings.values()), "low")
+    fixed = [siblings.get(d, 0) for d in eligible if d not in loads]  # no pod can go there
+    if fixed:
+        model.add(low <= min(fixed))
+    for domain, (load, most) in loads.items():
+        count = siblings.get(domain, 0) + load
+        model.add(low <= count)
+        used = model.new_bool_var(f"spread_used[{level},{domain}]")
+        model.add(load <= most * used)
+        model.add(count - low <= rule.max_skew).only_enforce_if(used)
 
 
 def _add_node_capacity(

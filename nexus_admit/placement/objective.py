@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from nexus_admit.model import GPU_WHOLE, Node, PodSet, Slot
 from nexus_admit.placement.problem import Problem
+from nexus_admit.placement.spread import pair_cost
 
 __all__ = [
     "TERMS",
@@ -36,6 +37,7 @@ TERMS = (
     "domainFragmentation",  # GPUs (share) left free in the racks/ToRs this gang touches
     "numaUnaligned",  # pods whose GPUs and CPUs are not from one NUMA zone
     "maxPodsPerNode",  # the busiest node's pod count (inference/service spread)
+    "spreadPairs",  # weighted pairs of the service's pods sharing a node or domain (spread.py)
 )
 
 
@@ -98,6 +100,8 @@ def term_weights(problem: Problem) -> dict[str, int]:
         ),
         "numaUnaligned": w.numa_unaligned,
         "maxPodsPerNode": 0 if packs else w.spread,
+        # its weights per level are PlacementConfig.spread, inside the term
+        "spreadPairs": 0 if packs else 1,
     }
 
 
@@ -164,4 +168,5 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
         "domainFragmentation": round(domain_fragmentation, 3),
         "numaUnaligned": float(unaligned),
         "maxPodsPerNode": float(max(per_node.values(), default=0)),
+        "spreadPairs": pair_cost(problem, per_node),
     }

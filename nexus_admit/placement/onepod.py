@@ -11,6 +11,7 @@ from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import pod_cost
 from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction
+from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 
 __all__ = ["scan_lower_bound", "scan_single", "scans"]
 
@@ -30,6 +31,8 @@ def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> fl
     node = problem.node(name)
     cost = pod_cost(problem, name, weights)  # tier, VRAM, rack left free
     cost += weights["nodesUsed"] + weights["maxPodsPerNode"]
+    if weights["spreadPairs"] and problem.gang.siblings:
+        cost += weights["spreadPairs"] * node_pair_cost(problem, name)
     if ps.gpus:
         share = ps.gpu_milli_per_pod
         cost += weights["fragmentation"] * (node.free_gpu_milli - share) / GPU_WHOLE
@@ -53,9 +56,12 @@ def scan_single(
     )
     best: tuple[float, list[Slot]] | None = None
     costed = 0
+    allowed = one_pod_allowed(problem)
     for bound, _, name in ranked:
         if best is not None and bound >= best[0] - 1e-9:
             break
+        if not allowed(name):
+            continue  # the service's spread rules keep it off this node
         slots = slots_for(problem, {(ps.name, name): 1})
         if isinstance(slots, str):
             continue  # GPU shares or NUMA zones cannot hold it after all

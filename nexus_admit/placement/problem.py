@@ -108,7 +108,9 @@ class Problem:
         # the pod sets a gang-wide level would bind (a free GPU-less driver need not fit)
         bound = [p for p in self.gang.pod_sets if self.gang.follows_gang(p)]
         for ps in bound or self.gang.pod_sets:
-            key = ("idle-room", self.levels, level, _static_key(ps, self._label_level(ps)),
+            allowed = self.config.allowed_classes(self.gang.tier) if ps.gpus else None
+            key = ("idle-room", self.levels, level,
+                   _static_key(ps, self._label_level(ps), _allowed_key(self.config, allowed)),
                    self.gang.numa_policy)
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
@@ -148,9 +150,16 @@ def _check_pod_set_levels(gang: Gang, levels: tuple[str, ...]) -> str:
     return ""
 
 
-def _static_key(ps: PodSet, required_level: str | None) -> tuple[object, ...]:
+def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> object:
+    """What a tier's allowedClasses add to the eligibility key (nothing when unset)."""
+    return None if allowed is None else (tuple(sorted(allowed)), config.hardware_classes)
+
+
+def _static_key(
+    ps: PodSet, required_level: str | None, allowed: object = None
+) -> tuple[object, ...]:
     """Everything `PodSet.static_fit` reads, so eligibility can be memoised per snapshot."""
-    return (
+    key: tuple[object, ...] = (
         "eligible",
         ps.gpus,
         ps.vram_mib,
@@ -162,6 +171,8 @@ def _static_key(ps: PodSet, required_level: str | None) -> tuple[object, ...]:
         ps.allowed_nodes,
         required_level,  # the label key: an index would mean another label under other levels
     )
+    # the tier's allowedClasses (GPU pod sets only); unset leaves the key as it always was
+    return key if allowed is None else (*key, allowed)
 
 
 def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:
@@ -194,6 +205,8 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         or _check_level(gang.preferred_level, levels, "preferred-topology")
         or _check_pod_set_levels(gang, levels)
     )
+    for rule in gang.spread_rules:
+        problem.impossible = problem.impossible or _check_level(rule.level, levels, "spread rule")
     problem.required_domains = [
         (levels.index(level), frozenset(names))
         for level, names in gang.required_domains()
@@ -203,10 +216,12 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         problem.impossible = problem.impossible or (
             f"tier {gang.tier!r} is not defined in the PlacementConfig {list(config.tier_names())}"
         )
+    tier_classes = config.allowed_classes(gang.tier)
     for ps in gang.pod_sets:
         label_level = problem._label_level(ps)
         req_idx = levels.index(label_level) if label_level is not None else None
-        key = _static_key(ps, label_level)
+        allowed = tier_classes if ps.gpus else None
+        key = _static_key(ps, label_level, _allowed_key(config, allowed))
         cached = cache.get(key)
         if cached is None:
             ok: list[str] = []
@@ -215,6 +230,8 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
                 reason = ps.static_fit(node)
                 if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
                     reason = f"no {label_level} label"
+                if reason is None and allowed is not None and node_class[node.name] not in allowed:
+                    reason = "outside the tier's allowedClasses"
                 if reason is None:
                     ok.append(node.name)
                 else:

@@ -47,11 +47,17 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
     notes: list[str] = []
     policy = problem.gang.numa_policy
     all_nodes = problem.snapshot.nodes
+    per_node = _per_node_limit(problem)
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
         fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
-        room = [(name, min(fit, ps.count)) for name, fit in zip(names, fits, strict=True)]
-        room = [(name, cap) for name, cap in room if cap > 0]
+        room = []
+        for name, fit in zip(names, fits, strict=True):
+            cap = min(fit, ps.count)
+            if per_node is not None:  # a spread rule per node, net of the siblings there
+                cap = min(cap, per_node - problem.gang.siblings.get(name, 0))
+            if cap > 0:
+                room.append((name, cap))
         if keeps_off_gpus(problem, ps):
             cpu_only = [(name, cap) for name, cap in room if not all_nodes[name].gpu_count]
             if sum(cap for _, cap in cpu_only) >= ps.count:
@@ -69,6 +75,17 @@ def keeps_off_gpus(problem: Problem, ps: PodSet) -> bool:
     GPUs have it."""
     gang = problem.gang
     return not ps.gpus and gang.uses_gpus and gang.level_of(ps) is None
+
+
+def _per_node_limit(problem: Problem) -> int | None:
+    """The fewest pods of the service a node may hold by the gang's spread rules."""
+    host = problem.levels[-1]
+    limits = [
+        r.max_per_domain
+        for r in problem.gang.spread_rules
+        if r.level == host and r.max_per_domain is not None
+    ]
+    return min(limits) if limits else None
 
 
 def shortfall(problem: Problem, red: Reduction) -> str:
@@ -124,6 +141,8 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
             return (*symmetry_key(problem, red, name, memo), *_frag_key(problem, name, memo))
 
         key = memo.derived(node, signature, compute) if signature is not None else compute()
+        if gang.siblings:  # siblings make nodes of one shape differ
+            key = (*key, gang.siblings.get(name, 0))
         if seen[key] < need:
             seen[key] += 1
             kept.append(name)

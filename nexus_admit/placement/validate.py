@@ -13,6 +13,7 @@ from nexus_admit.model import (
     PlacementConfig,
 )
 from nexus_admit.placement.problem import Problem, prepare
+from nexus_admit.placement.spread import rule_violations
 
 __all__ = ["violations"]
 
@@ -89,6 +90,7 @@ def violations(
             and (gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE)
         ):
             out.append(f"{name} NUMA zone {z}: CPU over-committed")
+    out.extend(rule_violations(problem, placement.pods_per_node()))
     out += _required_domains_broken(problem, placement)
     return out
 

@@ -23,7 +23,14 @@ from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
-from tests.kube.kube_factories import admission_check, cluster_queue, node, pod_set, workload
+from tests.kube.kube_factories import (
+    admission_check,
+    cluster_queue,
+    node,
+    pod,
+    pod_set,
+    workload,
+)
 
 QR = "2026-11-25T10:00:00Z"
 RR = L.KIND_RESOURCE_RESERVATION
@@ -600,3 +607,44 @@ def test_a_workload_whose_step_fails_unexpectedly_stops_no_other(
     errors = {s.labels["step"]: s.value for m in ctx.metrics.errors.collect()
               for s in m.samples if s.name.endswith("_total")}
     assert errors.get("workload") == 1
+
+
+def _replica(i: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Deployment's replica as Kueue v0.19 makes it: its Pod (owned by the ReplicaSet)
+    and a single-pod Workload owned by the Pod, pending on our check."""
+    owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9f",
+             "uid": "rs", "controller": True}
+    p = pod(f"web-{i}", None, gpus=1, labels={"pod-template-hash": "7d9f"})
+    p["metadata"]["ownerReferences"] = [owner]
+    wl = pending(f"pod-web-{i}", pods=1, gpus=1)
+    wl["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": f"web-{i}", "uid": f"p{i}",
+         "controller": True}
+    ]
+    return p, wl
+
+
+def _reserved_nodes(api: FakeApi) -> list[str]:
+    rrs, _ = api.list(RR)
+    return [s["node"] for rr in rrs for ps in rr["spec"]["podSets"] for s in ps["slots"]]
+
+
+def test_a_deployments_replicas_placed_in_one_pass_take_a_node_each() -> None:
+    """Each replica is its own Workload: the ones placed earlier in the pass (the ledger's)
+    are its siblings, so four replicas take four nodes instead of piling onto one."""
+    api = cluster(nodes=("n0", "n1", "n2", "n3"))
+    for i in range(4):
+        for obj in _replica(i):
+            api.put(obj)
+    ctx, _ = controller(api)
+    run(ctx)
+    nodes = _reserved_nodes(api)
+    assert len(nodes) == 4 and len(set(nodes)) == 4, nodes
+    # a replica added later (scale-up) is placed against the reservations of the others
+    watch(ctx, api)
+    for obj in _replica(4):
+        api.put(obj)
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "pod-web-4")["state"] == "Ready"
+    assert len(set(_reserved_nodes(api))) == 4  # every node holds one already: any is fine

@@ -237,7 +237,8 @@ WEBHOOK_POD = {
         "name": "p",
         "namespace": "default",
         "labels": {L.LABEL_RESERVATION: "w-1"},
-        "annotations": {L.KUEUE_WORKLOAD_ANNOTATION: "w"},
+        # the Workload's own Job: the owner chain is the proof of membership
+        "ownerReferences": [{"apiVersion": "x/v1", "kind": "Job", "name": "w", "uid": "u"}],
     },
     "spec": {"containers": [{"name": "c"}], "schedulingGates": [{"name": "other"}]},
 }

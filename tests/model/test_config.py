@@ -171,6 +171,14 @@ def test_config_is_frozen() -> None:
         ({"hardwareClasses": [{"name": "empty", "gpuProducts": []}]}, "gpuProducts"),
         ({"solver": {"timeLimitSeconds": 0}}, "timeLimitSeconds"),
         ({"numaPolicy": "always"}, "numaPolicy"),
+        (
+            {"tiers": [{"name": "gold", "allowedClasses": ["premium", "ultra"]}],
+             "defaultTier": "gold"},
+            "tiers\\[gold\\].allowedClasses names unknown hardware classes \\['ultra'\\]",
+        ),
+        ({"tiers": [{"name": "gold", "allowedClasses": []}], "defaultTier": "gold"},
+         "allowedClasses"),
+        ({"spread": {"node": -1}}, "spread.node"),
     ],
     ids=[
         "unknown-class-in-classCosts",
@@ -184,6 +192,9 @@ def test_config_is_frozen() -> None:
         "class-without-products",
         "zero-time-limit",
         "unknown-numa-policy",
+        "unknown-class-in-allowedClasses",
+        "empty-allowedClasses",
+        "negative-spread-weight",
     ],
 )
 def test_invalid_specs_are_rejected_with_a_clear_message(
@@ -191,6 +202,20 @@ def test_invalid_specs_are_rejected_with_a_clear_message(
 ) -> None:
     with pytest.raises(ValidationError, match=message):
         PlacementConfig.from_spec(_spec(**overrides))
+
+
+def test_allowed_classes_per_tier_and_spread_weights_per_level() -> None:
+    config = PlacementConfig.from_spec({
+        "tiers": [{"name": "bronze", "allowedClasses": ["economy", "standard"]},
+                  {"name": "gold"}],
+        "spread": {"node": 10, "domain": 2, "levels": {RACK: 5}},
+    })
+    assert config.allowed_classes("bronze") == frozenset({"economy", "standard"})
+    assert config.allowed_classes("gold") is None
+    assert config.allowed_classes("unknown") is None
+    assert config.spread.level_weight("kubernetes.io/hostname", hostname=True) == 10
+    assert config.spread.level_weight(RACK, hostname=False) == 5
+    assert config.spread.level_weight("topology.kubernetes.io/zone", hostname=False) == 2
 
 
 # ---------------------------------------------------------------- hardware classes

@@ -24,9 +24,11 @@ docs and the term list promise:
   levels split (× gang GPUs), for packing or preferred-level gangs; nodes used and GPU
   share left idle on touched GPU nodes (packing); GPUs left free in touched racks when a
   rack could hold the gang (packing or one-pod gangs); unaligned pods; the busiest node's
-  pods (spreading types); fragGradient (FGD's measure, per pod the growth that as many
-  pods of the set as fit cause, averaged) and fillOrder (per node used, its rank with
-  non-islands first, packing only), each per-pod/per-node cost rounded to a thousandth.
+  pods and the pairs of the service's pods sharing a node or domain, siblings included,
+  × PlacementConfig.spread's weight of that level (spreading types); fragGradient (FGD's
+  measure, per pod the growth that as many pods of the set as fit cause, averaged) and
+  fillOrder (per node used, its rank with non-islands first, packing only), each
+  per-pod/per-node cost rounded to a thousandth.
 
 The best value over every assignment of pods to nodes (and of GPUs and NUMA zones on each
 node) is what the engine must reach.
@@ -380,6 +382,7 @@ class Oracle:
         total += w.numa_unaligned * 1000 * unaligned
         if not packs:
             total += w.spread * 1000 * max(per_node.values(), default=0)
+            total += 1000 * self._pairs(per_node)
         if w.frag_gradient:
             for (p, n), c in counts.items():
                 ps, node = self.sets[p], nodes[n]
@@ -392,6 +395,26 @@ class Oracle:
                            key=lambda i: (listed[i].gpu_count >= cfg.island_min_gpus, i))
             rank = {listed[i].name: pos / max(len(listed), 1) for pos, i in enumerate(order)}
             total += sum(round(w.fill_order * 1000 * rank[n]) for n in per_node)
+        return total
+
+    def _pairs(self, per_node: Mapping[str, int]) -> int:
+        """Spread: per level, each pair of the service's pods (the gang's and the siblings
+        already placed) that this placement puts into one domain, × that level's weight."""
+        spread, total = self.config.spread, 0
+        for li, level in enumerate(self.levels):
+            weight = spread.node if level == HOST else spread.levels.get(level, spread.domain)
+            placed: dict[tuple[str, ...], int] = defaultdict(int)
+            siblings: dict[tuple[str, ...], int] = defaultdict(int)
+            def domain(n: str, li: int = li, level: str = level) -> tuple[str, ...] | None:
+                return (n,) if level == HOST else self.path[n][li]  # a node is always one
+
+            for n, c in per_node.items():
+                if (d := domain(n)) is not None:
+                    placed[d] += c
+            for n, c in self.gang.siblings.items():
+                if n in self.path and (d := domain(n)) is not None:
+                    siblings[d] += c
+            total += weight * sum(siblings[d] * x + x * (x - 1) // 2 for d, x in placed.items())
         return total
 
     # -- brute force

@@ -28,7 +28,7 @@ from nexus_admit.model import (
     WorkloadType,
 )
 from nexus_admit.placement.engine import CpSatEngine
-from nexus_admit.placement.objective import TERMS
+from nexus_admit.placement.objective import TERMS, evaluate_terms
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.validate import violations
 from tests.factories import A100, H100, L40S, LEVELS, T4, gpu_node, snapshot
@@ -62,22 +62,27 @@ _REPORTED = {
     "spread": "maxPodsPerNode",
     "fragGradient": "fragGradient",
     "fillOrder": "fillOrder",
+    "spreadNode": "spreadPairs",  # PlacementConfig.spread.node (spread.domain stays 0)
 }
 
 
 def _config(weights: dict[str, int]) -> PlacementConfig:
+    weights = dict(weights)
+    spread = {"node": weights.pop("spreadNode", 0), "domain": 0}
     return PlacementConfig.from_spec(
         {
             "topology": {"levels": list(LEVELS)},
             "solver": {"timeLimitSeconds": 10.0},
             "weights": {**_OFF, **weights},
+            "spread": spread,
         }
     )
 
 
 def _gang(*pod_sets: PodSet, tier: str = "bronze",
-          kind: WorkloadType = WorkloadType.TRAINING) -> Gang:
-    return Gang("ns/job", pod_sets, tier=tier, workload_type=kind)
+          kind: WorkloadType = WorkloadType.TRAINING,
+          siblings: dict[str, int] | None = None) -> Gang:
+    return Gang("ns/job", pod_sets, tier=tier, workload_type=kind, siblings=siblings or {})
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,16 @@ def _cases() -> dict[str, Case]:
             wanted={"t4": 1, "a100": 1}, instead={"t4": 2},
             counter={"tierMismatch": 1},
         ),
+        "spreadPairs": Case(
+            "spreadNode", 1000,
+            # a replica already runs on the T4: pairs on one node cost 1000 each (1 with
+            # the sibling + 1 within the gang on t4 alone); tierMismatch packs it on T4
+            snapshot(gpu_node("t4", gpu=T4), gpu_node("a100", gpu=A100)),
+            _gang(PodSet("w", 2, cpu_milli=1000, gpus=1), kind=WorkloadType.INFERENCE,
+                  siblings={"t4": 1}),
+            wanted={"t4": 1, "a100": 1}, instead={"t4": 2},
+            counter={"tierMismatch": 1},
+        ),
         "fragGradient": Case(
             "fragGradient", 100,
             # default workload mix: taking a GPU of a whole 8-GPU node denies the 8-GPU
@@ -227,7 +242,7 @@ def _place(case: Case, weights: dict[str, int]) -> Placement:
 
 def test_every_term_has_a_case() -> None:
     weights = {c.weight for c in CASES.values()}
-    assert weights == set(_OFF)
+    assert weights == {*_OFF, "spreadNode"}
     assert {_REPORTED[w] for w in weights} == {*TERMS, "fragGradient", "fillOrder"}
 
 
@@ -239,7 +254,11 @@ def test_the_term_alone_decides_the_placement(case: Case) -> None:
     assert off.pods_per_node() == case.instead
     # and it is the term itself that tells them apart: its value is lower where it wins
     term = _REPORTED[case.weight]
-    assert on.terms[term] < (off.terms[term] if term in off.terms else _term_at_zero(case, off))
+    at_zero = off.terms[term] if term in off.terms else _term_at_zero(case, off)
+    if case.weight == "spreadNode":  # its per-level weights are inside the term
+        problem = prepare(case.snap, case.gang, _config({**case.counter, case.weight: case.value}))
+        at_zero = evaluate_terms(problem, off.slots)[term]
+    assert on.terms[term] < at_zero
 
 
 def _term_at_zero(case: Case, off: Placement) -> float:

@@ -22,6 +22,7 @@ from nexus_admit.model import (
     Placement,
     PlacementConfig,
     PodSet,
+    SpreadWeights,
     WorkloadType,
 )
 from nexus_admit.placement.engine import CpSatEngine
@@ -135,7 +136,12 @@ def oracle_cases(draw: st.DrawFn) -> tuple[ClusterSnapshot, Gang, PlacementConfi
         numa_policy=draw(st.sampled_from((*NumaPolicy, NumaPolicy.PREFERRED, NumaPolicy.NONE))),
     )
     weights = {name: draw(st.integers(1, top)) for name, top in _WEIGHT_RANGES.items()}
-    config = CONFIG.model_copy(update={"weights": ObjectiveWeights(**weights)})
+    # a service's replicas already placed, and the spread term's weights
+    siblings = {n: draw(st.integers(1, 2)) for n in names if draw(st.integers(0, 2)) == 0}
+    gang = replace(gang, siblings=siblings)
+    spread = SpreadWeights(node=draw(st.integers(0, 3000)), domain=draw(st.integers(0, 500)),
+                           levels={RACK: draw(st.integers(0, 500))} if draw(st.booleans()) else {})
+    config = CONFIG.model_copy(update={"weights": ObjectiveWeights(**weights), "spread": spread})
     return snap, gang, config
 
 

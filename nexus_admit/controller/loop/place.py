@@ -48,6 +48,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
 from nexus_admit.kube.kueue import tas_pod_sets, tier_claims
 from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
+from nexus_admit.kube.serving import with_siblings
 from nexus_admit.model import Gang, Placement, PlacementConfig
 from nexus_admit.placement.decide import (
     Decision,
@@ -107,6 +108,7 @@ async def _translate(
     except TranslationError as e:
         await answer(ctx, workload, check, rejected_input(e))
         return None
+    gang = with_siblings(gang, _assumed_siblings(rec, gang, object_key(workload)))
     claims = tier_claims(workload)
     if claims:  # said once per quota reservation
         await asyncio.to_thread(
@@ -116,6 +118,25 @@ async def _translate(
             event_type="Warning", now=rec.now,
         )
     return gang
+
+
+def _assumed_siblings(rec: PassRecord, gang: Gang, workload_key: str) -> dict[str, int]:
+    """Where this pass (and earlier ones the watch has not caught up with) placed the
+    gang's service: the ledger's reservations that the dump does not hold yet, so a
+    Deployment's replicas placed one after the other in one pass spread too."""
+    if gang.service is None:
+        return {}
+    in_dump = {object_key(rr) for rr in rec.dump.kind(L.KIND_RESOURCE_RESERVATION)}
+    out: dict[str, int] = {}
+    ledger = rec.ctx.ledger
+    for a in (*ledger.assumed.values(), *ledger.unsure.values()):
+        if a.gang.service != gang.service or a.workload == workload_key:
+            continue
+        if a.reservation in in_dump:
+            continue  # counted from the dump already
+        for slot in a.slots:
+            out[slot.node] = out.get(slot.node, 0) + 1
+    return out
 
 
 @dataclass(slots=True)
