@@ -542,6 +542,58 @@ def test_the_controller_as_the_chart_service_account_places_a_gang(
     )
 
 
+def test_blocking_the_workloads_deletion_needs_the_finalizers_grant(
+    sa_controller: ServiceAccountController,
+    e2e_cluster: Any,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """The plane's apiserver runs OwnerReferencesPermissionEnforcement (on in OpenShift):
+    an ownerReference with blockOwnerDeletion, as every reservation has, may be set only by
+    who may update the owner's finalizers. The chart's ServiceAccount placed a gang above,
+    so it may (`workloads/finalizers`); one that may create reservations and nothing else
+    is refused the same reservation (server-side dry runs)."""
+    assert "reservation" in _state, "the placing test above ran first"
+    rr = custom_objects.get_namespaced_custom_object(
+        *RR[:2], JOBS_NS, RR[2], _state["reservation"]
+    )
+    copy = {
+        "apiVersion": rr["apiVersion"],
+        "kind": rr["kind"],
+        "metadata": {
+            "name": f"{rr['metadata']['name']}-copy",
+            "namespace": JOBS_NS,
+            "ownerReferences": rr["metadata"]["ownerReferences"],
+        },
+        "spec": rr["spec"],
+    }
+    assert copy["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
+    writer = "rr-writer"
+    e2e_cluster.kubectl("create", "serviceaccount", writer, "-n", JOBS_NS, check=False)
+    e2e_cluster.kubectl(
+        "create", "role", writer, "-n", JOBS_NS, "--verb=create",
+        f"--resource={RR[2]}.{RR[0]}", check=False,
+    )
+    e2e_cluster.kubectl(
+        "create", "rolebinding", writer, "-n", JOBS_NS, f"--role={writer}",
+        f"--serviceaccount={JOBS_NS}:{writer}", check=False,
+    )
+    try:
+        def create_as(user: str) -> subprocess.CompletedProcess[str]:
+            return e2e_cluster.kubectl(
+                "create", "--dry-run=server", f"--as={user}", "-f", "-",
+                input=json.dumps(copy), check=False,
+            )
+
+        refused = create_as(f"system:serviceaccount:{JOBS_NS}:{writer}")
+        assert refused.returncode != 0
+        assert "cannot set blockOwnerDeletion" in refused.stderr, refused.stderr
+        allowed = create_as(SA)
+        assert allowed.returncode == 0, allowed.stderr
+    finally:
+        for kind in ("rolebinding", "role", "serviceaccount"):
+            e2e_cluster.kubectl("delete", kind, writer, "-n", JOBS_NS, "--ignore-not-found")
+
+
 # ---- what the ServiceAccount may change (the least-privilege policies) -----------------
 
 POLICY = f"{FULLNAME}-least-privilege"
