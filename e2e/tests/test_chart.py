@@ -14,6 +14,7 @@ server-side dry runs and the objects helm creates. The release is uninstalled at
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -338,6 +339,7 @@ class ServiceAccountController(NexusController):
             ],
         )
         self.sa_kubeconfig = kubeconfig
+        self.metrics_tls = True  # metrics.tls: the webhook's certificate on the health port
         self.webhook_config_name = self.policy_name = f"{RELEASE}-e2e-local"
         self.log_file.unlink(missing_ok=True)  # this run's log only
 
@@ -809,7 +811,7 @@ def e2e_cluster_workloads(cluster: Any) -> list[dict[str, Any]]:
 # ---- /metrics behind the apiserver's authentication and authorisation -------------------
 
 
-def http_get(url: str, token: str | None = None) -> tuple[int, str]:
+def http_get(url: str, token: str | None = None, tls: Any = None) -> tuple[int, str]:
     import urllib.error
     import urllib.request
 
@@ -817,7 +819,7 @@ def http_get(url: str, token: str | None = None) -> tuple[int, str]:
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=tls) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -826,7 +828,12 @@ def http_get(url: str, token: str | None = None) -> tuple[int, str]:
 def test_metrics_answer_only_a_caller_the_apiserver_authorises(
     sa_controller: ServiceAccountController, e2e_cluster: Any
 ) -> None:
-    base = f"http://127.0.0.1:{sa_controller.health_port}"
+    """Served over TLS (metrics.tls): the certificate verified against the cluster's CA, and
+    the port does not answer plain HTTP."""
+    base, tls = sa_controller.health_url(""), sa_controller.health_tls()
+    assert base.startswith("https://") and tls is not None
+    with pytest.raises((OSError, http.client.HTTPException)):  # reset, or no HTTP answer
+        http_get(f"http://127.0.0.1:{sa_controller.health_port}/healthz")
     scraper, binding = "metrics-scraper", f"{FULLNAME}-e2e-scraper"
     e2e_cluster.kubectl("create", "serviceaccount", scraper, "-n", NS, check=False)
     e2e_cluster.kubectl(
@@ -840,13 +847,13 @@ def test_metrics_answer_only_a_caller_the_apiserver_authorises(
     try:
         reader = e2e_cluster.kubectl("create", "token", scraper, "-n", NS).stdout.strip()
         other = e2e_cluster.kubectl("create", "token", FULLNAME, "-n", NS).stdout.strip()
-        assert http_get(f"{base}/metrics")[0] == 401, "no token"
-        assert http_get(f"{base}/metrics", "not-a-token")[0] == 401, "a made-up token"
-        status, text = http_get(f"{base}/metrics", other)
+        assert http_get(f"{base}/metrics", tls=tls)[0] == 401, "no token"
+        assert http_get(f"{base}/metrics", "not-a-token", tls)[0] == 401, "a made-up token"
+        status, text = http_get(f"{base}/metrics", other, tls)
         assert status == 403 and "may not get /metrics" in text, "authenticated, no role"
-        status, text = http_get(f"{base}/metrics", reader)
+        status, text = http_get(f"{base}/metrics", reader, tls)
         assert status == 200 and "nexus_admit_" in text, text[:200]
-        assert http_get(f"{base}/healthz")[0] == 200, "the kubelet's probes need no token"
+        assert http_get(f"{base}/healthz", tls=tls)[0] == 200, "the kubelet's probes need no token"
     finally:
         e2e_cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
         e2e_cluster.kubectl("delete", "serviceaccount", scraper, "-n", NS, "--ignore-not-found")
