@@ -18,6 +18,7 @@ import ipaddress
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -87,6 +88,9 @@ class NexusController:
         self.webhook_port = cluster_mod.free_port()
         self.health_port = cluster_mod.free_port()
         self.log_file = cluster.state / "logs" / f"{name}.log"
+        # serve /healthz, /readyz, /metrics over TLS with the webhook's certificate, as the
+        # chart's metrics.tls does
+        self.metrics_tls = False
 
     # -- certificate ------------------------------------------------------------------
     def ensure_cert(self) -> tuple[Path, Path]:
@@ -284,6 +288,7 @@ class NexusController:
             f"--webhook-key={key}",
             "--health-addr=127.0.0.1",
             f"--health-port={self.health_port}",
+            *([f"--metrics-cert={crt}", f"--metrics-key={key}"] if self.metrics_tls else []),
             "--retry-seconds=5",
             f"--queue-gate-configmap={GATED_QUEUES_NAMESPACE}/{GATED_QUEUES_CONFIGMAP}",
             *self.extra_args,
@@ -308,10 +313,19 @@ class NexusController:
         if wait:
             self.wait_ready()
 
+    def health_url(self, path: str) -> str:
+        return f"{'https' if self.metrics_tls else 'http'}://127.0.0.1:{self.health_port}{path}"
+
+    def health_tls(self) -> ssl.SSLContext | None:
+        """Trusts the cluster's CA, which signed the certificate (SAN 127.0.0.1)."""
+        if not self.metrics_tls:
+            return None
+        return ssl.create_default_context(cafile=str(self.cluster.pki / "ca.crt"))
+
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.health_port}/readyz", timeout=2
+                self.health_url("/readyz"), timeout=2, context=self.health_tls()
             ) as r:
                 return r.status == 200
         except OSError:
@@ -351,7 +365,8 @@ class NexusController:
             self.proc.wait(5)
 
     def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/metrics", timeout=5) as r:
+        url, tls = self.health_url("/metrics"), self.health_tls()
+        with urllib.request.urlopen(url, timeout=5, context=tls) as r:
             return r.read().decode()
 
     def log_tail(self, lines: int = 60) -> str:

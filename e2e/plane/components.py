@@ -396,6 +396,10 @@ def apiserver_argv(b: Path, pki: Path, ports: dict[str, int]) -> list[str]:
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         "--authorization-mode=Node,RBAC",
+        # on top of the defaults: OpenShift enables it, and it refuses an ownerReference
+        # with blockOwnerDeletion to whoever may not update the owner's finalizers (the
+        # chart's RBAC grants workloads/finalizers for the reservations' ownerReference)
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",

@@ -14,6 +14,7 @@ server-side dry runs and the objects helm creates. The release is uninstalled at
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -338,6 +339,7 @@ class ServiceAccountController(NexusController):
             ],
         )
         self.sa_kubeconfig = kubeconfig
+        self.metrics_tls = True  # metrics.tls: the webhook's certificate on the health port
         self.webhook_config_name = self.policy_name = f"{RELEASE}-e2e-local"
         self.log_file.unlink(missing_ok=True)  # this run's log only
 
@@ -540,6 +542,58 @@ def test_the_controller_as_the_chart_service_account_places_a_gang(
         f"\n[chart] as the ServiceAccount: submit→Ready {t_ready - t0:.1f}s, "
         f"→2 Running {time.monotonic() - t0:.1f}s"
     )
+
+
+def test_blocking_the_workloads_deletion_needs_the_finalizers_grant(
+    sa_controller: ServiceAccountController,
+    e2e_cluster: Any,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """The plane's apiserver runs OwnerReferencesPermissionEnforcement (on in OpenShift):
+    an ownerReference with blockOwnerDeletion, as every reservation has, may be set only by
+    who may update the owner's finalizers. The chart's ServiceAccount placed a gang above,
+    so it may (`workloads/finalizers`); one that may create reservations and nothing else
+    is refused the same reservation (server-side dry runs)."""
+    assert "reservation" in _state, "the placing test above ran first"
+    rr = custom_objects.get_namespaced_custom_object(
+        *RR[:2], JOBS_NS, RR[2], _state["reservation"]
+    )
+    copy = {
+        "apiVersion": rr["apiVersion"],
+        "kind": rr["kind"],
+        "metadata": {
+            "name": f"{rr['metadata']['name']}-copy",
+            "namespace": JOBS_NS,
+            "ownerReferences": rr["metadata"]["ownerReferences"],
+        },
+        "spec": rr["spec"],
+    }
+    assert copy["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
+    writer = "rr-writer"
+    e2e_cluster.kubectl("create", "serviceaccount", writer, "-n", JOBS_NS, check=False)
+    e2e_cluster.kubectl(
+        "create", "role", writer, "-n", JOBS_NS, "--verb=create",
+        f"--resource={RR[2]}.{RR[0]}", check=False,
+    )
+    e2e_cluster.kubectl(
+        "create", "rolebinding", writer, "-n", JOBS_NS, f"--role={writer}",
+        f"--serviceaccount={JOBS_NS}:{writer}", check=False,
+    )
+    try:
+        def create_as(user: str) -> subprocess.CompletedProcess[str]:
+            return e2e_cluster.kubectl(
+                "create", "--dry-run=server", f"--as={user}", "-f", "-",
+                input=json.dumps(copy), check=False,
+            )
+
+        refused = create_as(f"system:serviceaccount:{JOBS_NS}:{writer}")
+        assert refused.returncode != 0
+        assert "cannot set blockOwnerDeletion" in refused.stderr, refused.stderr
+        allowed = create_as(SA)
+        assert allowed.returncode == 0, allowed.stderr
+    finally:
+        for kind in ("rolebinding", "role", "serviceaccount"):
+            e2e_cluster.kubectl("delete", kind, writer, "-n", JOBS_NS, "--ignore-not-found")
 
 
 # ---- what the ServiceAccount may change (the least-privilege policies) -----------------
@@ -757,7 +811,7 @@ def e2e_cluster_workloads(cluster: Any) -> list[dict[str, Any]]:
 # ---- /metrics behind the apiserver's authentication and authorisation -------------------
 
 
-def http_get(url: str, token: str | None = None) -> tuple[int, str]:
+def http_get(url: str, token: str | None = None, tls: Any = None) -> tuple[int, str]:
     import urllib.error
     import urllib.request
 
@@ -765,7 +819,7 @@ def http_get(url: str, token: str | None = None) -> tuple[int, str]:
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=tls) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -774,7 +828,12 @@ def http_get(url: str, token: str | None = None) -> tuple[int, str]:
 def test_metrics_answer_only_a_caller_the_apiserver_authorises(
     sa_controller: ServiceAccountController, e2e_cluster: Any
 ) -> None:
-    base = f"http://127.0.0.1:{sa_controller.health_port}"
+    """Served over TLS (metrics.tls): the certificate verified against the cluster's CA, and
+    the port does not answer plain HTTP."""
+    base, tls = sa_controller.health_url(""), sa_controller.health_tls()
+    assert base.startswith("https://") and tls is not None
+    with pytest.raises((OSError, http.client.HTTPException)):  # reset, or no HTTP answer
+        http_get(f"http://127.0.0.1:{sa_controller.health_port}/healthz")
     scraper, binding = "metrics-scraper", f"{FULLNAME}-e2e-scraper"
     e2e_cluster.kubectl("create", "serviceaccount", scraper, "-n", NS, check=False)
     e2e_cluster.kubectl(
@@ -788,13 +847,13 @@ def test_metrics_answer_only_a_caller_the_apiserver_authorises(
     try:
         reader = e2e_cluster.kubectl("create", "token", scraper, "-n", NS).stdout.strip()
         other = e2e_cluster.kubectl("create", "token", FULLNAME, "-n", NS).stdout.strip()
-        assert http_get(f"{base}/metrics")[0] == 401, "no token"
-        assert http_get(f"{base}/metrics", "not-a-token")[0] == 401, "a made-up token"
-        status, text = http_get(f"{base}/metrics", other)
+        assert http_get(f"{base}/metrics", tls=tls)[0] == 401, "no token"
+        assert http_get(f"{base}/metrics", "not-a-token", tls)[0] == 401, "a made-up token"
+        status, text = http_get(f"{base}/metrics", other, tls)
         assert status == 403 and "may not get /metrics" in text, "authenticated, no role"
-        status, text = http_get(f"{base}/metrics", reader)
+        status, text = http_get(f"{base}/metrics", reader, tls)
         assert status == 200 and "nexus_admit_" in text, text[:200]
-        assert http_get(f"{base}/healthz")[0] == 200, "the kubelet's probes need no token"
+        assert http_get(f"{base}/healthz", tls=tls)[0] == 200, "the kubelet's probes need no token"
     finally:
         e2e_cluster.kubectl("delete", "clusterrolebinding", binding, "--ignore-not-found")
         e2e_cluster.kubectl("delete", "serviceaccount", scraper, "-n", NS, "--ignore-not-found")

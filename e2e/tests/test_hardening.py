@@ -9,7 +9,10 @@ objects, never the controller's view.
 from __future__ import annotations
 
 import contextlib
+import signal
 import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from e2e_util import wait_for
@@ -20,11 +23,17 @@ from test_controller import (
     INDEX,
     PRODUCT,
     RESERVATION,
+    RR_GROUP,
+    RR_PLURAL,
+    RR_VERSION,
     SLOT,
+    check_entry,
     job,
     job_pods,
+    reservation_of,
     running,
     wait_check,
+    workload_of,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
@@ -160,3 +169,133 @@ def test_a_pod_claiming_a_workload_by_annotation_and_slot_rides_no_reservation(
     assert "kubernetes.io/hostname" not in (pod.spec.node_selector or {})
     still = core_v1.read_namespaced_pod(owned.metadata.name, ns)
     assert still.status.phase == "Running" and still.metadata.annotations[SLOT] == "main/0"
+
+
+# ---- item 5: a bound gang's reservation past its TTL, with a pod restarted ---------------
+
+PLACEMENT_CONFIG = "e2e"  # e2e/manifests/nexus.yaml
+HOSTNAME = "kubernetes.io/hostname"
+
+
+@contextlib.contextmanager
+def reservation_ttl(custom_objects, seconds: int) -> Iterator[None]:
+    """The e2e PlacementConfig's reservationTtlSeconds set to `seconds`, restored after."""
+    config = custom_objects.get_cluster_custom_object(
+        RR_GROUP, RR_VERSION, "placementconfigs", PLACEMENT_CONFIG
+    )
+    before = config["spec"].get("reservationTtlSeconds")  # None: unset, removed again
+
+    def patch(value: int | None) -> None:
+        custom_objects.patch_cluster_custom_object(
+            RR_GROUP, RR_VERSION, "placementconfigs", PLACEMENT_CONFIG,
+            {"spec": {"reservationTtlSeconds": value}},
+        )
+
+    patch(seconds)
+    try:
+        yield
+    finally:
+        patch(before)
+
+
+def _time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _event_on(core_v1, ns: str, name: str, reasons: tuple[str, ...]):
+    return next(
+        (e for e in core_v1.list_namespaced_event(ns).items
+         if e.involved_object.name == name and e.reason in reasons),
+        None,
+    )
+
+
+@pytest.mark.parametrize("pods", [2, 1], ids=["one-of-two-pods", "the-only-pod"])
+def test_a_bound_gang_past_its_ttl_keeps_its_slot_while_a_pod_restarts(
+    pods, nexus_namespace, nexus_controller, core_v1, batch_v1, custom_objects
+):
+    """Item 5. Before: `spec.expiresAt` was never extended, so past the TTL a bound gang's
+    reservation stopped counting in the snapshot while the ungater still pinned a restarted
+    pod to it: its GPUs could be promised to another gang. And a reservation's `Bound`
+    phase was taken back as soon as a pod of it went away, so a gang whose every pod
+    restarted after the TTL lost its reservation and was sent back through Retry.
+
+    A gang placed with a 10 s TTL, bound, past its TTL; with the controller stopped (so that
+    its first pass meets both at once) one of its pods is deleted and re-created by its Job,
+    and a second gang is queued that fits only on that pod's node; the controller is back
+    before the Job re-creates the pod. Now: the replacement is
+    pinned to its own slot and Running there, the reservation is the same object, and the
+    second gang is answered Retry; it is placed on that node once the first gang is gone."""
+    ns = nexus_namespace
+    with reservation_ttl(custom_objects, 10):
+        batch_v1.create_namespaced_job(
+            ns, job("held", "nexus-gold", pods=pods, gpus=8, backoff_limit=3)
+        )
+        wl = wait_check(custom_objects, ns, "held", ("Ready",))
+    rr = reservation_of(custom_objects, ns, wl)
+    ttl = _time(rr["spec"]["expiresAt"]) - _time(rr["metadata"]["creationTimestamp"])
+    assert ttl.total_seconds() <= 60, f"placed before the short TTL was seen: {ttl}"
+    bound = wait_for("held Running", lambda: running(core_v1, ns, "held", pods), timeout=120)
+
+    def read_rr():
+        return custom_objects.get_namespaced_custom_object(
+            RR_GROUP, RR_VERSION, ns, RR_PLURAL, rr["metadata"]["name"]
+        )
+
+    wait_for("reservation Bound", lambda: read_rr().get("status", {}).get("phase") == "Bound",
+             timeout=60)
+    wait_for("the reservation's TTL passed",
+             lambda: datetime.now(UTC) > _time(rr["spec"]["expiresAt"]), timeout=60)
+    victim = max(bound, key=lambda p: int(p.metadata.annotations[INDEX]))
+    node, slot = victim.spec.node_name, victim.metadata.annotations[SLOT]
+
+    nexus_controller.stop(signal.SIGKILL)
+    try:
+        core_v1.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0)
+        taker = job("taker", "nexus-gold", pods=1, gpus=8)
+        taker.spec.template.spec.node_selector = {HOSTNAME: node}
+        batch_v1.create_namespaced_job(ns, taker)
+        wait_for(
+            "taker's quota reserved",
+            lambda: (w := workload_of(custom_objects, ns, "taker"))
+            and any(c["type"] == "QuotaReserved" and c["status"] == "True"
+                    for c in w.get("status", {}).get("conditions", [])),
+            timeout=60,
+        )
+    finally:
+        # back before the Job re-creates the pod (it waits its pod-failure backoff, 10 s)
+        nexus_controller.start()
+
+    def replacement():
+        return next(
+            (p for p in job_pods(core_v1, ns, "held")
+             if p.metadata.uid != victim.metadata.uid
+             and p.metadata.annotations.get(INDEX) == victim.metadata.annotations[INDEX]
+             and not p.metadata.deletion_timestamp),
+            None,
+        )
+
+    fresh = wait_for("the Job re-created the pod", replacement, timeout=60)
+    taker_wl = workload_of(custom_objects, ns, "taker")["metadata"]["name"]
+
+    def taker_answered():
+        if check_entry(workload_of(custom_objects, ns, "taker")).get("state") == "Ready":
+            return "Ready"
+        e = _event_on(core_v1, ns, taker_wl, ("PlacementRetry",))
+        return e and "Retry"
+
+    answer = wait_for("the taker answered", taker_answered, timeout=90)
+    assert answer == "Retry", f"the taker was given GPUs that {rr['metadata']['name']} holds"
+    pinned = wait_for("the replacement Running", lambda: running(core_v1, ns, "held", pods),
+                      timeout=120)
+    again = next(p for p in pinned if p.metadata.uid == fresh.metadata.uid)
+    assert again.metadata.annotations[SLOT] == slot and again.spec.node_name == node
+    assert read_rr()["metadata"]["uid"] == rr["metadata"]["uid"], "the same reservation"
+    assert _event_on(core_v1, ns, wl["metadata"]["name"], ("PlacementReleased",)) is None
+    assert check_entry(workload_of(custom_objects, ns, "taker")).get("state") != "Ready"
+
+    # the taker fits on that node: only the held gang kept it out
+    batch_v1.delete_namespaced_job("held", ns, propagation_policy="Background")
+    wait_check(custom_objects, ns, "taker", ("Ready",), timeout=180)
+    (took,) = wait_for("taker Running", lambda: running(core_v1, ns, "taker", 1), timeout=120)
+    assert took.spec.node_name == node

@@ -119,6 +119,18 @@ _MetricsAuth = Annotated[
         "(TokenReview) and authorises for GET /metrics (SubjectAccessReview).",
     ),
 ]
+_MetricsCert = Annotated[
+    str | None,
+    typer.Option(
+        envvar="NEXUS_METRICS_CERT",
+        help="PEM certificate: serve /metrics (and /healthz, /readyz) over HTTPS; with "
+        "--metrics-key. Reloaded when the file changes.",
+    ),
+]
+_MetricsKey = Annotated[
+    str | None,
+    typer.Option(envvar="NEXUS_METRICS_KEY", help="The private key of --metrics-cert (PEM)."),
+]
 _Fault = Annotated[
     str | None,
     typer.Option(envvar="NEXUS_FAULT", hidden=True, help="Test only: crash at a point."),
@@ -137,6 +149,8 @@ def run(
     health_addr: _HealthAddr = _D.health_addr,
     health_port: _HealthPort = _D.health_port,
     metrics_auth: _MetricsAuth = _D.metrics_auth,
+    metrics_cert: _MetricsCert = _D.metrics_cert,
+    metrics_key: _MetricsKey = _D.metrics_key,
     policy: _Policy = _D.policy,
     resync_seconds: _ResyncSeconds = _D.resync_seconds,
     tick_seconds: _TickSeconds = _D.tick_seconds,
@@ -168,6 +182,8 @@ def run(
             health_addr=health_addr,
             health_port=health_port,
             metrics_auth=metrics_auth,
+            metrics_cert=metrics_cert,
+            metrics_key=metrics_key,
             policy=policy,
             resync_seconds=resync_seconds,
             tick_seconds=tick_seconds,

@@ -129,9 +129,10 @@ class KubeApi:
         # with leader election: asked right before every write is sent, so a replica that
         # lost the Lease writes nothing, not even a write queued before it noticed
         self.write_guard: Callable[[], bool] | None = None
-        # with leader election: a guarded write gives up after this long, so one sent while
-        # leading cannot land after the Lease may have passed to another replica (the
-        # margin between the renew deadline and the Lease's duration); None: `timeout`
+        # with leader election: a guarded write gives up after this long, here and in the
+        # apiserver (the request's `timeout` parameter), so one sent while leading cannot
+        # land after the Lease may have passed to another replica (the margin between the
+        # renew deadline and the Lease's duration); None: `timeout`
         self.write_timeout: float | None = None
 
     # ---- the one request ----
@@ -171,6 +172,10 @@ class KubeApi:
             return {}
         if guarded and self.write_timeout is not None:
             kw.setdefault("timeout", self.write_timeout)
+            # the same bound on the apiserver's side: it ends its own handling (admission,
+            # storage) then, so a request it holds (a slow webhook, etcd) cannot be stored
+            # after we gave up, when the Lease may be another replica's
+            kw["query"] = {**(kw.get("query") or {}), "timeout": f"{self.write_timeout:g}s"}
         return self.request(method, path, **kw)
 
     # ---- reads ----

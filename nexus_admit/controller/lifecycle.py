@@ -192,7 +192,11 @@ def unpinned_pod(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> st
 
 
 def reservation_status(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Which pod holds which slot (Claimed: pinned, Bound: on its node), and the phase."""
+    """Which pod holds which slot (Claimed: pinned, Bound: on its node), and the phase:
+    Bound once every slot's pod was bound, and Bound for good after that. A pod that
+    restarts leaves its slot for a moment; were the phase taken back, a gang whose every
+    pod restarted after `spec.expiresAt` would count as never bound, so its reservation
+    would stop holding (`reservation_is_live`) and be released as expired."""
     wanted = {s.key for s in reservation_slots(rr)}
     rows = []
     for p in sorted(pods, key=lambda p: str(meta(p).get("name"))):
@@ -211,7 +215,8 @@ def reservation_status(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
             }
         )
     bound_slots = {r["slot"] for r in rows if r["state"] == "Bound"}
-    phase = PHASE_BOUND if wanted and bound_slots >= wanted else PHASE_RESERVED
+    was_bound = child(rr, "status").get("phase") == PHASE_BOUND
+    phase = PHASE_BOUND if wanted and (was_bound or bound_slots >= wanted) else PHASE_RESERVED
     return {"phase": phase, "slots": rows}
 
 

@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -243,10 +244,37 @@ async def _health_server(ctx: Context, hook: list[WebhookThread]) -> web.AppRunn
     app.add_routes(
         [web.get("/healthz", healthz), web.get("/readyz", readyz), web.get("/metrics", metrics)]
     )
+    tls = _metrics_certificate(ctx, app)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, ctx.options.health_addr, ctx.options.health_port).start()
+    site = web.TCPSite(
+        runner,
+        ctx.options.health_addr,
+        ctx.options.health_port,
+        ssl_context=tls.context if tls is not None else None,
+    )
+    await site.start()
     return runner
+
+
+def _metrics_certificate(ctx: Context, app: web.Application) -> ServingCertificate | None:
+    """With --metrics-cert: the port's certificate, checked for a renewed pair as often as
+    the webhook's while the server runs (the scraper's bearer token then crosses the
+    network encrypted, as with controller-runtime's secure metrics)."""
+    o = ctx.options
+    if not (o.metrics_cert and o.metrics_key):
+        return None
+    tls = ServingCertificate(o.metrics_cert, o.metrics_key, serves="metrics")
+
+    async def watch_certificate(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(tls.watch(o.webhook_cert_check_seconds), name="metrics-tls")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(watch_certificate)
+    return tls
 
 
 # glibc's malloc gives each thread that allocates its own arena, up to 8 per core, and
@@ -308,13 +336,14 @@ async def run(options: RunOptions) -> None:
 def _log_start(options: RunOptions, elector: LeaseElector | None) -> None:
     log.info(
         "nexus-admit starting: policy %s, dry-run %s, webhook %s, health/metrics on :%s "
-        "(metrics auth: %s)",
+        "(%s, metrics auth: %s)",
         options.policy,
         options.dry_run,
         f"{options.webhook_addr}:{options.webhook_port}{WEBHOOK_PATH}"
         if options.webhook
         else "off",
         options.health_port,
+        "https" if options.metrics_cert else "http",
         options.metrics_auth,
     )
     if elector is not None:

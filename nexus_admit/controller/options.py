@@ -45,6 +45,10 @@ class RunOptions:
     # "kubernetes": /metrics answers only bearer tokens the apiserver authenticates
     # (TokenReview) and authorises for GET /metrics (SubjectAccessReview); "none": open
     metrics_auth: str = "none"
+    # PEM files: serve /healthz, /readyz and /metrics over HTTPS with this certificate
+    # (reloaded when the files change, as the webhook's); None: plain HTTP
+    metrics_cert: str | None = None
+    metrics_key: str | None = None
     policy: str = "nexus"
     resync_seconds: float = 60.0  # full re-list of every watched kind
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
@@ -92,6 +96,14 @@ class RunOptions:
             raise OptionsError(
                 f"--webhook-cert-check-seconds {self.webhook_cert_check_seconds}: above 0"
             )
+        if bool(self.metrics_cert) != bool(self.metrics_key):
+            raise OptionsError("--metrics-cert and --metrics-key go together (or neither)")
+        for flag, tls_file in (
+            ("--metrics-cert", self.metrics_cert),
+            ("--metrics-key", self.metrics_key),
+        ):
+            if tls_file and not os.access(tls_file, os.R_OK):
+                raise OptionsError(f"{flag} {tls_file}: cannot read the file")
         if self.metrics_auth not in METRICS_AUTH:
             raise OptionsError(
                 f"--metrics-auth {self.metrics_auth!r}: one of {', '.join(METRICS_AUTH)}"

@@ -746,6 +746,33 @@ def test_service_monitor_scrapes_with_its_token_when_metrics_need_one(
     assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
+def test_metrics_over_tls_use_the_webhook_certificate_probes_and_scrapes_https(
+    tmp_path: Path,
+) -> None:
+    objects = render({"metrics": {"tls": True}, "serviceMonitor": {"enabled": True}}, tmp=tmp_path)
+    c = container(objects)
+    assert {
+        "--metrics-cert=/etc/nexus-admit/webhook/tls.crt",
+        "--metrics-key=/etc/nexus-admit/webhook/tls.key",
+    } <= set(c["args"])
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    (endpoint,) = one(objects, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == f"{FULLNAME}.{NS}.svc"
+    assert endpoint["tlsConfig"]["ca"]["secret"]["key"] == "ca.crt"
+    cert_secret = one(objects, "Secret")["metadata"]["name"]
+    assert endpoint["tlsConfig"]["ca"]["secret"]["name"] == cert_secret
+    plain = template({"metrics": {"tls": True}, "webhook": {"enabled": False}}, tmp=tmp_path)
+    assert plain.returncode != 0 and "metrics.tls" in plain.stderr
+
+
+def test_metrics_are_plain_http_by_default(default_objects: list[dict[str, Any]]) -> None:
+    c = container(default_objects)
+    assert not [a for a in c["args"] if a.startswith("--metrics-cert")]
+    assert "scheme" not in c["livenessProbe"]["httpGet"]
+
+
 def test_network_policy_admits_only_the_webhook_and_the_metrics_port(
     default_objects: list[dict[str, Any]],
 ) -> None:

@@ -217,13 +217,14 @@ def test_of_two_replicas_only_the_leader_places_and_it_releases_the_lease_on_sto
 
 def test_a_guarded_write_gives_up_before_the_lease_could_pass_to_another_replica() -> None:
     """Fencing: a write sent while leading times out within the margin between the renew
-    deadline and the Lease's duration, so it cannot land under the next leader; reads and
-    the Lease's own writes keep the longer timeout."""
+    deadline and the Lease's duration, in the client and in the apiserver (its `timeout`
+    parameter), so it cannot land under the next leader; reads and the Lease's own writes
+    keep the longer timeout."""
     api = KubeApi(None)  # type: ignore[arg-type]
-    sent: list[tuple[str, float | None]] = []
+    sent: list[tuple[str, float | None, Any]] = []
 
     def request(method: str, path: str, **kw: Any) -> dict[str, Any]:
-        sent.append((method, kw.get("timeout")))
+        sent.append((method, kw.get("timeout"), (kw.get("query") or {}).get("timeout")))
         return {}
 
     api.request = request  # type: ignore[method-assign]
@@ -232,5 +233,10 @@ def test_a_guarded_write_gives_up_before_the_lease_could_pass_to_another_replica
     assert api.write_timeout == pytest.approx(0.6 - 0.4)
     api.write_guard = lambda: True  # as while leading
     api.create("Pod", {"metadata": {"name": "p", "namespace": "ns"}})
+    api.apply_status("Workload", {"metadata": {"name": "w", "namespace": "ns"}})
     api.get("Pod", "p", "ns")
-    assert sent == [("POST", pytest.approx(0.2)), ("GET", None)]
+    assert sent == [
+        ("POST", pytest.approx(0.2), "0.2s"),
+        ("PATCH", pytest.approx(0.2), "0.2s"),
+        ("GET", None, None),
+    ]

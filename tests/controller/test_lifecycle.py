@@ -92,6 +92,16 @@ def test_status_is_bound_only_when_every_slot_is_bound() -> None:
     assert done["phase"] == "Reserved" and len(done["slots"]) == 1
 
 
+def test_a_bound_reservation_stays_bound_while_its_pods_restart() -> None:
+    bound = {**RR, "status": {"phase": "Bound"}}
+    gone = reservation_status(bound, [])
+    assert gone["phase"] == "Bound" and gone["slots"] == []
+    again = reservation_status(bound, [pod("a2", "main/0", None), pod("b", "main/1", "n1")])
+    assert again["phase"] == "Bound"
+    assert [r["state"] for r in again["slots"]] == ["Claimed", "Bound"]
+    assert reservation_status(RR, [])["phase"] == "Reserved"  # never bound: the TTL applies
+
+
 def test_unschedulable_pin_waits_for_the_grace() -> None:
     now = datetime(2026, 11, 25, 10, 0, 30, tzinfo=UTC)
 

@@ -1,13 +1,22 @@
 """Process set-up of `nexus-admit run` that the e2e tests cannot see: the malloc arena cap
-(the soak's RSS measures its effect, in `make bench-e2e`)."""
+(the soak's RSS measures its effect, in `make bench-e2e`), and the health/metrics port
+served over TLS (`--metrics-cert`)."""
 
 from __future__ import annotations
 
+import asyncio
 import platform
+import ssl
+from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
-from nexus_admit.controller.operator import cap_malloc_arenas
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.operator import _health_server, cap_malloc_arenas
+from nexus_admit.controller.options import OptionsError, RunOptions
+from tests.controller.webhook.test_tls import issue, served_serial
 
 
 @pytest.mark.skipif(
@@ -15,3 +24,75 @@ from nexus_admit.controller.operator import cap_malloc_arenas
 )
 def test_malloc_arenas_are_capped_on_glibc() -> None:
     assert cap_malloc_arenas() is True
+
+
+def _options(tmp_path: Path, **tls: Any) -> RunOptions:
+    return RunOptions(
+        webhook=False,
+        health_addr="127.0.0.1",
+        health_port=0,
+        webhook_cert_check_seconds=0.05,
+        **tls,
+    ).validate()
+
+
+async def _get(port: int, path: str, tls: ssl.SSLContext | None) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session:
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{port}{path}"
+        async with session.get(url, ssl=tls if tls else False) as r:
+            return r.status, await r.text()
+
+
+def test_metrics_are_served_over_tls_with_a_certificate_reloaded_in_place(
+    tmp_path: Path,
+) -> None:
+    """--metrics-cert/--metrics-key: the health/metrics port speaks only TLS, with the
+    certificate given, and a renewed pair is served to new connections (as the webhook's)."""
+    first = issue(tmp_path)
+    options = _options(
+        tmp_path, metrics_cert=str(tmp_path / "tls.crt"), metrics_key=str(tmp_path / "tls.key")
+    )
+    ctx = Context(options=options, api=None, engine=None)  # type: ignore[arg-type]
+    trust = ssl.create_default_context(cafile=str(tmp_path / "tls.crt"))
+    trust.check_hostname = False  # the test certificate names no host
+
+    async def scenario() -> None:
+        runner = await _health_server(ctx, [])
+        try:
+            port = runner.addresses[0][1]
+            status, text = await _get(port, "/metrics", trust)
+            assert status == 200 and "nexus_admit_" in text
+            assert (await _get(port, "/healthz", trust))[0] == 200
+            with pytest.raises(aiohttp.ClientError):
+                await _get(port, "/metrics", None)  # plain HTTP is not answered
+            assert await served_serial(port) == first
+            second = issue(tmp_path)
+            for _ in range(200):
+                if await served_serial(port) == second:
+                    break
+                await asyncio.sleep(0.05)
+            assert await served_serial(port) == second, "the renewed pair is served"
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_plain_http_without_a_metrics_certificate(tmp_path: Path) -> None:
+    ctx = Context(options=_options(tmp_path), api=None, engine=None)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        runner = await _health_server(ctx, [])
+        try:
+            assert (await _get(runner.addresses[0][1], "/healthz", None))[0] == 200
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("given", ["metrics_cert", "metrics_key"])
+def test_a_metrics_certificate_needs_its_key(tmp_path: Path, given: str) -> None:
+    issue(tmp_path)
+    with pytest.raises(OptionsError, match="go together"):
+        _options(tmp_path, **{given: str(tmp_path / "tls.crt")})

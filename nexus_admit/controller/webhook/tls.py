@@ -1,7 +1,8 @@
 """The webhook's serving certificate, reloaded in place when its files change.
 
 Who calls it: `operator.py` builds one `ServingCertificate`, hands its `context` to kopf's
-WebhookServer, and runs `watch` as a background task. A renewed certificate (cert-manager
+WebhookServer, and runs `watch` as a background task; with `--metrics-cert` another one
+serves the health/metrics port the same way. A renewed certificate (cert-manager
 renewing it, or a new Secret from `helm upgrade`; the kubelet swaps the mounted files) is
 loaded into the same `ssl.SSLContext` the listening socket uses: every TLS handshake after
 that presents the new certificate, with no restart and no moment without a listener.
@@ -41,10 +42,16 @@ def fingerprint(cert_pem: bytes) -> str:
 
 class ServingCertificate:
     def __init__(
-        self, certfile: str, keyfile: str, *, on_reload: Callable[[], None] | None = None
+        self,
+        certfile: str,
+        keyfile: str,
+        *,
+        on_reload: Callable[[], None] | None = None,
+        serves: str = "webhook",
     ):
         self.certfile = certfile
         self.keyfile = keyfile
+        self.serves = serves  # what the log lines name: "webhook", "metrics"
         self.on_reload = on_reload
         self.context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
         self.digest = ""  # of the pair loaded now
@@ -56,7 +63,9 @@ class ServingCertificate:
         try:
             return Path(self.certfile).read_bytes(), Path(self.keyfile).read_bytes()
         except OSError as e:
-            raise CertificateError(f"cannot read the webhook certificate or key: {e}") from None
+            raise CertificateError(
+                f"cannot read the {self.serves} certificate or key: {e}"
+            ) from None
 
     def reload_if_changed(self, *, initial: bool = False) -> bool:
         """Load the files into the live context if their content changed and they form a
@@ -84,12 +93,16 @@ class ServingCertificate:
         except CertificateError as e:
             if initial:
                 raise
-            log.warning("webhook certificate not reloaded, still serving the current one: %s", e)
+            log.warning(
+                "%s certificate not reloaded, still serving the current one: %s", self.serves, e
+            )
             return False
         self.digest = digest
         self.fingerprint = fingerprint(cert)
         if not initial:
-            log.info("webhook certificate reloaded: now serving sha256 %s", self.fingerprint)
+            log.info(
+                "%s certificate reloaded: now serving sha256 %s", self.serves, self.fingerprint
+            )
             if self.on_reload is not None:
                 self.on_reload()
         return True
