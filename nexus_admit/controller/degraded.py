@@ -90,5 +90,10 @@ async def watch_leadership(ctx: Context, elector: LeaseElector, after_seconds: f
     while True:
         await asyncio.sleep(elector.config.retry_seconds)
         seconds = elector.leaderless_seconds()
+        if seconds < after_seconds:
+            continue
+        # judged by a fresh read: after a pause this replica's last read is stale, and
+        # another replica may have led all along
+        seconds = await asyncio.to_thread(elector.refresh)
         if seconds >= after_seconds:
             await mark_no_leader(ctx, elector, seconds)

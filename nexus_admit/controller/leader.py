@@ -113,6 +113,20 @@ class LeaseElector:
         expired_at = self._observed_at + (self._observed_duration if holder else 0.0)
         return max(0.0, self.clock() - expired_at)
 
+    def refresh(self) -> float:
+        """Read the Lease again (blocking) and answer `leaderless_seconds` by it: a replica
+        that was paused (a frozen process, a long GC) must not judge by a Lease it read
+        before the pause. An unreadable Lease changes nothing."""
+        c = self.config
+        try:
+            lease = self.api.get_lease(c.name, c.namespace)
+        except Exception as e:
+            log.warning("lease %s/%s: cannot read it: %s", c.namespace, c.name, e)
+        else:
+            if lease is not None:
+                self._observe(lease, self.clock())
+        return self.leaderless_seconds()
+
     def _observe(self, lease: Mapping[str, Any], at: float) -> None:
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")

@@ -99,3 +99,21 @@ def test_a_leaders_pass_writes_active_true_back() -> None:
     ctx.store.upsert("AdmissionCheck", api.get("AdmissionCheck", "nexus-placement"))
     asyncio.run(sync_checks(ctx))
     assert active(api)["status"] == "True"
+
+
+def test_a_replica_back_from_a_pause_rereads_the_lease_before_judging() -> None:
+    """A replica frozen past the lease (SIGSTOP, a long pause) last saw the old holder; on
+    waking, its stale view says nobody has led for a long time, while another replica
+    took the Lease and renews it. A fresh read says so (e2e/tests/test_fencing.py met it)."""
+    api, clock = FakeApi(), Clock()
+    a = replica(api, "a", clock)
+    a.try_acquire_or_renew()
+    b = replica(api, "b", clock)
+    assert b.try_acquire_or_renew() is False
+    clock.now += 60  # b frozen meanwhile: a died at once, c took the Lease and renews it
+    c = replica(api, "c", clock)
+    c.try_acquire_or_renew()  # first sight of a's record: c waits one lease duration
+    clock.now += 16
+    assert c.try_acquire_or_renew() is True
+    assert b.leaderless_seconds() == 61.0  # b's stale view: a's lease ran out at 15 s
+    assert b.refresh() == 0.0  # read again: c leads
