@@ -3,6 +3,8 @@
 # `buildah`) and tag it nexus-admit:<version>, the version being the package's own
 # (nexus_admit/__init__.py). Prints the image name on the last line of stdout.
 #
+# `image.sh --print-tag` prints the tag and stops (tests/test_versions.py).
+#
 # Environment:
 #   IMAGE_BASE   the Dockerfile's PYTHON_IMAGE build argument. Default python:3.11-slim.
 #                `local`: a Debian bookworm base built on this machine with debootstrap
@@ -28,10 +30,14 @@ cache="${NEXUS_CACHE:-$HOME/.cache/nexus-admit}/image"
 log() { printf '[image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "FAILED: $*"; exit 1; }
 
-command -v buildah >/dev/null || die "buildah is not installed (apt-get install buildah)"
 version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$repo/nexus_admit/__init__.py")"
 [[ -n $version ]] || die "no __version__ in nexus_admit/__init__.py"
 tag="${IMAGE_NAME:-nexus-admit}:$version"
+if [[ ${1:-} == --print-tag ]]; then
+  echo "$tag"
+  exit 0
+fi
+command -v buildah >/dev/null || die "buildah is not installed (apt-get install buildah)"
 base="${IMAGE_BASE:-python:3.11-slim}"
 if [[ $base == local ]]; then
   base="$(bash "$here/local-base.sh" | tail -n1)"
