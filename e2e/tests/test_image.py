@@ -73,6 +73,7 @@ class Image:
     layer_bytes: list[int]
     base_layer_count: int
     build_seconds: float
+    reused: bool  # an image built from the same inputs was there already
 
 
 def _skip_reason() -> str | None:
@@ -118,13 +119,18 @@ def image() -> Image:
         base = subprocess.run(
             ["bash", str(LOCAL_BASE)], capture_output=True, text=True, check=True
         ).stdout.splitlines()[-1]
-    return Image(name, info["OCIv1"]["config"], _layers(name), len(_layers(base)), seconds)
+    reused = "is up to date" in r.stderr
+    layers = _layers(name)
+    return Image(name, info["OCIv1"]["config"], layers, len(_layers(base)), seconds, reused)
 
 
 @pytest.fixture(scope="module")
 def rootfs(image: Image) -> Iterator[Path]:
-    """The image's root filesystem: a buildah working container, mounted; removed after."""
-    container = _buildah("from", "--pull-never", image.name)
+    """The image's root filesystem: a buildah working container, mounted; removed after (and
+    before: the one an interrupted run left would keep the image it was made from)."""
+    container = "nexus-admit-e2e-image"
+    subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    _buildah("from", "--pull-never", "--name", container, image.name)
     try:
         yield Path(_buildah("mount", container))
     finally:
@@ -188,6 +194,7 @@ def test_the_image_holds_no_build_tool_or_test_dependency(image: Image, rootfs: 
         "added_mib": round((total - base) / 2**20, 1),
         "layers": len(image.layer_bytes),
         "build_seconds": round(image.build_seconds, 1),
+        "reused": image.reused,
         "python_distributions": len(installed),
     }
     REPORT.parent.mkdir(parents=True, exist_ok=True)
