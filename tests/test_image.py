@@ -1,8 +1,8 @@
 """The container image recipe (`Dockerfile`), checked without a container engine (the image
 itself is built and run by e2e/tests/test_image.py): the recipe's shape, and what its last
-stage does — the wheel installed into a
-clean virtual environment runs `nexus-admit run --help` from `/` with the arguments the chart
-passes, without matplotlib (the optional extra `report`, which the image leaves out).
+stage does — the wheel installed into a clean virtual environment runs `nexus-admit run
+--help` from `/` with the arguments the chart passes, without matplotlib (the optional
+extra `report`, which the image leaves out).
 
 The clean venv gets nexus-admit from the wheel only; its runtime dependencies come from the
 development venv's site-packages through a .pth line (offline). The dev venv reaches its

@@ -17,12 +17,13 @@
 # `pip.conf` and `pip-cert`: mounted for that one RUN step, never stored in a layer. pip's
 # download cache is the stage's cache mount, which buildah keeps under $TMPDIR, here
 #   ${NEXUS_CACHE:-~/.cache/nexus-admit}/image/tmp/buildah-cache/
-# so a rebuild after a code change downloads nothing. The base image (IMAGE_BASE=local)
-# is cached as described in local-base.sh. The image this build replaces under the same
-# tag is removed once nothing else names it.
-# Storage: buildah's defaults (overlay, as root in /var/lib/containers/storage);
-# STORAGE_DRIVER=vfs (buildah reads it) where overlay cannot mount. Isolation: chroot (no OCI runtime,
-# none of its rlimit or namespace needs).
+# so a rebuild after a code change downloads nothing where the index sends cache headers
+# (pip's HTTP cache stores nothing without them). The base image (IMAGE_BASE=local) is
+# cached as described in local-base.sh. An image under the same tag built from the same
+# inputs is reused; the one a new build replaces is removed once nothing else names it.
+# Storage: buildah's defaults (overlay, as root in /var/lib/containers/storage); set
+# driver = "vfs" in /etc/containers/storage.conf where overlay cannot mount.
+# Isolation: chroot (no OCI runtime, none of its rlimit or namespace needs).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
