@@ -16,6 +16,7 @@ public python:3.11-slim where it can be pulled; then debootstrap is not needed).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -128,7 +129,8 @@ def image() -> Image:
 def rootfs(image: Image) -> Iterator[Path]:
     """The image's root filesystem: a buildah working container, mounted; removed after (and
     before: the one an interrupted run left would keep the image it was made from)."""
-    container = "nexus-admit-e2e-image"
+    # one per checkout, so that two checkouts' runs on one machine keep to their own
+    container = f"nexus-admit-e2e-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
     subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
     _buildah("from", "--pull-never", "--name", container, image.name)
     try:
