@@ -5,8 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
+# the package version (nexus_admit/__init__.py): the image tag and the packaged chart follow it
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' nexus_admit/__init__.py)
 
-.PHONY: install simulate plan-sample bench bench-e2e run demo test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
+.PHONY: image chart install simulate plan-sample bench bench-e2e run demo test lint unit fuzz e2e cluster-up cluster-down cluster-status controlplane clean
 
 $(BIN)/nexus-admit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +81,19 @@ cluster-down: install
 cluster-status: install
 	$(BIN)/python e2e/cluster.py status
 
+## The controller image from the Dockerfile, built with buildah and tagged
+## nexus-admit:$(VERSION). IMAGE_BASE=local builds its base from Debian packages
+## (debootstrap) where no registry can be pulled from; docs/admin-guide.md.
+image:
+	IMAGE_BASE="$(IMAGE_BASE)" PYTHON="$(PYTHON)" bash e2e/build/image.sh
+
+## The helm chart packaged as $(CHART_DIST)/nexus-admit-$(VERSION).tgz (version and appVersion both
+## $(VERSION)), with the helm binary the control plane build makes.
+CHART_DIST ?= dist
+chart: controlplane
+	"$$(bash e2e/build/build.sh | tail -n1)/helm" package charts/nexus-admit \
+	  --version "$(VERSION)" --app-version "$(VERSION)" --destination "$(CHART_DIST)"
+
 clean:
 	-[ -x $(BIN)/python ] && $(BIN)/python e2e/cluster.py down
-	rm -rf $(VENV) .e2e-state .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .e2e-state .pytest_cache .mypy_cache .ruff_cache dist

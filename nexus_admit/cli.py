@@ -4,8 +4,11 @@ snapshot) the same way."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from nexus_admit import __version__
 from nexus_admit.commands import bench, plan, release, run, simulate
 
 __all__ = ["app", "main"]
@@ -19,8 +22,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"nexus-admit {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
+        ),
+    ] = False,
+) -> None:
     """Kueue AdmissionCheck controller that places GPU gangs with one CP-SAT solve."""
 
 

@@ -1,7 +1,8 @@
-"""The container image recipe (`Dockerfile`), checked without a container engine (none on
-this machine): the recipe's shape, and what its last stage does — the wheel installed into a
-clean virtual environment runs `nexus-admit run --help` from `/` with the arguments the chart
-passes, without matplotlib (the optional extra `report`, which the image leaves out).
+"""The container image recipe (`Dockerfile`), checked without a container engine (the image
+itself is built and run by e2e/tests/test_image.py): the recipe's shape, and what its last
+stage does — the wheel installed into a clean virtual environment runs `nexus-admit run
+--help` from `/` with the arguments the chart passes, without matplotlib (the optional
+extra `report`, which the image leaves out).
 
 The clean venv gets nexus-admit from the wheel only; its runtime dependencies come from the
 development venv's site-packages through a .pth line (offline). The dev venv reaches its
@@ -51,6 +52,8 @@ def test_the_dockerfile_installs_only_the_wheel_and_runs_as_non_root() -> None:
     (user,) = re.findall(r"^USER\s+(\S+)", runtime, flags=re.M)
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) != 0, "numeric non-root user (runAsNonRoot can check it)"
+    # kopf looks the user's name up at start (getpass.getuser()): the uid needs a passwd entry
+    assert re.search(rf"^RUN echo \"[a-z-]+:x:{uid}:{uid}:.*>> /etc/passwd", runtime, flags=re.M)
     assert re.search(r'^ENTRYPOINT \["nexus-admit"\]', runtime, flags=re.M)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nexus_admit import __version__
 from nexus_admit.kube.pod_gate_policy import (
     pod_gate_binding,
     pod_gate_policy,
@@ -227,7 +228,7 @@ def test_deployment_runs_the_controller_with_restricted_pod_security(
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
-    assert c["image"] == "nexus-admit:0.1.0"
+    assert c["image"] == f"nexus-admit:{__version__}"
     assert c["args"][0] == "run"
     assert "--webhook-cert=/etc/nexus-admit/webhook/tls.crt" in c["args"]
     assert "--webhook-key=/etc/nexus-admit/webhook/tls.key" in c["args"]
