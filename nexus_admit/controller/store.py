@@ -86,10 +86,10 @@ def _gated(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def _trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
+def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     m = meta(obj)
     kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
-    return {"kind": obj.get("kind"), "metadata": {k: m[k] for k in kept if k in m}}
+    return {"kind": kind, "metadata": {k: m[k] for k in kept if k in m}}
 
 
 def _newer_or_same(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -157,7 +157,7 @@ class Store:
             return False
         if not _newer_or_same(obj, bucket.get(key)):
             return False
-        self._put(kind, key, _trimmed(obj) if kind in _TRIMMED_KINDS else dict(obj))
+        self._put(kind, key, _trimmed(kind, obj) if kind in _TRIMMED_KINDS else dict(obj))
         self.tombstones.pop((kind, key), None)
         return True
 

@@ -77,3 +77,21 @@ def test_the_pod_indexes_follow_labels_gates_deletes_and_relists() -> None:
     s.replace("Pod", [reserved_pod("b", 5, "rr-2", gated=False)], list_version=10)  # c gone
     assert s.gated_pods() == []
     assert [p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-2")] == ["b"]
+
+
+def test_a_statefulset_is_kept_trimmed_to_its_identity_and_labels() -> None:
+    """Only its queue label is read; a re-list's items carry no kind, the store's copy does
+    (the owner index keys owners by kind)."""
+    store = Store()
+    listed = {
+        "metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "5",
+                     "labels": {"kueue.x-k8s.io/queue-name": "q"}, "annotations": {"big": "x"}},
+        "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+    }
+    store.replace("StatefulSet", [listed], 5)
+    (kept,) = store.items("StatefulSet")
+    assert kept == {
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "5",
+                     "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+    }
