@@ -200,6 +200,7 @@ class ClusterDump:
             self.kind(L.KIND_RESOURCE_RESERVATION),
             node_resource_topologies=self.kind("NodeResourceTopology"),
             resource_slices=self.kind("ResourceSlice"),
+            resource_claims=self.kind("ResourceClaim"),
             topologies=self._kueue("Topology"),
             exclude_workloads=exclude_workloads,
             template_requests=template_requests,

@@ -141,3 +141,82 @@ def test_template_is_namespace_local_and_dump_resolves_it() -> None:
         gang(workload("w", [claim_pod_set()]), DraIndex.of([other_ns]))
     dump = ClusterDump.of([template("gpus", gpu_request(4))])
     assert dump.dra_index().templates[("default", "gpus")]["kind"] == "ResourceClaimTemplate"
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def _slice(name: str, count: int, product: str = H100, memory: str = "81559Mi",
+           pool: str | None = None) -> dict[str, Any]:
+    devices = [{"name": f"gpu-{i}",
+                "attributes": {"index": {"int": i}, "productName": {"string": product}},
+                "capacity": {"memory": {"value": memory}}} for i in range(count)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{name}-gpu"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                     "pool": {"name": pool or name, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def _claim(name: str, node_name: str, *devices: str, driver: str = "gpu.nvidia.com"
+           ) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"devices": {"requests": [gpu_request(len(devices))]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": driver, "pool": node_name, "device": d}
+                for d in devices]}}}}
+
+
+def test_devices_allocated_to_claims_are_not_free() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    snap = build_snapshot(
+        [node("d1", gpus=0), node("d2", gpus=0)], [], [],
+        resource_slices=[_slice("d1", 8), _slice("d2", 8)],
+        resource_claims=[_claim("a", "d1", "gpu-1", "gpu-2"), _claim("b", "d2", "gpu-7"),
+                         _claim("other", "d2", "gpu-0", driver="nic.example.com"),
+                         _claim("pending", "d2")],
+    )
+    assert snap.nodes["d1"].gpu_free == [1000, 0, 0] + [1000] * 5
+    assert snap.nodes["d2"].gpu_free == [1000] * 7 + [0]
+
+
+def test_node_with_extended_resource_and_slices_counts_each_gpu_once() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    # 8 GPUs as nvidia.com/gpu, the same 8 published as devices: the extended resource
+    # gives the count, a claim's device is the GPU of the same index
+    snap = build_snapshot([node("both", gpus=8)], [], [], resource_slices=[_slice("both", 8)],
+                          resource_claims=[_claim("a", "both", "gpu-3")])
+    assert snap.nodes["both"].gpu_count == 8
+    assert snap.nodes["both"].gpu_free.count(0) == 1 and snap.nodes["both"].gpu_free[3] == 0
+
+
+def test_bound_claim_pod_takes_its_claims_devices_not_its_slots() -> None:
+    from kube_factories import pod, reservation
+
+    from nexus_admit.kube.cluster import build_snapshot
+
+    rr = reservation("rr", "w", [{"index": 0, "node": "d1", "gpus": [0, 1]}],
+                     namespace="team", pod_set="workers")
+    bound = pod("p", "d1", namespace="team", gpus=0,
+                labels={"scheduling.kubenexus.io/reservation": "rr"},
+                annotations={"scheduling.kubenexus.io/slot": "workers/0"})
+    snap = build_snapshot([node("d1", gpus=0)], [bound], [rr],
+                          resource_slices=[_slice("d1", 8)],
+                          resource_claims=[_claim("p-gpu", "d1", "gpu-6", "gpu-7")])
+    assert snap.nodes["d1"].gpu_free == [1000] * 6 + [0, 0]
+
+
+def test_malformed_claim_is_listed_not_fatal() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+    from nexus_admit.kube.errors import Skipped
+
+    bad = _claim("bad", "d1", "gpu-0")
+    bad["status"]["allocation"]["devices"]["results"] = "nope"
+    skipped: list[Skipped] = []
+    snap = build_snapshot([node("d1", gpus=0)], resource_slices=[_slice("d1", 2)],
+                          resource_claims=[bad, _claim("ok", "d1", "gpu-1")], skipped=skipped)
+    assert snap.nodes["d1"].gpu_free == [1000, 0]
+    assert [(s.kind, s.name) for s in skipped] == [("ResourceClaim", "bad")]
