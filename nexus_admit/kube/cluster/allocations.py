@@ -6,6 +6,7 @@ the pod, so they are the truth about which devices a claim-using pod took."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Obj, mapping, sequence
 
@@ -14,7 +15,9 @@ __all__ = ["allocated_devices"]
 DraDevice = tuple[str, str, str]
 
 
-def allocated_devices(claim: Obj, known: Mapping[DraDevice, tuple[str, int]]) -> list[tuple[str, int]]:
+def allocated_devices(
+    claim: Obj, known: Mapping[DraDevice, tuple[str, int]]
+) -> list[tuple[str, int]]:
     """(node, GPU index) of every whole GPU the claim holds on a node of the snapshot
     (devices of other drivers, and MIG devices, which are not whole GPUs, are not counted).
     Raises TranslationError when the allocation cannot be read."""
