@@ -512,4 +512,12 @@ def kueue_config(b: Path, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": kueue_frameworks(b)},
         "featureGates": {"VisibilityOnDemand": False},
+        # Dynamic Resource Allocation: devices of DeviceClass gpu.nvidia.com asked through
+        # ResourceClaimTemplates count as nvidia.com/gpu, the quota the ClusterQueues already
+        # hold for the extended resource (docs/dra.md, e2e/tests/test_dra.py)
+        "resources": {
+            "deviceClassMappings": [
+                {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}
+            ]
+        },
     }

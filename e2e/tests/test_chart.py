@@ -260,6 +260,8 @@ MUST = [
     ("patch", "admissionchecks.kueue.x-k8s.io", "--subresource=status"),
     ("watch", "noderesourcetopologies.topology.node.k8s.io"),
     ("watch", "resourceslices.resource.k8s.io"),
+    ("watch", "resourceclaims.resource.k8s.io", "--all-namespaces"),
+    ("watch", "resourceclaimtemplates.resource.k8s.io", "--all-namespaces"),
     ("watch", "placementconfigs.scheduling.kubenexus.io"),
     ("create", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),
     ("delete", "resourcereservations.scheduling.kubenexus.io", "-n", "default"),

@@ -74,6 +74,8 @@ RESOURCES: dict[str, Resource] = {
         L.NRT_API_GROUP, L.NRT_API_VERSION, "noderesourcetopologies", False
     ),
     "ResourceSlice": Resource(L.DRA_API_GROUP, "v1", "resourceslices", False),
+    "ResourceClaim": Resource(L.DRA_API_GROUP, "v1", "resourceclaims", True),
+    "ResourceClaimTemplate": Resource(L.DRA_API_GROUP, "v1", "resourceclaimtemplates", True),
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),

@@ -38,6 +38,7 @@ _API_VERSIONS = {
     L.KIND_RESOURCE_RESERVATION: L.GROUP_VERSION,
     "NodeResourceTopology": "topology.node.k8s.io/v1alpha2",
     "ResourceSlice": "resource.k8s.io/v1",
+    "ResourceClaim": "resource.k8s.io/v1",
 }
 
 

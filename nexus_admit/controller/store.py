@@ -42,6 +42,9 @@ WATCHED_KINDS = (
     "AdmissionCheck",
     "NodeResourceTopology",
     "ResourceSlice",
+    # GPUs asked through DRA: templates are read per pod set, claims for what they hold
+    "ResourceClaim",
+    "ResourceClaimTemplate",
     "ResourceReservation",
     "PlacementConfig",
     # only their queue label is read (`kube/queues.gated_queues`): kept trimmed

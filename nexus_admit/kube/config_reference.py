@@ -106,6 +106,8 @@ MEANINGS: dict[str, str] = {
     "the gang retried.",
     "retryAfterSeconds": "Not read by the controller yet: its Retry delay is `nexus-admit run "
     "--retry-seconds`.",
+    "gpuDeviceClasses": "Dynamic Resource Allocation DeviceClasses whose devices are whole "
+    "GPUs: a pod's ResourceClaims on them are its GPUs (see [dra.md](dra.md)).",
 }
 
 

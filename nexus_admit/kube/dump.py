@@ -3,8 +3,9 @@ or multi-document YAML of the same objects (Lists may nest) → objects by kind 
 ClusterSnapshot + pending Gangs in creation order.
 
 Kinds used (others are kept but ignored): Node, Pod, Workload, ClusterQueue, LocalQueue,
-ResourceFlavor, Topology, AdmissionCheck, NodeResourceTopology, ResourceSlice,
-ResourceReservation, PlacementConfig, and workload owners (Job, JobSet, ...) when present.
+ResourceFlavor, Topology, AdmissionCheck, NodeResourceTopology, ResourceSlice, ResourceClaim,
+ResourceClaimTemplate, ResourceReservation, PlacementConfig, and workload owners (Job,
+JobSet, ...) when present.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
+from nexus_admit.kube.dra import DraIndex
 from nexus_admit.kube.errors import (
     Obj,
     Skipped,
@@ -102,6 +104,7 @@ class ClusterDump:
     by_kind: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # which service's Workloads hold slots where (built on the first serving gang)
     _services: ServiceIndex | None = field(default=None, init=False, repr=False, compare=False)
+    _dra: DraIndex | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, objects: Iterable[Mapping[str, Any]]) -> ClusterDump:
@@ -123,6 +126,16 @@ class ClusterDump:
             # a plain-pod Workload's owner is its Pod (a Deployment's replica)
             owners=[o for k in (*sorted(OWNER_KINDS), "Pod") for o in self.kind(k)],
         )
+
+    def dra_index(self) -> DraIndex:
+        """ResourceClaim(Template)s and the nodes with DRA GPUs, for claim translation."""
+        if self._dra is None:
+            self._dra = DraIndex.of(
+                self.kind("ResourceClaimTemplate"),
+                self.kind("ResourceClaim"),
+                self.kind("ResourceSlice"),
+            )
+        return self._dra
 
     def kueue_topologies(self) -> dict[str, tuple[str, ...]]:
         return topologies_from_objects(self._kueue("Topology"))
@@ -187,6 +200,7 @@ class ClusterDump:
             self.kind(L.KIND_RESOURCE_RESERVATION),
             node_resource_topologies=self.kind("NodeResourceTopology"),
             resource_slices=self.kind("ResourceSlice"),
+            resource_claims=self.kind("ResourceClaim"),
             topologies=self._kueue("Topology"),
             exclude_workloads=exclude_workloads,
             template_requests=template_requests,
@@ -241,6 +255,7 @@ class ClusterDump:
             nodes=snapshot.nodes.values(),
             levels=levels,
             now=now,
+            dra=self.dra_index(),
         )
         if self._services is None and service_key(workload, kueue) is not None:
             self._services = ServiceIndex.of(

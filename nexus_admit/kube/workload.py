@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.dra import ClaimGpus, DraIndex, claim_gpus, claim_nodes
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
@@ -270,6 +271,8 @@ class _Context:
     levels: Sequence[str] | None
     owner_kinds: frozenset[str]
     owner: Obj | None
+    dra: DraIndex
+    gpu_classes: tuple[str, ...]
 
 
 def workload_to_gang(
@@ -280,6 +283,7 @@ def workload_to_gang(
     nodes: Iterable[Node] | None = None,
     levels: Sequence[str] | None = None,
     now: datetime | None = None,
+    dra: DraIndex | None = None,
 ) -> Gang:
     """A Kueue v1beta2 Workload → Gang.
 
@@ -287,7 +291,9 @@ def workload_to_gang(
     flavors' nodeLabels are added to each pod set's nodeSelector instead. `levels` (the
     resolved topology levels) validate the topology annotations. `now` gives the gang its
     waited time since the Workload's creation (PlacementConfig.localityWait reads it;
-    without `now` it has waited 0 s). Raises TranslationError.
+    without `now` it has waited 0 s). `dra` resolves the pod templates' ResourceClaim
+    (Template)s: GPUs asked through them count like `nvidia.com/gpu` (kube/dra.py); without
+    it a template naming one is an error. Raises TranslationError.
     """
     kueue = kueue or KueueIndex()
     ref = object_ref(workload)
@@ -299,7 +305,15 @@ def workload_to_gang(
         raise TranslationError(ref, "spec.podSets", "a Workload needs at least one pod set")
     owner_kinds = frozenset(_owner_kinds(workload))
     ctx = _Context(
-        workload, kueue, assignments, node_list, levels, owner_kinds, kueue.owner_of(workload)
+        workload,
+        kueue,
+        assignments,
+        node_list,
+        levels,
+        owner_kinds,
+        kueue.owner_of(workload),
+        dra or DraIndex({}, {}),
+        config.gpu_device_classes,
     )
     said = _GangWide()
     pod_sets = [
@@ -355,11 +369,16 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
     ann = {str(k): v for k, v in mapping(workload, tmeta.get("annotations"), afld).items()}
     pspec = mapping(workload, tpl.get("spec"), f"{fld}.template.spec")
     req = pod_requests(workload, pspec, f"{fld}.template.spec")
+    claimed = _claimed_gpus(ctx, fld, pspec, ann, req.gpus)
     gpu_milli = gpu_share_milli(workload, ann, afld, req)
-    vram = vram_per_gpu_mib(workload, ann, afld, req.gpus)
+    gpus = req.gpus + claimed.gpus
+    vram = max(vram_per_gpu_mib(workload, ann, afld, gpus), claimed.vram_mib)
     _gang_wide(ctx, fld, ps, name, ann, said)
     topo = mapping(workload, ps.get("topologyRequest"), f"{fld}.topologyRequest")
     toleration_list, selector, allowed = _node_constraints(ctx, fld, name, pspec)
+    allowed = claim_nodes(claimed, ctx.nodes, ctx.dra, allowed)
+    if claimed.product is not None and ctx.nodes is None:
+        selector[L.GFD_GPU_PRODUCT] = claimed.product
     indexed = (
         bool(ctx.owner_kinds & _INDEXED_OWNERS)
         or bool(topo.get("podIndexLabel"))
@@ -371,7 +390,7 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
             count=count,
             cpu_milli=req.cpu_milli,
             memory_mib=req.memory_mib,
-            gpus=req.gpus,
+            gpus=gpus,
             gpu_milli=gpu_milli,
             vram_mib=vram,
             tolerations=tuple(toleration_list),
@@ -386,6 +405,30 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
         )
     except ValueError as e:
         raise TranslationError(object_ref(workload), fld, str(e)) from None
+
+
+def _claimed_gpus(
+    ctx: _Context, fld: str, pspec: Mapping[str, Any], ann: Mapping[str, Any], units: int
+) -> ClaimGpus:
+    """The GPUs a pod set's pods ask through DRA claims; a pod asks its GPUs one way."""
+    claimed = claim_gpus(
+        ctx.workload, pspec, f"{fld}.template.spec", ctx.dra, ctx.gpu_classes
+    )
+    if claimed.gpus and units:
+        raise TranslationError(
+            object_ref(ctx.workload),
+            f"{fld}.template.spec.resourceClaims",
+            f"the pods ask GPUs both as {L.GPU_RESOURCE} and through ResourceClaims; "
+            f"ask them one way",
+        )
+    if claimed.gpus and ann.get(L.ANN_GPU_FRACTION) not in (None, ""):
+        raise TranslationError(
+            object_ref(ctx.workload),
+            f"{fld}.template.metadata.annotations[{L.ANN_GPU_FRACTION}]",
+            "a GPU share is read for pods asking nvidia.com/gpu, not for GPUs asked "
+            "through ResourceClaims",
+        )
+    return claimed
 
 
 def _gang_wide(

@@ -263,6 +263,10 @@ class PlacementConfig(_Spec):
     spread: SpreadWeights = Field(default_factory=SpreadWeights)  # inference/service only
     reservation_ttl_seconds: int = Field(default=600, ge=10, le=DAY_SECONDS)
     retry_after_seconds: int = Field(default=30, ge=1, le=DAY_SECONDS)
+    # DRA DeviceClasses whose devices are whole GPUs: a pod's claims on them are its GPUs
+    gpu_device_classes: tuple[
+        Annotated[str, Field(min_length=1, max_length=253)], ...
+    ] = Field(default=("gpu.nvidia.com",), max_length=16)
 
     @model_validator(mode="after")
     def _consistent(self) -> PlacementConfig:

@@ -173,7 +173,9 @@ def pod_claim(
     if ref is not None and ref in rr_slots:
         slot = rr_slots[ref]
         gpus = slot.get("gpus")
-        if isinstance(gpus, list) and all(
+        # a pod asking its GPUs through DRA claims holds what its claims' allocations say
+        # (counted from the claims), not the devices its slot named
+        if (whole or share) and isinstance(gpus, list) and all(
             isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
         ):
             devices = tuple(gpus)

@@ -28,7 +28,7 @@ from nexus_admit.kube.quantity import (
 )
 from nexus_admit.model import GPU_WHOLE, Node, NumaZone, Taint
 
-__all__ = ["label_int", "node_from_object", "topologies_from_objects"]
+__all__ = ["dra_device_indices", "label_int", "node_from_object", "topologies_from_objects"]
 
 # bounds on what one Node may claim: the snapshot holds one entry per GPU and per zone
 MAX_GPUS_PER_NODE = 1024  # more GPU devices on one node is a typo, not hardware
@@ -74,10 +74,13 @@ def _dra_attr(device: Mapping[str, Any], driver: str, name: str) -> Any:
     return raw
 
 
-def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
-    """GPU devices of the `gpu.nvidia.com` driver (resource.k8s.io v1 flat devices, or
-    v1beta1 devices with a `basic` block)."""
-    devices: list[tuple[int, int, Mapping[str, Any], Obj]] = []
+DraDevice = tuple[str, str, str]  # (driver, pool, device name), as a claim's allocation names it
+
+
+def _sorted_dra_devices(slices: Sequence[Obj]) -> list[tuple[Mapping[str, Any], Obj, DraDevice]]:
+    """The whole-GPU devices of the `gpu.nvidia.com` driver in device-index order (their
+    `index` attribute, then the slices' order): position i is the node's GPU i."""
+    devices: list[tuple[int, int, Mapping[str, Any], Obj, DraDevice]] = []
     order = 0
     for sl in slices:
         spec = mapping(sl, sl.get("spec"), "spec")
@@ -93,12 +96,26 @@ def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
                 continue  # MIG slices and other device types are not whole GPUs
             idx = _dra_attr(body, L.DRA_GPU_DRIVER, L.DRA_ATTR_INDEX)
             key = int(idx) if isinstance(idx, int) and not isinstance(idx, bool) else 10**6
-            devices.append((key, order, body, sl))
+            pool = mapping(sl, spec.get("pool"), "spec.pool").get("name")
+            name = (L.DRA_GPU_DRIVER, str(pool or ""), str(dev.get("name") or ""))
+            devices.append((key, order, body, sl, name))
             order += 1
     devices.sort(key=lambda d: (d[0], d[1]))
+    return [(body, sl, name) for _, _, body, sl, name in devices]
+
+
+def dra_device_indices(slices: Sequence[Obj]) -> dict[DraDevice, int]:
+    """(driver, pool, device) → the node's GPU index it is, for a node's ResourceSlices."""
+    return {name: i for i, (_, _, name) in enumerate(_sorted_dra_devices(slices))}
+
+
+def _dra_gpus(slices: Sequence[Obj]) -> _Dra:
+    """GPU devices of the `gpu.nvidia.com` driver (resource.k8s.io v1 flat devices, or
+    v1beta1 devices with a `basic` block)."""
+    devices = _sorted_dra_devices(slices)
     out = _Dra(count=len(devices))
     mems: list[int] = []
-    for _, _, body, sl in devices:
+    for body, sl, _ in devices:
         product = _dra_attr(body, L.DRA_GPU_DRIVER, L.DRA_ATTR_PRODUCT)
         if product and not out.product:
             out.product = str(product).replace(" ", "-")

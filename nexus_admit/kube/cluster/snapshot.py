@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster.allocations import allocated_devices
 from nexus_admit.kube.cluster.capacity import (
     Claim,
     SlotKey,
@@ -21,7 +22,12 @@ from nexus_admit.kube.cluster.capacity import (
     slot_ref,
     slots_by_key,
 )
-from nexus_admit.kube.cluster.nodes import label_int, node_from_object, topologies_from_objects
+from nexus_admit.kube.cluster.nodes import (
+    dra_device_indices,
+    label_int,
+    node_from_object,
+    topologies_from_objects,
+)
 from nexus_admit.kube.cluster.skipping import culprit, skip
 from nexus_admit.kube.errors import Obj, Skipped, TranslationError, mapping, meta, object_ref
 from nexus_admit.kube.reservations import (
@@ -42,6 +48,7 @@ def build_snapshot(
     *,
     node_resource_topologies: Iterable[Obj] = (),
     resource_slices: Iterable[Obj] = (),
+    resource_claims: Iterable[Obj] = (),
     topologies: Iterable[Obj] = (),
     exclude_workloads: Iterable[str] = (),
     template_requests: Mapping[tuple[str, str], tuple[int, int, int]] | None = None,
@@ -53,6 +60,8 @@ def build_snapshot(
     `exclude_workloads` ("ns/name") are the workloads being (re)placed: their own
     reservations do not count against them. `template_requests[(workload, podSet)]` gives
     (cpu milli, memory MiB, GPUs) per pod for reservations that do not state `requests`.
+    `resource_claims`: the GPU devices their allocations hold are taken (kube/cluster/
+    allocations.py).
     `skipped`: malformed objects are left out and listed there (never freer than the truth,
     see the package's doc) instead of raising `TranslationError`.
     """
@@ -60,6 +69,7 @@ def build_snapshot(
     fleet = _translate_nodes(nodes, node_resource_topologies, resource_slices, skipped)
     reservations, pods = list(reservations), list(pods)
     ledger = _Ledger()
+    _count_allocations(resource_claims, fleet, ledger, skipped)
     _count_pods(pods, fleet, _reserved_slots(reservations, skipped), ledger, skipped)
     counting = _ReservationCounting(
         excluded=set(exclude_workloads),
@@ -80,6 +90,8 @@ class _Fleet:
     nodes: dict[str, Node] = field(default_factory=dict)
     available: dict[tuple[str, int], int] = field(default_factory=dict)  # NRT CPU per zone
     replicas: dict[str, int] = field(default_factory=dict)  # GFD time-slicing replicas
+    # a DRA GPU (driver, pool, device) → (node, the node's GPU index)
+    dra_devices: dict[tuple[str, str, str], tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -90,6 +102,7 @@ class _Ledger:
     claimed: set[SlotKey] = field(default_factory=set)  # slots whose pod is bound and counted
     # nodes a bound pod or a live reservation takes an unknowable part of: out of placement
     unusable: set[str] = field(default_factory=set)
+    allocated: set[tuple[str, int]] = field(default_factory=set)  # GPUs DRA claims hold
 
 
 # ---------------------------------------------------------------- nodes
@@ -159,9 +172,39 @@ def _translate_nodes(
             continue
         fleet.nodes[node.name] = node
         fleet.replicas[node.name] = node_replicas
+        _index_dra_devices(fleet, node, slices)
         for zid, a in avail.items():
             fleet.available[(node.name, zid)] = a
     return fleet
+
+
+def _index_dra_devices(fleet: _Fleet, node: Node, slices: Sequence[Obj]) -> None:
+    """The node's DRA GPUs by the names claims use. With both `nvidia.com/gpu` and slices
+    the extended resource gives the count, and the slice devices are GPUs 0..n-1 in index
+    order: a device taken either way is one GPU, counted once."""
+    if not slices:
+        return
+    for device, index in dra_device_indices(slices).items():
+        if index < node.gpu_count:
+            fleet.dra_devices[device] = (node.name, index)
+
+
+# ---------------------------------------------------------------- DRA claims
+
+
+def _count_allocations(
+    claims: Iterable[Obj], fleet: _Fleet, ledger: _Ledger, skipped: list[Skipped] | None
+) -> None:
+    if not fleet.dra_devices:
+        return
+    for claim in claims:
+        try:
+            ledger.allocated.update(allocated_devices(claim, fleet.dra_devices))
+        except Exception as e:
+            if skipped is None:
+                raise
+            skip(skipped, claim, e, "malformed",
+                 "left out: the GPUs its allocation holds are not known")
 
 
 # ---------------------------------------------------------------- bound pods
@@ -305,6 +348,8 @@ def _named_nodes(rr: Obj, nodes: Mapping[str, Node]) -> set[str]:
 def _apply_claims(fleet: _Fleet, ledger: _Ledger) -> None:
     """Subtract every claim, drop the unusable nodes, then each NUMA zone's free CPU."""
     zone_used: dict[tuple[str, int], int] = {}
+    for name, index in ledger.allocated:
+        fleet.nodes[name].gpu_free[index] = 0
     # claims with known devices first, so the others cannot take their devices
     for claim in sorted(ledger.claims, key=lambda c: c.devices is None):
         if claim.node not in ledger.unusable:

@@ -1,0 +1,305 @@
+"""GPUs asked through Dynamic Resource Allocation (resource.k8s.io/v1): a pod template's
+`spec.resourceClaims` → GPUs per pod, VRAM per GPU and a GPU product, in the gang model.
+
+A claim entry names a ResourceClaimTemplate (resolved in the Workload's namespace) or a
+ResourceClaim. Each of its device requests on a GPU DeviceClass (PlacementConfig
+`gpuDeviceClasses`) must be `exactly` with `allocationMode: ExactCount` (or unset) and a
+`count`; its CEL selectors are read only in the forms below, which nexus can interpret
+exactly. Anything else is a TranslationError naming the field, so the Workload is Rejected
+with it and never placed as if it asked for no GPU:
+
+    device.driver == "gpu.nvidia.com"
+    device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"
+    device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0     (or > 0)
+
+joined by `&&` inside one expression or as several selectors (all must hold). Requests on
+other DeviceClasses are left to kube-scheduler (nexus does not count those devices).
+A pod placed through claims may only go to nodes whose GPUs the DRA driver publishes
+(`DraIndex.gpu_nodes`): kube-scheduler's allocator can give it devices nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object_ref, sequence
+from nexus_admit.kube.quantity import parse_memory_mib
+from nexus_admit.model import Node
+
+__all__ = ["ClaimGpus", "DraIndex", "claim_gpus", "claim_nodes", "normalize_product"]
+
+_ATTR = rf'device\.attributes\["{re.escape(L.DRA_GPU_DRIVER)}"\]'
+_PRODUCT = re.compile(rf'{_ATTR}\.{L.DRA_ATTR_PRODUCT}\s*==\s*"(?P<value>[^"\\]*)"')
+_MEMORY = re.compile(
+    rf'device\.capacity\["{re.escape(L.DRA_GPU_DRIVER)}"\]\.{L.DRA_CAP_MEMORY}'
+    r'\.compareTo\(\s*quantity\(\s*"(?P<value>[^"\\]+)"\s*\)\s*\)\s*(?P<op>>=|>)\s*0'
+)
+_DRIVER = re.compile(rf'device\.driver\s*==\s*"{re.escape(L.DRA_GPU_DRIVER)}"')
+_READABLE = (
+    f'device.attributes["{L.DRA_GPU_DRIVER}"].{L.DRA_ATTR_PRODUCT} == "<product>", '
+    f'device.capacity["{L.DRA_GPU_DRIVER}"].{L.DRA_CAP_MEMORY}.compareTo(quantity("<size>")) '
+    f'>= 0 and device.driver == "{L.DRA_GPU_DRIVER}", joined by &&'
+)
+
+
+def normalize_product(product: str) -> str:
+    """A product name as node labels carry it (GFD writes spaces as dashes)."""
+    return product.strip().replace(" ", "-")
+
+
+@dataclass(frozen=True, slots=True)
+class DraIndex:
+    """What claim translation reads: ResourceClaimTemplates and ResourceClaims by
+    (namespace, name), and the nodes whose GPUs a DRA driver publishes (None: unknown)."""
+
+    templates: Mapping[tuple[str, str], Obj]
+    claims: Mapping[tuple[str, str], Obj]
+    gpu_nodes: frozenset[str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        templates: Iterable[Obj] = (),
+        claims: Iterable[Obj] = (),
+        slices: Iterable[Obj] | None = None,
+    ) -> DraIndex:
+        nodes: frozenset[str] | None = None
+        if slices is not None:
+            nodes = frozenset(
+                str(spec["nodeName"])
+                for sl in slices
+                if isinstance(spec := sl.get("spec"), Mapping)
+                and spec.get("driver") == L.DRA_GPU_DRIVER
+                and spec.get("nodeName")
+                and spec.get("devices")
+            )
+        return cls(_by_key(templates), _by_key(claims), nodes)
+
+
+def _by_key(objs: Iterable[Obj]) -> dict[tuple[str, str], Obj]:
+    return {
+        (str(meta(o).get("namespace") or "default"), str(meta(o).get("name") or "")): o
+        for o in objs
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimGpus:
+    """What one pod asks through its claims: whole GPUs, VRAM per GPU (MiB, 0 = any), and
+    the GPU product as node labels spell it (None = any)."""
+
+    gpus: int = 0
+    vram_mib: int = 0
+    product: str | None = None
+
+
+@dataclass(slots=True)
+class _Asked:
+    gpus: int = 0
+    vram_mib: int = 0
+    product: str | None = None
+
+
+def claim_gpus(
+    workload: Obj,
+    pod_spec: Mapping[str, Any],
+    field: str,
+    index: DraIndex,
+    gpu_classes: Sequence[str],
+) -> ClaimGpus:
+    """The GPUs one pod of `pod_spec` (at `field` of `workload`) asks through its claims."""
+    ns = str(meta(workload).get("namespace") or "default")
+    asked = _Asked()
+    fld = f"{field}.resourceClaims"
+    for j, entry in enumerate(sequence(workload, pod_spec.get("resourceClaims"), fld)):
+        entry = mapping(workload, entry, f"{fld}[{j}]")
+        source, where = _claim_spec(workload, ns, entry, f"{fld}[{j}]", index)
+        if source is None:
+            continue
+        _read_requests(source, where, gpu_classes, asked)
+    return ClaimGpus(asked.gpus, asked.vram_mib, asked.product)
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """Where a claim spec sits: the object holding it, the path to its `devices`, and the
+    Workload field that names it (errors say both)."""
+
+    holder: Obj
+    devices_field: str
+    named_by: str
+    workload_ref: str
+    shared: bool  # a ResourceClaim by name: one allocation for every pod that names it
+
+
+def _claim_spec(
+    workload: Obj, ns: str, entry: Mapping[str, Any], fld: str, index: DraIndex
+) -> tuple[Mapping[str, Any] | None, _Where]:
+    ref = object_ref(workload)
+    tpl_name, claim_name = entry.get("resourceClaimTemplateName"), entry.get("resourceClaimName")
+    if tpl_name:
+        tpl = index.templates.get((ns, str(tpl_name)))
+        if tpl is None:
+            raise TranslationError(
+                ref,
+                f"{fld}.resourceClaimTemplateName",
+                f"ResourceClaimTemplate {ns}/{tpl_name} does not exist (nexus reads the GPUs "
+                f"a pod asks from it); create it or fix the name",
+            )
+        outer = mapping(tpl, tpl.get("spec"), "spec")
+        spec = mapping(tpl, outer.get("spec"), "spec.spec")
+        return spec, _Where(tpl, "spec.spec.devices", f"{fld}.resourceClaimTemplateName", ref,
+                            False)
+    if claim_name:
+        claim = index.claims.get((ns, str(claim_name)))
+        if claim is None:
+            raise TranslationError(
+                ref,
+                f"{fld}.resourceClaimName",
+                f"ResourceClaim {ns}/{claim_name} does not exist (nexus reads the GPUs a pod "
+                f"asks from it); create it or fix the name",
+            )
+        spec = mapping(claim, claim.get("spec"), "spec")
+        return spec, _Where(claim, "spec.devices", f"{fld}.resourceClaimName", ref, True)
+    return None, _Where(workload, "", fld, ref, False)
+
+
+def _fail(where: _Where, field: str, message: str) -> TranslationError:
+    return TranslationError(
+        where.workload_ref,
+        f"{where.named_by} → {object_ref(where.holder)} {field}",
+        message,
+    )
+
+
+def _read_requests(
+    spec: Mapping[str, Any], where: _Where, gpu_classes: Sequence[str], asked: _Asked
+) -> None:
+    holder = where.holder
+    devices = mapping(holder, spec.get("devices"), where.devices_field)
+    rfld = f"{where.devices_field}.requests"
+    gpu_requests = 0
+    for k, req in enumerate(sequence(holder, devices.get("requests"), rfld)):
+        req = mapping(holder, req, f"{rfld}[{k}]")
+        if _asks_gpu_first_available(holder, req, f"{rfld}[{k}]", gpu_classes):
+            raise _fail(where, f"{rfld}[{k}].firstAvailable",
+                        "nexus cannot tell which alternative the allocator will pick; ask "
+                        "for GPUs with exactly.count")
+        exactly = mapping(holder, req.get("exactly"), f"{rfld}[{k}].exactly")
+        if exactly.get("deviceClassName") not in gpu_classes:
+            continue  # not GPUs: left to kube-scheduler
+        if where.shared:
+            raise _fail(where, f"{rfld}[{k}]",
+                        "a ResourceClaim named by pods is one allocation shared by all of them, "
+                        "on one node: nexus places GPUs asked per pod; use a "
+                        "resourceClaimTemplateName")
+        _read_exactly(exactly, where, f"{rfld}[{k}].exactly", asked)
+        gpu_requests += 1
+    cfld = f"{where.devices_field}.constraints"
+    if gpu_requests and sequence(holder, devices.get("constraints"), cfld):
+        raise _fail(where, cfld, "device constraints (matchAttribute) are not read by nexus; "
+                    "leave them out of GPU claims")
+
+
+def _asks_gpu_first_available(
+    holder: Obj, req: Mapping[str, Any], fld: str, gpu_classes: Sequence[str]
+) -> bool:
+    alternatives = sequence(holder, req.get("firstAvailable"), f"{fld}.firstAvailable")
+    return any(
+        isinstance(sub, Mapping) and sub.get("deviceClassName") in gpu_classes
+        for sub in alternatives
+    )
+
+
+def _read_exactly(exactly: Mapping[str, Any], where: _Where, fld: str, asked: _Asked) -> None:
+    mode = exactly.get("allocationMode") or "ExactCount"
+    if mode != "ExactCount":
+        raise _fail(where, f"{fld}.allocationMode",
+                    f"{mode!r}: nexus places a count of GPUs per pod (and Kueue does not "
+                    f"admit allocationMode All either); set allocationMode ExactCount and count")
+    if exactly.get("adminAccess"):
+        raise _fail(where, f"{fld}.adminAccess", "adminAccess claims are not placed by nexus")
+    count = exactly.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise _fail(where, f"{fld}.count", f"{count!r}: a device count must be 1 or more")
+    for s, sel in enumerate(sequence(where.holder, exactly.get("selectors"), f"{fld}.selectors")):
+        sel = mapping(where.holder, sel, f"{fld}.selectors[{s}]")
+        cel = mapping(where.holder, sel.get("cel"), f"{fld}.selectors[{s}].cel")
+        expr = cel.get("expression")
+        if set(sel) - {"cel"} or not isinstance(expr, str):
+            raise _fail(where, f"{fld}.selectors[{s}]",
+                        "only CEL selectors (cel.expression) are read by nexus")
+        _read_selector(expr, where, f"{fld}.selectors[{s}].cel.expression", asked)
+    asked.gpus += count
+
+
+def _conjuncts(expr: str) -> list[str] | None:
+    """`a && b && c` split at the top level; None when it has `||`, `!` or parentheses
+    around a conjunction (not read)."""
+    parts, depth, quoted, start = [], 0, False, 0
+    i = 0
+    while i < len(expr):
+        ch = expr[i]
+        if ch == '"' and (i == 0 or expr[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted:
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+            elif expr.startswith("&&", i) and depth == 0:
+                parts.append(expr[start:i])
+                start = i + 2
+                i += 1
+            elif expr.startswith("||", i):
+                return None
+        i += 1
+    parts.append(expr[start:])
+    return [p.strip() for p in parts]
+
+
+def _read_selector(expr: str, where: _Where, fld: str, asked: _Asked) -> None:
+    parts = _conjuncts(expr)
+    for part in parts or [expr]:
+        if parts is not None and (m := _PRODUCT.fullmatch(part)):
+            product = normalize_product(m["value"])
+            if asked.product is not None and asked.product != product:
+                raise _fail(where, fld, f"asks {m['value']!r} where another selector of the "
+                            f"pod asks {asked.product!r}: no GPU is both")
+            asked.product = product
+        elif parts is not None and (m := _MEMORY.fullmatch(part)):
+            try:
+                mib = parse_memory_mib(m["value"])
+            except ValueError as e:
+                raise _fail(where, fld, f"{m['value']!r}: {e}") from None
+            asked.vram_mib = max(asked.vram_mib, mib + (1 if m["op"] == ">" else 0))
+        elif parts is not None and _DRIVER.fullmatch(part):
+            continue
+        else:
+            raise _fail(where, fld,
+                        f"nexus cannot read the selector {part.strip()!r}, so it cannot tell "
+                        f"which nodes' GPUs match; it reads {_READABLE}")
+
+
+def claim_nodes(
+    claim: ClaimGpus,
+    nodes: Iterable[Node] | None,
+    index: DraIndex,
+    allowed: frozenset[str] | None,
+) -> frozenset[str] | None:
+    """The nodes (within `allowed`, None = any) a pod asking GPUs through claims may go to:
+    those whose GPUs the DRA driver publishes and, with a product selector, of that product.
+    Without the snapshot's `nodes`, `allowed` as it is (the product goes to the selector)."""
+    if not claim.gpus or nodes is None:
+        return allowed
+    fits = frozenset(
+        n.name
+        for n in nodes
+        if (index.gpu_nodes is None or n.name in index.gpu_nodes)
+        and (claim.product is None or normalize_product(n.gpu_product) == claim.product)
+    )
+    return fits if allowed is None else allowed & fits

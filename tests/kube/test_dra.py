@@ -1,0 +1,222 @@
+"""GPUs asked through DRA claims → the gang model: counts, VRAM, product, the nodes a claim
+can be allocated on, and a Rejection naming the field for what nexus cannot read."""
+
+from typing import Any
+
+import pytest
+from kube_factories import cluster_queue, node, pod_set, workload
+
+from nexus_admit.kube.cluster import node_from_object
+from nexus_admit.kube.dra import DraIndex, claim_gpus
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import TranslationError
+from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.kube.workload import workload_to_gang
+from nexus_admit.model import PlacementConfig
+
+CONFIG = PlacementConfig()
+H100 = "NVIDIA H100 80GB HBM3"
+MEM80 = 'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0'
+PRODUCT = f'device.attributes["gpu.nvidia.com"].productName == "{H100}"'
+
+
+def template(name: str, *requests: dict[str, Any], ns: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def gpu_request(count: int = 4, *selectors: str, cls: str = "gpu.nvidia.com",
+                **extra: Any) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count, **extra}
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    return {"name": "gpus", "exactly": exactly}
+
+
+def claim_pod_set(count: int = 2, tpl: str = "gpus", **kw: Any) -> dict[str, Any]:
+    claims = [{"name": "gpu", "resourceClaimTemplateName": tpl}]
+    return pod_set("workers", count, gpus=0, spec_extra={"resourceClaims": claims}, **kw)
+
+
+def gang(wl: dict[str, Any], index: DraIndex, nodes: Any = None):
+    kueue = KueueIndex.of(cluster_queues=[cluster_queue("cq", "gold")])
+    return workload_to_gang(wl, config=CONFIG, kueue=kueue, nodes=nodes,
+                            levels=CONFIG.resolve_levels({}), dra=index)
+
+
+def test_template_count_selectors_become_gpus_vram_and_product() -> None:
+    index = DraIndex.of([template("gpus", gpu_request(4, MEM80, PRODUCT))])
+    ps = gang(workload("w", [claim_pod_set(2)]), index).pod_sets[0]
+    assert (ps.count, ps.gpus, ps.vram_mib) == (2, 4, 80 * 1024)
+    assert ps.node_selector["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+
+
+def test_conjunction_in_one_expression_and_strictly_greater() -> None:
+    expr = (f'device.driver == "gpu.nvidia.com" && '
+            f'{MEM80.replace(">= 0", "> 0")} && {PRODUCT}')
+    index = DraIndex.of([template("gpus", gpu_request(2, expr))])
+    got = claim_gpus(workload("w", [claim_pod_set()]),
+                     claim_pod_set()["template"]["spec"], "spec", index, ("gpu.nvidia.com",))
+    assert (got.gpus, got.vram_mib, got.product) == (2, 80 * 1024 + 1, "NVIDIA-H100-80GB-HBM3")
+
+
+def test_other_device_classes_are_not_gpus() -> None:
+    index = DraIndex.of([template("gpus", gpu_request(4), gpu_request(2, cls="nic.example.com"))])
+    assert gang(workload("w", [claim_pod_set()]), index).pod_sets[0].gpus == 4
+
+
+def test_configured_gpu_class_is_read() -> None:
+    index = DraIndex.of([template("gpus", gpu_request(3, cls="h100.example.com"))])
+    config = PlacementConfig.from_spec({"gpuDeviceClasses": ["h100.example.com"]})
+    kueue = KueueIndex.of(cluster_queues=[cluster_queue("cq", "gold")])
+    g = workload_to_gang(workload("w", [claim_pod_set()]), config=config, kueue=kueue, dra=index)
+    assert g.pod_sets[0].gpus == 3
+
+
+def test_claims_restrict_nodes_to_dra_gpus_of_the_product() -> None:
+    def dra_node(name: str, product: str) -> Any:
+        devices = [{"name": f"gpu-{i}", "attributes": {"productName": {"string": product}}}
+                   for i in range(8)]
+        sl = {"kind": "ResourceSlice", "metadata": {"name": f"{name}-s"},
+              "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                       "pool": {"name": name}, "devices": devices}}
+        return node_from_object(node(name, gpus=0), resource_slices=[sl])[0], sl
+
+    (a, sa), (b, sb) = dra_node("dra-a", H100), dra_node("dra-b", "NVIDIA L40S")
+    plugin = node_from_object(node("plugin", product="NVIDIA-H100-80GB-HBM3"))[0]
+    index = DraIndex.of([template("gpus", gpu_request(4, PRODUCT))], slices=[sa, sb])
+    ps = gang(workload("w", [claim_pod_set()]), index, nodes=[a, b, plugin]).pod_sets[0]
+    assert ps.allowed_nodes == frozenset({"dra-a"})
+
+
+@pytest.mark.parametrize(
+    ("request_", "field", "says"),
+    [
+        (gpu_request(4, 'device.attributes["gpu.nvidia.com"].architecture == "Hopper"'),
+         "requests[0].exactly.selectors[0].cel.expression", "cannot read the selector"),
+        (gpu_request(4, f"{PRODUCT} || {MEM80}"),
+         "requests[0].exactly.selectors[0].cel.expression", "cannot read the selector"),
+        (gpu_request(4, allocationMode="All"), "requests[0].exactly.allocationMode",
+         "ExactCount"),
+        ({"name": "g", "firstAvailable": [{"name": "a", "deviceClassName": "gpu.nvidia.com"}]},
+         "requests[0].firstAvailable", "alternative"),
+        (gpu_request(0), "requests[0].exactly.count", "1 or more"),
+    ],
+)
+def test_what_nexus_cannot_read_is_an_error_naming_the_field(
+    request_: dict[str, Any], field: str, says: str
+) -> None:
+    index = DraIndex.of([template("gpus", request_)])
+    with pytest.raises(TranslationError) as e:
+        gang(workload("w", [claim_pod_set()]), index)
+    assert "spec.podSets[0].template.spec.resourceClaims[0].resourceClaimTemplateName" in (
+        e.value.field)
+    assert f"ResourceClaimTemplate default/gpus spec.spec.devices.{field}" in e.value.field
+    assert says in e.value.message
+
+
+def test_missing_template_and_shared_claim_and_mixing_are_errors() -> None:
+    with pytest.raises(TranslationError, match="does not exist"):
+        gang(workload("w", [claim_pod_set()]), DraIndex.of())
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "shared", "namespace": "default"},
+             "spec": {"devices": {"requests": [gpu_request(1)]}}}
+    ps = pod_set("p", 2, gpus=0,
+                 spec_extra={"resourceClaims": [{"name": "g", "resourceClaimName": "shared"}]})
+    with pytest.raises(TranslationError, match="shared by all of them"):
+        gang(workload("w", [ps]), DraIndex.of(claims=[claim]))
+    mixed = claim_pod_set()
+    mixed["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    with pytest.raises(TranslationError, match="ask them one way"):
+        gang(workload("w", [mixed]), DraIndex.of([template("gpus", gpu_request(1))]))
+
+
+def test_template_is_namespace_local_and_dump_resolves_it() -> None:
+    other_ns = template("gpus", gpu_request(4), ns="elsewhere")
+    with pytest.raises(TranslationError, match="default/gpus does not exist"):
+        gang(workload("w", [claim_pod_set()]), DraIndex.of([other_ns]))
+    dump = ClusterDump.of([template("gpus", gpu_request(4))])
+    assert dump.dra_index().templates[("default", "gpus")]["kind"] == "ResourceClaimTemplate"
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def _slice(name: str, count: int, product: str = H100, memory: str = "81559Mi",
+           pool: str | None = None) -> dict[str, Any]:
+    devices = [{"name": f"gpu-{i}",
+                "attributes": {"index": {"int": i}, "productName": {"string": product}},
+                "capacity": {"memory": {"value": memory}}} for i in range(count)]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{name}-gpu"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                     "pool": {"name": pool or name, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def _claim(name: str, node_name: str, *devices: str, driver: str = "gpu.nvidia.com"
+           ) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"devices": {"requests": [gpu_request(len(devices))]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": driver, "pool": node_name, "device": d}
+                for d in devices]}}}}
+
+
+def test_devices_allocated_to_claims_are_not_free() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    snap = build_snapshot(
+        [node("d1", gpus=0), node("d2", gpus=0)], [], [],
+        resource_slices=[_slice("d1", 8), _slice("d2", 8)],
+        resource_claims=[_claim("a", "d1", "gpu-1", "gpu-2"), _claim("b", "d2", "gpu-7"),
+                         _claim("other", "d2", "gpu-0", driver="nic.example.com"),
+                         _claim("pending", "d2")],
+    )
+    assert snap.nodes["d1"].gpu_free == [1000, 0, 0] + [1000] * 5
+    assert snap.nodes["d2"].gpu_free == [1000] * 7 + [0]
+
+
+def test_node_with_extended_resource_and_slices_counts_each_gpu_once() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    # 8 GPUs as nvidia.com/gpu, the same 8 published as devices: the extended resource
+    # gives the count, a claim's device is the GPU of the same index
+    snap = build_snapshot([node("both", gpus=8)], [], [], resource_slices=[_slice("both", 8)],
+                          resource_claims=[_claim("a", "both", "gpu-3")])
+    assert snap.nodes["both"].gpu_count == 8
+    assert snap.nodes["both"].gpu_free.count(0) == 1 and snap.nodes["both"].gpu_free[3] == 0
+
+
+def test_bound_claim_pod_takes_its_claims_devices_not_its_slots() -> None:
+    from kube_factories import pod, reservation
+
+    from nexus_admit.kube.cluster import build_snapshot
+
+    rr = reservation("rr", "w", [{"index": 0, "node": "d1", "gpus": [0, 1]}],
+                     namespace="team", pod_set="workers")
+    bound = pod("p", "d1", namespace="team", gpus=0,
+                labels={"scheduling.kubenexus.io/reservation": "rr"},
+                annotations={"scheduling.kubenexus.io/slot": "workers/0"})
+    snap = build_snapshot([node("d1", gpus=0)], [bound], [rr],
+                          resource_slices=[_slice("d1", 8)],
+                          resource_claims=[_claim("p-gpu", "d1", "gpu-6", "gpu-7")])
+    assert snap.nodes["d1"].gpu_free == [1000] * 6 + [0, 0]
+
+
+def test_malformed_claim_is_listed_not_fatal() -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+    from nexus_admit.kube.errors import Skipped
+
+    bad = _claim("bad", "d1", "gpu-0")
+    bad["status"]["allocation"]["devices"]["results"] = "nope"
+    skipped: list[Skipped] = []
+    snap = build_snapshot([node("d1", gpus=0)], resource_slices=[_slice("d1", 2)],
+                          resource_claims=[bad, _claim("ok", "d1", "gpu-1")], skipped=skipped)
+    assert snap.nodes["d1"].gpu_free == [1000, 0]
+    assert [(s.kind, s.name) for s in skipped] == [("ResourceClaim", "bad")]
