@@ -385,6 +385,7 @@ def harness_webhooks(tmp_path: Path, gate_mode: str) -> list[dict[str, Any]]:
         ([POLICY_API], "policy"),  # a 1.36 cluster: `auto` picks the policies
         ([], "webhook"),  # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py)
     ],
+    ids=["policy", "webhook"],
 )
 def test_webhooks_are_the_harness_webhooks_behind_a_service(
     api_versions: list[str], gate_mode: str, tmp_path: Path
