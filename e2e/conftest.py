@@ -178,13 +178,23 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def nexus_controller(e2e_cluster: Any) -> Iterator[Any]:
+def gate_mode() -> str:
+    """Who gates pods (`NexusController(gate_mode=...)`, the chart's `webhook.gateMode`):
+    "policy", what `auto` picks on this 1.36 plane. A module that overrides this fixture
+    with "webhook" runs its tests on the path `auto` picks before 1.36
+    (e2e/tests/test_gate_webhook.py)."""
+    return "policy"
+
+
+@pytest.fixture(scope="module")
+def nexus_controller(e2e_cluster: Any, gate_mode: str) -> Iterator[Any]:
     """nexus-admit installed (CRDs, PlacementConfig, AdmissionCheck, nexus ClusterQueues,
-    pod webhook) and running against the control plane; stopped after the module, so the
-    tests that stand in for the controller (test_plan_live) run without it."""
+    pod webhook, gate policies in `gate_mode` policy) and running against the control
+    plane; stopped after the module, so the tests that stand in for the controller
+    (test_plan_live) run without it."""
     from nexus_controller import NexusController
 
-    nc = NexusController(e2e_cluster)
+    nc = NexusController(e2e_cluster, gate_mode=gate_mode)
     nc.install()
     try:
         nc.start()

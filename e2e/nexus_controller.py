@@ -8,6 +8,13 @@ The e2e fixture `nexus_controller` uses the same `NexusController`. On the local
 plane the webhook listens on 127.0.0.1 with a certificate signed by the cluster's CA, and
 the MutatingWebhookConfiguration points at it by URL, the way `cluster.py` registers Kueue's
 own webhooks. The chart does the same with a Service instead of a URL.
+
+Two gate modes, as the chart's `webhook.gateMode` (tests/charts checks the hooks match):
+"policy" (what `auto` picks on this 1.36 plane) gates pods in the apiserver with the
+MutatingAdmissionPolicies and sends only reservation-labelled pods of untrusted creators to
+the webhook; "webhook" (what `auto` picks on a cluster before 1.36, which serves no
+MutatingAdmissionPolicy) installs no policy and sends every reservation-labelled pod, every
+queue-labelled pod and every pod Kueue suspends through a StatefulSet to the webhook.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ GATED_QUEUES_NAMESPACE = "default"
 GATED_QUEUES_CONFIGMAP = "nexus-admit-gated-queues"
 RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
+GATE_MODES = ("policy", "webhook")
 SYSTEM_NAMESPACES_EXCLUDED = {
     "matchExpressions": [
         {
@@ -78,8 +87,17 @@ class NexusController:
     leader election): give each its own `name` (its log file) and `extra_args`; each gets
     its own webhook and health ports."""
 
-    def __init__(self, cluster: Any, name: str = "nexus-admit", extra_args: Sequence[str] = ()):
+    def __init__(
+        self,
+        cluster: Any,
+        name: str = "nexus-admit",
+        extra_args: Sequence[str] = (),
+        gate_mode: str = "policy",
+    ):
+        if gate_mode not in GATE_MODES:
+            raise ValueError(f"gate_mode must be one of {GATE_MODES}, not {gate_mode!r}")
         self.cluster = cluster
+        self.gate_mode = gate_mode
         self.name = name
         self.extra_args = list(extra_args)
         self.webhook_config_name = WEBHOOK_CONFIG
@@ -141,6 +159,8 @@ class NexusController:
 
     # -- objects ------------------------------------------------------------------------
     def webhook_configuration(self) -> dict[str, Any]:
+        """The hooks of the chart's MutatingWebhookConfiguration in this gate mode
+        (charts/nexus-admit/templates/webhook.yaml), by URL."""
         ca = base64.b64encode((self.cluster.pki / "ca.crt").read_bytes()).decode()
         hook = {
             "clientConfig": {
@@ -163,24 +183,62 @@ class NexusController:
             "timeoutSeconds": 5,
             "reinvocationPolicy": "IfNeeded",
         }
+        # pods that carry a reservation label (Kueue put it on a Job's template)
+        reserved = {
+            **hook,
+            "name": "pod-gate.scheduling.kubenexus.io",
+            "objectSelector": {
+                "matchExpressions": [{"key": RESERVATION_LABEL, "operator": "Exists"}]
+            },
+        }
+        if self.gate_mode == "policy":
+            # the Job controller's pods are gated by the policy (pod_gate_policy.py), and
+            # pods queued in Kueue by the queue gate policy, in the apiserver: no webhook
+            # call, so pods of queues without our check never depend on us
+            hooks = [{**reserved, "matchConditions": [untrusted_creator_condition()]}]
+        else:
+            no_reservation = {"key": RESERVATION_LABEL, "operator": "DoesNotExist"}
+            hooks = [
+                reserved,
+                {
+                    # pods queued in Kueue: gated at creation when their queue uses the check
+                    **hook,
+                    "name": "queued-pod-gate.scheduling.kubenexus.io",
+                    "objectSelector": {
+                        "matchExpressions": [
+                            {"key": QUEUE_LABEL, "operator": "Exists"},
+                            no_reservation,
+                        ]
+                    },
+                },
+                {
+                    # pods Kueue suspends through their StatefulSet (no queue label yet)
+                    **hook,
+                    "name": "statefulset-pod-gate.scheduling.kubenexus.io",
+                    "objectSelector": {
+                        "matchExpressions": [
+                            {"key": QUEUE_LABEL, "operator": "DoesNotExist"},
+                            no_reservation,
+                        ]
+                    },
+                    "matchConditions": [
+                        {
+                            "name": "suspended-by-statefulset",
+                            "expression": (
+                                "has(object.metadata.annotations) && "
+                                f"'{SUSPENDING_PARENT}' in object.metadata.annotations && "
+                                f"object.metadata.annotations['{SUSPENDING_PARENT}'] == "
+                                "'statefulset'"
+                            ),
+                        }
+                    ],
+                },
+            ]
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": self.webhook_config_name},
-            "webhooks": [
-                {
-                    # pods that carry a reservation label (Kueue put it on a Job's template)
-                    **hook,
-                    "name": "pod-gate.scheduling.kubenexus.io",
-                    "objectSelector": {
-                        "matchExpressions": [{"key": RESERVATION_LABEL, "operator": "Exists"}]
-                    },
-                    # the Job controller's pods are gated by the policy (pod_gate_policy.py)
-                    "matchConditions": [untrusted_creator_condition()],
-                },
-                # pods queued in Kueue are gated by the queue gate policy, in the apiserver:
-                # no webhook call, so pods of queues without our check never depend on us
-            ],
+            "webhooks": hooks,
         }
 
     def install(self) -> None:
@@ -205,7 +263,9 @@ class NexusController:
     def admission_objects(self) -> list[dict[str, Any]]:
         """The policy that gates the Job controller's pods, the one that gates pods of
         queues that use our check (with the ConfigMap it reads, which the controller fills),
-        their bindings, and the webhook."""
+        their bindings, and the webhook; in webhook gate mode the webhook alone."""
+        if self.gate_mode == "webhook":
+            return [self.webhook_configuration()]
         return [
             pod_gate_policy(self.policy_name),
             pod_gate_binding(self.policy_name, SYSTEM_NAMESPACES_EXCLUDED),
@@ -225,8 +285,12 @@ class NexusController:
         ]
 
     def register_admission(self) -> None:
+        if self.gate_mode == "webhook":
+            # a policy left by a policy-mode run would gate the pods this mode must gate
+            self.uninstall_webhook()
         self.cluster.apply(self.admission_objects())
-        self._wait_pod_gate_policy()
+        if self.gate_mode == "policy":
+            self._wait_pod_gate_policy()
 
     def uninstall_webhook(self) -> None:
         """Without the controller its webhook would refuse every pod it selects (it fails
@@ -290,7 +354,12 @@ class NexusController:
             f"--health-port={self.health_port}",
             *([f"--metrics-cert={crt}", f"--metrics-key={key}"] if self.metrics_tls else []),
             "--retry-seconds=5",
-            f"--queue-gate-configmap={GATED_QUEUES_NAMESPACE}/{GATED_QUEUES_CONFIGMAP}",
+            # the queue list only the queue gate policy reads (the chart passes it only then)
+            *(
+                [f"--queue-gate-configmap={GATED_QUEUES_NAMESPACE}/{GATED_QUEUES_CONFIGMAP}"]
+                if self.gate_mode == "policy"
+                else []
+            ),
             *self.extra_args,
         ]
 
@@ -338,12 +407,39 @@ class NexusController:
                 raise cluster_mod.ClusterError(
                     f"nexus-admit exited ({self.proc.returncode}):\n{self.log_tail(40)}"
                 )
-            if self.ready() and self.check_active():
+            if self.ready() and self.check_active() and self.webhook_gates():
                 return
             time.sleep(0.3)
         raise cluster_mod.ClusterError(
             f"nexus-admit not ready after {timeout}s:\n{self.log_tail(40)}"
         )
+
+    def webhook_gates(self) -> bool:
+        """In webhook gate mode nothing else gates a pod: the apiserver must be calling this
+        process's webhook before a test creates one. A server-side dry run of a pod naming
+        a reservation that does not exist is denied by our webhook, and by nothing else."""
+        if self.gate_mode != "webhook":
+            return True
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": "webhook-probe-",
+                "labels": {RESERVATION_LABEL: "webhook-probe-absent"},
+            },
+            "spec": {"containers": [{"name": "c", "image": "probe"}]},
+        }
+        r = self.cluster.kubectl(
+            "create",
+            "--dry-run=server",
+            "-n",
+            "default",
+            "-f",
+            "-",
+            input=json.dumps(probe),
+            check=False,
+        )
+        return r.returncode != 0 and "ResourceReservation default/webhook-probe-absent" in r.stderr
 
     def check_active(self) -> bool:
         r = self.cluster.kubectl(

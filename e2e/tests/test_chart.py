@@ -80,8 +80,18 @@ def kubectl_json(cluster: Any, *args: str) -> dict[str, Any] | None:
     return json.loads(r.stdout) if r.returncode == 0 else None
 
 
+def install_values(gate_mode: str) -> dict[str, Any]:
+    """INSTALL_VALUES; in webhook gate mode with `webhook.gateMode: webhook` (what `auto`
+    renders before 1.36), else `auto`, which this 1.36 apiserver turns into the policies."""
+    if gate_mode == "policy":
+        return INSTALL_VALUES
+    return {**INSTALL_VALUES, "webhook": {**INSTALL_VALUES["webhook"], "gateMode": gate_mode}}
+
+
 @pytest.fixture(scope="module")
-def release(e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def release(
+    e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory, gate_mode: str
+) -> Iterator[str]:
     """The chart installed as RELEASE in NS (a namespace enforcing the restricted Pod
     Security Standard); uninstalled afterwards."""
     tmp = tmp_path_factory.mktemp("chart-values")
@@ -98,7 +108,7 @@ def release(e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "-n",
         NS,
         "-f",
-        values_file(tmp, INSTALL_VALUES),
+        values_file(tmp, install_values(gate_mode)),
     )
     print(f"\n[chart] helm install: {time.monotonic() - t0:.1f}s")
     _state["install_output"] = out
@@ -171,7 +181,7 @@ def test_rendered_manifests_are_accepted_by_the_apiserver(
 
 
 def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
-    release: str, e2e_cluster: Any
+    release: str, e2e_cluster: Any, gate_mode: str
 ) -> None:
     out = _state["install_output"]
     assert "STATUS: deployed" in out
@@ -190,26 +200,55 @@ def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
     assert config and config["spec"]["defaultTier"] == "bronze"
     mwc = kubectl_json(e2e_cluster, "get", "mutatingwebhookconfiguration", FULLNAME)
     assert mwc is not None
+    secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
+    assert secret and mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    if gate_mode == "policy":
+        assert_gated_by_policies(e2e_cluster, mwc)
+    else:
+        assert_gated_by_webhook(e2e_cluster, mwc)
+    svc = kubectl_json(e2e_cluster, "get", "service", "-n", NS, FULLNAME)
+    assert svc and {p["name"] for p in svc["spec"]["ports"]} == {"webhook", "metrics"}
+    _state["ca"] = secret["data"]["ca.crt"]
+
+
+def assert_gated_by_policies(cluster: Any, mwc: dict[str, Any]) -> None:
     # with the gate policies (this 1.36 apiserver serves them) the webhook keeps one hook:
     # pods created with a reservation label by others than the Job controller; queued pods
     # are gated by the queue gate policy, never sent to the webhook
     assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME]
-    queue_policy = kubectl_json(
-        e2e_cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-queue-gate")
+    queue_policy = kubectl_json(cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-queue-gate")
     assert queue_policy and queue_policy["spec"]["paramKind"]["kind"] == "ConfigMap"
-    secret = kubectl_json(e2e_cluster, "get", "secret", "-n", NS, f"{FULLNAME}-webhook-cert")
-    assert secret and mwc["webhooks"][0]["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     # helm asked this 1.36 apiserver what it serves: the policy gates the Job controller's pods
-    policy = kubectl_json(e2e_cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-pod-gate")
-    binding = kubectl_json(
-        e2e_cluster, "get", "mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate"
-    )
+    policy = kubectl_json(cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-pod-gate")
+    binding = kubectl_json(cluster, "get", "mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate")
     assert policy and binding
     assert binding["spec"]["matchResources"]["namespaceSelector"] == NO_NAMESPACE
     assert mwc["webhooks"][0]["matchConditions"][0]["name"] == "untrusted-creator"
-    svc = kubectl_json(e2e_cluster, "get", "service", "-n", NS, FULLNAME)
-    assert svc and {p["name"] for p in svc["spec"]["ports"]} == {"webhook", "metrics"}
-    _state["ca"] = secret["data"]["ca.crt"]
+
+
+def assert_gated_by_webhook(cluster: Any, mwc: dict[str, Any]) -> None:
+    # no policy: every reservation-labelled pod, every queued pod and every pod Kueue
+    # suspends through a StatefulSet goes to the webhook (each hook accepted by the
+    # apiserver: the StatefulSet hook's CEL condition compiled), in the namespaces chosen
+    hooks = {h["name"]: h for h in mwc["webhooks"]}
+    assert set(hooks) == {
+        f"{name}.scheduling.kubenexus.io"
+        for name in ("pod-gate", "queued-pod-gate", "statefulset-pod-gate")
+    }
+    for hook in hooks.values():
+        assert hook["clientConfig"]["service"]["name"] == FULLNAME
+        assert hook["namespaceSelector"] == NO_NAMESPACE  # no pod serves it here
+    assert "matchConditions" not in hooks["pod-gate.scheduling.kubenexus.io"], (
+        "the Job controller's pods are the webhook's too"
+    )
+    for kind in ("mutatingadmissionpolicy", "mutatingadmissionpolicybinding"):
+        for gate in ("pod-gate", "queue-gate"):
+            assert kubectl_json(cluster, "get", kind, f"{FULLNAME}-{gate}") is None
+    assert kubectl_json(cluster, "get", "configmap", "-n", NS, f"{FULLNAME}-gated-queues") is None
+    deploy = kubectl_json(cluster, "get", "deployment", "-n", NS, FULLNAME)
+    assert deploy is not None
+    args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--queue-gate-configmap")], args
 
 
 def test_controller_pod_is_admitted_under_the_restricted_pod_security_standard(
@@ -313,10 +352,16 @@ def can_i(cluster: Any, args: tuple[str, ...]) -> str:
 
 
 def test_service_account_can_do_what_the_controller_does_and_nothing_more(
-    release: str, e2e_cluster: Any
+    release: str, e2e_cluster: Any, gate_mode: str
 ) -> None:
-    denied = [a for a in MUST if can_i(e2e_cluster, a) != "yes"]
-    allowed = [a for a in MUST_NOT if can_i(e2e_cluster, a) != "no"]
+    # the queue list only the queue gate policy reads: written in policy mode only
+    queue_list = ("patch", f"configmaps/{FULLNAME}-gated-queues", "-n", NS)
+    if gate_mode == "policy":
+        must, must_not = [*MUST, queue_list], MUST_NOT
+    else:
+        must, must_not = MUST, [*MUST_NOT, queue_list]
+    denied = [a for a in must if can_i(e2e_cluster, a) != "yes"]
+    allowed = [a for a in must_not if can_i(e2e_cluster, a) != "no"]
     assert not denied, f"the chart's ServiceAccount cannot: {denied}"
     assert not allowed, f"the chart's ServiceAccount can: {allowed}"
 
@@ -328,10 +373,11 @@ class ServiceAccountController(NexusController):
     """`nexus-admit run` on the host, logged in with a token of the chart's ServiceAccount;
     its webhook registered by URL under its own name."""
 
-    def __init__(self, cluster: Any, kubeconfig: Path):
+    def __init__(self, cluster: Any, kubeconfig: Path, gate_mode: str = "policy"):
         # with leader election as the chart runs it: the Lease in the release namespace
         super().__init__(
             cluster,
+            gate_mode=gate_mode,
             name="nexus-admit-chart-sa",
             extra_args=[
                 "--leader-elect",
@@ -430,7 +476,7 @@ def delete_kueue_objects(cluster: Any) -> None:
 
 @pytest.fixture(scope="module")
 def sa_controller(
-    release: str, e2e_cluster: Any, core_v1: client.CoreV1Api
+    release: str, e2e_cluster: Any, core_v1: client.CoreV1Api, gate_mode: str
 ) -> Iterator[ServiceAccountController]:
     kubeconfig = token_kubeconfig(e2e_cluster, e2e_cluster.state / "chart-sa.kubeconfig")
     e2e_cluster.apply(kueue_objects())
@@ -449,7 +495,7 @@ def sa_controller(
             }
         ]
     )
-    nc = ServiceAccountController(e2e_cluster, kubeconfig)
+    nc = ServiceAccountController(e2e_cluster, kubeconfig, gate_mode)
     nc.register_admission()
     t0 = time.monotonic()
     try:

@@ -228,7 +228,7 @@ def test_bronze_lands_on_l40s_and_vram_and_numa_are_respected(
 
 
 def test_malformed_annotation_is_rejected_and_foreign_reservation_denied(
-    nexus_namespace, core_v1, batch_v1, custom_objects
+    nexus_namespace, core_v1, batch_v1, custom_objects, gate_mode
 ):
     ns = nexus_namespace
     batch_v1.create_namespaced_job(
@@ -266,21 +266,31 @@ def test_malformed_annotation_is_rejected_and_foreign_reservation_denied(
     assert denied.value.status == 403 or "not part of Workload" in str(denied.value.body)
     assert "not part of Workload" in str(denied.value.body)
 
-    # the same label copied into a Job template outside Kueue: the Job controller's pod
-    # skips the webhook (the apiserver's policy gates it), and the ungater never pins it
+    # the same label copied into a Job template outside Kueue
     copycat = job("copycat", "nexus-silver", pods=1, gpus=1)
     copycat.metadata.labels = {}
     copycat.spec.template.metadata.labels = {RESERVATION: rr_name}
     batch_v1.create_namespaced_job(ns, copycat)
-    refused = wait_for(
-        "PlacementDenied Event on the copycat's pod",
-        lambda: event(core_v1, ns, "PlacementDenied", "not part of Workload"),
-    )
-    (pod,) = job_pods(core_v1, ns, "copycat")
-    assert refused.involved_object.name == pod.metadata.name
-    assert [g.name for g in pod.spec.scheduling_gates or []] == [GATE]
-    assert not pod.spec.node_name
-    assert "kubernetes.io/hostname" not in (pod.spec.node_selector or {})
+    if gate_mode == "webhook":
+        # every labelled pod reaches the webhook, the Job controller's too: it is refused
+        refused = wait_for(
+            "FailedCreate Event on the copycat Job",
+            lambda: event(core_v1, ns, "FailedCreate", "not part of Workload"),
+        )
+        assert refused.involved_object.name == "copycat"
+        assert not job_pods(core_v1, ns, "copycat")
+    else:
+        # the Job controller's pod skips the webhook (the apiserver's policy gates it), and
+        # the ungater never pins it
+        refused = wait_for(
+            "PlacementDenied Event on the copycat's pod",
+            lambda: event(core_v1, ns, "PlacementDenied", "not part of Workload"),
+        )
+        (pod,) = job_pods(core_v1, ns, "copycat")
+        assert refused.involved_object.name == pod.metadata.name
+        assert [g.name for g in pod.spec.scheduling_gates or []] == [GATE]
+        assert not pod.spec.node_name
+        assert "kubernetes.io/hostname" not in (pod.spec.node_selector or {})
     assert running(core_v1, ns, "good", 1)  # the reservation's own pod keeps its slot
 
 

@@ -362,7 +362,7 @@ def test_lease_timings_that_cannot_work_fail_the_render(tmp_path: Path) -> None:
     assert "retrySeconds < renewDeadlineSeconds < leaseSeconds" in r.stderr
 
 
-def harness_webhooks(tmp_path: Path) -> list[dict[str, Any]]:
+def harness_webhooks(tmp_path: Path, gate_mode: str) -> list[dict[str, Any]]:
     """The webhooks e2e/nexus_controller.py registers by URL on the local control plane."""
     sys.path.insert(0, str(ROOT / "e2e"))
     try:
@@ -371,18 +371,31 @@ def harness_webhooks(tmp_path: Path) -> list[dict[str, Any]]:
         sys.path.remove(str(ROOT / "e2e"))
     (tmp_path / "ca.crt").write_text("x")
     stub = SimpleNamespace(
-        cluster=SimpleNamespace(pki=tmp_path), webhook_port=1, webhook_config_name="harness"
+        cluster=SimpleNamespace(pki=tmp_path),
+        webhook_port=1,
+        webhook_config_name="harness",
+        gate_mode=gate_mode,
     )
     hooks: list[dict[str, Any]] = NexusController.webhook_configuration(stub)["webhooks"]
     return hooks
 
 
-def test_webhooks_are_the_harness_webhooks_behind_a_service(tmp_path: Path) -> None:
-    objects = render(api_versions=[POLICY_API])  # a 1.36 cluster: the policy gates
+@pytest.mark.parametrize(
+    ("api_versions", "gate_mode"),
+    [
+        ([POLICY_API], "policy"),  # a 1.36 cluster: `auto` picks the policies
+        ([], "webhook"),  # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py)
+    ],
+    ids=["policy", "webhook"],
+)
+def test_webhooks_are_the_harness_webhooks_behind_a_service(
+    api_versions: list[str], gate_mode: str, tmp_path: Path
+) -> None:
+    objects = render(api_versions=api_versions, tmp=tmp_path)
     mwc = one(objects, "MutatingWebhookConfiguration")
     secret = one(objects, "Secret")
     service = one(objects, "Service")
-    expected = harness_webhooks(tmp_path)
+    expected = harness_webhooks(tmp_path, gate_mode)
     assert [h["name"] for h in mwc["webhooks"]] == [h["name"] for h in expected]
     for hook, want in zip(mwc["webhooks"], expected, strict=True):
         skip = {"clientConfig", "namespaceSelector"}
