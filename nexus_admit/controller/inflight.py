@@ -115,11 +115,18 @@ class WritePipeline:
         if metrics is not None:
             # the part of the create's round trip the solves did not hide
             metrics.reservation_wait_seconds.observe(time.perf_counter() - started)
+        if reserved.found is not None and _nodes(reserved.found) != _nodes(entry.solved):
+            self._withdraw_overlapping(entry, reserved.found)
+            if not entry.withdrawn:
+                # GPUs this run promised to a Workload answered before it (an earlier
+                # placement, or one the watch has not shown): the found one gives way
+                later = {reservation_key(e.workload) for e in self.entries}
+                entry.withdrawn = _promised_elsewhere(
+                    self.ctx, reservation_key(entry.workload), _whole_of(entry.gang,
+                                                                         reserved.found), later)
         if entry.withdrawn:
             await self._take_back(entry, reserved)
             return False
-        if reserved.found is not None and _nodes(reserved.found) != _nodes(entry.solved):
-            self._withdraw_overlapping(entry, reserved.found)
         changed = _settle_held(self.placer, reserved)
         ctx = self.ctx
         if reserved.placement is not None:
@@ -155,11 +162,46 @@ class WritePipeline:
             not reserved.give_back and reserved.refusal is None)
         if may_exist and not await withdraw_reservation(ctx, rr_key):
             # it may still exist: its GPUs stay taken until the watch shows it (or not)
+            if reserved.found is not None:
+                self.placer.hold(entry.gang, reserved.found, over=True)
             ctx.ledger.keep_unsure(rr_key, object_key(entry.workload), entry.gang,
                                    reserved.found or entry.solved, time.monotonic())
             return
         ctx.ledger.withdraw(rr_key)
         self.withdrawn.append((entry.workload, entry.check))
+
+
+def _whole_of(gang: Gang, slots: Iterable[Slot]) -> set[tuple[str, int]]:
+    """(node, GPU index) of the slots whose pod set takes whole GPUs."""
+    shared = {ps.name for ps in gang.pod_sets if ps.fractional}
+    return {(s.node, g) for s in slots if s.pod_set not in shared for g in s.gpu_indices}
+
+
+def _promised_elsewhere(
+    ctx: Context, own_key: str, gpus: set[tuple[str, int]], skip: Iterable[str] = (),
+    now: Any = None,
+) -> bool:
+    """Does another live plain reservation (stored) or another assumption of this run
+    (not stored yet) hold one of these whole GPUs? Reservations in `skip`, and those this
+    run withdrew, do not count."""
+    if not gpus:
+        return False
+    ignored = {own_key, *skip, *ctx.withdrawn}
+    stored: set[str] = set()
+    for other in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
+        key = object_key(other)
+        stored.add(key)
+        if key in ignored or _mode(other) not in _EXCLUSIVE_MODES:
+            continue
+        if (now is None or reservation_is_live(other, now)) and gpus & _whole_gpus(other):
+            return True
+    ledger = ctx.ledger
+    for a in (*ledger.assumed.values(), *ledger.unsure.values()):
+        if a.reservation in ignored or a.reservation in stored:
+            continue
+        if gpus & _whole_of(a.gang, a.slots):
+            return True
+    return False
 
 
 def _nodes(slots: Iterable[Slot]) -> list[tuple[str, tuple[int, ...]]]:
@@ -198,25 +240,7 @@ def overlaps_other(ctx: Context, rr: Mapping[str, Any], now: Any) -> bool:
     gangs still leaving."""
     if _mode(rr) not in _EXCLUSIVE_MODES:
         return False
-    own_key = object_key(rr)
-    mine = _whole_gpus(rr)
-    if not mine:
-        return False
-    stored: set[str] = set()
-    for other in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
-        key = object_key(other)
-        stored.add(key)
-        if key == own_key or key in ctx.withdrawn or _mode(other) not in _EXCLUSIVE_MODES:
-            continue
-        if reservation_is_live(other, now) and mine & _whole_gpus(other):
-            return True
-    ledger = ctx.ledger
-    for a in (*ledger.assumed.values(), *ledger.unsure.values()):
-        if a.reservation == own_key or a.reservation in stored:
-            continue
-        if mine & {(s.node, g) for s in a.slots for g in s.gpu_indices}:
-            return True
-    return False
+    return _promised_elsewhere(ctx, object_key(rr), _whole_gpus(rr), now=now)
 
 
 def _mode(rr: Mapping[str, Any]) -> str:
