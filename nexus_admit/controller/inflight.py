@@ -33,6 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from nexus_admit.controller.context import Context
@@ -51,7 +52,14 @@ from nexus_admit.model import Gang, Placement, Slot
 from nexus_admit.model.cluster import GPU_WHOLE
 from nexus_admit.placement.sequence import OrderedPlacer
 
-__all__ = ["InFlight", "WritePipeline", "overlaps_other", "withdraw_reservation"]
+__all__ = [
+    "InFlight",
+    "WritePipeline",
+    "held_by",
+    "overlaps_other",
+    "withdraw_reservation",
+    "withdrawn_copy",
+]
 
 log = logging.getLogger("nexus_admit.placing")
 
@@ -122,8 +130,8 @@ class WritePipeline:
                 # placement, or one the watch has not shown): the found one gives way
                 later = {reservation_key(e.workload) for e in self.entries}
                 entry.withdrawn = _promised_elsewhere(
-                    self.ctx, reservation_key(entry.workload), _whole_of(entry.gang,
-                                                                         reserved.found), later)
+                    self.ctx, reservation_key(entry.workload),
+                    _whole_of(entry.gang, reserved.found), later, self.ctx.clock())
         if entry.withdrawn:
             await self._take_back(entry, reserved)
             return False
@@ -160,12 +168,14 @@ class WritePipeline:
         rr_key = reservation_key(entry.workload)
         may_exist = reserved.placement is not None or (
             not reserved.give_back and reserved.refusal is None)
-        if may_exist and not await withdraw_reservation(ctx, rr_key):
+        held = reserved.found or entry.solved
+        if may_exist and not await withdraw_reservation(
+                ctx, rr_key, frozenset((s.node, tuple(s.gpu_indices)) for s in held)):
             # it may still exist: its GPUs stay taken until the watch shows it (or not)
             if reserved.found is not None:
                 self.placer.hold(entry.gang, reserved.found, over=True)
-            ctx.ledger.keep_unsure(rr_key, object_key(entry.workload), entry.gang,
-                                   reserved.found or entry.solved, time.monotonic())
+            ctx.ledger.keep_unsure(rr_key, object_key(entry.workload), entry.gang, held,
+                                   time.monotonic())
             return
         ctx.ledger.withdraw(rr_key)
         self.withdrawn.append((entry.workload, entry.check))
@@ -178,22 +188,22 @@ def _whole_of(gang: Gang, slots: Iterable[Slot]) -> set[tuple[str, int]]:
 
 
 def _promised_elsewhere(
-    ctx: Context, own_key: str, gpus: set[tuple[str, int]], skip: Iterable[str] = (),
-    now: Any = None,
+    ctx: Context, own_key: str, gpus: set[tuple[str, int]], skip: Iterable[str],
+    now: datetime,
 ) -> bool:
     """Does another live plain reservation (stored) or another assumption of this run
     (not stored yet) hold one of these whole GPUs? Reservations in `skip`, and those this
-    run withdrew, do not count."""
+    run deleted, do not count."""
     if not gpus:
         return False
-    ignored = {own_key, *skip, *ctx.withdrawn}
+    ignored = {own_key, *skip}
     stored: set[str] = set()
     for other in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
         key = object_key(other)
         stored.add(key)
-        if key in ignored or _mode(other) not in _EXCLUSIVE_MODES:
+        if key in ignored or _mode(other) not in _EXCLUSIVE_MODES or withdrawn_copy(ctx, other):
             continue
-        if (now is None or reservation_is_live(other, now)) and gpus & _whole_gpus(other):
+        if reservation_is_live(other, now) and gpus & _whole_gpus(other):
             return True
     ledger = ctx.ledger
     for a in (*ledger.assumed.values(), *ledger.unsure.values()):
@@ -219,11 +229,14 @@ def _settle_held(placer: OrderedPlacer, reserved: Reserved) -> bool:
     return True
 
 
-async def withdraw_reservation(ctx: Context, rr_key: str) -> bool:
-    """Delete a reservation whose Workload must be placed again; True when it is gone.
-    Remembered (`ctx.withdrawn`) so a store that still shows it is not answered from."""
+async def withdraw_reservation(
+    ctx: Context, rr_key: str, held: frozenset[tuple[str, tuple[int, ...]]]
+) -> bool:
+    """Delete a reservation (holding `held`: node, GPUs) whose Workload must be placed
+    again; True when it is gone. Remembered (`ctx.withdrawn`) so a store that still shows
+    it is not answered from, nor counted against the Workload's next placement."""
     ns, _, name = rr_key.partition("/")
-    ctx.withdrawn[rr_key] = time.monotonic()
+    ctx.withdrawn[rr_key] = (time.monotonic(), held)
     try:
         await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
     except Exception as e:  # ApiException, urllib3's own: it may still be there
@@ -233,14 +246,25 @@ async def withdraw_reservation(ctx: Context, rr_key: str) -> bool:
     return True
 
 
-def overlaps_other(ctx: Context, rr: Mapping[str, Any], now: Any) -> bool:
+def overlaps_other(ctx: Context, rr: Mapping[str, Any], now: datetime) -> bool:
     """Does this reservation (of a Workload not answered yet) share a whole GPU with
     another live reservation, or with a create of this run the watch has not shown? Only
     reservations of plain placements count: a drain or a preemptor's is written over
     gangs still leaving."""
     if _mode(rr) not in _EXCLUSIVE_MODES:
         return False
-    return _promised_elsewhere(ctx, object_key(rr), _whole_gpus(rr), now=now)
+    return _promised_elsewhere(ctx, object_key(rr), _whole_gpus(rr), (), now)
+
+
+def held_by(rr: Mapping[str, Any]) -> frozenset[tuple[str, tuple[int, ...]]]:
+    return frozenset((s.node, tuple(s.gpus)) for s in reservation_slots(rr))
+
+
+def withdrawn_copy(ctx: Context, rr: Mapping[str, Any]) -> bool:
+    """Is this stored reservation the one this run deleted (same name, same slots: the
+    Workload's next placement never takes the GPUs its withdrawn one held)?"""
+    withdrawn = ctx.withdrawn.get(object_key(rr))
+    return withdrawn is not None and withdrawn[1] == held_by(rr)
 
 
 def _mode(rr: Mapping[str, Any]) -> str:

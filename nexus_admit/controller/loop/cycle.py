@@ -243,8 +243,8 @@ def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
     ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
-    ctx.withdrawn = {k: t for k, t in ctx.withdrawn.items()
-                     if tick - t <= 2 * ctx.options.resync_seconds}
+    ctx.withdrawn = {k: w for k, w in ctx.withdrawn.items()
+                     if tick - w[0] <= 2 * ctx.options.resync_seconds}
     ctx.ledger.settle(
         lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )

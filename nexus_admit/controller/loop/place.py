@@ -13,7 +13,12 @@ from typing import Any
 from nexus_admit.controller.checks import current_entry
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.inflight import overlaps_other, withdraw_reservation
+from nexus_admit.controller.inflight import (
+    held_by,
+    overlaps_other,
+    withdraw_reservation,
+    withdrawn_copy,
+)
 from nexus_admit.controller.loop.record import (
     PassCapacity,
     PassRecord,
@@ -95,11 +100,13 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
     if existing is not None:
         if rec.writes is not None:
             await rec.writes.flush(ctx.metrics)  # an earlier create may find GPUs it holds
+        if withdrawn_copy(ctx, existing):
+            return  # deleted by this run, the watch has not shown it: placed again then
         if overlaps_other(ctx, existing, rec.now):
-            # a placement withdrawn for an earlier reservation on its GPUs (the store still
-            # shows it, or we died before deleting it): never answered from
-            if rr_key not in ctx.withdrawn and rr_key not in ctx.ledger.assumed:
-                await withdraw_reservation(ctx, rr_key)
+            # shares a GPU with another reservation (we died between a withdrawal and its
+            # delete): never answered from, placed again
+            if rr_key not in ctx.ledger.assumed:
+                await withdraw_reservation(ctx, rr_key, held_by(existing))
             return
         # a reservation of this attempt exists (we crashed, the check write failed, or it
         # drains or preempts): answer from it, never solve twice
