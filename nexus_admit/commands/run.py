@@ -69,6 +69,14 @@ _TickSeconds = Annotated[
 _RetrySeconds = Annotated[
     int, typer.Option(envvar="NEXUS_RETRY_SECONDS", help="First Retry delay (doubles).")
 ]
+_CreatesInFlight = Annotated[
+    int,
+    typer.Option(
+        envvar="NEXUS_CREATES_IN_FLIGHT",
+        help="Reservation creates kept in flight while the next Workloads are solved; 1 to 64 "
+        "(1: each decision waits for the previous create).",
+    ),
+]
 _LogLevel = Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")]
 _LeaderElect = Annotated[
     bool,
@@ -155,6 +163,7 @@ def run(
     resync_seconds: _ResyncSeconds = _D.resync_seconds,
     tick_seconds: _TickSeconds = _D.tick_seconds,
     retry_seconds: _RetrySeconds = _D.retry_seconds,
+    creates_in_flight: _CreatesInFlight = _D.creates_in_flight,
     log_level: _LogLevel = _D.log_level,
     leader_elect: _LeaderElect = _D.leader_elect,
     lease_name: _LeaseName = _D.lease_name,
@@ -188,6 +197,7 @@ def run(
             resync_seconds=resync_seconds,
             tick_seconds=tick_seconds,
             retry_seconds=retry_seconds,
+            creates_in_flight=creates_in_flight,
             log_level=log_level,
             leader_elect=leader_elect,
             lease_name=lease_name,

@@ -77,6 +77,11 @@ class Context:
     # draining reservation "namespace/name" → monotonic time its gang was last solved
     # without it (loop.place: a drain moved off once its gang fits)
     drain_checked: dict[str, float] = field(default_factory=dict)
+    # reservation "namespace/name" this run deleted to place its Workload again
+    # (controller/inflight.py) → (monotonic time, the (node, GPUs) it held): a store that
+    # still shows the deleted one must not answer from it
+    withdrawn: dict[str, tuple[float, frozenset[tuple[str, tuple[int, ...]]]]] = field(
+        default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     # the ungater runs apart from the placing pass, so a gated pod never waits behind
     # solves: its own wake-up (pods and reservations changed) and its pass in progress

@@ -52,6 +52,19 @@ class Ledger:
         if a is not None:
             self.unsure[reservation] = a
 
+    def withdraw(self, reservation: str) -> None:
+        """A withdrawn placement's reservation is deleted: nothing of it is held any more."""
+        self.assumed.pop(reservation, None)
+        self.unsure.pop(reservation, None)
+
+    def keep_unsure(
+        self, reservation: str, workload: str, gang: Gang, slots: tuple[Slot, ...], now: float
+    ) -> None:
+        """A reservation that may exist on `slots` (a withdrawn one whose delete failed):
+        held like a lost create until the watch shows it or the same time has passed."""
+        self.assumed.pop(reservation, None)
+        self.unsure[reservation] = Assumed(reservation, workload, gang, slots, now)
+
     def settle(self, counted: Callable[[Assumed], bool]) -> None:
         """Drop the assumptions, and the lost creates, the cluster's own objects now
         account for (or that `counted` says are over)."""

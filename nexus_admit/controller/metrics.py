@@ -36,8 +36,8 @@ class Metrics:
         )
         self.reservation_wait_seconds = Histogram(
             _P + "reservation_wait_seconds",
-            "How long placing waited, after a Workload's solve, for the previous "
-            "Workload's reservation create to come back (one is in flight at a time).",
+            "How long placing waited for a reservation create to come back, once per "
+            "create (--creates-in-flight of them overlap the next solves).",
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )

@@ -53,6 +53,9 @@ class RunOptions:
     resync_seconds: float = 60.0  # full re-list of every watched kind
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
     retry_seconds: int = 15  # first Retry delay; doubles per retry, capped
+    # reservation creates a pass keeps on the wire while it solves the next Workloads
+    # (controller/writes.py WritePipeline); 1: each decision waits for the create before it
+    creates_in_flight: int = 4
     log_level: str = "INFO"
     # leader election (controller/leader.py): off locally, on in the chart
     leader_elect: bool = False
@@ -112,6 +115,8 @@ class RunOptions:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
         if not 0.1 <= self.tick_seconds <= 60:
             raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
+        if not 1 <= self.creates_in_flight <= 64:
+            raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
         if self.retry_seconds < 1:
             raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
         if self.leader_elect:

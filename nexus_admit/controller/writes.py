@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +24,6 @@ from typing import Any
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.outcome import (
     CheckState,
     Outcome,
@@ -51,10 +50,11 @@ from nexus_admit.placement.sequence import OrderedPlacer
 __all__ = [
     "MAX_RESERVATION_BYTES",
     "Reserved",
-    "WritePipeline",
     "answer",
+    "answer_refused",
     "assume",
     "commit",
+    "create_reservation",
     "keep_pending",
     "placement_of",
     "reserve",
@@ -93,35 +93,6 @@ def settle(placer: OrderedPlacer, reserved: Reserved) -> bool:
         placer.undo(reserved.gang, reserved.solved)
     placer.hold(reserved.gang, reserved.found, over=reserved.over)
     return True
-
-
-class WritePipeline:
-    """At most one feasible placement's writes in flight while the next Workload is solved
-    (two apiserver round trips hidden behind each solve). The placer's capacity is settled
-    from the finished write before the next decision is used (`flush`), so Kueue's order
-    and the one-snapshot rule hold as if the writes had been awaited in turn."""
-
-    def __init__(self, placer: OrderedPlacer) -> None:
-        self.placer = placer
-        self.task: asyncio.Task[Reserved] | None = None
-
-    def start(self, write: Coroutine[Any, Any, Reserved]) -> None:
-        assert self.task is None, "flush() before starting the next write"
-        self.task = asyncio.create_task(write, name="reservation-write")
-
-    async def flush(self, metrics: Metrics | None = None) -> bool:
-        """Wait for the write in flight, if any, and settle the placer from it; True when
-        the solves made meanwhile may have used capacity it turned out to hold. `metrics`:
-        record how long the wait was (the part of the create's round trip the solve did
-        not hide)."""
-        task, self.task = self.task, None
-        if task is None:
-            return False
-        started = time.perf_counter()
-        reserved = await task
-        if metrics is not None:
-            metrics.reservation_wait_seconds.observe(time.perf_counter() - started)
-        return settle(self.placer, reserved)
 
 
 def assume(

@@ -66,6 +66,15 @@ def test_tick_seconds_out_of_range_exits_2_with_the_flag(tmp_path: Path) -> None
     assert "--tick-seconds 0.01: between 0.1 and 60" in result.output
 
 
+def test_creates_in_flight_out_of_range_exits_2_with_the_flag(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    args = ["run", "--kubeconfig", str(kubeconfig), "--no-webhook", "--creates-in-flight", "0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--creates-in-flight 0: between 1 and 64" in result.output
+
+
 def test_every_run_option_is_a_flag_with_the_options_default() -> None:
     """RunOptions holds the defaults; `run` exposes each field as a flag with that default
     (a field without a flag cannot be set where the controller is deployed)."""

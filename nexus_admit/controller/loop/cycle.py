@@ -29,10 +29,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from typing import Any
 
 from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
+from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
 from nexus_admit.controller.loop.record import PassRecord
@@ -43,7 +45,6 @@ from nexus_admit.controller.owners import (
     prune_owner_jobs,
 )
 from nexus_admit.controller.skipped import report_skipped
-from nexus_admit.controller.writes import WritePipeline
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
@@ -60,6 +61,7 @@ log = logging.getLogger("nexus_admit.placing")
 # (a released attempt's capacity waits at most this long)
 LIFECYCLE_EVERY_SECONDS = 1.0
 CAPACITY_EVERY_SECONDS = 15.0
+WITHDRAWN_ROUNDS = 3
 
 
 async def run_loop(ctx: Context) -> None:
@@ -203,21 +205,32 @@ async def place_pending(ctx: Context) -> None:
     ctx.ledger.hold_in(placer)
     kueue = await asyncio.to_thread(dump.kueue_index)
     demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
-    writes = WritePipeline(placer)
+    writes = WritePipeline(ctx, placer, ctx.options.creates_in_flight)
     rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)
     try:
-        for wl in pending:
-            check = our_pending_check(wl, ctx)
-            if check is None or object_key(wl) in unread:
-                continue
-            try:
-                await place_one(rec, wl, check)
-            except Exception:  # this Workload waits for the next pass; the others go on
-                ctx.metrics.errors.labels("workload").inc()
-                log.exception("Workload %s: placing failed; the next pass tries again",
-                              object_key(wl))
+        batch = [(wl, our_pending_check(wl, ctx)) for wl in pending
+                 if object_key(wl) not in unread]
+        # placements withdrawn for an earlier reservation found on their nodes are placed
+        # again on the pass's capacity (a few rounds at most: each needs another such find)
+        for _ in range(WITHDRAWN_ROUNDS):
+            for wl, check in batch:
+                if check is not None:
+                    await _place_guarded(rec, wl, check)
+            await writes.flush(ctx.metrics)
+            batch, writes.withdrawn = list(writes.withdrawn), []
+            if not batch:
+                break
     finally:
         await writes.flush(ctx.metrics)
+
+
+async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> None:
+    try:
+        await place_one(rec, wl, check)
+    except Exception:  # this Workload waits for the next pass; the others go on
+        rec.ctx.metrics.errors.labels("workload").inc()
+        log.exception("Workload %s: placing failed; the next pass tries again",
+                      object_key(wl))
 
 
 def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
@@ -230,6 +243,8 @@ def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
     ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
+    ctx.withdrawn = {k: w for k, w in ctx.withdrawn.items()
+                     if tick - w[0] <= 2 * ctx.options.resync_seconds}
     ctx.ledger.settle(
         lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
     )

@@ -13,6 +13,12 @@ from typing import Any
 from nexus_admit.controller.checks import current_entry
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
+from nexus_admit.controller.inflight import (
+    held_by,
+    overlaps_other,
+    withdraw_reservation,
+    withdrawn_copy,
+)
 from nexus_admit.controller.loop.record import (
     PassCapacity,
     PassRecord,
@@ -20,7 +26,13 @@ from nexus_admit.controller.loop.record import (
     drain_reservation_keys,
     ledger_holds,
 )
-from nexus_admit.controller.outcome import passthrough, placed, rejected_input, unplaced
+from nexus_admit.controller.outcome import (
+    Outcome,
+    passthrough,
+    placed,
+    rejected_input,
+    unplaced,
+)
 from nexus_admit.controller.preemption.apply import (
     apply_drain,
     apply_move_off,
@@ -41,6 +53,7 @@ from nexus_admit.controller.writes import (
     answer,
     assume,
     commit,
+    create_reservation,
     placement_of,
     settle,
 )
@@ -82,18 +95,39 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
     if tas:  # Kueue TAS flavors: Kueue chose the hosts already
         await answer(ctx, workload, check, passthrough(tas))
         return
-    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(workload))
+    rr_key = reservation_key(workload)
+    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
     if existing is not None:
+        if rec.writes is not None:
+            await rec.writes.flush(ctx.metrics)  # an earlier create may find GPUs it holds
+        if withdrawn_copy(ctx, existing):
+            return  # deleted by this run, the watch has not shown it: placed again then
+        if overlaps_other(ctx, existing, rec.now):
+            # shares a GPU with another reservation (we died between a withdrawal and its
+            # delete): never answered from, placed again
+            if rr_key not in ctx.ledger.assumed:
+                await withdraw_reservation(ctx, rr_key, held_by(existing))
+            return
         # a reservation of this attempt exists (we crashed, the check write failed, or it
         # drains or preempts): answer from it, never solve twice
         await _answer_from_reservation(rec, workload, check, gang, existing, config)
         return
     decided = await _decide(rec, workload, gang, config)
-    if rec.writes is not None and await rec.writes.flush(ctx.metrics):
-        # the previous Workload's write found an earlier reservation of its own, on other
-        # slots than solved: this decision may have used those; decide again with them held
+    while rec.writes is not None and await _earlier_creates_back(rec, decided[0]):
+        # an earlier create found a reservation of its attempt on other slots than solved:
+        # this decision may have used those; decide again with them held
         decided = await _decide(rec, workload, gang, config)
     await _apply(rec, workload, check, decided, config)
+
+
+async def _earlier_creates_back(rec: PassRecord, decision: Decision) -> bool:
+    """Before a decision is applied: a placement needs room in the pipeline; any other
+    decision (its writes are awaited in place, and may answer Ready at once) waits for
+    every create in flight. True: decide again."""
+    assert rec.writes is not None
+    if isinstance(decision, Place):
+        return await rec.writes.room(rec.ctx.metrics)
+    return await rec.writes.flush(rec.ctx.metrics)
 
 
 async def _translate(
@@ -193,7 +227,7 @@ async def _decide(
 
 
 async def _apply(
-    rec: PassRecord, workload: Mapping[str, Any], check: str,
+    rec: PassRecord, workload: dict[str, Any], check: str,
     decided: tuple[Decision, _Running, dict[str, Mapping[str, Any]]], config: PlacementConfig,
 ) -> None:
     """Write what the decision means."""
@@ -227,19 +261,24 @@ async def _apply(
 
 
 async def _write_placed(
-    rec: PassRecord, workload: Mapping[str, Any], check: str, gang: Gang, placement: Placement,
+    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, placement: Placement,
     config: PlacementConfig,
 ) -> None:
     """Assume, reserve, answer: the writes overlap the next Workload's decision."""
     ctx = rec.ctx
     body = assume(ctx, rec.placer, workload, gang, placement, config, rec.now)
     levels = config.resolve_levels(rec.snapshot.kueue_topologies)
-    write = commit(ctx, rec.snapshot, workload, check, gang, placement, body, levels,
-                   config.hardware_class)
     if rec.writes is None:
-        settle(rec.placer, await write)
-    else:
-        rec.writes.start(write)
+        settle(rec.placer, await commit(ctx, rec.snapshot, workload, check, gang, placement,
+                                        body, levels, config.hardware_class))
+        return
+    snapshot, name = rec.snapshot, reservation_name(workload)
+
+    def ready(held: Placement) -> Outcome:
+        return placed(held, gang, name, snapshot, levels, hardware_class=config.hardware_class)
+
+    rec.writes.start(workload, check, gang, tuple(placement.slots), ready,
+                     create_reservation(ctx, snapshot, workload, gang, placement, body))
 
 
 async def _answer_from_reservation(

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.ledger import Assumed
-from nexus_admit.controller.writes import WritePipeline
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.kueue import KueueIndex
@@ -42,8 +42,8 @@ class PassRecord:
     now: datetime
     # (tier, GPU milli) of every Workload waiting on our checks: backfill
     demands: Sequence[tuple[str, int]] = ()
-    # where feasible placements' writes go, to overlap the next Workload's solve (awaited
-    # at once when None)
+    # where feasible placements' creates go, to overlap the next Workloads' solves
+    # (controller/inflight.py; awaited at once when None)
     writes: WritePipeline | None = None
     # the Workloads whose reservations the pass's snapshot leaves out (no reservation of
     # their current attempt yet)

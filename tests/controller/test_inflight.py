@@ -1,0 +1,237 @@
+"""Several reservation creates in flight (controller/inflight.py), driven through the
+loop's pass over `FakeApi` with every create's outcome and its timing drawn by hypothesis:
+success, AlreadyExists on the same slots (an earlier create of this attempt), AlreadyExists
+on other slots (an earlier decision's reservation the store has not shown), refused (4xx),
+timed out (not written), lost answer (written, the reply lost). After a pass, after the
+watch catches up and another pass, and after a restart, the cluster never holds two live
+reservations on one GPU, and no check is Ready without its reservation."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus_admit.controller.api import ApiException
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.loop.cycle import reconcile
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.reservations import reservation_name
+from tests.controller.fake_api import FakeApi
+from tests.controller.test_placing import CountingEngine, cluster, pending, watch
+
+RR = L.KIND_RESOURCE_RESERVATION
+NODES = ("n0", "n1", "n2")
+OUTCOMES = ("ok", "same", "other", "refused", "timeout", "lost")
+
+
+class ScriptedCreates:
+    """The apiserver's answer to each Workload's first create, as drawn; later creates
+    (the next pass, after a restart) succeed."""
+
+    def __init__(self, api: FakeApi, script: dict[str, tuple[str, int]]) -> None:
+        self.api = api
+        self.script = dict(script)
+        self.real = api.create
+
+    def __call__(self, kind: str, body: Any) -> bool:
+        if kind != RR:
+            return self.real(kind, body)
+        owner = body["spec"]["workloadRef"]["name"]
+        outcome, delay_ms = self.script.pop(owner, ("ok", 0))
+        time.sleep(delay_ms / 1000)  # only to vary which create comes back first
+        if outcome == "same":
+            self.real(kind, body)
+            return False
+        if outcome == "other":  # an earlier decision of this attempt, on the next node
+            other = copy.deepcopy(body)
+            for ps in other["spec"]["podSets"]:
+                for s in ps["slots"]:
+                    s["node"] = NODES[(NODES.index(s["node"]) + 1) % len(NODES)]
+            self.real(kind, other)
+            return False
+        if outcome == "refused":
+            raise ApiException(status=422, reason="Unprocessable Entity")
+        if outcome == "timeout":
+            raise TimeoutError("create timed out")
+        if outcome == "lost":
+            self.real(kind, body)
+            raise ApiException(status=500, reason="connection reset after the write")
+        return self.real(kind, body)
+
+
+def start(api: FakeApi, depth: int) -> Context:
+    ctx = Context(options=RunOptions(webhook=False, creates_in_flight=depth), api=api,  # type: ignore[arg-type]
+                  engine=CountingEngine())
+    watch(ctx, api)
+    ctx.synced = True
+    return ctx
+
+
+def gpus_of(rr: dict[str, Any]) -> list[tuple[str, int]]:
+    return [(s["node"], g) for ps in rr["spec"]["podSets"] for s in ps["slots"]
+            for g in s.get("gpus") or []]
+
+
+def assert_consistent(api: FakeApi, names: list[str]) -> None:
+    live = [rr for rr in api.of_kind(RR) if (rr.get("status") or {}).get("phase") != "Released"]
+    taken: dict[tuple[str, int], str] = {}
+    for rr in live:
+        for gpu in gpus_of(rr):
+            assert gpu not in taken, (
+                f"GPU {gpu} held by {taken[gpu]} and {rr['metadata']['name']}")
+            taken[gpu] = rr["metadata"]["name"]
+    present = {rr["metadata"]["name"] for rr in live}
+    for name in names:
+        wl = api.get("Workload", name, "default")
+        assert wl is not None
+        states = [c["state"] for c in wl["status"]["admissionChecks"] if c["name"] == "nexus"]
+        assert len(states) == 1 and states[0] in ("Ready", "Retry", "Pending", "Rejected")
+        if states[0] == "Ready":
+            assert reservation_name(wl) in present, f"{name} Ready without its reservation"
+
+
+burst = st.lists(
+    st.tuples(st.sampled_from((2, 4, 8)), st.sampled_from(OUTCOMES), st.integers(0, 3)),
+    min_size=2, max_size=7,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(burst=burst, depth=st.sampled_from((1, 2, 4, 8)))
+def test_interleaved_create_outcomes_never_double_book_a_gpu(
+    burst: list[tuple[int, str, int]], depth: int,
+) -> None:
+    names = [f"w{i}" for i in range(len(burst))]
+    workloads = [pending(n, pods=1, gpus=g, created=f"2026-11-25T10:00:{i:02d}Z")
+                 for i, (n, (g, _, _)) in enumerate(zip(names, burst, strict=True))]
+    api = cluster(*workloads, nodes=NODES)
+    api.create = ScriptedCreates(  # type: ignore[method-assign]
+        api, {n: (outcome, delay) for n, (_, outcome, delay) in zip(names, burst, strict=True)})
+    ctx = start(api, depth)
+    asyncio.run(reconcile(ctx))
+    assert_consistent(api, names)
+    # the watch catches up (withdrawn reservations gone, lost ones shown), another pass
+    watch(ctx, api)
+    asyncio.run(reconcile(ctx))
+    assert_consistent(api, names)
+    # a restart: a fresh controller on the same objects
+    restarted = start(api, depth)
+    asyncio.run(reconcile(restarted))
+    assert_consistent(api, names)
+
+
+def test_a_later_placement_on_an_earlier_reservations_node_is_withdrawn_and_placed_again(
+) -> None:
+    """w's create finds its attempt's reservation on n1 while v, solved onto n1 meanwhile,
+    is already created: v's reservation is deleted before any check is written from it,
+    and v is placed again in the same pass, on a node of its own."""
+    api = cluster(pending("w", pods=1, gpus=8),
+                  pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z"),
+                  nodes=("n0", "n1"))
+    real = api.create
+    seen: list[str] = []
+
+    def create(kind: str, body: Any) -> bool:
+        name = body["spec"]["workloadRef"]["name"]
+        seen.append(name)
+        if kind == RR and name == "w" and seen.count("w") == 1:
+            other = copy.deepcopy(body)
+            for ps in other["spec"]["podSets"]:
+                for s in ps["slots"]:
+                    s["node"] = {"n0": "n1", "n1": "n0"}[s["node"]]
+            while "v" not in seen:  # v's create is on the wire before w's comes back
+                time.sleep(0.001)
+            real(kind, other)
+            return False
+        return real(kind, body)
+
+    api.create = create  # type: ignore[method-assign]
+    ctx = start(api, 4)
+    asyncio.run(reconcile(ctx))
+    assert api.count("delete", RR) == 1
+    assert seen.count("v") == 2  # created, withdrawn, created again
+    by_owner = {rr["spec"]["workloadRef"]["name"]: rr for rr in api.of_kind(RR)}
+    assert {s for s, _ in gpus_of(by_owner["w"])} == {"n1"}
+    assert {s for s, _ in gpus_of(by_owner["v"])} == {"n0"}
+    assert_consistent(api, ["w", "v"])
+    for name in ("w", "v"):
+        wl = api.get("Workload", name, "default")
+        assert wl is not None
+        assert [c["state"] for c in wl["status"]["admissionChecks"]] == ["Ready"]
+
+
+def test_a_reservation_left_overlapping_by_a_crash_is_deleted_not_answered() -> None:
+    """A crash fell between a withdrawal and its delete: after the restart the store shows
+    two unanswered plain reservations on the same GPUs. The first answered keeps its GPUs;
+    the other is deleted and its Workload placed again, never Ready on them."""
+    api = cluster(pending("w", pods=1, gpus=8),
+                  pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z"),
+                  nodes=("n0", "n1"))
+    ctx = start(api, 1)
+    asyncio.run(reconcile(ctx))
+    rrs = {rr["spec"]["workloadRef"]["name"]: rr for rr in api.of_kind(RR)}
+    # back to before the answers, with v's reservation moved onto w's node
+    for name in ("w", "v"):
+        api.put(pending(name, pods=1, gpus=8) | {"metadata": {
+            **api.get("Workload", name, "default")["metadata"]}})  # type: ignore[index]
+    moved = rrs["v"]
+    for ps in moved["spec"]["podSets"]:
+        for s in ps["slots"]:
+            s["node"] = next(s2["node"] for p2 in rrs["w"]["spec"]["podSets"]
+                             for s2 in p2["slots"])
+    api.put(moved)
+    restarted = start(api, 4)
+    asyncio.run(reconcile(restarted))
+    assert api.count("delete", RR) == 1
+    assert_consistent(api, ["w", "v"])
+
+
+def test_a_withdrawn_reservation_the_store_still_shows_is_not_answered_from() -> None:
+    """The watch brought v's withdrawn reservation but not its deletion: v is not answered
+    from it in this pass; once the watch catches up, v is placed on a node of its own."""
+    api = cluster(pending("w", pods=1, gpus=8),
+                  pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z"),
+                  nodes=("n0", "n1"))
+    real_create, real_delete = api.create, api.delete
+    created: list[str] = []
+
+    def create(kind: str, body: Any) -> bool:
+        name = body["spec"]["workloadRef"]["name"]
+        created.append(name)
+        if kind == RR and name == "w" and created.count("w") == 1:
+            other = copy.deepcopy(body)
+            for ps in other["spec"]["podSets"]:
+                for s in ps["slots"]:
+                    s["node"] = {"n0": "n1", "n1": "n0"}[s["node"]]
+            while "v" not in created:
+                time.sleep(0.001)
+            real_create(kind, other)
+            return False
+        return real_create(kind, body)
+
+    ctx = start(api, 4)
+
+    def delete(kind: str, name: str, namespace: str | None = None) -> bool:
+        stale = api.get(kind, name, namespace)
+        assert stale is not None
+        ctx.store.upsert(RR, stale)  # its creation watched, its deletion not yet
+        return real_delete(kind, name, namespace)
+
+    api.create = create  # type: ignore[method-assign]
+    api.delete = delete  # type: ignore[method-assign]
+    asyncio.run(reconcile(ctx))
+    assert created.count("v") == 1
+    assert_consistent(api, ["w", "v"])
+    wl = api.get("Workload", "v", "default")
+    assert wl is not None and wl["status"]["admissionChecks"][0]["state"] == "Pending"
+    watch(ctx, api)
+    asyncio.run(reconcile(ctx))
+    assert_consistent(api, ["w", "v"])
+    by_owner = {rr["spec"]["workloadRef"]["name"]: rr for rr in api.of_kind(RR)}
+    assert {n for n, _ in gpus_of(by_owner["v"])} == {"n0"}
