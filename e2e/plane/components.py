@@ -514,7 +514,7 @@ def kueue_config(b: Path, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
         "featureGates": {"VisibilityOnDemand": False},
         # Dynamic Resource Allocation: devices of DeviceClass gpu.nvidia.com asked through
         # ResourceClaimTemplates count as nvidia.com/gpu, the quota the ClusterQueues already
-        # hold for the extended resource (docs/dra.md, e2e/tests/test_dra.py)
+        # hold for the extended resource (docs/dra.md, e2e/tests/test_dra_claims.py)
         "resources": {
             "deviceClassMappings": [
                 {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}
