@@ -88,6 +88,20 @@ def install_values(gate_mode: str) -> dict[str, Any]:
     return {**INSTALL_VALUES, "webhook": {**INSTALL_VALUES["webhook"], "gateMode": gate_mode}}
 
 
+def _wait_namespace_gone(e2e_cluster: Any, timeout: float = 180) -> None:
+    """NS from an earlier module's release may still be terminating (its uninstall deletes
+    it without waiting): nothing can be created in it until it is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = e2e_cluster.kubectl(
+            "get", "namespace", NS, "-o", "jsonpath={.status.phase}", check=False
+        )
+        if r.returncode != 0 or r.stdout.strip() != "Terminating":
+            return
+        time.sleep(1)
+    raise AssertionError(f"namespace {NS} still terminating after {timeout:.0f} s")
+
+
 @pytest.fixture(scope="module")
 def release(
     e2e_cluster: Any, tmp_path_factory: pytest.TempPathFactory, gate_mode: str
@@ -95,6 +109,7 @@ def release(
     """The chart installed as RELEASE in NS (a namespace enforcing the restricted Pod
     Security Standard); uninstalled afterwards."""
     tmp = tmp_path_factory.mktemp("chart-values")
+    _wait_namespace_gone(e2e_cluster)  # another module's install (the other gate mode) left
     e2e_cluster.kubectl("create", "namespace", NS, check=False)
     e2e_cluster.kubectl(
         "label", "--overwrite", "namespace", NS, "pod-security.kubernetes.io/enforce=restricted"
