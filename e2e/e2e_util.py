@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import cluster as _cluster
 from kubernetes import client
 
 T = TypeVar("T")
@@ -18,6 +19,11 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 GPU = "nvidia.com/gpu"
+
+# what the chart's `webhook.gateMode: auto` picks on this plane: the gate policies where the
+# apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.36 on), else
+# the webhook (the oldest plane, 1.34)
+AUTO_GATE_MODE = "policy" if _cluster.kubernetes_line() == "newest" else "webhook"
 
 
 class WaitTimeout(AssertionError):
