@@ -21,7 +21,9 @@ from nexus_admit.model import (
     with_clique_level,
 )
 
-__all__ = ["Problem", "prepare"]
+__all__ = ["CLOSED_CLIQUE", "Problem", "prepare"]
+
+CLOSED_CLIQUE = "NVLink clique held by another ComputeDomain"  # a candidate filter's reason
 
 
 @dataclass(slots=True)
@@ -80,6 +82,15 @@ class Problem:
         if gang.required_level is None:
             return []
         return [p for p in gang.pod_sets if gang.level_of(p) != gang.required_level]
+
+    def closed_note(self) -> str:
+        """What a shortfall message adds when cliques other ComputeDomains hold kept nodes
+        out ("" otherwise)."""
+        held = max((why.get(CLOSED_CLIQUE) or 0 for why in self.rejections.values()), default=0)
+        if not held:
+            return ""
+        return (f" ({held} nodes are in NVLink cliques other ComputeDomains hold: at most one "
+                f"ComputeDomain per clique)")
 
     def class_cost(self, node_name: str) -> int:
         return self.config.class_cost(self.gang.tier, self.node_class[node_name])
@@ -171,7 +182,7 @@ def _outside_closed_cliques(
     if len(kept) == len(ok):
         return ok, why
     why = Counter(why)
-    why["NVLink clique held by another ComputeDomain"] += len(ok) - len(kept)
+    why[CLOSED_CLIQUE] += len(ok) - len(kept)
     return kept, why
 
 
@@ -270,10 +281,12 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
             cached = (ok, why)
             cache[key] = cached
         ok, why = cast(tuple[list[str], Counter[str]], cached)
+        fits_statically = bool(ok)
         ok, why = _outside_closed_cliques(problem, ps, ok, why)
         problem.candidates[ps.name] = ok
         problem.rejections[ps.name] = why
-        if not ok and not problem.impossible:
+        # cliques other ComputeDomains hold open again when those finish: a wait, not never
+        if not fits_statically and not problem.impossible:
             problem.impossible = _never_fits_message(ps, why, snapshot)
     return problem
 
