@@ -1,14 +1,14 @@
 """GPUs through Dynamic Resource Allocation on the real control plane.
 
-The test adds eight KWOK nodes without `nvidia.com/gpu` and publishes their GPUs as
-ResourceSlices the way NVIDIA's DRA driver does (driver `gpu.nvidia.com`, one device per
-GPU with `productName`, `architecture`, `index` and capacity `memory`): rack `dra-ra` holds
-4 nodes of 8 H200 (141 GB), rack `dra-rb` 4 nodes of 8 L40S (48 GB). The DeviceClass
-`gpu.nvidia.com` selects that driver (e2e/manifests/dra.yaml), Kueue counts the claims'
-devices as `nvidia.com/gpu` (deviceClassMappings), nexus places the gangs, the ungater pins
-the nodes, kube-scheduler's DRA allocator allocates the claims there and KWOK runs the pods
-(it does not prepare devices; the pods reach Running all the same). The claims' statuses
-are the evidence: which device of which node each pod holds.
+The test adds eight KWOK nodes without `nvidia.com/gpu` (e2e/dra_harness.py) and publishes
+their GPUs as ResourceSlices the way NVIDIA's DRA driver does (driver `gpu.nvidia.com`, one
+device per GPU with `productName`, `architecture`, `index` and capacity `memory`): rack
+`dra-ra` holds 4 nodes of 8 H200 (141 GB), rack `dra-rb` 4 nodes of 8 L40S (48 GB). The
+DeviceClass `gpu.nvidia.com` selects that driver (e2e/manifests/dra.yaml), Kueue counts the
+claims' devices as `nvidia.com/gpu` (deviceClassMappings), nexus places the gangs, the
+ungater pins the nodes, kube-scheduler's DRA allocator allocates the claims there and KWOK
+runs the pods (it does not prepare devices; the pods reach Running all the same). The
+claims' statuses are the evidence: which device of which node each pod holds.
 """
 
 from __future__ import annotations
