@@ -21,7 +21,8 @@ A claim on the ComputeDomain channel class (`compute-domain-default-channel.nvid
 NVIDIA's multi-node NVLink) makes the pod set a ComputeDomain's: named by its
 ResourceClaimTemplate ("namespace/name", one per ComputeDomain), its pods stay inside one
 NVLink clique, and a clique another ComputeDomain holds (a live ResourceReservation with
-`compute-domain`: `domain_cliques`) is closed to it.
+`compute-domain`: `domain_cliques`; a bound pod naming another channel template:
+`pod_domain_cliques`) is closed to it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ __all__ = [
     "claim_nodes",
     "closed_cliques",
     "domain_cliques",
+    "merge_held",
     "normalize_product",
+    "pod_domain_cliques",
 ]
 
 _ATTR = rf'device\.attributes\["{re.escape(L.DRA_GPU_DRIVER)}"\]'
@@ -357,6 +360,50 @@ def domain_cliques(
                 if node is not None and node.clique is not None:
                     held.setdefault(node.clique, set()).add(str(domain))
     return {clique: frozenset(domains) for clique, domains in held.items()}
+
+
+def pod_domain_cliques(
+    pods: Iterable[Obj], index: DraIndex, nodes: Mapping[str, Node]
+) -> dict[str, frozenset[str]]:
+    """NVLink clique → the ComputeDomains whose pods run there, whoever placed them: a bound,
+    unfinished pod naming a channel template (one of a ComputeDomain's pods that nexus did
+    not place holds its clique as much as a reservation does)."""
+    held: dict[str, set[str]] = {}
+    for pod in pods:
+        spec, status = pod.get("spec"), pod.get("status")
+        if not isinstance(spec, Mapping) or not spec.get("nodeName"):
+            continue
+        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = nodes.get(str(spec["nodeName"]))
+        if node is None or node.clique is None:
+            continue
+        ns = str(meta(pod).get("namespace") or "default")
+        for entry in spec.get("resourceClaims") or []:
+            name = entry.get("resourceClaimTemplateName") if isinstance(entry, Mapping) else None
+            if name and _asks_channel(index.templates.get((ns, str(name)))):
+                held.setdefault(node.clique, set()).add(f"{ns}/{name}")
+    return {clique: frozenset(domains) for clique, domains in held.items()}
+
+
+def _asks_channel(template: Obj | None) -> bool:
+    outer = template.get("spec") if template is not None else None
+    spec = outer.get("spec") if isinstance(outer, Mapping) else None
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    return any(
+        isinstance(r, Mapping) and isinstance(r.get("exactly"), Mapping)
+        and r["exactly"].get("deviceClassName") == L.DRA_CD_CHANNEL_CLASS
+        for r in requests or []
+    )
+
+
+def merge_held(*helds: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    out: dict[str, frozenset[str]] = {}
+    for held in helds:
+        for clique, domains in held.items():
+            out[clique] = out.get(clique, frozenset()) | domains
+    return out
 
 
 def closed_cliques(domain: str | None, held: Mapping[str, frozenset[str]]) -> frozenset[str]:

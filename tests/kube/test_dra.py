@@ -7,7 +7,14 @@ import pytest
 from kube_factories import cluster_queue, node, pod_set, workload
 
 from nexus_admit.kube.cluster import node_from_object
-from nexus_admit.kube.dra import DraIndex, claim_gpus, closed_cliques, domain_cliques
+from nexus_admit.kube.dra import (
+    DraIndex,
+    claim_gpus,
+    closed_cliques,
+    domain_cliques,
+    merge_held,
+    pod_domain_cliques,
+)
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError
 from nexus_admit.kube.kueue import KueueIndex
@@ -307,3 +314,24 @@ def test_the_dump_closes_cliques_its_reservations_give_other_compute_domains() -
     dump = ClusterDump.of([*objs, wl])
     g = dump.gang(wl, CONFIG, dump.snapshot())
     assert g.closed_cliques == {"A"}
+
+
+def test_running_pods_of_a_compute_domain_nexus_did_not_place_hold_their_clique() -> None:
+    nodes = {n.name: n for n in (_clique_node("a0", "A"), _clique_node("b0", "B"))}
+
+    def pod(name: str, node: str | None, tpl: str, phase: str = "Running") -> dict[str, Any]:
+        spec: dict[str, Any] = {"resourceClaims": [{"name": "c",
+                                                    "resourceClaimTemplateName": tpl}]}
+        if node:
+            spec["nodeName"] = node
+        return {"kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                "spec": spec, "status": {"phase": phase}}
+
+    index = DraIndex.of([template("gpus", gpu_request(8)), template("cd-channel", CHANNEL)])
+    held = pod_domain_cliques([pod("p", "a0", "cd-channel"), pod("g", "b0", "gpus"),
+                               pod("pending", None, "cd-channel"),
+                               pod("done", "b0", "cd-channel", phase="Succeeded")],
+                              index, nodes)
+    assert held == {"A": frozenset({"default/cd-channel"})}
+    both = merge_held(held, {"A": frozenset({"ns/x"}), "B": frozenset({"ns/y"})})
+    assert both == {"A": frozenset({"default/cd-channel", "ns/x"}), "B": frozenset({"ns/y"})}
