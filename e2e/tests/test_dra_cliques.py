@@ -11,14 +11,17 @@ channel ResourceClaimTemplate its ComputeDomain has (the test creates it, as NVI
 ComputeDomain controller would); kube-scheduler's DRA allocator allocates GPUs and channel
 on the node nexus pinned, KWOK runs the pods. The claims' statuses are the evidence.
 
-Then a pod pinned by nexus whose node's GPU slice is withdrawn before it is bound (the test
-holds its pods with a scheduling gate of its own until the slice is gone): the allocator
-cannot allocate its claim there, and nexus sends the gang back through Retry saying so.
+Then a pod pinned by nexus whose node's GPU slice is withdrawn, or republished with another
+product than its claim's selector asks, before it is bound (the test holds its pods with a
+scheduling gate of its own until the slice changed): the allocator cannot allocate its claim
+there, and nexus sends the gang back through Retry saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 import dra_harness as H
@@ -141,9 +144,13 @@ def test_compute_domain_gangs_take_one_nvlink_clique_each(
     print(f"[cliques] cd-three: {retry.message}")
 
 
-def test_a_slice_withdrawn_before_binding_sends_the_gang_to_retry_with_the_reason(
-    nvl_ns: str, batch_v1, core_v1, custom_objects
+@pytest.mark.parametrize("change", ["withdrawn", "product-changed"])
+def test_a_slice_changed_before_binding_sends_the_gang_to_retry_with_the_reason(
+    change: str, nvl_ns: str, batch_v1, core_v1, custom_objects
 ) -> None:
+    """The node's GPU slice is withdrawn, or republished with another product than the
+    claim's selector asks (a driver upgrade relabelling its devices), after nexus placed the
+    pod there and before it is bound."""
     ns = nvl_ns
     product = f'device.attributes["{H.DRIVER}"].productName == "{GB200[0]}"'
     claim_template(custom_objects, ns, "two-gpus", 2, product)
@@ -159,9 +166,15 @@ def test_a_slice_withdrawn_before_binding_sends_the_gang_to_retry_with_the_reaso
 
     pod, node = wait_for("the held pod pinned by nexus (only the test's gate left)", pinned,
                          timeout=120)
-    withdrawn = H.gpu_slice(NODES[node])
-    custom_objects.delete_cluster_custom_object(*H.RESOURCE, "resourceslices",
-                                                withdrawn["metadata"]["name"])
+    name = H.slice_name(node)
+    if change == "withdrawn":
+        custom_objects.delete_cluster_custom_object(*H.RESOURCE, "resourceslices", name)
+    else:
+        relabelled = H.gpu_slice(replace(NODES[node], product="NVIDIA B200"), generation=2)
+        current = custom_objects.get_cluster_custom_object(*H.RESOURCE, "resourceslices", name)
+        relabelled["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        custom_objects.replace_cluster_custom_object(*H.RESOURCE, "resourceslices", name,
+                                                     relabelled)
     try:
         t0 = time.monotonic()
         core_v1.patch_namespaced_pod(pod.metadata.name, ns,
@@ -169,8 +182,8 @@ def test_a_slice_withdrawn_before_binding_sends_the_gang_to_retry_with_the_reaso
         retry = wait_for("the gang answered Retry with the allocator's reason", lambda: next(
             (e for e in events(core_v1, ns, "PlacementRetry")
              if "DRA allocator cannot allocate" in (e.message or "")), None), timeout=180)
-        print(f"[cliques] Retry {time.monotonic() - t0:.1f} s after the gate was lifted: "
-              f"{retry.message}")
+        print(f"[cliques] {change}: Retry {time.monotonic() - t0:.1f} s after the gate was "
+              f"lifted: {retry.message}")
         assert f"pinned to node {node}" in retry.message, retry.message
         assert "cannot allocate all claims" in retry.message, retry.message
         released = [e for e in events(core_v1, ns, "PlacementReleased")
@@ -179,5 +192,10 @@ def test_a_slice_withdrawn_before_binding_sends_the_gang_to_retry_with_the_reaso
         assert not [d for c in claims(custom_objects, ns) for d in claim_devices(c)
                     if d[0] == node]
     finally:
-        withdrawn["metadata"].pop("resourceVersion", None)
-        custom_objects.create_cluster_custom_object(*H.RESOURCE, "resourceslices", withdrawn)
+        with contextlib.suppress(client.ApiException):
+            custom_objects.delete_cluster_custom_object(*H.RESOURCE, "resourceslices", name)
+        wait_for("the changed slice gone", lambda: name not in {
+            s["metadata"]["name"] for s in custom_objects.list_cluster_custom_object(
+                *H.RESOURCE, "resourceslices")["items"]}, timeout=30)
+        custom_objects.create_cluster_custom_object(*H.RESOURCE, "resourceslices",
+                                                    H.gpu_slice(NODES[node]))
