@@ -42,6 +42,7 @@ from ortools.sat.python import cp_model
 
 from nexus_admit.model import (
     ClusterSnapshot,
+    Domain,
     Gang,
     Placement,
     PlacementConfig,
@@ -54,8 +55,13 @@ from nexus_admit.placement.cpmodel import GangModel, build_model
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.memo import NodeMemo
-from nexus_admit.placement.objective import TERMS, evaluate_terms, weighted_objective
-from nexus_admit.placement.order_terms import OrderTerms
+from nexus_admit.placement.objective import (
+    TERMS,
+    evaluate_terms,
+    term_weights,
+    weighted_objective,
+)
+from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import Problem, prepare
 from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction, candidates, shortfall
@@ -80,8 +86,9 @@ class BurstEntry:
 @dataclass(slots=True)
 class BurstOutcome:
     """The burst's answers, per entry in order: the joint ones when `joint`, else the
-    one-by-one answers unchanged. Terms and objectives are summed over the gangs placed one
-    by one, each evaluated on the capacity the burst's earlier gangs left."""
+    one-by-one answers unchanged. Terms (each weighted as the gang's objective weighs it)
+    and objectives are summed over the gangs placed one by one, each evaluated on the
+    capacity the burst's earlier gangs left."""
 
     placements: list[Placement]
     joint: bool
@@ -146,8 +153,8 @@ class BatchEngine(CpSatEngine):
         joined = self._joinable(work, burst, config, memo)
         members = [j for j in joined if j.counts is not None]
         extras = [j for j in joined if j.counts is None]
-        kept = BurstOutcome(answers, False, "", gangs=0,
-                            placed_one_by_one=sum(p.feasible for p in answers))
+        alone = sum(p.feasible for p in answers)
+        kept = BurstOutcome(answers, False, "", placed_one_by_one=alone, placed_jointly=alone)
         if not members or (len(members) == 1 and not extras):
             kept.reason = "nothing to place jointly"
             return _timed(kept, started)
@@ -292,11 +299,79 @@ def _within(joined: _Joined) -> bool:
 
 
 def _models(gangs: Sequence[_Joined], terms: OrderTerms,
-            model: cp_model.CpModel) -> list[GangModel]:
+            model: cp_model.CpModel) -> list[tuple[GangModel, cp_model.LinearExpr]]:
+    """Every gang's model in `model`, nodes shared; per gang, its objective on the capacity
+    the earlier gangs of the burst leave (the engine's objective, corrected by
+    `_ordered_terms`). The model's objective is their sum."""
     gms = [build_model(j.problem, j.red, terms, model) for j in gangs]
     _share_nodes(model, gms)
-    model.minimize(sum(sum(gm.objective) for gm in gms))
-    return gms
+    out = []
+    for k, gm in enumerate(gms):
+        rebate = [-1 * term for term in _ordered_terms(model, gm, gms[:k])]
+        out.append((gm, cp_model.LinearExpr.sum([*gm.objective, *rebate])))
+    model.minimize(cp_model.LinearExpr.sum([objective for _, objective in out]))
+    return out
+
+
+def _gpu_milli(gm: GangModel, rep: str) -> cp_model.LinearExprT:
+    return sum(ps.gpu_milli_per_pod * v for ps, v in gm.by_unit.get(rep, ()) if ps.gpus)
+
+
+def _ordered_terms(model: cp_model.CpModel, gm: GangModel,
+                   earlier: Sequence[GangModel]) -> list[cp_model.LinearExprT]:
+    """What the engine's model over-charges a gang whose nodes the burst's earlier gangs
+    use: GPUs they took are no longer idle (fragmentation, and domainFragmentation per
+    rack), and a node they started is no longer a pristine island to break."""
+    weights, problem = gm.weights, gm.problem
+    out: list[cp_model.LinearExprT] = []
+    for rep, gpu_used in gm.gpu_used.items():
+        before = [e for e in earlier if rep in e.gpu_used]
+        if not before:
+            continue
+        free = problem.node(rep).free_gpu_milli
+        if weights["fragmentation"]:
+            taken = model.new_int_var(0, free, f"taken_before[{rep}]")
+            model.add(taken <= sum(_gpu_milli(e, rep) for e in before))
+            model.add(taken <= free * gpu_used)
+            out.append(weights["fragmentation"] * taken)
+        if weights["islandsBroken"] and rep in gm.filled and problem.is_island(problem.node(rep)):
+            started = model.new_bool_var(f"started_before[{rep}]")
+            model.add(started <= sum(e.gpu_used[rep] for e in before))
+            spared = model.new_bool_var(f"not_broken_again[{rep}]")
+            model.add(spared <= started)
+            model.add(spared <= gpu_used)
+            model.add(spared <= 1 - gm.filled[rep])
+            out.append(weights["islandsBroken"] * SCALE * spared)
+    if weights["domainFragmentation"] and len(problem.levels) >= 2:
+        out.extend(_rack_taken_before(model, gm, earlier))
+    return out
+
+
+def _rack_taken_before(model: cp_model.CpModel, gm: GangModel,
+                       earlier: Sequence[GangModel]) -> list[cp_model.LinearExprT]:
+    """domainFragmentation: the GPUs the earlier gangs take in a rack this gang touches."""
+    problem = gm.problem
+    level = len(problem.levels) - 2
+    racks: dict[Domain, list[str]] = {}
+    for rep in gm.used:
+        domain = problem.paths[rep][level]
+        if domain is not None:
+            racks.setdefault(domain, []).append(rep)
+    out: list[cp_model.LinearExprT] = []
+    free = problem.domain_free_gpu_milli(level)
+    for rack, reps in racks.items():
+        before = [_gpu_milli(e, n) for e in earlier for n in e.by_unit
+                  if e.problem.paths[n][level] == rack]
+        if not before:
+            continue
+        touched = model.new_bool_var(f"touches[{rack}]")
+        model.add(touched <= sum(gm.used[n] for n in reps))
+        room = free.get(rack, 0)
+        taken = model.new_int_var(0, room, f"rack_taken_before[{rack}]")
+        model.add(taken <= sum(before))
+        model.add(taken <= room * touched)
+        out.append(gm.weights["domainFragmentation"] * taken)
+    return out
 
 
 def _share_nodes(model: cp_model.CpModel, gms: Sequence[GangModel]) -> None:
@@ -330,15 +405,15 @@ def _bounds(members: Sequence[_Joined], terms: OrderTerms, seed: int) -> bool:
     model): one model with every count fixed."""
     model = cp_model.CpModel()
     gms = _models(members, terms, model)
-    for gm, j in zip(gms, members, strict=True):
+    for (gm, _), j in zip(gms, members, strict=True):
         assert j.counts is not None
         for key, var in gm.pods.items():
             model.add(var == j.counts.get(key, 0))
     solver = _solver(seed, 5.0)
     if solver.solve(model) != cp_model.OPTIMAL:
         return False
-    for gm, j in zip(gms, members, strict=True):
-        j.bound = int(solver.value(sum(gm.objective)))
+    for (_, objective), j in zip(gms, members, strict=True):
+        j.bound = int(solver.value(objective))
     return True
 
 
@@ -349,11 +424,11 @@ def _solve_joint(
     solution was found or it could not be realised."""
     model = cp_model.CpModel()
     gms = _models(gangs, terms, model)
-    for gm, j in zip(gms, gangs, strict=True):
+    for (gm, objective), j in zip(gms, gangs, strict=True):
         if j.counts is None:
             continue
         assert j.bound is not None
-        model.add(sum(gm.objective) <= j.bound)
+        model.add(objective <= j.bound)
         for key, var in gm.pods.items():
             model.add_hint(var, j.counts.get(key, 0))
         for rep, var in gm.used.items():
@@ -365,7 +440,7 @@ def _solve_joint(
         return status, None
     scratch = work.copy()
     out: dict[int, list[Slot]] = {}
-    for gm, j in zip(gms, gangs, strict=True):
+    for (gm, _), j in zip(gms, gangs, strict=True):
         counts = {key: int(solver.value(v)) for key, v in gm.pods.items() if solver.value(v)}
         problem = prepare(scratch, j.problem.gang, j.problem.config)
         slots = slots_for(problem, counts)
@@ -379,7 +454,8 @@ def _solve_joint(
 def _evaluate(work: ClusterSnapshot, config: PlacementConfig, slots: dict[int, list[Slot]],
               joined: Sequence[_Joined], members: Sequence[_Joined],
               workload: WorkloadDistribution) -> _Evaluated:
-    """Each gang's terms on the capacity the burst's earlier gangs left, summed over the
+    """Each gang's terms on the capacity the burst's earlier gangs left, weighted as its
+    objective weighs them (a term the gang's objective leaves out counts 0), summed over the
     `members` (the gangs placed one by one)."""
     scratch = work.copy()
     by_index = {j.index: j for j in joined}
@@ -395,10 +471,11 @@ def _evaluate(work: ClusterSnapshot, config: PlacementConfig, slots: dict[int, l
         if k in counted:
             values = evaluate_terms(problem, slots[k])
             objective += weighted_objective(problem, values)
-            for name, (value, weight) in order.items():
-                values[name] = value
-                objective += weight * value
+            weights = term_weights(problem)
             for name, value in values.items():
-                total[name] = total.get(name, 0.0) + value
+                total[name] += weights[name] * value
+            for name, (value, weight) in order.items():
+                objective += weight * value
+                total[name] = total.get(name, 0.0) + weight * value
         apply_slots(scratch, gang, slots[k])
     return _Evaluated(slots, total, objective, per_gang)

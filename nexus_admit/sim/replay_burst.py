@@ -48,12 +48,12 @@ def place_jointly(run: ReplayRun, attempts: Sequence[tuple[int, decisions.Decisi
     tally = run.tally.bursts
     tally["bursts"] += 1
     members = [i for i, _, entry in burst if entry.placement.feasible]
-    for i, gang, entry in burst:  # the capacity before the burst, for the joint model
+    for _i, gang, entry in burst:  # the capacity before the burst, for the joint model
         if entry.placement.feasible:
             run.placer.undo(gang, entry.placement.slots)
     outcome = policy.place_burst(run.snap, [e for _, _, e in burst], run.config,
                                  admit=lambda extra: _quota_allows(run, members, extra))
-    for i, gang, entry in burst:
+    for _i, gang, entry in burst:
         if entry.placement.feasible:
             run.placer.hold(gang, entry.placement.slots)
     if outcome.joint:

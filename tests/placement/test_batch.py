@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import permutations
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,7 @@ from nexus_admit.model import (
     apply_slots,
 )
 from nexus_admit.placement.batch import MAX_BURST_GANGS, BatchEngine, BurstEntry, BurstOutcome
-from nexus_admit.placement.objective import TERMS, evaluate_terms
+from nexus_admit.placement.objective import TERMS, evaluate_terms, term_weights
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -39,16 +40,18 @@ def one_by_one(engine: BatchEngine, snap: ClusterSnapshot, burst: Sequence[Gang]
 
 def ordered_terms(snap: ClusterSnapshot, burst: Sequence[Gang], answers: Sequence[Placement],
                   counted: set[int], cfg: PlacementConfig) -> dict[str, float]:
-    """Each counted gang's terms on the capacity the earlier placed ones left, summed
-    (written here from the definitions, not with the module's helpers)."""
+    """Each counted gang's terms on the capacity the earlier placed ones left, weighted as
+    its objective weighs them, summed (from the definitions, not the module's helpers)."""
     scratch = snap.copy()
     total = dict.fromkeys(TERMS, 0.0)
     for k, (gang, answer) in enumerate(zip(burst, answers, strict=True)):
         if not answer.feasible:
             continue
         if k in counted:
-            for name, value in evaluate_terms(prepare(scratch, gang, cfg), answer.slots).items():
-                total[name] += value
+            problem = prepare(scratch, gang, cfg)
+            weights = term_weights(problem)
+            for name, value in evaluate_terms(problem, answer.slots).items():
+                total[name] += weights[name] * value
         apply_slots(scratch, gang, answer.slots)
     return total
 
@@ -147,10 +150,50 @@ def test_the_policy_is_registered() -> None:
 
 
 # ---------------------------------------------------------------- properties
-@SETTINGS
-@given(snap=snapshots(max_nodes=4), burst=st.lists(gangs(max_count=2), min_size=2, max_size=4))
-def test_joint_is_never_worse_than_one_by_one(snap: ClusterSnapshot, burst: list[Gang]) -> None:
-    burst = [replace(g, name=f"ns/g{k}") for k, g in enumerate(burst)]
+@st.composite
+def contested(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Gang]]:
+    """Few 8-GPU nodes, some half used, and whole-GPU gangs some of which may use only
+    some nodes: one by one, an earlier gang often takes what a later one needed."""
+    nodes = [gpu_node(f"n{i}", used=range(draw(st.sampled_from((0, 0, 4, 6)))),
+                      rack=f"r{draw(st.integers(0, 1))}")
+             for i in range(draw(st.integers(2, 4)))]
+    names = [n.name for n in nodes]
+    only = st.none() | st.sets(st.sampled_from(names), min_size=1).map(frozenset)
+    burst = [
+        Gang(f"ns/g{k}", (PodSet("w", draw(st.integers(1, 2)), cpu_milli=1000,
+                                 gpus=draw(st.sampled_from((2, 4, 8))),
+                                 allowed_nodes=draw(only)),))
+        for k in range(draw(st.integers(2, 4)))
+    ]
+    return snapshot(*nodes), burst
+
+
+@st.composite
+def matching(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Gang]]:
+    """Identical pristine nodes in one rack and whole-node gangs, each allowed some of
+    them: every node ties for the first gang, so one by one it often takes the only node
+    a later gang may use (the joint answer is then a matching in Kueue's order)."""
+    names = [f"n{i}" for i in range(draw(st.integers(2, 4)))]
+    nodes = st.sets(st.sampled_from(names), min_size=1).map(frozenset)
+    burst = [eight_gpus(f"ns/g{k}", draw(st.none() | nodes))
+             for k in range(draw(st.integers(2, 4)))]
+    return snapshot(*(gpu_node(n) for n in names)), burst
+
+
+@st.composite
+def any_burst(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[Gang]]:
+    """The engine's generic property inputs (tests/strategies.py), several gangs."""
+    snap = draw(snapshots(max_nodes=4))
+    burst = draw(st.lists(gangs(max_count=2), min_size=2, max_size=4))
+    return snap, [replace(g, name=f"ns/g{k}") for k, g in enumerate(burst)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=st.one_of(matching(), contested(), any_burst()))
+def test_joint_is_never_worse_than_one_by_one(
+    case: tuple[ClusterSnapshot, list[Gang]]
+) -> None:
+    snap, burst = case
     entries, outcome = burst_of(snap, burst, CONFIG)
     answers = outcome.placements
     event(f"joint: {outcome.joint}, {outcome.reason}")
@@ -166,21 +209,25 @@ def test_joint_is_never_worse_than_one_by_one(snap: ClusterSnapshot, burst: list
         assert all(p is e.placement for p, e in zip(answers, entries, strict=True))
 
 
+def assignable(allowed: Sequence[frozenset[str]], nodes: Sequence[str]) -> bool:
+    """Whether each gang can have a node of its own among those it may use."""
+    return any(all(n in a for n, a in zip(chosen, allowed, strict=True))
+               for chosen in permutations(nodes, len(allowed)))
+
+
 @SETTINGS
-@given(snap=snapshots(max_nodes=4), burst=st.lists(gangs(max_count=2), min_size=2, max_size=4))
-def test_an_earlier_gang_placed_one_by_one_is_never_dropped(
-    snap: ClusterSnapshot, burst: list[Gang]
-) -> None:
-    burst = [replace(g, name=f"ns/g{k}") for k, g in enumerate(burst)]
+@given(case=matching())
+def test_waiting_gangs_join_in_kueue_order(case: tuple[ClusterSnapshot, list[Gang]]) -> None:
+    """Whole-node gangs on identical nodes: the joint answer keeps every gang placed one
+    by one and adds the waiting ones greedily in Kueue's order, each if it still fits with
+    all kept so far: exactly what brute force finds."""
+    snap, burst = case
     entries, outcome = burst_of(snap, burst, CONFIG)
-    extra = [k for k, (e, p) in enumerate(zip(entries, outcome.placements, strict=True))
-             if p.feasible and not e.placement.feasible]
-    if not extra:
-        return
-    event("a waiting gang placed jointly")
-    # a waiting gang placed jointly: the gangs before it placed one by one stay placed,
-    # and the waiting ones before it had their turn first (each in order, alone beside
-    # the one-by-one gangs, would have needed the capacity it took to fit)
-    for k in range(extra[0]):
-        if entries[k].placement.feasible:
-            assert outcome.placements[k].feasible
+    names = list(snap.nodes)
+    allowed = [g.pod_sets[0].allowed_nodes or frozenset(names) for g in burst]
+    kept = [k for k, e in enumerate(entries) if e.placement.feasible]
+    for k, entry in enumerate(entries):
+        if not entry.placement.feasible and assignable([allowed[j] for j in (*kept, k)], names):
+            kept.append(k)
+    event(f"waiting gangs placed jointly: {len(kept) - outcome.placed_one_by_one}")
+    assert sorted(kept) == [k for k, p in enumerate(outcome.placements) if p.feasible]
