@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["BURST_KEYS", "place_jointly"]
 
 # what ReplayResult.bursts sums over a run
-BURST_KEYS = ("bursts", "joint_models", "joint_taken", "more_placed", "extra_gangs",
-              "gangs_in_models", "seconds", "max_seconds", "objective_one_by_one",
-              "objective_joint")
+BURST_KEYS = ("bursts", "joint_models", "joint_answers", "joint_taken", "more_placed",
+              "extra_gangs", "gangs_in_models", "seconds", "max_seconds",
+              "objective_one_by_one", "objective_joint")  # and "reason:<why>", "term:<name>"
 
 
 def place_jointly(run: ReplayRun, attempts: Sequence[tuple[int, decisions.Decision]],
@@ -67,9 +67,11 @@ def place_jointly(run: ReplayRun, attempts: Sequence[tuple[int, decisions.Decisi
         tally["gangs_in_models"] += outcome.gangs
         tally["seconds"] += outcome.solve_seconds
         tally["max_seconds"] = max(tally["max_seconds"], outcome.solve_seconds)
-        tally["objective_one_by_one"] += outcome.objective_one_by_one
-        joint = outcome.objective_joint if outcome.joint else outcome.objective_one_by_one
-        tally["objective_joint"] += joint if joint is not None else 0.0
+        tally[f"reason:{outcome.reason}"] += 1
+        if outcome.objective_joint is not None:  # a joint answer found, taken or not
+            tally["joint_answers"] += 1
+            tally["objective_one_by_one"] += outcome.objective_one_by_one
+            tally["objective_joint"] += outcome.objective_joint
     if outcome.joint:
         tally["joint_taken"] += 1
         extra = outcome.placed_jointly - outcome.placed_one_by_one
