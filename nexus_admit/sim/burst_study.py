@@ -35,18 +35,19 @@ __all__ = ["burst_trials", "main"]
 
 
 def burst_trials(seed: int, sizes: Sequence[int], fill: float, trials: int,
-                 data: Path = DEFAULT_DATA,
-                 mix: tuple[float, float, float] | None = None) -> list[dict[str, Any]]:
+                 data: Path = DEFAULT_DATA, mix: tuple[float, float, float] | None = None,
+                 each_gang: bool = True) -> list[dict[str, Any]]:
     """For one seed: fill the cluster to `fill` of its GPUs with the replay's jobs (one by
     one, nexus), then `trials` bursts of each size from the jobs left, each on that same
-    snapshot. `mix`: the replay's (training, inference, fractional) shares."""
+    snapshot. `mix`: the replay's (training, inference, fractional) shares; `each_gang`:
+    see `BatchEngine`."""
     scn = ReplayScenario(seed=seed)
     if mix is not None:
         scn = replace(scn, mix=mix)
     snap = ClusterSnapshot.of(build_cluster(scn, data))
     jobs = generate_jobs(scn, snap.total_gpus)
     config = replay_config(scn)
-    engine = BatchEngine(seed)
+    engine = BatchEngine(seed, each_gang=each_gang)
     rng = random.Random(seed)
     order = list(range(len(jobs)))
     rng.shuffle(order)
@@ -129,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fill", type=float, default=0.7)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--mix", default="", help="training,inference,fractional shares")
+    parser.add_argument("--burst-total", action="store_true",
+                        help="bound only the burst's total objective, not each gang's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     first, _, last = args.seeds.partition("-")
@@ -136,10 +139,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares = [float(m) for m in args.mix.split(",")] if args.mix else []
     mix = (shares[0], shares[1], shares[2]) if shares else None
     rows = [r for seed in range(int(first), int(last or first) + 1)
-            for r in burst_trials(seed, sizes, args.fill, args.trials, mix=mix)]
+            for r in burst_trials(seed, sizes, args.fill, args.trials, mix=mix,
+                                  each_gang=not args.burst_total)]
     result = {"command": f"python -m nexus_admit.sim.burst_study --seeds {args.seeds} "
                          f"--sizes {args.sizes} --fill {args.fill} --trials {args.trials}"
-                         + (f" --mix {args.mix}" if args.mix else ""),
+                         + (f" --mix {args.mix}" if args.mix else "")
+                         + (" --burst-total" if args.burst_total else ""),
               "summary": summary(rows), "bursts": rows}
     print(json.dumps(result["summary"], indent=1))
     if args.out:
