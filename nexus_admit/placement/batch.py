@@ -9,12 +9,15 @@ and GPUs shared between the gangs. In that model
 
 - every gang placed one by one is placed again (its pods per pod set are fixed, not its
   nodes), and its own weighted objective may not exceed what its one-by-one slots cost in
-  the same model; the one-by-one slots are the solution hint, so the model is feasible;
+  the same model (`each_gang=False`: only their sum is bounded, so one gang may give way
+  to another); the one-by-one slots are the solution hint, so the model is feasible;
 - gangs that found no room one by one are added in Kueue's order, one at a time, each
   only if the model stays feasible with it and every earlier one added: a later gang never
   takes what an earlier one needs to fit (an earlier gang whose model timed out stops the
   additions);
-- the objective is the sum of the gangs' engine objectives.
+- the objective is the sum of the gangs' engine objectives, each charged what it costs
+  on the capacity the burst's earlier gangs leave (`_ordered_terms`: GPUs they took are
+  not idle, a node they started is no pristine island; NVLink cliques are not corrected).
 
 The joint answer is realised gang by gang in order (GPUs, NUMA zones) and evaluated the
 way the one-by-one answers are: each gang's terms (`objective.evaluate_terms` and the

@@ -5,7 +5,9 @@ same snapshot. Measures what the joint solve changes per burst (gangs placed, ob
 every term) and what it costs (seconds), without the replay's timing, which seldom has
 several gangs waiting in one cycle (docs/simulator.md).
 
-    python -m nexus_admit.sim.burst_study --out docs/data/burst-study.json
+    python -m nexus_admit.sim.burst_study --seeds 1-10 --fill 0.7 --out FILE.json
+
+(docs/simulator.md reads its summaries, kept in docs/data/batch-replay.json.)
 """
 
 from __future__ import annotations
