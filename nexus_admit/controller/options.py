@@ -51,6 +51,10 @@ class RunOptions:
     metrics_key: str | None = None
     policy: str = "nexus"
     resync_seconds: float = 60.0  # full re-list of every watched kind
+    # lists are read in pages of this many objects (0: one unpaginated GET per kind), each
+    # page given list_page_timeout seconds (controller/api.py KubeApi.list)
+    list_page_size: int = 500
+    list_page_timeout: float = 30.0
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
     retry_seconds: int = 15  # first Retry delay; doubles per retry, capped
     # reservation creates a pass keeps on the wire while it solves the next Workloads
@@ -113,6 +117,12 @@ class RunOptions:
             )
         if self.resync_seconds < 5:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
+        if self.list_page_size < 0:
+            raise OptionsError(
+                f"--list-page-size {self.list_page_size}: 0 (no pages) or more objects"
+            )
+        if self.list_page_timeout <= 0:
+            raise OptionsError(f"--list-page-timeout {self.list_page_timeout}: above 0")
         if not 0.1 <= self.tick_seconds <= 60:
             raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
         if not 1 <= self.creates_in_flight <= 64:
