@@ -24,12 +24,14 @@ class FlakyListApi(FakeApi):
         self.list_failures = list_failures
         self.lists = 0
 
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
+    def list(
+        self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
         self.lists += 1
         if self.list_failures:
             self.list_failures -= 1
             raise OSError("connection refused")
-        return super().list(kind)
+        return super().list(kind, keep)
 
 
 def started_controller(api: FakeApi) -> Context:
