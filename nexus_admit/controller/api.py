@@ -12,6 +12,7 @@ reads live objects and dumps alike. `dry_run` turns every write into a logged no
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -219,9 +220,9 @@ class KubeApi:
 
     def _list_pages(
         self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None, page_size: int
-    ) -> tuple[list[dict[str, Any]], int | None]:
+    ) -> tuple[builtins.list[dict[str, Any]], int | None]:
         res = RESOURCES[kind]
-        out: list[dict[str, Any]] = []
+        out: builtins.list[dict[str, Any]] = []
         version: int | None = None
         token = ""
         first = True

@@ -115,20 +115,7 @@ class RunOptions:
             raise OptionsError(
                 f"--metrics-auth {self.metrics_auth!r}: one of {', '.join(METRICS_AUTH)}"
             )
-        if self.resync_seconds < 5:
-            raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
-        if self.list_page_size < 0:
-            raise OptionsError(
-                f"--list-page-size {self.list_page_size}: 0 (no pages) or more objects"
-            )
-        if self.list_page_timeout <= 0:
-            raise OptionsError(f"--list-page-timeout {self.list_page_timeout}: above 0")
-        if not 0.1 <= self.tick_seconds <= 60:
-            raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
-        if not 1 <= self.creates_in_flight <= 64:
-            raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
-        if self.retry_seconds < 1:
-            raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
+        self._validate_loop()
         if self.leader_elect:
             if not self.lease_name:
                 raise OptionsError("--lease-name: must not be empty")
@@ -160,6 +147,23 @@ class RunOptions:
         except ValueError as e:
             raise OptionsError(f"NEXUS_FAULT {e}") from None
         return self
+
+    def _validate_loop(self) -> None:
+        """The loop's periods and sizes: re-lists, pages, ticks, creates in flight."""
+        if self.resync_seconds < 5:
+            raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
+        if self.list_page_size < 0:
+            raise OptionsError(
+                f"--list-page-size {self.list_page_size}: 0 (no pages) or more objects"
+            )
+        if self.list_page_timeout <= 0:
+            raise OptionsError(f"--list-page-timeout {self.list_page_timeout}: above 0")
+        if not 0.1 <= self.tick_seconds <= 60:
+            raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
+        if not 1 <= self.creates_in_flight <= 64:
+            raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
+        if self.retry_seconds < 1:
+            raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
 
 
 def service_account_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:
