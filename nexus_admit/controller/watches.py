@@ -20,7 +20,8 @@ import kopf
 
 from nexus_admit.controller.api import RESOURCES
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.store import WATCHED_KINDS
+from nexus_admit.controller.store import WATCHED_KINDS, Store
+from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.stored import stripped
 
 __all__ = [
@@ -74,13 +75,25 @@ EARLY_KINDS = (
 LATER_KINDS = tuple(k for k in WATCHED_KINDS if k not in EARLY_KINDS)
 
 
+def _kept(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the store keeps of a listed object: the stored one when it is that same version
+    (most are, on a re-list: nothing to strip again), else the object stripped (in the
+    list's worker thread: a read of the store's dict, which only the event loop writes)."""
+    held = store.get(kind, object_key(obj))
+    version = meta(obj).get("resourceVersion")
+    if held is not None and version and meta(held).get("resourceVersion") == version:
+        return held
+    return stripped(kind, obj)
+
+
 async def relist(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:
     """List every kind of `kinds` (page by page, each object stripped to what is read as
     its page arrives: `api.KubeApi.list`, `kube/stored.py`) and replace the store's view
     of it."""
     for kind in kinds:
         started = time.perf_counter()
-        items, version = await asyncio.to_thread(ctx.api.list, kind, partial(stripped, kind))
+        keep = partial(_kept, ctx.store, kind)
+        items, version = await asyncio.to_thread(ctx.api.list, kind, keep)
         ctx.store.replace(kind, items, version)
         log.debug("listed %d %s in %.2f s", len(items), kind, time.perf_counter() - started)
     ctx.metrics.relists.inc()

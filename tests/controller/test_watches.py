@@ -9,7 +9,8 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.watches import resync_loop
+from nexus_admit.controller.watches import relist, resync_loop
+from nexus_admit.kube.stored import StoredObject
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node
 
@@ -96,3 +97,22 @@ def test_a_failed_relist_is_tried_again_until_one_succeeds() -> None:
     assert api.list_failures == 0 and relists(ctx) == 1
     assert nodes(ctx) == {"kept"}
     assert ctx.metrics.errors.labels("relist")._value.get() == 3  # type: ignore[attr-defined]
+
+
+def test_a_relist_strips_only_what_changed_and_keeps_the_stored_objects_of_the_same_version(
+) -> None:
+    api = FakeApi()
+    api.put(node("same"))
+    api.put(node("changed"))
+    ctx = started_controller(api)
+    asyncio.run(relist(ctx))
+    same, changed = ctx.store.get("Node", "same"), ctx.store.get("Node", "changed")
+    assert isinstance(same, StoredObject) and isinstance(changed, StoredObject)
+    updated = node("changed", labels={"new": "label"})
+    updated["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    api.put(updated)
+    asyncio.run(relist(ctx))
+    assert ctx.store.get("Node", "same") is same  # same version: not stripped again
+    now = ctx.store.get("Node", "changed")
+    assert now is not changed and now["metadata"]["labels"]["new"] == "label"
+    assert "managedFields" not in now["metadata"]
