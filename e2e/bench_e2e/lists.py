@@ -11,7 +11,7 @@ pods, whole and in pages, and a controller's start-up with them in the store.
 2. `KubeApi.list("Pod")` is timed `--repeats` times per page size (0: one unpaginated GET)
    with the store's stripping as `keep` (what the controller does) and without it.
 3. nexus-admit starts against that plane; from the process start: the webhook serving
-   (`/readyz`), and the fleet listed (its log's "store synced in").
+   (`/readyz`), and the fleet listed (its log's "store synced in"); its RSS 5 s later.
 
 Prints a table and writes JSON. Figures are measured, never asserted; the namespace is left
 for the next run (`--clean` deletes it).
@@ -107,6 +107,13 @@ def time_lists(kubeconfig: str, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def start_up(c: Any) -> dict[str, float]:
     nc = NexusController(c, gate_mode="webhook")
     nc.install()
@@ -127,8 +134,10 @@ def start_up(c: Any) -> dict[str, float]:
             time.sleep(0.05)
         synced = time.monotonic() - began
         logged = re.findall(r"store synced in ([0-9.]+) s", this_run())
+        time.sleep(5)  # kopf's own lists before its watches, then quiet
         return {"webhookServingSeconds": ready, "storeSyncedSeconds": synced,
-                "fleetListLoggedSeconds": float(logged[-1])}
+                "fleetListLoggedSeconds": float(logged[-1]),
+                "controllerRssMiB": _rss_mib(nc.proc.pid)}
     finally:
         nc.stop()
         nc.uninstall_webhook()
