@@ -49,6 +49,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
             obj.setdefault("kind", _kind)
             if event.get("type") == "DELETED":
                 changed = ctx.store.delete(_kind, obj)
+            elif _held(ctx.store, _kind, obj) is not None:
+                # the version the store holds (kopf's own list before its watch, after ours)
+                changed = False
             else:
                 changed = ctx.store.upsert(_kind, obj)
             if changed:
@@ -75,15 +78,21 @@ EARLY_KINDS = (
 LATER_KINDS = tuple(k for k in WATCHED_KINDS if k not in EARLY_KINDS)
 
 
-def _kept(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """What the store keeps of a listed object: the stored one when it is that same version
-    (most are, on a re-list: nothing to strip again), else the object stripped (in the
-    list's worker thread: a read of the store's dict, which only the event loop writes)."""
+def _held(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored object when it is this same version of `obj`, else None."""
     held = store.get(kind, object_key(obj))
     version = meta(obj).get("resourceVersion")
     if held is not None and version and meta(held).get("resourceVersion") == version:
         return held
-    return stripped(kind, obj)
+    return None
+
+
+def _kept(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the store keeps of a listed object: the stored one when it is that same version
+    (most are, on a re-list: nothing to strip again), else the object stripped (in the
+    list's worker thread: a read of the store's dict, which only the event loop writes)."""
+    held = _held(store, kind, obj)
+    return held if held is not None else stripped(kind, obj)
 
 
 async def relist(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:

@@ -116,3 +116,21 @@ def test_a_relist_strips_only_what_changed_and_keeps_the_stored_objects_of_the_s
     now = ctx.store.get("Node", "changed")
     assert now is not changed and now["metadata"]["labels"]["new"] == "label"
     assert "managedFields" not in now["metadata"]
+
+
+def test_an_event_of_the_version_the_store_holds_changes_nothing_and_wakes_nobody() -> None:
+    """kopf lists every kind once more before its watches, right after our own list: those
+    events carry the versions the store holds and are not stripped and stored again."""
+    from tests.controller.test_placing import deliver
+
+    api = FakeApi()
+    api.put(node("n"))
+    ctx = started_controller(api)
+    asyncio.run(relist(ctx))
+    held = ctx.store.get("Node", "n")
+    ctx.wake.clear()
+    deliver(ctx, "Node", api.get("Node", "n") or {}, "ADDED")
+    assert ctx.store.get("Node", "n") is held and not ctx.wake.is_set()
+    newer = api.put(node("n", labels={"new": "label"}))
+    deliver(ctx, "Node", newer)
+    assert ctx.store.get("Node", "n") is not held and ctx.wake.is_set()
