@@ -26,6 +26,8 @@ PACKAGED = {
     "nexus_admit/data/openb/openb_pod_list_default.csv.gz",
     "nexus_admit/data/openb/openb_pod_list_multigpu50.csv.gz",
     "nexus_admit/data/openb/openb_pod_list_gpuspec33.csv.gz",
+    # the real objects `nexus-admit bench --store-memory` copies
+    "nexus_admit/data/live/objects.json",
 }
 
 # Run inside the installed copy: where the package came from, the packaged row counts, then

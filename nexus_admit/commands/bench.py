@@ -3,6 +3,7 @@
     nexus-admit bench [--sizes 100,1000,5000,12500] [--gangs 1,8,64,256] [--repeats 5]
                       [--policies nexus,default,...] [--reference-seconds 60]
                       [--json bench-results/bench.json]
+    nexus-admit bench --store-memory [--store-nodes 5000] [--store-pods 20000] ...
 
 Prints one table (latency percentiles and quality per policy) and writes all records as
 JSON. Timings are measurements of this machine, never test assertions.
@@ -20,6 +21,7 @@ from rich.table import Table
 
 from nexus_admit.bench.fleet import GANG_SIZES
 from nexus_admit.bench.runner import run_bench, summarise
+from nexus_admit.commands import bench_store
 from nexus_admit.placement.policies import policy_names
 
 __all__ = ["register"]
@@ -47,8 +49,22 @@ def bench(
     json_path: Annotated[Path, typer.Option("--json", help="where to write the JSON")] = Path(
         "bench-results/bench.json"
     ),
+    store_memory: Annotated[
+        bool,
+        typer.Option(
+            "--store-memory",
+            help="instead: the controller's store filled with real objects, whole and "
+            "stripped, RSS of each (commands/bench_store.py)",
+        ),
+    ] = False,
+    store_nodes: Annotated[int, typer.Option(help="--store-memory: Nodes")] = 5000,
+    store_pods: Annotated[int, typer.Option(help="--store-memory: Pods")] = 20000,
+    store_workloads: Annotated[int, typer.Option(help="--store-memory: Workloads")] = 2500,
 ) -> None:
     """Benchmark the engine and the baselines on synthetic heterogeneous fleets."""
+    if store_memory:
+        bench_store.store_memory(store_nodes, store_pods, store_workloads, json_path)
+        return
     names = [p for p in policies.split(",") if p] or policy_names()
     unknown = set(names) - set(policy_names())
     if unknown:
@@ -65,7 +81,15 @@ def bench(
             progress=lambda msg: status.update(msg),
             reference_repeats=reference_repeats,
         )
-    rows = summarise(result)
+    table = _table(summarise(result))
+    # piped output keeps every column readable instead of folding to 80 characters
+    Console(width=None if Console().is_terminal else 160).print(table)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(result.to_json(), indent=1))
+    console.print(f"wrote {json_path}")
+
+
+def _table(rows: list[dict[str, object]]) -> Table:
     table = Table(title="nexus-admit bench (lower is better except placed)")
     for col in (
         "nodes",
@@ -104,11 +128,7 @@ def bench(
             f("gapToReferencePct", "{:.2f}"),
             str(r["violations"]),
         )
-    # piped output keeps every column readable instead of folding to 80 characters
-    Console(width=None if Console().is_terminal else 160).print(table)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(result.to_json(), indent=1))
-    console.print(f"wrote {json_path}")
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -59,6 +59,17 @@ _Policy = Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement pol
 _ResyncSeconds = Annotated[
     float, typer.Option(envvar="NEXUS_RESYNC_SECONDS", help="Full re-list of every watched kind.")
 ]
+_ListPageSize = Annotated[
+    int,
+    typer.Option(
+        envvar="NEXUS_LIST_PAGE_SIZE",
+        help="Objects per page of a list (limit/continue); 0: one unpaginated GET per kind.",
+    ),
+]
+_ListPageTimeout = Annotated[
+    float,
+    typer.Option(envvar="NEXUS_LIST_PAGE_TIMEOUT", help="Seconds one page of a list may take."),
+]
 _TickSeconds = Annotated[
     float,
     typer.Option(
@@ -161,6 +172,8 @@ def run(
     metrics_key: _MetricsKey = _D.metrics_key,
     policy: _Policy = _D.policy,
     resync_seconds: _ResyncSeconds = _D.resync_seconds,
+    list_page_size: _ListPageSize = _D.list_page_size,
+    list_page_timeout: _ListPageTimeout = _D.list_page_timeout,
     tick_seconds: _TickSeconds = _D.tick_seconds,
     retry_seconds: _RetrySeconds = _D.retry_seconds,
     creates_in_flight: _CreatesInFlight = _D.creates_in_flight,
@@ -195,6 +208,8 @@ def run(
             metrics_key=metrics_key,
             policy=policy,
             resync_seconds=resync_seconds,
+            list_page_size=list_page_size,
+            list_page_timeout=list_page_timeout,
             tick_seconds=tick_seconds,
             retry_seconds=retry_seconds,
             creates_in_flight=creates_in_flight,

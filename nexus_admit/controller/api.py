@@ -12,6 +12,7 @@ reads live objects and dumps alike. `dry_run` turns every write into a logged no
 
 from __future__ import annotations
 
+import builtins
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,6 +89,11 @@ RESOURCES: dict[str, Resource] = {
     "RayCluster": Resource("ray.io", "v1", "rayclusters", True),
 }
 
+# how often an expired continue token restarts a paginated list before one unpaginated
+# list is made (client-go's pager falls back to a full list at once)
+LIST_RESTARTS = 2
+FULL_LIST_TIMEOUT_FACTOR = 4
+
 # a lease call must answer well within the renew deadline (10 s by default)
 LEASE_TIMEOUT_SECONDS = 4.0
 
@@ -124,10 +130,22 @@ class KubeApi:
     """Plain-dict reads and writes on the official client. Thread-safe for concurrent
     calls (the client's connection pool is)."""
 
-    def __init__(self, api_client: client.ApiClient, *, dry_run: bool = False, timeout: float = 30):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        dry_run: bool = False,
+        timeout: float = 30,
+        list_page_size: int = 500,
+        list_page_timeout: float = 30,
+    ):
         self.client = api_client
         self.dry_run = dry_run
         self.timeout = timeout
+        # lists read `list_page_size` objects per request (0: all in one), each request
+        # bounded by `list_page_timeout` seconds
+        self.list_page_size = list_page_size
+        self.list_page_timeout = list_page_timeout
         # with leader election: asked right before every write is sent, so a replica that
         # lost the Lease writes nothing, not even a write queued before it noticed
         self.write_guard: Callable[[], bool] | None = None
@@ -181,22 +199,56 @@ class KubeApi:
         return self.request(method, path, **kw)
 
     # ---- reads ----
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
+    def list(
+        self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
         """Every object of `kind` and the list's resourceVersion; [] when the API does not
-        serve the kind (e.g. no DRA, no NRT CRD)."""
+        serve the kind (e.g. no DRA, no NRT CRD). Read in pages of `list_page_size`, each
+        with its own `list_page_timeout`, so no one request carries the whole fleet; `keep`
+        turns each object into what the caller keeps as its page arrives (a page's raw
+        objects are dropped before the next is read). A continue token that expired
+        mid-list (410 Gone: etcd compacted past the list's revision) restarts the list,
+        `LIST_RESTARTS` times, then one unpaginated list answers."""
+        for _ in range(LIST_RESTARTS):
+            try:
+                return self._list_pages(kind, keep, self.list_page_size)
+            except ApiException as e:
+                if e.status != 410:
+                    raise
+                log.warning("list of %s: continue token expired; listing again", kind)
+        return self._list_pages(kind, keep, 0)
+
+    def _list_pages(
+        self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None, page_size: int
+    ) -> tuple[builtins.list[dict[str, Any]], int | None]:
         res = RESOURCES[kind]
-        try:
-            doc = self.request("GET", res.path())
-        except ApiException as e:
-            if e.status == 404:
-                return [], None
-            raise
-        items = doc.get("items") or []
-        for it in items:  # list items carry no kind
-            it.setdefault("kind", kind)
-            it.setdefault("apiVersion", res.api_version)
-        rv = str((doc.get("metadata") or {}).get("resourceVersion") or "")
-        return items, int(rv) if rv.isdigit() else None
+        out: builtins.list[dict[str, Any]] = []
+        version: int | None = None
+        token = ""
+        first = True
+        # the unpaginated fallback carries the whole kind in one answer
+        timeout = self.list_page_timeout * (1 if page_size else FULL_LIST_TIMEOUT_FACTOR)
+        while first or token:
+            query = {"limit": str(page_size)} if page_size else {}
+            if token:
+                query["continue"] = token
+            try:
+                doc = self.request("GET", res.path(), query=query, timeout=timeout)
+            except ApiException as e:
+                if e.status == 404 and first:
+                    return [], None
+                raise
+            page_meta = doc.get("metadata") or {}
+            if first:  # every page is read at the first page's revision
+                rv = str(page_meta.get("resourceVersion") or "")
+                version = int(rv) if rv.isdigit() else None
+            first = False
+            for it in doc.pop("items", None) or []:
+                it.setdefault("kind", kind)  # list items carry no kind
+                it.setdefault("apiVersion", res.api_version)
+                out.append(keep(it) if keep is not None else it)
+            token = str(page_meta.get("continue") or "")
+        return out, version
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:

@@ -13,10 +13,14 @@ Points:
   kill-after-reservation  the ResourceReservation is created, the check is not yet Ready
   kill-while-ungating     a gated pod's pin patch is about to go out (it stays gated); the
                           patches started before it may or may not have landed
+  hold-fleet-list         not a crash: start-up stops for good after the webhook's kinds
+                          are listed and before the fleet's list (`watches.initial_list`),
+                          so a test sees what a replica answers before its first full list
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -25,7 +29,12 @@ __all__ = ["FAULT_POINTS", "Faults", "parse_fault"]
 
 log = logging.getLogger("nexus_admit.faults")
 
-FAULT_POINTS = ("kill-after-solve", "kill-after-reservation", "kill-while-ungating")
+FAULT_POINTS = (
+    "kill-after-solve",
+    "kill-after-reservation",
+    "kill-while-ungating",
+    "hold-fleet-list",
+)
 EXIT_KILLED = 137  # what a shell reports for SIGKILL (128 + 9)
 
 
@@ -62,3 +71,11 @@ class Faults:
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(EXIT_KILLED)
+
+    async def hold(self, point: str) -> None:
+        """Wait for ever at `point` when it is the one set (the process keeps serving what
+        already runs: its webhook, its health endpoint)."""
+        if point != self.point:
+            return
+        log.critical("NEXUS_FAULT %s reached: holding here until the process is stopped", point)
+        await asyncio.Event().wait()

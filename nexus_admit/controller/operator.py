@@ -2,8 +2,10 @@
 
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
 filled by a full list before kopf's watches and the loop start, so the first decision already
-sees every reservation; the health endpoint comes up first, the pod webhook once the store is
-synced, on a thread and event loop of its own (`webhook/thread.py`). With
+sees every reservation; the health endpoint comes up first, the pod webhook once the kinds
+its answers read are listed (`watches.EARLY_KINDS`; it asks the API for any other object it
+lacks), before the fleet's list, on a thread and event loop of its own
+(`webhook/thread.py`). With
 `--leader-elect` every replica watches and serves the webhook, and only the Lease holder's
 loop decides (`leader.py`); readiness does not depend on leadership, so the Service sends
 webhook calls to every replica.
@@ -63,7 +65,12 @@ WEBHOOK_PATH = f"/{WEBHOOK_ID}"
 
 
 def build_context(options: RunOptions) -> Context:
-    api = KubeApi(load_api_client(options.kubeconfig), dry_run=options.dry_run)
+    api = KubeApi(
+        load_api_client(options.kubeconfig),
+        dry_run=options.dry_run,
+        list_page_size=options.list_page_size,
+        list_page_timeout=options.list_page_timeout,
+    )
     return Context(
         options=options,
         api=api,
@@ -197,9 +204,11 @@ class NoDiffBase(kopf.DiffBaseStorage):
 _KOPF_FILE_CHECK_SECONDS = 365 * 24 * 3600.0
 
 
-def operator_settings() -> kopf.OperatorSettings:
-    """kopf's settings for the watches (the webhook has its own: `webhook_thread`)."""
+def operator_settings(list_page_size: int = 0) -> kopf.OperatorSettings:
+    """kopf's settings for the watches (the webhook has its own: `webhook_thread`); its own
+    list before each watch is read in pages of `list_page_size` (0: whole) as ours are."""
     settings = kopf.OperatorSettings()
+    settings.watching.chunk_size = list_page_size or None
     settings.posting.enabled = False  # our Events are written by events.py, on purpose only
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.watching.server_timeout = 300
@@ -223,10 +232,14 @@ async def _health_server(ctx: Context, hook: list[WebhookThread]) -> web.AppRunn
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        if not ctx.synced:
+        # with the webhook, ready once it serves (the kinds it reads are listed before it
+        # starts, the fleet after): the Service then sends it pod reviews while the placing
+        # loop still waits for the full list (`ctx.synced`)
+        if ctx.options.webhook:
+            if not (hook and hook[0].alive()):
+                return web.Response(status=503, text="webhook not serving")
+        elif not ctx.synced:
             return web.Response(status=503, text="syncing")
-        if ctx.options.webhook and not (hook and hook[0].alive()):
-            return web.Response(status=503, text="webhook not serving")
         return web.Response(text="ok")
 
     authorizer = MetricsAuthorizer(ctx.api) if ctx.options.metrics_auth == "kubernetes" else None
@@ -316,15 +329,16 @@ async def run(options: RunOptions) -> None:
     hook: list[WebhookThread] = []  # started once the store is synced
     runner = await _health_server(ctx, hook)
     _log_start(options, elector)
-    await watches.initial_list(ctx)
-    if cert is not None:  # after the list: its answers read the store
+    await watches.list_early(ctx)
+    if cert is not None:  # after the kinds its answers read; before the fleet's list
         hook.append(webhook_thread(options, ctx, cert))
         await asyncio.to_thread(hook[0].start)
+    await watches.initial_list(ctx)
     tasks = _start_tasks(ctx, elector, options.degraded_after_seconds)
     try:
         await kopf.operator(
             registry=handler_registry(),
-            settings=operator_settings(),
+            settings=operator_settings(options.list_page_size),
             clusterwide=True,
             standalone=True,
             memo=kopf.Memo(ctx=ctx),

@@ -51,6 +51,10 @@ class RunOptions:
     metrics_key: str | None = None
     policy: str = "nexus"
     resync_seconds: float = 60.0  # full re-list of every watched kind
+    # lists are read in pages of this many objects (0: one unpaginated GET per kind), each
+    # page given list_page_timeout seconds (controller/api.py KubeApi.list)
+    list_page_size: int = 500
+    list_page_timeout: float = 30.0
     tick_seconds: float = 5.0  # the longest the loop sleeps without an event (TTL, holds)
     retry_seconds: int = 15  # first Retry delay; doubles per retry, capped
     # reservation creates a pass keeps on the wire while it solves the next Workloads
@@ -111,14 +115,7 @@ class RunOptions:
             raise OptionsError(
                 f"--metrics-auth {self.metrics_auth!r}: one of {', '.join(METRICS_AUTH)}"
             )
-        if self.resync_seconds < 5:
-            raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
-        if not 0.1 <= self.tick_seconds <= 60:
-            raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
-        if not 1 <= self.creates_in_flight <= 64:
-            raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
-        if self.retry_seconds < 1:
-            raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
+        self._validate_loop()
         if self.leader_elect:
             if not self.lease_name:
                 raise OptionsError("--lease-name: must not be empty")
@@ -150,6 +147,23 @@ class RunOptions:
         except ValueError as e:
             raise OptionsError(f"NEXUS_FAULT {e}") from None
         return self
+
+    def _validate_loop(self) -> None:
+        """The loop's periods and sizes: re-lists, pages, ticks, creates in flight."""
+        if self.resync_seconds < 5:
+            raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
+        if self.list_page_size < 0:
+            raise OptionsError(
+                f"--list-page-size {self.list_page_size}: 0 (no pages) or more objects"
+            )
+        if self.list_page_timeout <= 0:
+            raise OptionsError(f"--list-page-timeout {self.list_page_timeout}: above 0")
+        if not 0.1 <= self.tick_seconds <= 60:
+            raise OptionsError(f"--tick-seconds {self.tick_seconds}: between 0.1 and 60")
+        if not 1 <= self.creates_in_flight <= 64:
+            raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
+        if self.retry_seconds < 1:
+            raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
 
 
 def service_account_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:

@@ -1,15 +1,16 @@
 """The controller's view of the cluster: the objects of every watched kind, by key.
 
 Who calls it: `watches.py` feeds it from kopf's event-watching handlers and from the
-periodic re-lists; `loop/`, `ungating/ungater.py`, `lifecycle.py` and `webhook/review.py` read
-it. It is pure (no kopf, no client) and answers with a `ClusterDump`, so the controller and
-`nexus-admit plan` translate the cluster through the same code.
+periodic re-lists; `loop/`, `ungating/ungater.py`, `lifecycle.py` and `webhook/review.py`
+read it. It is pure (no kopf, no client) and answers with a `ClusterDump`, so the controller
+and `nexus-admit plan` translate the cluster through the same code.
 
 Why re-lists: kopf's watch streams resume after an apiserver restart, but an object deleted
 while nobody watched never produces a DELETED event. `replace()` drops what a fresh list no
 longer holds (unless an event newer than the list already updated it), the way an informer's
-re-list does. Events carry a resourceVersion; one older than what the store holds is stale
-(a duplicate or out-of-order delivery) and is ignored.
+re-list does. Objects are kept without the fields no reader uses (`kube/stored.py`), from
+watch events and lists alike. Events carry a resourceVersion; one older than what the store
+holds is stale (a duplicate or out-of-order delivery) and is ignored.
 
 Indexes over pods are kept up to date on every change, because the loop asks them on every
 pass and a scan of every pod per reservation grows with pods × reservations (300
@@ -27,6 +28,7 @@ from typing import Any
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
+from nexus_admit.kube.stored import stripped
 
 __all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
 
@@ -160,7 +162,8 @@ class Store:
             return False
         if not _newer_or_same(obj, bucket.get(key)):
             return False
-        self._put(kind, key, _trimmed(kind, obj) if kind in _TRIMMED_KINDS else dict(obj))
+        # what no reader uses is dropped on the way in (kube/stored.py)
+        self._put(kind, key, _trimmed(kind, obj) if kind in _TRIMMED_KINDS else stripped(kind, obj))
         self.tombstones.pop((kind, key), None)
         return True
 

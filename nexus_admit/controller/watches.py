@@ -1,10 +1,10 @@
 """Feeds the store: kopf event-watching handlers for every kind the controller reads, and
 the full re-lists that make the store exact again after a watch gap.
 
-Who calls it: `operator.py` (`register` at start-up, `initial_list` before kopf starts,
-`resync_loop` as a background task). Event-watching handlers put nothing on the objects
-(no finalizers, no progress annotations): the controller does not own Workloads, pods or
-nodes, and must leave no trace on them.
+Who calls it: `operator.py` (`register` at start-up; `list_early`, the webhook's kinds, then
+`initial_list`, the rest, before kopf starts; `resync_loop` as a background task). Event-
+watching handlers put nothing on the objects (no finalizers, no progress annotations): the
+controller does not own Workloads, pods or nodes, and must leave no trace on them.
 """
 
 from __future__ import annotations
@@ -12,15 +12,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 import kopf
 
 from nexus_admit.controller.api import RESOURCES
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.store import WATCHED_KINDS
+from nexus_admit.controller.store import WATCHED_KINDS, Store
+from nexus_admit.kube.errors import meta, object_key
+from nexus_admit.kube.stored import stripped
 
-__all__ = ["initial_list", "register", "relist", "resync_loop"]
+__all__ = [
+    "EARLY_KINDS",
+    "LATER_KINDS",
+    "initial_list",
+    "list_early",
+    "register",
+    "relist",
+    "resync_loop",
+]
 
 log = logging.getLogger("nexus_admit.watches")
 
@@ -37,6 +49,9 @@ def register(registry: kopf.OperatorRegistry) -> None:
             obj.setdefault("kind", _kind)
             if event.get("type") == "DELETED":
                 changed = ctx.store.delete(_kind, obj)
+            elif _held(ctx.store, _kind, obj) is not None:
+                # the version the store holds (kopf's own list before its watch, after ours)
+                changed = False
             else:
                 changed = ctx.store.upsert(_kind, obj)
             if changed:
@@ -47,22 +62,68 @@ def register(registry: kopf.OperatorRegistry) -> None:
         )
 
 
-async def relist(ctx: Context) -> None:
-    """List every kind and replace the store's view of it."""
-    for kind in WATCHED_KINDS:
-        items, version = await asyncio.to_thread(ctx.api.list, kind)
+# the kinds the pod webhook reads from the store without asking the API when they are
+# missing (`webhook/review.py`: our AdmissionChecks decide which queues are gated), and the
+# small configuration kinds beside them: listed first at start-up, so the webhook serves
+# while the fleet (nodes, pods, Workloads) is still being listed
+EARLY_KINDS = (
+    "AdmissionCheck",
+    "ClusterQueue",
+    "LocalQueue",
+    "ResourceFlavor",
+    "Topology",
+    "PlacementConfig",
+    "ResourceReservation",
+)
+LATER_KINDS = tuple(k for k in WATCHED_KINDS if k not in EARLY_KINDS)
+
+
+def _held(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The stored object when it is this same version of `obj`, else None."""
+    held = store.get(kind, object_key(obj))
+    version = meta(obj).get("resourceVersion")
+    if held is not None and version and meta(held).get("resourceVersion") == version:
+        return held
+    return None
+
+
+def _kept(store: Store, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """What the store keeps of a listed object: the stored one when it is that same version
+    (most are, on a re-list: nothing to strip again), else the object stripped (in the
+    list's worker thread: a read of the store's dict, which only the event loop writes)."""
+    held = _held(store, kind, obj)
+    return held if held is not None else stripped(kind, obj)
+
+
+async def relist(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:
+    """List every kind of `kinds` (page by page, each object stripped to what is read as
+    its page arrives: `api.KubeApi.list`, `kube/stored.py`) and replace the store's view
+    of it."""
+    for kind in kinds:
+        started = time.perf_counter()
+        keep = partial(_kept, ctx.store, kind)
+        items, version = await asyncio.to_thread(ctx.api.list, kind, keep)
         ctx.store.replace(kind, items, version)
+        log.debug("listed %d %s in %.2f s", len(items), kind, time.perf_counter() - started)
     ctx.metrics.relists.inc()
     ctx.poke()
 
 
+async def list_early(ctx: Context) -> None:
+    """The kinds the webhook's answers need (`EARLY_KINDS`), before it serves."""
+    await relist(ctx, EARLY_KINDS)
+    log.info("store: the webhook's kinds listed")
+
+
 async def initial_list(ctx: Context) -> None:
-    """The whole cluster once, before any decision: a pass on a half-filled store could
-    miss a reservation and double-book its GPUs."""
-    await relist(ctx)
+    """The whole cluster once (after `list_early`: the rest), before any decision: a pass
+    on a half-filled store could miss a reservation and double-book its GPUs."""
+    await ctx.faults.hold("hold-fleet-list")  # test-only (controller/faults.py)
+    started = time.perf_counter()
+    await relist(ctx, LATER_KINDS)
     ctx.synced = True
     counts = {k: len(ctx.store.objects[k]) for k in WATCHED_KINDS if ctx.store.objects[k]}
-    log.info("store synced: %s", counts)
+    log.info("store synced in %.1f s: %s", time.perf_counter() - started, counts)
 
 
 def _error_count(ctx: Context) -> float:

@@ -530,6 +530,25 @@ def test_webhook_mode_sends_only_the_chosen_namespaces_queued_pods(tmp_path: Pat
     assert hooks["pod-gate.scheduling.kubenexus.io"]["namespaceSelector"] != selector
 
 
+def test_creates_in_flight_and_list_pages_reach_the_controller(
+    default_objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    assert {
+        "--creates-in-flight=4", "--list-page-size=500", "--list-page-timeout=30"
+    } <= set(container(default_objects)["args"])
+    values = {"controller": {"createsInFlight": 1, "listPageSize": 0, "listPageTimeoutSeconds": 5}}
+    args = set(container(render(values, tmp=tmp_path))["args"])
+    assert {"--creates-in-flight=1", "--list-page-size=0", "--list-page-timeout=5"} <= args
+
+
+def test_creates_in_flight_outside_what_the_controller_takes_fails_the_render(
+    tmp_path: Path,
+) -> None:
+    for value in (0, 65):
+        r = template({"controller": {"createsInFlight": value}}, tmp=tmp_path)
+        assert r.returncode != 0 and "createsInFlight" in r.stderr, r.stderr
+
+
 def test_degraded_mode_delay_reaches_the_controller(tmp_path: Path) -> None:
     objects = render({"leaderElection": {"degradedAfterSeconds": 90}}, tmp=tmp_path)
     assert "--degraded-after-seconds=90" in container(objects)["args"]

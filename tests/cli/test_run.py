@@ -75,6 +75,24 @@ def test_creates_in_flight_out_of_range_exits_2_with_the_flag(tmp_path: Path) ->
     assert "--creates-in-flight 0: between 1 and 64" in result.output
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--list-page-size", "-1", "--list-page-size -1: 0 (no pages) or more objects"),
+        ("--list-page-timeout", "0", "--list-page-timeout 0.0: above 0"),
+    ],
+)
+def test_list_pages_out_of_range_exit_2_with_the_flag(
+    tmp_path: Path, flag: str, value: str, says: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    args = ["run", "--kubeconfig", str(kubeconfig), "--no-webhook", flag, value]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output
+
+
 def test_every_run_option_is_a_flag_with_the_options_default() -> None:
     """RunOptions holds the defaults; `run` exposes each field as a flag with that default
     (a field without a flag cannot be set where the controller is deployed)."""

@@ -8,7 +8,7 @@ run the same code against the real apiserver; this is not a substitute for them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nexus_admit.controller.api import ApiException
@@ -48,8 +48,11 @@ class FakeApi:
             raise ApiException(status=500, reason=f"injected {verb} {kind} failure")
 
     # ---- KubeApi ----
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
-        return self.of_kind(kind), self.rv
+    def list(
+        self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        items = self.of_kind(kind)
+        return ([keep(i) for i in items] if keep is not None else items), self.rv
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         obj = self.objects.get(_key(kind, name, namespace))

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus_admit.controller.context import CheckView, Context
 from nexus_admit.controller.demand import pending_gpus_by_tier
+from nexus_admit.controller.loop.cycle import _record_capacity as record_capacity
+from nexus_admit.controller.options import RunOptions
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
+from tests.controller.fake_api import FakeApi
 
 
 def cq(name: str, tier: str, checks: list[str]) -> dict[str, Any]:
@@ -69,3 +73,21 @@ def test_pending_gpus_by_tier() -> None:
         ]
     )
     assert pending_gpus_by_tier(dump, {"nexus"}) == {"gold": 32, "bronze": 2}
+
+
+def test_the_pending_gpus_metric_forgets_a_tier_that_no_longer_waits() -> None:
+    ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=None)  # type: ignore[arg-type]
+    ctx.checks = {"nexus": CheckView("nexus", None)}
+    queues = [
+        cq("g", "gold", ["nexus"]),
+        {"kind": "LocalQueue", "metadata": {"name": "gq", "namespace": "t"},
+         "spec": {"clusterQueue": "g"}},
+    ]
+
+    def gold() -> float | None:
+        return ctx.metrics.registry.get_sample_value("nexus_admit_pending_gpus", {"tier": "gold"})
+
+    record_capacity(ctx, ClusterDump.of([*queues, wl("w1", "gq", 4, 8)]))
+    assert gold() == 32
+    record_capacity(ctx, ClusterDump.of([*queues, wl("w1", "gq", 4, 8, admitted=True)]))
+    assert gold() is None

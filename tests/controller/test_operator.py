@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.operator import _health_server, cap_malloc_arenas
+from nexus_admit.controller.operator import _health_server, cap_malloc_arenas, operator_settings
 from nexus_admit.controller.options import OptionsError, RunOptions
 from tests.controller.webhook.test_tls import issue, served_serial
 
@@ -96,3 +96,46 @@ def test_a_metrics_certificate_needs_its_key(tmp_path: Path, given: str) -> None
     issue(tmp_path)
     with pytest.raises(OptionsError, match="go together"):
         _options(tmp_path, **{given: str(tmp_path / "tls.crt")})
+
+
+class _Serving:
+    """A stand-in for the webhook thread in `_health_server`'s list: alive or not."""
+
+    def __init__(self, alive: bool) -> None:
+        self._alive = alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+
+@pytest.mark.parametrize(
+    ("webhook", "serving", "synced", "ready"),
+    [
+        (True, None, False, 503),  # the webhook's kinds not listed yet: not started
+        (True, True, False, 200),  # serving while the fleet is still being listed
+        (True, False, True, 503),  # its server stopped
+        (False, None, False, 503),  # no webhook: ready once the store is synced
+        (False, None, True, 200),
+    ],
+)
+def test_readiness_is_the_webhook_serving_or_without_it_the_first_full_list(
+    tmp_path: Path, webhook: bool, serving: bool | None, synced: bool, ready: int
+) -> None:
+    options = RunOptions(webhook=webhook, health_addr="127.0.0.1", health_port=0)
+    ctx = Context(options=options, api=None, engine=None)  # type: ignore[arg-type]
+    ctx.synced = synced
+    hook: list[Any] = [] if serving is None else [_Serving(serving)]
+
+    async def scenario() -> None:
+        runner = await _health_server(ctx, hook)
+        try:
+            assert (await _get(runner.addresses[0][1], "/readyz", None))[0] == ready
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_kopfs_own_lists_are_read_in_the_same_pages() -> None:
+    assert operator_settings(500).watching.chunk_size == 500
+    assert operator_settings(0).watching.chunk_size is None

@@ -9,7 +9,8 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.watches import resync_loop
+from nexus_admit.controller.watches import relist, resync_loop
+from nexus_admit.kube.stored import StoredObject
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node
 
@@ -24,12 +25,14 @@ class FlakyListApi(FakeApi):
         self.list_failures = list_failures
         self.lists = 0
 
-    def list(self, kind: str) -> tuple[list[dict[str, Any]], int | None]:
+    def list(
+        self, kind: str, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    ) -> tuple[list[dict[str, Any]], int | None]:
         self.lists += 1
         if self.list_failures:
             self.list_failures -= 1
             raise OSError("connection refused")
-        return super().list(kind)
+        return super().list(kind, keep)
 
 
 def started_controller(api: FakeApi) -> Context:
@@ -94,3 +97,40 @@ def test_a_failed_relist_is_tried_again_until_one_succeeds() -> None:
     assert api.list_failures == 0 and relists(ctx) == 1
     assert nodes(ctx) == {"kept"}
     assert ctx.metrics.errors.labels("relist")._value.get() == 3  # type: ignore[attr-defined]
+
+
+def test_a_relist_strips_only_what_changed_and_keeps_the_stored_objects_of_the_same_version(
+) -> None:
+    api = FakeApi()
+    api.put(node("same"))
+    api.put(node("changed"))
+    ctx = started_controller(api)
+    asyncio.run(relist(ctx))
+    same, changed = ctx.store.get("Node", "same"), ctx.store.get("Node", "changed")
+    assert isinstance(same, StoredObject) and isinstance(changed, StoredObject)
+    updated = node("changed", labels={"new": "label"})
+    updated["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    api.put(updated)
+    asyncio.run(relist(ctx))
+    assert ctx.store.get("Node", "same") is same  # same version: not stripped again
+    now = ctx.store.get("Node", "changed")
+    assert now is not changed and now["metadata"]["labels"]["new"] == "label"
+    assert "managedFields" not in now["metadata"]
+
+
+def test_an_event_of_the_version_the_store_holds_changes_nothing_and_wakes_nobody() -> None:
+    """kopf lists every kind once more before its watches, right after our own list: those
+    events carry the versions the store holds and are not stripped and stored again."""
+    from tests.controller.test_placing import deliver
+
+    api = FakeApi()
+    api.put(node("n"))
+    ctx = started_controller(api)
+    asyncio.run(relist(ctx))
+    held = ctx.store.get("Node", "n")
+    ctx.wake.clear()
+    deliver(ctx, "Node", api.get("Node", "n") or {}, "ADDED")
+    assert ctx.store.get("Node", "n") is held and not ctx.wake.is_set()
+    newer = api.put(node("n", labels={"new": "label"}))
+    deliver(ctx, "Node", newer)
+    assert ctx.store.get("Node", "n") is not held and ctx.wake.is_set()

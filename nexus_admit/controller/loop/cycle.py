@@ -150,6 +150,9 @@ def _record_capacity(ctx: Context, dump: ClusterDump) -> list[Skipped]:
     ctx.metrics.gpus.labels("free").set(free)
     ctx.metrics.gpus.labels("reserved").set(after_pods - free)
     ctx.metrics.gpus.labels("bound").set(total - after_pods)
+    # only the tiers that wait now: a tier whose last Workload was admitted (or a tier no
+    # longer configured) must not keep its last figure, nor a label set for ever
+    ctx.metrics.pending_gpus.clear()
     for tier, gpus in pending_gpus_by_tier(dump, ctx.checks).items():
         ctx.metrics.pending_gpus.labels(tier).set(gpus)
     ctx.metrics.pristine_islands.set(
