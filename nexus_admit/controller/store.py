@@ -309,8 +309,9 @@ class _FleetIndex:
                 bucket.pop(key, None)
                 if not bucket:
                     del index[place]
-        for place in where(new) if new is not None else ():
-            index.setdefault(place, {})[key] = new
+        if new is not None:
+            for place in where(new):
+                index.setdefault(place, {})[key] = new
 
 
 def _one(name: str | None) -> set[str]:

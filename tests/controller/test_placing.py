@@ -124,6 +124,16 @@ def test_passes_before_the_watch_shows_the_answer_build_no_snapshot(
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(ClusterDump, "snapshot", counting)
+    # the pass's snapshot is kept from the store's changes: its builds count too
+    from nexus_admit.kube.cluster.live import LiveSnapshot
+
+    real_live = LiveSnapshot.build
+
+    def counting_live(self: LiveSnapshot, *args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real_live(self, *args, **kwargs)
+
+    monkeypatch.setattr(LiveSnapshot, "build", counting_live)
     api = cluster(pending("w"))
     ctx, _ = controller(api)
     run(ctx)

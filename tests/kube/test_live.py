@@ -10,9 +10,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import os
-
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kube_factories import node, nrt, pod, reservation, workload
 
@@ -22,8 +20,6 @@ from nexus_admit.kube.cluster.live import LiveSnapshot
 from nexus_admit.kube.errors import Skipped
 from nexus_admit.model import ClusterSnapshot
 
-PHASES = (tuple(Phase) if not os.environ.get("NO_SHRINK")
-          else (Phase.explicit, Phase.generate))
 START = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
 NODES = [f"n{i}" for i in range(5)]
 WORKLOADS = ["w0", "w1", "w2"]
@@ -173,8 +169,7 @@ def check(w: World, excluded: frozenset[str]) -> ClusterSnapshot:
     return live
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          phases=PHASES)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_live_snapshot_equals_a_full_build_after_any_events(data: st.DataObject) -> None:
     w = World()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -58,7 +58,7 @@ from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.model import ClusterSnapshot, Node
 from nexus_admit.placement.tracking import TrackedSnapshot
 
-__all__ = ["LivePlan", "LiveSnapshot"]
+__all__ = ["LivePlan", "LiveSnapshot", "WithoutReservations"]
 
 # the working snapshot's change log grows with every pass; past this it starts afresh
 _LOG_LIMIT = 200_000
@@ -87,7 +87,7 @@ class LivePlan:
     base: _Inputs
     overlay: _Inputs | None
     order: list[str]  # every Node's name, in the store's order
-    topologies: list[Obj]
+    topologies: Sequence[Obj]
     gone: list[_Role]  # deleted pods and reservations: their skips are dropped
     reorder: bool
     now: datetime
@@ -255,6 +255,34 @@ class LiveSnapshot:
         return w
 
 
+@dataclass(frozen=True, slots=True)
+class WithoutReservations:
+    """`source` as if it held no ResourceReservations: what bound pods alone take."""
+
+    source: FleetSource
+
+    def by_key(self, kind: str) -> Mapping[str, dict[str, Any]]:
+        return {} if kind == L.KIND_RESOURCE_RESERVATION else self.source.by_key(kind)
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        return None if kind == L.KIND_RESOURCE_RESERVATION else self.source.get(kind, key)
+
+    def pods_on_node(self, node: str) -> Iterable[dict[str, Any]]:
+        return self.source.pods_on_node(node)
+
+    def reservations_on_node(self, node: str) -> Iterable[dict[str, Any]]:
+        return ()
+
+    def reservations_of_workload(self, key: str) -> Iterable[dict[str, Any]]:
+        return ()
+
+    def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return self.source.pods_of_reservation(namespace, name)
+
+    def order(self, kind: str, key: str) -> int:
+        return self.source.order(kind, key)
+
+
 # ---------------------------------------------------------------- gathering
 
 
@@ -280,8 +308,8 @@ def _named_reservation(source: FleetSource, pod: Obj) -> Obj | None:
 def _closure(
     source: FleetSource,
     targets: set[str],
-    changed_pods: list[Obj],
-    changed_reservations: list[Obj],
+    changed_pods: Sequence[Obj],
+    changed_reservations: Sequence[Obj],
     excluded: frozenset[str],
 ) -> _Inputs:
     """The objects `targets`' free capacity reads (the module's doc), and the nodes those
