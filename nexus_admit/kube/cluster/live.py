@@ -99,6 +99,7 @@ class LiveSnapshot:
     _base: dict[str, Node] = field(default_factory=dict)
     _skips: dict[_Role, list[Skipped]] = field(default_factory=dict)
     _expiry: list[tuple[datetime, int, frozenset[str]]] = field(default_factory=list)
+    _expiring: dict[str, tuple[datetime, frozenset[str]]] = field(default_factory=dict)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
     _working: TrackedSnapshot | None = None
     _mark: int = 0  # change-log entries of the working snapshot already restored
@@ -121,11 +122,16 @@ class LiveSnapshot:
         excluded = frozenset(exclude_workloads)
         if full:
             self._expiry.clear()
+            self._expiring.clear()
             base = _everything(source)
         else:
             targets = set(changes.nodes)
+            expired = False
             while self._expiry and self._expiry[0][0] <= now:
                 targets |= heapq.heappop(self._expiry)[2]
+                expired = True
+            if expired:
+                self._expiring = {k: v for k, v in self._expiring.items() if v[0] > now}
             for name in changes.node_objects:
                 # whether a node is in the fleet decides if its pods' slots count elsewhere,
                 # and whether a reservation's slot there is read at all
@@ -204,10 +210,12 @@ class LiveSnapshot:
                                                                        s.namespace, s.name))
             self._skips.setdefault(role, []).append(s)
         for rr in inputs.reservations:
-            expires = _expires(rr)
+            expires, nodes_named = _expires(rr), frozenset(slot_nodes(rr))
             if expires is not None and expires > now:
-                heapq.heappush(self._expiry, (expires, next(self._counter),
-                                              frozenset(slot_nodes(rr))))
+                # once per expiry and nodes: a reservation is read again on many passes
+                if self._expiring.get(object_key(rr)) != (expires, nodes_named):
+                    self._expiring[object_key(rr)] = (expires, nodes_named)
+                    heapq.heappush(self._expiry, (expires, next(self._counter), nodes_named))
         if inputs.targets is None:
             return nodes
         return {n: nodes[n] for n in inputs.targets if n in nodes}
