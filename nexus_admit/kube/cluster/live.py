@@ -211,11 +211,11 @@ class LiveSnapshot:
             self._skips.setdefault(role, []).append(s)
         for rr in inputs.reservations:
             expires, nodes_named = _expires(rr), frozenset(slot_nodes(rr))
-            if expires is not None and expires > now:
-                # once per expiry and nodes: a reservation is read again on many passes
-                if self._expiring.get(object_key(rr)) != (expires, nodes_named):
-                    self._expiring[object_key(rr)] = (expires, nodes_named)
-                    heapq.heappush(self._expiry, (expires, next(self._counter), nodes_named))
+            # once per expiry and nodes: a reservation is read again on many passes
+            if (expires is not None and expires > now
+                    and self._expiring.get(object_key(rr)) != (expires, nodes_named)):
+                self._expiring[object_key(rr)] = (expires, nodes_named)
+                heapq.heappush(self._expiry, (expires, next(self._counter), nodes_named))
         if inputs.targets is None:
             return nodes
         return {n: nodes[n] for n in inputs.targets if n in nodes}
