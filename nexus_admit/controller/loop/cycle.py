@@ -136,7 +136,7 @@ async def record_capacity(ctx: Context) -> None:
     # the live snapshots, after the pass: what changed since is read again
     now = ctx.clock()
     placing, bound = live_snapshot(ctx, "placing"), live_snapshot(ctx, "bound")
-    plans = (placing.gather(ctx.store, now=now),
+    plans = (placing.gather(ctx.store, now=now, epoch=_epoch(ctx)),
              bound.gather(WithoutReservations(ctx.store), now=now))
     # also where malformed objects are told while nothing waits for a placement
     skipped = await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump(), plans)
@@ -149,6 +149,11 @@ def live_snapshot(ctx: Context, name: str) -> LiveSnapshot:
     if live is None:
         live = ctx.live[name] = LiveSnapshot(ctx.store.subscribe())
     return live
+
+
+def _epoch(ctx: Context) -> object:
+    """What else the engine's caches read between passes: our checks' placement configs."""
+    return [(name, view.config) for name, view in sorted(ctx.checks.items())]
 
 
 def _record_capacity(
@@ -210,7 +215,7 @@ async def place_pending(ctx: Context) -> None:
     # a malformed object is left out (never freer than the truth), counted and told once
     skipped: list[Skipped] = []
     live = live_snapshot(ctx, "placing")
-    plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now)
+    plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now, epoch=_epoch(ctx))
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
     report_skipped(ctx, skipped)
     # tracked, and the same object from pass to pass: the engine keeps what it derived of

@@ -91,6 +91,7 @@ class LivePlan:
     gone: list[_Role]  # deleted pods and reservations: their skips are dropped
     reorder: bool
     now: datetime
+    epoch: object = None
 
 
 @dataclass(slots=True)
@@ -106,12 +107,16 @@ class LiveSnapshot:
     _overlaid: frozenset[str] = frozenset()  # nodes holding the last pass's overlay
     _now: datetime | None = None
     _building: bool = False  # a gathered plan not built yet: the next one is full
+    _epoch: object = None
 
     # ------------------------------------------------------------------ loop thread
     def gather(
-        self, source: FleetSource, *, exclude_workloads: Iterable[str] = (), now: datetime
+        self, source: FleetSource, *, exclude_workloads: Iterable[str] = (), now: datetime,
+        epoch: object = None,
     ) -> LivePlan:
-        """Take the changes and the objects the next `build` reads (O(changed))."""
+        """Take the changes and the objects the next `build` reads (O(changed)). `epoch`:
+        what else the engine's caches read (the placement configs): when it changes the
+        pass gets a new snapshot object, so nothing the engine kept carries over."""
         changes = self.feed.take()
         full = (
             self._working is None or self._building or changes.everything
@@ -157,7 +162,7 @@ class LiveSnapshot:
             if str(o.get("apiVersion", L.KUEUE_API_GROUP)).startswith(L.KUEUE_API_GROUP)
         ]
         return LivePlan(base, overlay, list(source.by_key("Node")), topologies, gone,
-                        changes.reordered, now)
+                        changes.reordered, now, epoch)
 
     # ------------------------------------------------------------------ worker thread
     def build(self, plan: LivePlan, skipped: list[Skipped]) -> TrackedSnapshot:
@@ -239,9 +244,16 @@ class LiveSnapshot:
         if w is not None:
             restore.update(w.change_log[self._mark:])
         self._overlaid = overlay_targets
+        epoch, self._epoch = self._epoch, plan.epoch
+        # a new snapshot object (a new mapping) when the node set, the order, a node's
+        # labels, taints or allocatable, or the epoch change: the engine keeps facts per
+        # snapshot object (static_cache) and per mapping (fillOrder's rank)
         if (
             w is None or plan.reorder or len(w.change_log) > _LOG_LIMIT
+            or epoch != plan.epoch
             or any((state(n) is not None) != (n in w.nodes) for n in restore)
+            or any(_static(w.nodes[n]) != _static(s) for n in restore
+                   if n in w.nodes and (s := state(n)) is not None)
         ):
             members = ((n, state(n)) for n in plan.order)
             w = TrackedSnapshot({n: s.copy() for n, s in members if s is not None}, topologies)
@@ -251,10 +263,7 @@ class LiveSnapshot:
         for name in kept:
             node = state(name)
             assert node is not None  # membership is unchanged (checked above)
-            fresh = node.copy()
-            if _static(w.nodes[name]) != _static(fresh):
-                w.static_cache.clear()
-            w.nodes[name] = fresh
+            w.nodes[name] = node.copy()
         w.touch(kept)
         if w.kueue_topologies != topologies:
             w.kueue_topologies = dict(topologies)
