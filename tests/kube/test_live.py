@@ -16,7 +16,8 @@ from kube_factories import node, nrt, pod, reservation, workload
 
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster.live import LiveSnapshot
+from nexus_admit.kube.cluster.live import LiveSnapshot, WithoutReservations
+from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped
 from nexus_admit.model import ClusterSnapshot
 
@@ -33,6 +34,7 @@ class World:
     def __init__(self) -> None:
         self.store = Store()
         self.live = LiveSnapshot(self.store.subscribe())
+        self.live_bound = LiveSnapshot(self.store.subscribe())  # the capacity metrics' own
         self.version = VERSIONS
         self.now = START
 
@@ -169,6 +171,16 @@ def check(w: World, excluded: frozenset[str]) -> ClusterSnapshot:
     return live
 
 
+def check_without_reservations(w: World) -> None:
+    dump = w.store.dump()
+    full = ClusterDump(by_kind={k: v for k, v in dump.by_kind.items()
+                                if k != L.KIND_RESOURCE_RESERVATION}).snapshot(now=w.now,
+                                                                               skipped=[])
+    plan = w.live_bound.gather(WithoutReservations(w.store), now=w.now)
+    bound = w.live_bound.build(plan, [])
+    assert list(bound.nodes.items()) == list(full.nodes.items())
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_live_snapshot_equals_a_full_build_after_any_events(data: st.DataObject) -> None:
@@ -180,6 +192,8 @@ def test_the_live_snapshot_equals_a_full_build_after_any_events(data: st.DataObj
         excluded = frozenset(f"default/{n}" for n in data.draw(
             st.lists(st.sampled_from(WORKLOADS), max_size=2), label="excluded"))
         live = check(w, excluded)
+        if data.draw(st.booleans(), label="capacity metrics now"):
+            check_without_reservations(w)
         # the pass places on it: the next pass must not see what it took
         for name in data.draw(st.lists(st.sampled_from(NODES), max_size=2), label="taken"):
             if name in live.nodes:
