@@ -125,7 +125,7 @@ def run(mode: str, feed: Feed, passes: int) -> dict[str, Any]:
             return live.build(live.gather(feed.store, now=NOW), [])
     snapshot_s: list[float] = []
     decision_s: list[float] = []
-    placed = 0
+    placed: list[tuple[str, tuple[int, ...]]] = []
     for i in range(passes + 1):
         started = time.perf_counter()
         snapshot = build()
@@ -136,7 +136,7 @@ def run(mode: str, feed: Feed, passes: int) -> dict[str, Any]:
             snapshot_s.append(built - started)
             decision_s.append(done - started)
         if placement.feasible:  # its pod binds before the next pass: the one change
-            placed += 1
+            placed.append((placement.slots[0].node, placement.slots[0].gpu_indices))
             feed.put("Pod", pod(f"{mode}-placed-{i}", placement.slots[0].node))
     return {
         "snapshot_ms": {"p50": pct(snapshot_s, 0.5), "p99": pct(snapshot_s, 0.99),
@@ -162,16 +162,21 @@ def main() -> None:
         for mode in ("full", "live"):
             feed = fleet(n, args.pods_per_node, args.nodes_per_reservation, args.seed)
             row[mode] = run(mode, feed, args.passes)
+            row[f"{mode}_placements"] = row[mode].pop("placed")
             row["nodes"] = len(feed.store.by_key("Node"))
             row["pods"] = len(feed.store.by_key("Pod"))
             row["reservations"] = len(feed.store.by_key(RR))
+        # the same Workloads on the same fleet: the live snapshot must place them alike
+        row["placed"] = len(row["full_placements"])
+        row["same_placements"] = row.pop("full_placements") == row.pop("live_placements")
         results.append(row)
         print(f"{row['nodes']:>5} nodes {row['pods']:>6} pods | snapshot p50/p99 ms: "
               f"full {row['full']['snapshot_ms']['p50']}/{row['full']['snapshot_ms']['p99']}"
               f"  live {row['live']['snapshot_ms']['p50']}/{row['live']['snapshot_ms']['p99']}"
               f" | 1-pod decision p50/p99 ms: full {row['full']['decision_ms']['p50']}/"
               f"{row['full']['decision_ms']['p99']}  live {row['live']['decision_ms']['p50']}/"
-              f"{row['live']['decision_ms']['p99']}", flush=True)
+              f"{row['live']['decision_ms']['p99']} | same placements "
+              f"{row['same_placements']}", flush=True)
     report = {
         "what": "one pass's snapshot and a one-pod decision (snapshot + engine), full rebuild "
                 "vs live snapshot, after a one-pod change per pass",

@@ -6,9 +6,9 @@ object it adds, replaces or drops, once per subscribed `Changes`, before its own
 What a node's free capacity reads (`snapshot.build_snapshot`), and so what marks it:
 
   Node, NodeResourceTopology   that node (its translation; whether it is in the fleet)
-  Pod                          its old and new node, and the slots' nodes of the reservation
-                               its label names (a bound pod's slot is counted as the pod, and
-                               keeps a reservation past its TTL)
+  Pod                          its old and new node, and, while it is bound and running, the
+                               slots' nodes of the reservation its label names (its slot is
+                               counted as the pod, and it keeps a reservation past its TTL)
   ResourceReservation          the nodes of its old and new slots, and the nodes of its pods
                                (their devices and zone are read from their slot)
   Workload                     the slots' nodes of its reservations that state no requests
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster.capacity import pod_is_active
 from nexus_admit.kube.errors import Obj, meta, object_key
 from nexus_admit.kube.reservations import reservation_slots
 
@@ -111,6 +112,14 @@ def needs_templates(rr: Obj) -> bool:
                or not ps.get("requests") for ps in pod_sets)
 
 
+def _active(pod: Obj) -> bool:
+    """Bound and running, as the snapshot counts pods (unreadable: not counted)."""
+    try:
+        return pod_is_active(pod)
+    except Exception:
+        return False
+
+
 def _reservation_nodes(source: FleetSource, pod: Obj) -> set[str]:
     ref = pod_reservation(pod)
     rr = source.get(L.KIND_RESOURCE_RESERVATION, f"{ref[0]}/{ref[1]}") if ref else None
@@ -135,7 +144,8 @@ def record_change(
                 node = pod_node(pod)
                 if node:
                     changes.nodes.add(node)
-                changes.nodes |= _reservation_nodes(source, pod)
+                if _active(pod):  # a gated or finished pod holds no slot of its reservation
+                    changes.nodes |= _reservation_nodes(source, pod)
         changes.pods[key] = new or old or {}
     elif kind == L.KIND_RESOURCE_RESERVATION:
         for rr in (old, new):
