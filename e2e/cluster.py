@@ -24,7 +24,9 @@ build), NEXUS_CACHE (build cache root, see build.sh), NEXUS_E2E_FLEET_NODES (fle
 scaled to about this many nodes; unset: fleet.yaml as written, 64 nodes),
 NEXUS_E2E_NODE_GRACE_SECONDS (node lease duration and node-monitor grace period; unset:
 40 s and the controller-manager's default), NEXUS_E2E_CONTROLLERS (the workload controllers
-to run, comma-separated or "none"; unset: all built).
+to run, comma-separated or "none"; unset: all built), NEXUS_E2E_KUBERNETES (`newest`, the
+default, or `oldest`: the plane on the oldest Kubernetes the README promises, versions.env's
+KUBERNETES_OLDEST_VERSION, with a state directory of its own, <repo>/.e2e-state-oldest).
 
 The PKI is in plane/pki.py, process handling in plane/processes.py, what runs and its
 configuration in plane/components.py; this file keeps the Cluster class and the CLI.
@@ -106,12 +108,24 @@ __all__ = [
     "_pki",
     "build_binaries",
     "free_port",
+    "kubernetes_line",
     "log",
 ]
 
 
+def kubernetes_line() -> str:
+    """Which Kubernetes the plane runs: "newest" (KUBERNETES_VERSION, the whole suite) or
+    "oldest" (KUBERNETES_OLDEST_VERSION, the tests that depend on who gates pods)."""
+    line = os.environ.get("NEXUS_E2E_KUBERNETES") or "newest"
+    if line not in ("newest", "oldest"):
+        raise ClusterError(f"NEXUS_E2E_KUBERNETES must be newest or oldest, not {line!r}")
+    return line
+
+
 def default_state_dir() -> Path:
-    return Path(os.environ.get("NEXUS_E2E_STATE") or REPO / ".e2e-state").resolve()
+    # the two planes keep apart, so one never reuses the other's running processes
+    default = ".e2e-state" if kubernetes_line() == "newest" else ".e2e-state-oldest"
+    return Path(os.environ.get("NEXUS_E2E_STATE") or REPO / default).resolve()
 
 
 def fleet_spec() -> dict[str, Any]:
@@ -175,11 +189,21 @@ CONFIGMAP_PARAM_KEEPER: list[dict[str, Any]] = [
             "failurePolicy": "Ignore",
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
             "matchConstraints": {
-                "resourceRules": [{"apiGroups": ["e2e.invalid"], "apiVersions": ["v1"],
-                                   "operations": ["CREATE"], "resources": ["nothing"]}]
+                "resourceRules": [
+                    {
+                        "apiGroups": ["e2e.invalid"],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["nothing"],
+                    }
+                ]
             },
-            "mutations": [{"patchType": "ApplyConfiguration",
-                           "applyConfiguration": {"expression": "Object{}"}}],
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {"expression": "Object{}"},
+                }
+            ],
             "reinvocationPolicy": "Never",
         },
     },
@@ -189,8 +213,11 @@ CONFIGMAP_PARAM_KEEPER: list[dict[str, Any]] = [
         "metadata": {"name": "e2e-configmap-param-keeper"},
         "spec": {
             "policyName": "e2e-configmap-param-keeper",
-            "paramRef": {"name": "e2e-configmap-param-keeper", "namespace": "default",
-                         "parameterNotFoundAction": "Allow"},
+            "paramRef": {
+                "name": "e2e-configmap-param-keeper",
+                "namespace": "default",
+                "parameterNotFoundAction": "Allow",
+            },
         },
     },
 ]
@@ -583,7 +610,8 @@ class Cluster:
         log("Kueue webhooks answer (dry-run Job was suspended)")
         self._controllers_ready(b, controllers, ports)
         self.apply((E2E_DIR / "manifests" / "kueue.yaml").read_text(), retries=20)
-        self.apply(CONFIGMAP_PARAM_KEEPER)
+        if kubernetes_line() == "newest":  # the oldest plane serves no such policy
+            self.apply(CONFIGMAP_PARAM_KEEPER)
         self._wait_settled(len(fleet_mod.nodes(spec)))
 
     @property

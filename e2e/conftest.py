@@ -16,6 +16,12 @@ Fixtures (see also e2e/e2e_util.py):
   with LocalQueues ``gold``, ``silver`` and ``bronze`` pointing at the ClusterQueues of the
   same name; yields the namespace name and deletes it afterwards.
 
+Two planes (``NEXUS_E2E_KUBERNETES``, see cluster.py): ``make test`` runs the whole suite on
+the newest Kubernetes, then the tests marked ``gate_webhook`` or ``oldest_kubernetes`` on the
+oldest the README promises, where the chart's ``gateMode: auto`` renders the webhook (no
+MutatingAdmissionPolicy served). ``gate_webhook`` modules run the controller in that mode
+and run on the oldest plane only; ``oldest_kubernetes`` tests run on both.
+
 On an e2e test failure the tail of every component log, and the pods/workloads/events of
 the test namespace, are attached to the pytest report.
 """
@@ -39,7 +45,7 @@ if str(E2E_DIR) not in sys.path:
     sys.path.insert(0, str(E2E_DIR))
 
 import cluster as cluster_mod  # noqa: E402
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, wait_for  # noqa: E402
+from e2e_util import AUTO_GATE_MODE, KUEUE_GROUP, KUEUE_VERSION, wait_for  # noqa: E402
 
 TIERS = ("gold", "silver", "bronze")
 _active: dict[str, Any] = {}
@@ -180,10 +186,24 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def gate_mode() -> str:
     """Who gates pods (`NexusController(gate_mode=...)`, the chart's `webhook.gateMode`):
-    "policy", what `auto` picks on this 1.36 plane. A module that overrides this fixture
-    with "webhook" runs its tests on the path `auto` picks before 1.36
+    what `auto` picks on this plane. The `gate_webhook` modules override it with "webhook"
     (e2e/tests/test_gate_webhook.py)."""
-    return "policy"
+    return AUTO_GATE_MODE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The webhook gate mode is the path `auto` takes on the oldest plane: its modules run
+    there (the second half of `make test`), not on the newest, where the policies gate."""
+    if cluster_mod.kubernetes_line() == "oldest":
+        return
+    skip = pytest.mark.skip(
+        reason="webhook gate mode: runs on the oldest Kubernetes plane "
+        "(NEXUS_E2E_KUBERNETES=oldest pytest -m 'gate_webhook or oldest_kubernetes' e2e/tests, "
+        "the second half of make test)"
+    )
+    for item in items:
+        if item.get_closest_marker("gate_webhook"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
+import cluster as _cluster
+import pytest
 from kubernetes import client
 
 T = TypeVar("T")
@@ -18,6 +22,33 @@ POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 GPU = "nvidia.com/gpu"
+
+# e2e/versions.env: which workload controllers are pinned (built and run)
+VERSIONS = dict(
+    line.split("=", 1)
+    for line in (Path(__file__).resolve().parent / "versions.env").read_text().splitlines()
+    if line and not line.startswith("#")
+)
+
+
+def require_controller(
+    variable: str, controller: str, crd: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    """Skip when the workload controller is not pinned or not asked for
+    (NEXUS_E2E_CONTROLLERS); otherwise its CRD must be served."""
+    if not VERSIONS.get(variable):
+        pytest.skip(f"{variable} is empty in e2e/versions.env: the controller is not built")
+    wanted = os.environ.get("NEXUS_E2E_CONTROLLERS")
+    if wanted is not None and controller not in wanted.split(","):
+        pytest.skip(f"NEXUS_E2E_CONTROLLERS={wanted!r} leaves {controller} out")
+    ext = client.ApiextensionsV1Api(custom_objects.api_client)
+    ext.read_custom_resource_definition(crd)  # 404 here: pinned but not installed
+
+
+# what the chart's `webhook.gateMode: auto` picks on this plane: the gate policies where the
+# apiserver serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (1.36 on), else
+# the webhook (the oldest plane, 1.34)
+AUTO_GATE_MODE = "policy" if _cluster.kubernetes_line() == "newest" else "webhook"
 
 
 class WaitTimeout(AssertionError):

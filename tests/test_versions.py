@@ -74,3 +74,15 @@ def test_make_chart_packages_the_chart_with_it(tmp_path: Path) -> None:
         assert member is not None
         chart = yaml.safe_load(member.read())
     assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
+
+
+def test_the_chart_promises_the_oldest_kubernetes_the_tests_run_on() -> None:
+    # make test's second plane runs KUBERNETES_OLDEST_VERSION: the chart refuses anything older
+    pinned = dict(
+        line.split("=", 1)
+        for line in (ROOT / "e2e" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    major, minor = pinned["KUBERNETES_OLDEST_VERSION"].removeprefix("v").split(".")[:2]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={major}.{minor}.0-0", "charts/nexus-admit/Chart.yaml"

@@ -21,6 +21,15 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 e2e="$(dirname "$here")"
 # shellcheck disable=SC1091
 source "$e2e/versions.env"
+# NEXUS_E2E_KUBERNETES=oldest: the same plane on the oldest Kubernetes the README promises
+# (a Kubernetes component and a set of their own; every other component is shared)
+case "${NEXUS_E2E_KUBERNETES:-}" in
+  "" | newest) ;;
+  oldest)
+    KUBERNETES_VERSION="$KUBERNETES_OLDEST_VERSION"
+    KUBERNETES_STAGING_VERSION="$KUBERNETES_OLDEST_STAGING_VERSION" ;;
+  *) echo "NEXUS_E2E_KUBERNETES must be newest or oldest, not ${NEXUS_E2E_KUBERNETES}" >&2; exit 2 ;;
+esac
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 
 cache_root="${NEXUS_CACHE:-$HOME/.cache/nexus-admit}"

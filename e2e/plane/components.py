@@ -514,10 +514,14 @@ def kueue_config(b: Path, pki: Path, ports: dict[str, int]) -> dict[str, Any]:
         "featureGates": {"VisibilityOnDemand": False},
         # Dynamic Resource Allocation: devices of DeviceClass gpu.nvidia.com asked through
         # ResourceClaimTemplates count as nvidia.com/gpu, the quota the ClusterQueues already
-        # hold for the extended resource (docs/dra.md, e2e/tests/test_dra_claims.py)
+        # hold for the extended resource (docs/dra.md, e2e/tests/test_dra_claims.py). Kueue
+        # refuses a template naming a DeviceClass it has no mapping for, so a ComputeDomain's
+        # channel class counts as nvidia.com/imex-channel (e2e/tests/test_dra_cliques.py)
         "resources": {
             "deviceClassMappings": [
-                {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]}
+                {"name": "nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]},
+                {"name": "nvidia.com/imex-channel",
+                 "deviceClassNames": ["compute-domain-default-channel.nvidia.com"]},
             ]
         },
     }

@@ -25,7 +25,15 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from e2e_util import (
+    AUTO_GATE_MODE,
+    GPU,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    QUEUE_LABEL,
+    condition,
+    wait_for,
+)
 from kubernetes import client
 from nexus_controller import NexusController
 
@@ -81,9 +89,10 @@ def kubectl_json(cluster: Any, *args: str) -> dict[str, Any] | None:
 
 
 def install_values(gate_mode: str) -> dict[str, Any]:
-    """INSTALL_VALUES; in webhook gate mode with `webhook.gateMode: webhook` (what `auto`
-    renders before 1.36), else `auto`, which this 1.36 apiserver turns into the policies."""
-    if gate_mode == "policy":
+    """INSTALL_VALUES (`webhook.gateMode: auto`) when `gate_mode` is what `auto` picks on
+    this plane (the policies on 1.36, the webhook on the oldest plane: the install then
+    checks `auto`'s choice), else that mode named."""
+    if gate_mode == AUTO_GATE_MODE:
         return INSTALL_VALUES
     return {**INSTALL_VALUES, "webhook": {**INSTALL_VALUES["webhook"], "gateMode": gate_mode}}
 
@@ -412,9 +421,7 @@ class ServiceAccountController(NexusController):
             "--kubeconfig=": f"--kubeconfig={self.sa_kubeconfig}",
             "--queue-gate-configmap=": f"--queue-gate-configmap={NS}/{FULLNAME}-gated-queues",
         }
-        return [
-            next((v for k, v in own.items() if a.startswith(k)), a) for a in super().argv()
-        ]
+        return [next((v for k, v in own.items() if a.startswith(k)), a) for a in super().argv()]
 
     def check_active(self) -> bool:
         check = kubectl_json(self.cluster, "get", "admissionchecks.kueue.x-k8s.io", CHECK)
@@ -618,9 +625,7 @@ def test_blocking_the_workloads_deletion_needs_the_finalizers_grant(
     so it may (`workloads/finalizers`); one that may create reservations and nothing else
     is refused the same reservation (server-side dry runs)."""
     assert "reservation" in _state, "the placing test above ran first"
-    rr = custom_objects.get_namespaced_custom_object(
-        *RR[:2], JOBS_NS, RR[2], _state["reservation"]
-    )
+    rr = custom_objects.get_namespaced_custom_object(*RR[:2], JOBS_NS, RR[2], _state["reservation"])
     copy = {
         "apiVersion": rr["apiVersion"],
         "kind": rr["kind"],
@@ -635,18 +640,36 @@ def test_blocking_the_workloads_deletion_needs_the_finalizers_grant(
     writer = "rr-writer"
     e2e_cluster.kubectl("create", "serviceaccount", writer, "-n", JOBS_NS, check=False)
     e2e_cluster.kubectl(
-        "create", "role", writer, "-n", JOBS_NS, "--verb=create",
-        f"--resource={RR[2]}.{RR[0]}", check=False,
+        "create",
+        "role",
+        writer,
+        "-n",
+        JOBS_NS,
+        "--verb=create",
+        f"--resource={RR[2]}.{RR[0]}",
+        check=False,
     )
     e2e_cluster.kubectl(
-        "create", "rolebinding", writer, "-n", JOBS_NS, f"--role={writer}",
-        f"--serviceaccount={JOBS_NS}:{writer}", check=False,
+        "create",
+        "rolebinding",
+        writer,
+        "-n",
+        JOBS_NS,
+        f"--role={writer}",
+        f"--serviceaccount={JOBS_NS}:{writer}",
+        check=False,
     )
     try:
+
         def create_as(user: str) -> subprocess.CompletedProcess[str]:
             return e2e_cluster.kubectl(
-                "create", "--dry-run=server", f"--as={user}", "-f", "-",
-                input=json.dumps(copy), check=False,
+                "create",
+                "--dry-run=server",
+                f"--as={user}",
+                "-f",
+                "-",
+                input=json.dumps(copy),
+                check=False,
             )
 
         refused = create_as(f"system:serviceaccount:{JOBS_NS}:{writer}")

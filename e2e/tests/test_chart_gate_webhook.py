@@ -1,5 +1,5 @@
-"""The chart installed with `webhook.gateMode: webhook`, what `auto` renders on a cluster
-before Kubernetes 1.36 (no `admissionregistration.k8s.io/v1` MutatingAdmissionPolicy).
+"""The chart on the oldest plane (1.34), where `webhook.gateMode: auto` renders `webhook` (no
+`admissionregistration.k8s.io/v1` MutatingAdmissionPolicy served): installed with `auto`.
 
 The tests are test_chart.py's own, imported so that they run here with this module's
 `gate_mode`: the install renders the three hooks and no policy, no queue list ConfigMap nor
@@ -32,7 +32,7 @@ test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds = (
     test_chart.test_helm_uninstall_leaves_nothing_cluster_scoped_but_the_crds
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.gate_webhook, pytest.mark.timeout(300, func_only=True)]
 
 
 @pytest.fixture(scope="module")

@@ -1,39 +1,38 @@
 """GPUs through Dynamic Resource Allocation on the real control plane.
 
-The test adds eight KWOK nodes without `nvidia.com/gpu` and publishes their GPUs as
-ResourceSlices the way NVIDIA's DRA driver does (driver `gpu.nvidia.com`, one device per
-GPU with `productName`, `architecture`, `index` and capacity `memory`): rack `dra-ra` holds
-4 nodes of 8 H200 (141 GB), rack `dra-rb` 4 nodes of 8 L40S (48 GB). The DeviceClass
-`gpu.nvidia.com` selects that driver (e2e/manifests/dra.yaml), Kueue counts the claims'
-devices as `nvidia.com/gpu` (deviceClassMappings), nexus places the gangs, the ungater pins
-the nodes, kube-scheduler's DRA allocator allocates the claims there and KWOK runs the pods
-(it does not prepare devices; the pods reach Running all the same). The claims' statuses
-are the evidence: which device of which node each pod holds.
+The test adds eight KWOK nodes without `nvidia.com/gpu` (e2e/dra_harness.py) and publishes
+their GPUs as ResourceSlices the way NVIDIA's DRA driver does (driver `gpu.nvidia.com`, one
+device per GPU with `productName`, `architecture`, `index` and capacity `memory`): rack
+`dra-ra` holds 4 nodes of 8 H200 (141 GB), rack `dra-rb` 4 nodes of 8 L40S (48 GB). The
+DeviceClass `gpu.nvidia.com` selects that driver (e2e/manifests/dra.yaml), Kueue counts the
+claims' devices as `nvidia.com/gpu` (deviceClassMappings), nexus places the gangs, the
+ungater pins the nodes, kube-scheduler's DRA allocator allocates the claims there and KWOK
+runs the pods (it does not prepare devices; the pods reach Running all the same). The
+claims' statuses are the evidence: which device of which node each pod holds.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
+import dra_harness as H
 import pytest
-import yaml
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, WaitTimeout, condition, wait_for
-from kubernetes import client
+from dra_harness import (
+    GPUS_PER_NODE,
+    RR,
+    claim_devices,
+    claim_job,
+    claim_template,
+    claims,
+    retried,
+    running_pods,
+)
+from e2e_util import WaitTimeout, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
-MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "dra.yaml"
-RESOURCE = ("resource.k8s.io", "v1")
-DRIVER = "gpu.nvidia.com"
-CHECK = "nexus-dra"
-QUEUE = "dra-gold"
-RACK = "cloud.google.com/gce-topology-subblock"
-REQUIRED_TOPOLOGY = "scheduling.kubenexus.io/required-topology"
-POOL_LABEL = "scheduling.kubenexus.io/e2e-pool"
-RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
+DRIVER = H.DRIVER
 MEM80 = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
 UNREADABLE = f'device.attributes["{DRIVER}"].architecture == "Hopper"'
 # rack → (product, memory, architecture); 4 nodes of 8 GPUs each
@@ -41,179 +40,28 @@ RACKS = {
     "dra-ra": ("NVIDIA H200", "143771Mi", "Hopper"),
     "dra-rb": ("NVIDIA L40S", "46068Mi", "Ada"),
 }
-NODES = {f"{rack}-{i}": rack for rack in RACKS for i in range(4)}
-GPUS_PER_NODE = 8
-
-
-def node_object(name: str, rack: str) -> dict[str, Any]:
-    alloc = {"cpu": "128", "memory": "1000Gi", "pods": "110"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-            "labels": {
-                "type": "kwok",
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": name,
-                "topology.kubernetes.io/zone": "zone-dra",
-                "cloud.google.com/gce-topology-block": "dra-block",
-                RACK: rack,
-                POOL_LABEL: "dra",
-            },
-        },
-        "spec": {},
-        "status": {"capacity": dict(alloc), "allocatable": dict(alloc)},
-    }
-
-
-def slice_object(name: str, rack: str) -> dict[str, Any]:
-    """One node's GPUs as NVIDIA's DRA driver publishes them."""
-    product, memory, arch = RACKS[rack]
-    devices = [
-        {
-            "name": f"gpu-{i}",
-            "attributes": {
-                "type": {"string": "gpu"},
-                "index": {"int": i},
-                "productName": {"string": product},
-                "architecture": {"string": arch},
-                "uuid": {"string": f"GPU-{name}-{i}"},
-            },
-            "capacity": {"memory": {"value": memory}},
-        }
-        for i in range(GPUS_PER_NODE)
-    ]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{name}-{DRIVER}"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+FLEET = [H.DraNode(f"{rack}-{i}", rack, *RACKS[rack]) for rack in RACKS for i in range(4)]
+NODES = {n.name: n.rack for n in FLEET}
 
 
 @pytest.fixture(scope="module")
 def dra_fleet(e2e_cluster: Any, kube_api) -> Any:
     """The DRA nodes, their ResourceSlices and the module's Kueue and nexus objects."""
-    core = client.CoreV1Api(kube_api)
-    custom = client.CustomObjectsApi(kube_api)
-    e2e_cluster.apply(MANIFEST.read_text(), retries=10)
-    for name, rack in NODES.items():
-        core.create_node(node_object(name, rack))
-        custom.create_cluster_custom_object(*RESOURCE, "resourceslices", slice_object(name, rack))
-
-    def ready() -> bool:
-        nodes = [core.read_node(n) for n in NODES]
-        return all(
-            any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-            for n in nodes
-        )
-
-    wait_for("the DRA nodes Ready", ready, timeout=120)
+    H.bring_up(e2e_cluster, kube_api, FLEET)
     yield
-    for name in NODES:
-        with contextlib.suppress(client.ApiException):
-            custom.delete_cluster_custom_object(*RESOURCE, "resourceslices", f"{name}-{DRIVER}")
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(name)
-    for d in reversed([d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]):
-        group = d["apiVersion"].split("/")[0]
-        e2e_cluster.kubectl("delete", f"{d['kind'].lower()}es.{group}" if d["kind"].endswith(
-            "s") else f"{d['kind'].lower()}s.{group}", d["metadata"]["name"],
-            "--ignore-not-found", "--wait=false", check=False)
+    H.tear_down(e2e_cluster, kube_api, FLEET)
 
 
 @pytest.fixture
-def dra_ns(dra_fleet: Any, nexus_controller: Any, e2e_namespace: str, custom_objects) -> Any:
-    custom_objects.create_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, e2e_namespace, "localqueues",
-        {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
-         "metadata": {"name": QUEUE, "namespace": e2e_namespace},
-         "spec": {"clusterQueue": QUEUE}},
-    )
-
-    def active() -> bool:
-        cq = custom_objects.get_cluster_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", QUEUE)
-        return condition(cq, "Active") == "True"
-
-    wait_for(f"ClusterQueue {QUEUE} active", active, timeout=60)
-    wait_for("no claim of an earlier test holds a DRA GPU",
-             lambda: not allocated_devices(custom_objects), timeout=180)
+def dra_ns(dra_fleet: Any, nexus_controller: Any, e2e_namespace: str, custom_objects,
+           batch_v1) -> Any:
+    H.local_queue(custom_objects, e2e_namespace, NODES)
     yield e2e_namespace
-    batch = client.BatchV1Api(custom_objects.api_client)
-    batch.delete_collection_namespaced_job(e2e_namespace, propagation_policy="Background")
-
-
-def claim_template(custom, ns: str, name: str, count: int, *selectors: str) -> None:
-    exactly: dict[str, Any] = {"deviceClassName": DRIVER, "allocationMode": "ExactCount",
-                               "count": count}
-    if selectors:
-        exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-    custom.create_namespaced_custom_object(*RESOURCE, ns, "resourceclaimtemplates", {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
-    })
-
-
-def claim_job(batch, ns: str, name: str, pods: int, template: str,
-              rack_required: bool = False) -> None:
-    annotations = {REQUIRED_TOPOLOGY: RACK} if rack_required else {}
-    batch.create_namespaced_job(ns, {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {QUEUE_LABEL: QUEUE}},
-        "spec": {
-            "parallelism": pods, "completions": pods, "completionMode": "Indexed",
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
-                    "containers": [{
-                        "name": "worker", "image": "registry.invalid/nexus/worker:e2e",
-                        "resources": {"requests": {"cpu": "8", "memory": "32Gi"},
-                                      "claims": [{"name": "gpu"}]},
-                    }],
-                },
-            },
-        },
-    })
-
-
-def claims(custom, ns: str | None = None) -> list[dict[str, Any]]:
-    if ns is None:
-        return custom.list_cluster_custom_object(*RESOURCE, "resourceclaims")["items"]
-    return custom.list_namespaced_custom_object(*RESOURCE, ns, "resourceclaims")["items"]
-
-
-def claim_devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
-    """(node, device) of every GPU the claim's allocation holds (the pool is the node)."""
-    alloc = (claim.get("status") or {}).get("allocation") or {}
-    return [(r["pool"], r["device"]) for r in (alloc.get("devices") or {}).get("results") or []
-            if r.get("driver") == DRIVER]
+    batch_v1.delete_collection_namespaced_job(e2e_namespace, propagation_policy="Background")
 
 
 def allocated_devices(custom) -> list[tuple[str, str]]:
-    return [d for c in claims(custom) for d in claim_devices(c) if d[0] in NODES]
-
-
-def running_pods(core, ns: str, job: str) -> list[client.V1Pod]:
-    pods = core.list_namespaced_pod(ns, label_selector=f"job-name={job}").items
-    return [p for p in pods if p.status.phase == "Running" and p.spec.node_name]
-
-
-def retried(core, ns: str) -> set[str]:
-    """Workloads nexus answered Retry (its Event on the Workload)."""
-    return {e.involved_object.name for e in core.list_namespaced_event(ns).items
-            if e.reason == "PlacementRetry"}
+    return H.allocated_devices(custom, NODES)
 
 
 def test_gang_through_claim_template_lands_in_one_rack_on_its_reserved_nodes(

@@ -47,6 +47,10 @@ from test_controller import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420, func_only=True)]
 
+# the faults around who gates pods and who lifts the gates: also run on the oldest
+# Kubernetes plane, where the webhook gates (e2e/conftest.py)
+GATING = pytest.mark.oldest_kubernetes
+
 ATTEMPT = "scheduling.kubenexus.io/attempt"
 # per tier: pods x GPUs; 520 GPUs against 448 in the fleet (each tier within its quota), so
 # some gangs are placed and some wait in Retry
@@ -290,6 +294,7 @@ def controller(nexus_controller):
 # ------------------------------------------------------------------ tests
 
 
+@GATING
 @pytest.mark.parametrize(
     ("fault", "proof"),
     [
@@ -324,9 +329,9 @@ def test_controller_killed_mid_burst_loses_and_double_books_nothing(
     if proof == "pods-gated":
         # killed as the 6th pin was about to go out: that pod, at least, waits gated
         pods = core_v1.list_namespaced_pod(ns).items
-        assert any(
-            GATE in [g.name for g in p.spec.scheduling_gates or []] for p in pods
-        ), "a pod is still gated"
+        assert any(GATE in [g.name for g in p.spec.scheduling_gates or []] for p in pods), (
+            "a pod is still gated"
+        )
     assert_invariants(custom_objects, core_v1, ns)
 
     latency = restart_and_wait_answered(controller, custom_objects, core_v1, ns, fault)
@@ -451,6 +456,7 @@ def test_node_cordoned_under_an_unanswered_reservation_is_retried_elsewhere(
         core_v1.patch_node(node, {"spec": {"unschedulable": None}})
 
 
+@GATING
 def test_pod_deleted_while_gated_its_replacement_takes_the_free_slot(
     nexus_namespace, controller, core_v1, batch_v1, custom_objects
 ):
@@ -689,6 +695,7 @@ def test_node_deleted_under_a_running_gang_frees_its_slots_and_the_gang_is_place
 # ------------------------------------------------------------------ a tenant unpinning a pod
 
 
+@GATING
 def test_a_tenant_who_lifts_the_gate_of_a_gated_pod_sends_the_gang_through_retry(
     nexus_namespace, controller, core_v1, batch_v1, custom_objects
 ):
@@ -751,6 +758,7 @@ def reservation_of_attempt(custom, ns: str, job_name: str) -> str:
     return rr["metadata"]["name"]
 
 
+@GATING
 def test_a_pinned_pod_cannot_be_unpinned_nor_a_reservation_used_from_another_namespace(
     nexus_namespace, controller, core_v1, batch_v1, custom_objects
 ):

@@ -14,7 +14,6 @@ to `.e2e-state/kinds-timings.json`, never asserted.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, wait_for
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, require_controller, wait_for
 from kubernetes import client
 from nexus_controller import GATED_QUEUES_CONFIGMAP, GATED_QUEUES_NAMESPACE
 from test_controller import (
@@ -41,26 +40,12 @@ from test_controller import (
 FIELD_MANAGER = "nexus-admit"  # nexus_admit/controller/api.py
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(360, func_only=True)]
 
-VERSIONS = dict(
-    line.split("=", 1)
-    for line in (Path(__file__).resolve().parents[1] / "versions.env").read_text().splitlines()
-    if line and not line.startswith("#")
-)
 IMAGE = "registry.invalid/nexus/worker:e2e"  # never pulled: KWOK fakes the kubelet
 TIMINGS: dict[str, dict[str, float]] = {}
 JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
-
-
-def _require(variable: str, controller: str, crd: str, custom: client.CustomObjectsApi) -> None:
-    if not VERSIONS.get(variable):
-        pytest.skip(f"{variable} is empty in e2e/versions.env: the controller is not built")
-    wanted = os.environ.get("NEXUS_E2E_CONTROLLERS")
-    if wanted is not None and controller not in wanted.split(","):
-        pytest.skip(f"NEXUS_E2E_CONTROLLERS={wanted!r} leaves {controller} out")
-    client.ApiextensionsV1Api(custom.api_client).read_custom_resource_definition(crd)
 
 
 def _container(name: str, gpus: int = 0, cpu: str = "500m") -> dict[str, Any]:
@@ -160,7 +145,7 @@ def _rank_order(pods: list[client.V1Pod], rank: Callable[[client.V1Pod], int]) -
 def test_jobset_driver_off_gpu_nodes_workers_in_one_rack_by_rank(
     nexus_namespace, core_v1, custom_objects
 ):
-    _require("JOBSET_VERSION", "jobset", "jobsets.jobset.x-k8s.io", custom_objects)
+    require_controller("JOBSET_VERSION", "jobset", "jobsets.jobset.x-k8s.io", custom_objects)
     ns, name = nexus_namespace, f"js-{uuid.uuid4().hex[:5]}"
 
     def replicated(rname: str, replicas: int, pods: int, gpus: int) -> dict[str, Any]:
@@ -216,7 +201,9 @@ def test_jobset_driver_off_gpu_nodes_workers_in_one_rack_by_rank(
 def torch_runtime(e2e_cluster, custom_objects):
     """Trainer's sample ClusterTrainingRuntime `torch-distributed`, from the module build.sh
     built Trainer from."""
-    _require("TRAINER_VERSION", "trainer", "trainjobs.trainer.kubeflow.org", custom_objects)
+    require_controller(
+        "TRAINER_VERSION", "trainer", "trainjobs.trainer.kubeflow.org", custom_objects
+    )
     bin_dir = Path(e2e_cluster.info()["bin"])
     runtime = yaml.safe_load(
         (bin_dir / "manifests" / "trainer" / "runtimes" / "torch_distributed.yaml").read_text()
@@ -269,7 +256,7 @@ def test_trainjob_4_nodes_in_one_rack_by_rank(
 
 
 def test_rayjob_head_workers_and_submitter_placed(nexus_namespace, core_v1, custom_objects):
-    _require("KUBERAY_VERSION", "kuberay", "rayjobs.ray.io", custom_objects)
+    require_controller("KUBERAY_VERSION", "kuberay", "rayjobs.ray.io", custom_objects)
     ns, name = nexus_namespace, f"ray-{uuid.uuid4().hex[:5]}"
 
     def group(container: str, gpus: int) -> dict[str, Any]:
@@ -333,7 +320,9 @@ def test_rayjob_head_workers_and_submitter_placed(nexus_namespace, core_v1, cust
 def test_leaderworkerset_groups_each_in_one_rack_leader_rank_0(
     nexus_namespace, core_v1, custom_objects
 ):
-    _require("LWS_VERSION", "lws", "leaderworkersets.leaderworkerset.x-k8s.io", custom_objects)
+    require_controller(
+        "LWS_VERSION", "lws", "leaderworkersets.leaderworkerset.x-k8s.io", custom_objects
+    )
     ns, name = nexus_namespace, f"lws-{uuid.uuid4().hex[:5]}"
     template = {"spec": _pod_spec(8, restart="Always")}
     submitted = time.time()

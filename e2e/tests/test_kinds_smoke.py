@@ -9,23 +9,24 @@ frameworks list); where nexus-admit places these kinds is tested elsewhere.
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from e2e_util import QUEUE_LABEL, all_running, condition, wait_for, workload_owned_by
+from e2e_util import (
+    QUEUE_LABEL,
+    all_running,
+    condition,
+    require_controller,
+    wait_for,
+    workload_owned_by,
+)
 from kubernetes import client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240, func_only=True)]
 
-VERSIONS = dict(
-    line.split("=", 1)
-    for line in (Path(__file__).resolve().parents[1] / "versions.env").read_text().splitlines()
-    if line and not line.startswith("#")
-)
 QUEUE = "silver"  # a ClusterQueue without the nexus admission check (manifests/kueue.yaml)
 IMAGE = "registry.invalid/nexus/worker:e2e"  # never pulled: KWOK fakes the kubelet
 
@@ -38,20 +39,6 @@ def _pod_spec(**extra: Any) -> dict[str, Any]:
         ],
         **extra,
     }
-
-
-def _require(
-    variable: str, controller: str, crd: str, custom_objects: client.CustomObjectsApi
-) -> None:
-    """Skip when the controller is not pinned or not asked for; otherwise its CRD must be
-    served."""
-    if not VERSIONS.get(variable):
-        pytest.skip(f"{variable} is empty in e2e/versions.env: the controller is not built")
-    wanted = os.environ.get("NEXUS_E2E_CONTROLLERS")
-    if wanted is not None and controller not in wanted.split(","):
-        pytest.skip(f"NEXUS_E2E_CONTROLLERS={wanted!r} leaves {controller} out")
-    ext = client.ApiextensionsV1Api(custom_objects.api_client)
-    ext.read_custom_resource_definition(crd)  # 404 here: pinned but not installed
 
 
 def _admitted_and_running(
@@ -108,7 +95,7 @@ def _create(
 
 
 def test_jobset_admitted_and_running(e2e_namespace, core_v1, custom_objects):
-    _require("JOBSET_VERSION", "jobset", "jobsets.jobset.x-k8s.io", custom_objects)
+    require_controller("JOBSET_VERSION", "jobset", "jobsets.jobset.x-k8s.io", custom_objects)
     name = f"js-{uuid.uuid4().hex[:5]}"
     job = {
         "parallelism": 1,
@@ -140,7 +127,9 @@ def test_jobset_admitted_and_running(e2e_namespace, core_v1, custom_objects):
 
 
 def test_leaderworkerset_admitted_and_running(e2e_namespace, core_v1, custom_objects):
-    _require("LWS_VERSION", "lws", "leaderworkersets.leaderworkerset.x-k8s.io", custom_objects)
+    require_controller(
+        "LWS_VERSION", "lws", "leaderworkersets.leaderworkerset.x-k8s.io", custom_objects
+    )
     name = f"lws-{uuid.uuid4().hex[:5]}"
     template = {"spec": _pod_spec(restartPolicy="Always")}
     lws = _create(
@@ -186,7 +175,9 @@ def test_leaderworkerset_admitted_and_running(e2e_namespace, core_v1, custom_obj
 def torch_runtime(e2e_cluster, custom_objects):
     """Trainer's sample ClusterTrainingRuntime `torch-distributed`, from the module build.sh
     built Trainer from (manifests/trainer/runtimes)."""
-    _require("TRAINER_VERSION", "trainer", "trainjobs.trainer.kubeflow.org", custom_objects)
+    require_controller(
+        "TRAINER_VERSION", "trainer", "trainjobs.trainer.kubeflow.org", custom_objects
+    )
     if not hasattr(e2e_cluster, "info"):
         pytest.skip("Trainer's runtime sample comes from the plane's binary directory")
     bin_dir = Path(e2e_cluster.info()["bin"])
@@ -231,7 +222,7 @@ def test_trainjob_admitted_and_running(e2e_namespace, core_v1, custom_objects, t
 
 
 def test_rayjob_admitted_and_running(e2e_namespace, core_v1, custom_objects):
-    _require("KUBERAY_VERSION", "kuberay", "rayjobs.ray.io", custom_objects)
+    require_controller("KUBERAY_VERSION", "kuberay", "rayjobs.ray.io", custom_objects)
     name = f"ray-{uuid.uuid4().hex[:5]}"
 
     def group(container: str) -> dict[str, Any]:

@@ -11,7 +11,8 @@ its gang back through Retry with that reason, and so does a slot whose node was 
 (bound or not) or cordoned before its pod was bound, and a Ready Workload whose reservation
 is gone (deleted by hand: its pods would stay pinned while nothing holds their capacity),
 and a gang one of whose pods left its slot (its gate lifted by someone else: a tenant
-cannot unpin a pod to jump a reservation unnoticed).
+cannot unpin a pod to jump a reservation unnoticed). A pinned pod whose ResourceClaims
+kube-scheduler's DRA allocator cannot allocate on its node says so in the Retry message.
 
 `release_reason`, `reservation_status`, `missing_reservation`, `lost_node` and
 `unpinned_pod` are pure; the rest writes through `api.py`.
@@ -55,6 +56,7 @@ __all__ = [
     "status_due",
     "sync_lifecycle",
     "unpinned_pod",
+    "unschedulable_message",
     "unschedulable_pin",
 ]
 
@@ -233,6 +235,26 @@ def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
     return str(cond.get("message") or "unschedulable")
 
 
+def unschedulable_message(pod: Mapping[str, Any], why: str) -> str:
+    """Why a pinned, unschedulable pod sends its gang back: the DRA allocator could not give
+    its claims the devices nexus counted on the node (the scheduler's message names the
+    claims), else the capacity reserved there was taken."""
+    spec = child(pod, "spec")
+    node = child(spec, "nodeSelector").get(L.HOSTNAME_LABEL)
+    head = f"pod {meta(pod).get('name')} pinned to node {node} cannot be scheduled"
+    if spec.get("resourceClaims") and "claim" in why.lower():
+        return (
+            f"{head}: kube-scheduler's DRA allocator cannot allocate its ResourceClaims there "
+            f"({why}); the node's devices are not what nexus counted when it placed the gang "
+            "(a ResourceSlice changed or was withdrawn, or a selector is read differently); "
+            "the gang is placed again"
+        )
+    return (
+        f"{head} ({why}): the capacity reserved there was taken, most likely by a pod that "
+        "bypassed Kueue; the gang is placed again"
+    )
+
+
 def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
     status = child(rr, "status")
     if status.get("phase") == PHASE_BOUND:
@@ -331,12 +353,7 @@ async def _act(
         for pod in pods:
             why = unschedulable_pin(pod, now)
             if why is not None:
-                node = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(L.HOSTNAME_LABEL)
-                message = (
-                    f"pod {meta(pod).get('name')} pinned to node {node} cannot be scheduled "
-                    f"({why}): the capacity reserved there was taken, most likely by a pod "
-                    "that bypassed Kueue; the gang is placed again"
-                )
+                message = unschedulable_message(pod, why)
                 break
     if message is None:
         why = unpinned_pod(rr, pods)

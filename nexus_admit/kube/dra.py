@@ -16,6 +16,13 @@ joined by `&&` inside one expression or as several selectors (all must hold). Re
 other DeviceClasses are left to kube-scheduler (nexus does not count those devices).
 A pod placed through claims may only go to nodes whose GPUs the DRA driver publishes
 (`DraIndex.gpu_nodes`): kube-scheduler's allocator can give it devices nowhere else.
+
+A claim on the ComputeDomain channel class (`compute-domain-default-channel.nvidia.com`,
+NVIDIA's multi-node NVLink) makes the pod set a ComputeDomain's: named by its
+ResourceClaimTemplate ("namespace/name", one per ComputeDomain), its pods stay inside one
+NVLink clique, and a clique another ComputeDomain holds (a live ResourceReservation with
+`compute-domain`: `domain_cliques`; a bound pod naming another channel template:
+`pod_domain_cliques`) is closed to it.
 """
 
 from __future__ import annotations
@@ -30,7 +37,17 @@ from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object
 from nexus_admit.kube.quantity import parse_memory_mib
 from nexus_admit.model import Node
 
-__all__ = ["ClaimGpus", "DraIndex", "claim_gpus", "claim_nodes", "normalize_product"]
+__all__ = [
+    "ClaimGpus",
+    "DraIndex",
+    "claim_gpus",
+    "claim_nodes",
+    "closed_cliques",
+    "domain_cliques",
+    "merge_held",
+    "normalize_product",
+    "pod_domain_cliques",
+]
 
 _ATTR = rf'device\.attributes\["{re.escape(L.DRA_GPU_DRIVER)}"\]'
 _PRODUCT = re.compile(rf'{_ATTR}\.{L.DRA_ATTR_PRODUCT}\s*==\s*"(?P<value>[^"\\]*)"')
@@ -95,6 +112,7 @@ class ClaimGpus:
     gpus: int = 0
     vram_mib: int = 0
     product: str | None = None
+    compute_domain: str | None = None  # its channel's ResourceClaimTemplate, "ns/name"
 
 
 @dataclass(slots=True)
@@ -102,6 +120,7 @@ class _Asked:
     gpus: int = 0
     vram_mib: int = 0
     product: str | None = None
+    compute_domain: str | None = None
 
 
 def claim_gpus(
@@ -121,7 +140,7 @@ def claim_gpus(
         if source is None:
             continue
         _read_requests(source, where, gpu_classes, asked)
-    return ClaimGpus(asked.gpus, asked.vram_mib, asked.product)
+    return ClaimGpus(asked.gpus, asked.vram_mib, asked.product, asked.compute_domain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +209,9 @@ def _read_requests(
                         "nexus cannot tell which alternative the allocator will pick; ask "
                         "for GPUs with exactly.count")
         exactly = mapping(holder, req.get("exactly"), f"{rfld}[{k}].exactly")
+        if exactly.get("deviceClassName") == L.DRA_CD_CHANNEL_CLASS:
+            _read_channel(where, f"{rfld}[{k}]", asked)
+            continue
         if exactly.get("deviceClassName") not in gpu_classes:
             continue  # not GPUs: left to kube-scheduler
         if where.shared:
@@ -203,6 +225,22 @@ def _read_requests(
     if gpu_requests and sequence(holder, devices.get("constraints"), cfld):
         raise _fail(where, cfld, "device constraints (matchAttribute) are not read by nexus; "
                     "leave them out of GPU claims")
+
+
+def _read_channel(where: _Where, fld: str, asked: _Asked) -> None:
+    """A ComputeDomain channel request: the pods share that ComputeDomain."""
+    if where.shared:
+        raise _fail(where, fld,
+                    "a ComputeDomain channel is asked through the ResourceClaimTemplate its "
+                    "ComputeDomain names (one claim per pod); a ResourceClaim named by pods is "
+                    "one allocation on one node")
+    m = meta(where.holder)
+    domain = f"{m.get('namespace') or 'default'}/{m.get('name')}"
+    if asked.compute_domain is not None and asked.compute_domain != domain:
+        raise _fail(where, fld,
+                    f"the pod shares ComputeDomain channel {asked.compute_domain} already; a "
+                    "pod is in one ComputeDomain")
+    asked.compute_domain = domain
 
 
 def _asks_gpu_first_available(
@@ -303,3 +341,73 @@ def claim_nodes(
         and (claim.product is None or normalize_product(n.gpu_product) == claim.product)
     )
     return fits if allowed is None else allowed & fits
+
+
+def domain_cliques(
+    reservations: Iterable[Obj], nodes: Mapping[str, Node]
+) -> dict[str, frozenset[str]]:
+    """NVLink clique → the ComputeDomains whose gangs hold a slot there: each live
+    ResourceReservation annotated with its gang's ComputeDomain, at its slots' nodes."""
+    held: dict[str, set[str]] = {}
+    for rr in reservations:
+        domain = (meta(rr).get("annotations") or {}).get(L.ANN_COMPUTE_DOMAIN)
+        if not domain or meta(rr).get("deletionTimestamp"):
+            continue
+        spec = rr.get("spec")
+        for ps in (spec.get("podSets") if isinstance(spec, Mapping) else None) or []:
+            for slot in (ps.get("slots") if isinstance(ps, Mapping) else None) or []:
+                node = nodes.get(str(slot.get("node"))) if isinstance(slot, Mapping) else None
+                if node is not None and node.clique is not None:
+                    held.setdefault(node.clique, set()).add(str(domain))
+    return {clique: frozenset(domains) for clique, domains in held.items()}
+
+
+def pod_domain_cliques(
+    pods: Iterable[Obj], index: DraIndex, nodes: Mapping[str, Node]
+) -> dict[str, frozenset[str]]:
+    """NVLink clique → the ComputeDomains whose pods run there, whoever placed them: a bound,
+    unfinished pod naming a channel template (one of a ComputeDomain's pods that nexus did
+    not place holds its clique as much as a reservation does)."""
+    held: dict[str, set[str]] = {}
+    for pod in pods:
+        spec, status = pod.get("spec"), pod.get("status")
+        if not isinstance(spec, Mapping) or not spec.get("nodeName"):
+            continue
+        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        node = nodes.get(str(spec["nodeName"]))
+        if node is None or node.clique is None:
+            continue
+        ns = str(meta(pod).get("namespace") or "default")
+        for entry in spec.get("resourceClaims") or []:
+            name = entry.get("resourceClaimTemplateName") if isinstance(entry, Mapping) else None
+            if name and _asks_channel(index.templates.get((ns, str(name)))):
+                held.setdefault(node.clique, set()).add(f"{ns}/{name}")
+    return {clique: frozenset(domains) for clique, domains in held.items()}
+
+
+def _asks_channel(template: Obj | None) -> bool:
+    outer = template.get("spec") if template is not None else None
+    spec = outer.get("spec") if isinstance(outer, Mapping) else None
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    return any(
+        isinstance(r, Mapping) and isinstance(r.get("exactly"), Mapping)
+        and r["exactly"].get("deviceClassName") == L.DRA_CD_CHANNEL_CLASS
+        for r in requests or []
+    )
+
+
+def merge_held(*helds: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    out: dict[str, frozenset[str]] = {}
+    for held in helds:
+        for clique, domains in held.items():
+            out[clique] = out.get(clique, frozenset()) | domains
+    return out
+
+
+def closed_cliques(domain: str | None, held: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The cliques another ComputeDomain than `domain` holds (none without a domain)."""
+    if domain is None:
+        return frozenset()
+    return frozenset(clique for clique, domains in held.items() if domains - {domain})

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,13 @@ import yaml
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import build_snapshot, topologies_from_objects
-from nexus_admit.kube.dra import DraIndex
+from nexus_admit.kube.dra import (
+    DraIndex,
+    closed_cliques,
+    domain_cliques,
+    merge_held,
+    pod_domain_cliques,
+)
 from nexus_admit.kube.errors import (
     Obj,
     Skipped,
@@ -257,6 +263,12 @@ class ClusterDump:
             now=now,
             dra=self.dra_index(),
         )
+        if gang.compute_domain is not None:  # at most one ComputeDomain per NVLink clique
+            held = merge_held(
+                domain_cliques(self.kind(L.KIND_RESOURCE_RESERVATION), snapshot.nodes),
+                pod_domain_cliques(self.kind("Pod"), self.dra_index(), snapshot.nodes),
+            )
+            gang = replace(gang, closed_cliques=closed_cliques(gang.compute_domain, held))
         if self._services is None and service_key(workload, kueue) is not None:
             self._services = ServiceIndex.of(
                 self.kind("Workload"), self.kind(L.KIND_RESOURCE_RESERVATION), kueue, now

@@ -12,6 +12,7 @@ from typing import Final
 __all__ = [
     "ADMISSION_CHECK_CONTROLLER",
     "ANN_ATTEMPT",
+    "ANN_COMPUTE_DOMAIN",
     "ANN_DRAIN",
     "ANN_GPU_FRACTION",
     "ANN_GPU_MEMORY",
@@ -31,6 +32,7 @@ __all__ = [
     "DRA_ATTR_PRODUCT",
     "DRA_ATTR_TYPE",
     "DRA_CAP_MEMORY",
+    "DRA_CD_CHANNEL_CLASS",
     "DRA_GPU_DRIVER",
     "GATE_PLACEMENT",
     "GFD_GPU_CLIQUE",
@@ -123,6 +125,12 @@ DRA_ATTR_INDEX: Final = "index"
 DRA_ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 DRA_ATTR_NUMA_NODE: Final = "numaNode"  # honoured when a driver publishes it
 DRA_CAP_MEMORY: Final = "memory"
+# ComputeDomains (multi-node NVLink): the DeviceClass of a ComputeDomain's channel, which the
+# ResourceClaimTemplate NVIDIA's ComputeDomain controller creates for its pods asks for
+DRA_CD_CHANNEL_CLASS: Final = "compute-domain-default-channel.nvidia.com"
+# ResourceReservation: the ComputeDomain (its channel template, "namespace/name") the gang
+# shares: at most one ComputeDomain per NVLink clique
+ANN_COMPUTE_DOMAIN: Final = _P + "compute-domain"
 
 # ---- Kueue ----
 KUEUE_API_GROUP: Final = "kueue.x-k8s.io"

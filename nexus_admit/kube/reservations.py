@@ -255,7 +255,11 @@ def reservation_object(
             "name": name,
             "namespace": str(m.get("namespace") or "default"),
             "ownerReferences": [owner] if owner["uid"] else [],
-            "annotations": {L.ANN_ATTEMPT: attempt_key(workload)},
+            "annotations": {
+                L.ANN_ATTEMPT: attempt_key(workload),
+                # at most one ComputeDomain per NVLink clique: later gangs read it here
+                **({L.ANN_COMPUTE_DOMAIN: gang.compute_domain} if gang.compute_domain else {}),
+            },
         },
         "spec": {
             "workloadRef": {

@@ -54,6 +54,7 @@ from nexus_admit.kube.podspec import (
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.kube.serving import is_serving_pod, serving_templates
 from nexus_admit.model import (
+    NVLINK_CLIQUE_LEVEL,
     Gang,
     Node,
     NumaPolicy,
@@ -61,6 +62,7 @@ from nexus_admit.model import (
     PodSet,
     Toleration,
     WorkloadType,
+    with_clique_level,
 )
 
 __all__ = ["OWNER_KINDS", "classify_workload", "workload_to_gang"]
@@ -398,13 +400,28 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
             affinity_terms=node_affinity_terms(workload, pspec, f"{fld}.template.spec"),
             allowed_nodes=allowed,
             indexed=indexed,
-            required_level=said.required.get(name),
+            required_level=_clique_bound(ctx, said.required.get(name), claimed),
             preferred_level=said.preferred.get(name),
             workload_type=said.workload_types.get(name),
             group=said.groups.get(name),
+            compute_domain=claimed.compute_domain,
         )
     except ValueError as e:
         raise TranslationError(object_ref(workload), fld, str(e)) from None
+
+
+def _clique_bound(ctx: _Context, stated: str | None, claimed: ClaimGpus) -> str | None:
+    """A ComputeDomain pod set's required level: the level it states when that lies inside
+    one NVLink clique (under the clique in the gang's levels), else the clique."""
+    if claimed.compute_domain is None:
+        return stated
+    if stated is None:
+        return NVLINK_CLIQUE_LEVEL
+    if ctx.levels is None:
+        return stated  # unresolved levels: the clique heads them unless the config names it
+    order = with_clique_level(ctx.levels, True)
+    return stated if order.index(stated) > order.index(NVLINK_CLIQUE_LEVEL) else (
+        NVLINK_CLIQUE_LEVEL)
 
 
 def _claimed_gpus(

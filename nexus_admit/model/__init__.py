@@ -36,12 +36,19 @@ from nexus_admit.model.gang import (
     Toleration,
     WorkloadType,
 )
-from nexus_admit.model.topology import Domain, domain_at, domain_path
+from nexus_admit.model.topology import (
+    NVLINK_CLIQUE_LEVEL,
+    Domain,
+    domain_at,
+    domain_path,
+    with_clique_level,
+)
 
 __all__ = [
     "DEFAULT_LEVELS",
     "GPU_WHOLE",
     "HOSTNAME_LABEL",
+    "NVLINK_CLIQUE_LEVEL",
     "Assignment",
     "ClusterSnapshot",
     "Domain",
@@ -76,4 +83,5 @@ __all__ = [
     "fit_pod",
     "pod_capacity",
     "release_slots",
+    "with_clique_level",
 ]

@@ -110,6 +110,10 @@ class PodSet:
     # Kueue's podset-group-name: a group's pod sets share their required level (and a
     # GPU-less member of a group with GPU pod sets is bound like them)
     group: str | None = None
+    # the ComputeDomain (its channel's ResourceClaimTemplate, "namespace/name") whose
+    # multi-node NVLink channel the pods share: they must all be inside one NVLink clique
+    # (the translation makes `required_level` the clique or a level under it)
+    compute_domain: str | None = None
 
     def __post_init__(self) -> None:
         if self.count < 1:
@@ -210,6 +214,9 @@ class Gang:
     service: str | None = None
     siblings: Mapping[str, int] = field(default_factory=dict)
     spread_rules: tuple[SpreadRule, ...] = ()
+    # NVLink cliques other ComputeDomains hold: at most one ComputeDomain per clique, so the
+    # gang's ComputeDomain pod sets keep out of them
+    closed_cliques: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.pod_sets:
@@ -217,6 +224,22 @@ class Gang:
         names = [p.name for p in self.pod_sets]
         if len(set(names)) != len(names):
             raise ValueError(f"gang {self.name!r}: duplicate pod set names {names}")
+        domains = {p.compute_domain for p in self.pod_sets} - {None}
+        if len(domains) > 1:
+            raise ValueError(
+                f"gang {self.name!r}: pod sets share different ComputeDomains "
+                f"{sorted(d for d in domains if d)}; one gang may use one"
+            )
+        if any(p.compute_domain and p.required_level is None for p in self.pod_sets):
+            raise ValueError(
+                f"gang {self.name!r}: a ComputeDomain pod set needs a required level "
+                "(the NVLink clique or one under it)"
+            )
+
+    @property
+    def compute_domain(self) -> str | None:
+        """The ComputeDomain its pod sets share, if any (at most one per gang)."""
+        return next((p.compute_domain for p in self.pod_sets if p.compute_domain), None)
 
     @property
     def pod_count(self) -> int:

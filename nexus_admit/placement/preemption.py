@@ -31,6 +31,7 @@ from nexus_admit.model import (
     SolveStatus,
     domain_at,
     release_slots,
+    with_clique_level,
 )
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.problem import prepare
@@ -278,6 +279,27 @@ def _domains(snapshot: ClusterSnapshot, levels: Sequence[str], level_order: list
     return out
 
 
+def _gang_levels(
+    snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig
+) -> tuple[str, ...] | None:
+    """The levels the gang is placed with (a ComputeDomain's: the NVLink clique heading
+    them, as `prepare` has them); None when the config cannot be resolved."""
+    try:
+        levels = config.resolve_levels(snapshot.kueue_topologies)
+    except ValueError:
+        return None
+    return with_clique_level(levels, gang.compute_domain is not None)
+
+
+def _open_to(gang: Gang, snapshot: ClusterSnapshot, domains: list[_Domain]) -> list[_Domain]:
+    """The domains a ComputeDomain gang may be placed in: not in a clique another
+    ComputeDomain holds (a ComputeDomain's domains lie inside one clique)."""
+    if not gang.closed_cliques:
+        return domains
+    return [d for d in domains
+            if not any(snapshot.nodes[n].clique in gang.closed_cliques for n in d.nodes)]
+
+
 def _released(snapshot: ClusterSnapshot, nodes: frozenset[str],
               chosen: Iterable[RunningGang]) -> ClusterSnapshot:
     sub = ClusterSnapshot(
@@ -363,9 +385,8 @@ def plan_preemption(
     pre = config.preemption
     if not pre.enabled or not config.evictable_tiers(gang.tier):
         return None
-    try:
-        levels = config.resolve_levels(snapshot.kueue_topologies)
-    except ValueError:
+    levels = _gang_levels(snapshot, gang, config)
+    if levels is None:
         return None
     allowed = [(victim_cost(r, config), r) for r in running
                if evictable(gang, r, snapshot, config) is None]
@@ -375,7 +396,7 @@ def plan_preemption(
     # the solve inside a domain must not hold the gang for locality: the domain is the hold
     solve_config = config.model_copy(update={"locality_wait": None})
     order: list[str | None] = list(_preemption_levels(gang, levels, config))
-    domains = _domains(snapshot, levels, order, allowed)
+    domains = _open_to(gang, snapshot, _domains(snapshot, levels, order, allowed))
     held_for_locality = config.locality_wait is not None and gang.pod_count > 1
     if gang.required_level is None and not held_for_locality:
         # last resort: anywhere in the cluster
@@ -467,9 +488,8 @@ def plan_drain(
     after = pre.drain_after_seconds
     if not pre.enabled or after is None or gang.waited_seconds < after or gang.pod_count < 2:
         return None
-    try:
-        levels = config.resolve_levels(snapshot.kueue_topologies)
-    except ValueError:
+    levels = _gang_levels(snapshot, gang, config)
+    if levels is None:
         return None
     order: list[str | None] = list(_preemption_levels(gang, levels, config))
     waited_for = [(victim_cost(r, config), r) for r in running if r.name != gang.name]
@@ -479,7 +499,8 @@ def plan_drain(
         order.append(None)  # last resort: the whole cluster
     for level in order:
         ranked = []
-        domains = (_domains(snapshot, levels, [level], waited_for) if level is not None
+        domains = (_open_to(gang, snapshot, _domains(snapshot, levels, [level], waited_for))
+                   if level is not None
                    else [_Domain(None, None, frozenset(snapshot.nodes), waited_for)])
         for dom in domains:
             busy = sum(v.gpus for v, _ in dom.candidates)

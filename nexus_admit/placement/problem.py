@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from nexus_admit.model import (
+    NVLINK_CLIQUE_LEVEL,
     ClusterSnapshot,
     Domain,
     Gang,
@@ -17,9 +18,12 @@ from nexus_admit.model import (
     PodSet,
     domain_path,
     pod_capacity,
+    with_clique_level,
 )
 
-__all__ = ["Problem", "prepare"]
+__all__ = ["CLOSED_CLIQUE", "Problem", "prepare"]
+
+CLOSED_CLIQUE = "NVLink clique held by another ComputeDomain"  # a candidate filter's reason
 
 
 @dataclass(slots=True)
@@ -79,6 +83,15 @@ class Problem:
             return []
         return [p for p in gang.pod_sets if gang.level_of(p) != gang.required_level]
 
+    def closed_note(self) -> str:
+        """What a shortfall message adds when cliques other ComputeDomains hold kept nodes
+        out ("" otherwise)."""
+        held = max((why.get(CLOSED_CLIQUE) or 0 for why in self.rejections.values()), default=0)
+        if not held:
+            return ""
+        return (f" ({held} nodes are in NVLink cliques other ComputeDomains hold: at most one "
+                f"ComputeDomain per clique)")
+
     def class_cost(self, node_name: str) -> int:
         return self.config.class_cost(self.gang.tier, self.node_class[node_name])
 
@@ -111,7 +124,7 @@ class Problem:
             allowed = self.config.allowed_classes(self.gang.tier) if ps.gpus else None
             key = ("idle-room", self.levels, level,
                    _static_key(ps, self._label_level(ps), _allowed_key(self.config, allowed)),
-                   self.gang.numa_policy)
+                   self.gang.numa_policy, *_closed_key(self.gang, ps))
             per_domain = cast(dict[Domain, int] | None, self.snapshot.static_cache.get(key))
             if per_domain is None:
                 pods: dict[Domain, int] = defaultdict(int)
@@ -150,6 +163,29 @@ def _check_pod_set_levels(gang: Gang, levels: tuple[str, ...]) -> str:
     return ""
 
 
+def _closed_key(gang: Gang, ps: PodSet) -> tuple[object, ...]:
+    """What the cliques other ComputeDomains hold add to a memo key (nothing when unset)."""
+    if ps.compute_domain is None or not gang.closed_cliques:
+        return ()
+    return (tuple(sorted(gang.closed_cliques)),)
+
+
+def _outside_closed_cliques(
+    problem: Problem, ps: PodSet, ok: list[str], why: Counter[str]
+) -> tuple[list[str], Counter[str]]:
+    """A ComputeDomain pod set's candidates without the nodes of cliques another
+    ComputeDomain holds (at most one ComputeDomain per clique)."""
+    closed = problem.gang.closed_cliques
+    if ps.compute_domain is None or not closed:
+        return ok, why
+    kept = [n for n in ok if problem.node(n).clique not in closed]
+    if len(kept) == len(ok):
+        return ok, why
+    why = Counter(why)
+    why[CLOSED_CLIQUE] += len(ok) - len(kept)
+    return kept, why
+
+
 def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> object:
     """What a tier's allowedClasses add to the eligibility key (nothing when unset)."""
     return None if allowed is None else (tuple(sorted(allowed)), config.hardware_classes)
@@ -171,6 +207,8 @@ def _static_key(
         ps.allowed_nodes,
         required_level,  # the label key: an index would mean another label under other levels
     )
+    if ps.compute_domain is not None:  # the clique heads the levels, nodes need its label
+        key = (*key, "one-clique")
     # the tier's allowedClasses (GPU pod sets only); unset leaves the key as it always was
     return key if allowed is None else (*key, allowed)
 
@@ -181,7 +219,9 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
 
     Label-derived facts are memoised in `snapshot.static_cache`, so placing many gangs on
     one snapshot (simulator, `plan`) pays for them once."""
-    levels = config.resolve_levels(snapshot.kueue_topologies)
+    levels = with_clique_level(
+        config.resolve_levels(snapshot.kueue_topologies), gang.compute_domain is not None
+    )
     cache = snapshot.static_cache
     facts_key = ("facts", levels, config.hardware_classes)
     facts = cache.get(facts_key)
@@ -228,6 +268,8 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
             why: Counter[str] = Counter()
             for node in snapshot:
                 reason = ps.static_fit(node)
+                if reason is None and ps.compute_domain is not None and node.clique is None:
+                    reason = f"in no NVLink clique (no {NVLINK_CLIQUE_LEVEL} label)"
                 if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
                     reason = f"no {label_level} label"
                 if reason is None and allowed is not None and node_class[node.name] not in allowed:
@@ -239,9 +281,12 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
             cached = (ok, why)
             cache[key] = cached
         ok, why = cast(tuple[list[str], Counter[str]], cached)
+        fits_statically = bool(ok)
+        ok, why = _outside_closed_cliques(problem, ps, ok, why)
         problem.candidates[ps.name] = ok
         problem.rejections[ps.name] = why
-        if not ok and not problem.impossible:
+        # cliques other ComputeDomains hold open again when those finish: a wait, not never
+        if not fits_statically and not problem.impossible:
             problem.impossible = _never_fits_message(ps, why, snapshot)
     return problem
 

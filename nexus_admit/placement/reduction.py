@@ -97,7 +97,7 @@ def shortfall(problem: Problem, red: Reduction) -> str:
             what = f"{ps.gpus} GPU" if ps.gpus else "CPU-only"
             return (
                 f"pod set {ps.name!r}: {ps.count} pods ({what} each) requested, "
-                f"free capacity for {room} now; will retry"
+                f"free capacity for {room} now{problem.closed_note()}; will retry"
             )
     required = problem.gang.required_level
     if required is not None:
@@ -111,7 +111,8 @@ def shortfall(problem: Problem, red: Reduction) -> str:
         ):
             return (
                 f"no single {required} domain has room for all {problem.gang.pod_count} pods "
-                f"now (largest: {max(per_domain.values(), default=0)}); will retry"
+                f"now (largest: {max(per_domain.values(), default=0)}){problem.closed_note()}; "
+                "will retry"
             )
     return ""
 

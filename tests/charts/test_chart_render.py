@@ -111,6 +111,17 @@ def test_helm_lint_strict_passes(values: dict[str, Any] | None, tmp_path: Path) 
     assert "0 chart(s) failed" in r.stdout
 
 
+@pytest.mark.parametrize(("version", "installs"), [("1.33.9", False), ("1.34.0", True)])
+def test_the_chart_refuses_a_kubernetes_older_than_the_oldest_tested(
+    version: str, installs: bool
+) -> None:
+    # 1.34 is the oldest plane make test runs (e2e/versions.env KUBERNETES_OLDEST_VERSION)
+    r = helm("template", "x", str(CHART), "--kube-version", version)
+    assert (r.returncode == 0) is installs, r.stderr
+    if not installs:
+        assert "kubeVersion" in r.stderr and ">=1.34.0-0" in r.stderr, r.stderr
+
+
 def test_the_chart_crds_are_the_repository_crds_byte_for_byte() -> None:
     repo = {p.name: p.read_bytes() for p in sorted((ROOT / "crds").glob("*.yaml"))}
     chart = {p.name: p.read_bytes() for p in sorted((CHART / "crds").glob("*.yaml"))}

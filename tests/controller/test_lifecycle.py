@@ -14,6 +14,7 @@ from nexus_admit.controller.lifecycle import (
     reservation_status,
     status_due,
     unpinned_pod,
+    unschedulable_message,
     unschedulable_pin,
 )
 from nexus_admit.kube import labels as L
@@ -123,6 +124,23 @@ def test_unschedulable_pin_waits_for_the_grace() -> None:
 
     assert unschedulable_pin(p(now - timedelta(seconds=5)), now) is None
     assert "0/64" in unschedulable_pin(p(now - timedelta(seconds=60)), now)
+
+
+def test_an_allocator_that_cannot_allocate_the_claims_is_named_in_the_retry_message() -> None:
+    pinned = {"metadata": {"name": "gang-0"},
+              "spec": {"nodeSelector": {L.HOSTNAME_LABEL: "dra-ra-1"},
+                       "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}
+    why = ("0/40 nodes are available: 1 cannot allocate all claims, 39 node(s) didn't match "
+           "Pod's node affinity/selector.")
+    message = unschedulable_message(pinned, why)
+    assert "pod gang-0 pinned to node dra-ra-1" in message
+    assert "DRA allocator cannot allocate its ResourceClaims" in message
+    assert why in message and "placed again" in message
+    # a pod without claims, or a message about something else: the capacity was taken
+    plain = {"metadata": {"name": "p"}, "spec": {"nodeSelector": {L.HOSTNAME_LABEL: "n"}}}
+    assert "bypassed Kueue" in unschedulable_message(plain, why)
+    cpu = "0/40 nodes are available: 1 Insufficient cpu."
+    assert "bypassed Kueue" in unschedulable_message(pinned, cpu)
 
 
 def ready(since: str = "2026-11-25T10:00:05Z", **conds: str) -> dict[str, Any]:

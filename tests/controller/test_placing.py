@@ -687,3 +687,50 @@ def test_each_pass_places_on_the_snapshot_a_full_build_gives() -> None:
     kept = live.build(live.gather(ctx.store, now=ctx.clock()), [])
     full = ctx.store.dump().snapshot(now=ctx.clock(), skipped=[])
     assert list(kept.nodes.items()) == list(full.nodes.items())
+
+
+def test_two_compute_domains_placed_in_one_pass_take_two_cliques() -> None:
+    """The second ComputeDomain gang is placed before the watch shows the first one's
+    reservation: the ledger closes the first one's clique to it (its free node there would
+    otherwise be the tighter fit, keeping clique B whole)."""
+    clique = "nvidia.com/gpu.clique"
+    channel = {"name": "channel",
+               "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
+    gpus = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}
+
+    def template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {"spec": {"devices": {"requests": [request]}}}}
+
+    def cd_workload(name: str, created: str) -> dict[str, Any]:
+        claims = [{"name": "gpu", "resourceClaimTemplateName": "eight"},
+                  {"name": "channel", "resourceClaimTemplateName": f"{name}-channel"}]
+        w = workload(name, [pod_set(count=1, gpus=0, spec_extra={"resourceClaims": claims})],
+                     created=created)
+        w["status"]["conditions"][0]["lastTransitionTime"] = QR
+        return w
+
+    api = FakeApi()
+    for name, c in (("a0", "A"), ("a1", "A"), ("b0", "B"), ("b1", "B")):
+        api.put(node(name, gpus=0, labels={clique: c}))
+        devices = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}},
+                    "capacity": {"memory": {"value": "80Gi"}}} for i in range(8)]
+        api.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                 "metadata": {"name": f"{name}-gpus"},
+                 "spec": {"driver": "gpu.nvidia.com", "nodeName": name,
+                          "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                          "devices": devices}})
+    for obj in (cluster_queue("cq", "gold"), admission_check("nexus"), template("eight", gpus),
+                template("one-channel", channel), template("two-channel", channel),
+                cd_workload("one", QR), cd_workload("two", "2026-11-25T10:00:01Z")):
+        api.put(obj)
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "one")["state"] == "Ready", check_of(api, "one")
+    assert check_of(api, "two")["state"] == "Ready", check_of(api, "two")
+    by_name = {rr["metadata"]["name"].split("-")[0]: rr for rr in api.of_kind(RR)}
+    cliques = {k: {n[0] for n in slot_nodes(rr)} for k, rr in by_name.items()}
+    assert cliques["one"] != cliques["two"], cliques
+    assert by_name["one"]["metadata"]["annotations"][L.ANN_COMPUTE_DOMAIN] == (
+        "default/one-channel")

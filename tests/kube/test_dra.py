@@ -7,12 +7,19 @@ import pytest
 from kube_factories import cluster_queue, node, pod_set, workload
 
 from nexus_admit.kube.cluster import node_from_object
-from nexus_admit.kube.dra import DraIndex, claim_gpus
+from nexus_admit.kube.dra import (
+    DraIndex,
+    claim_gpus,
+    closed_cliques,
+    domain_cliques,
+    merge_held,
+    pod_domain_cliques,
+)
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.workload import workload_to_gang
-from nexus_admit.model import PlacementConfig
+from nexus_admit.model import NVLINK_CLIQUE_LEVEL, PlacementConfig
 
 CONFIG = PlacementConfig()
 H100 = "NVIDIA H100 80GB HBM3"
@@ -220,3 +227,111 @@ def test_malformed_claim_is_listed_not_fatal() -> None:
                           resource_claims=[bad, _claim("ok", "d1", "gpu-1")], skipped=skipped)
     assert snap.nodes["d1"].gpu_free == [1000, 0]
     assert [(s.kind, s.name) for s in skipped] == [("ResourceClaim", "bad")]
+
+
+# ---------------------------------------------------------------- ComputeDomains
+
+CHANNEL = {"name": "channel",
+           "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}
+ZONE = "topology.kubernetes.io/zone"
+
+
+def cd_pod_set(count: int = 2, **kw: Any) -> dict[str, Any]:
+    claims = [{"name": "gpu", "resourceClaimTemplateName": "gpus"},
+              {"name": "channel", "resourceClaimTemplateName": "cd-channel"}]
+    return pod_set("workers", count, gpus=0, spec_extra={"resourceClaims": claims}, **kw)
+
+
+def cd_index() -> DraIndex:
+    return DraIndex.of([template("gpus", gpu_request(8)), template("cd-channel", CHANNEL)])
+
+
+def test_a_compute_domain_channel_binds_the_pod_set_to_one_nvlink_clique() -> None:
+    g = gang(workload("w", [cd_pod_set()]), cd_index())
+    ps = g.pod_sets[0]
+    assert (ps.gpus, ps.compute_domain) == (8, "default/cd-channel")
+    assert ps.required_level == NVLINK_CLIQUE_LEVEL == g.required_level
+    assert g.compute_domain == "default/cd-channel"
+    # a level under the clique (every configured one is: the clique heads them) is kept
+    in_rack = gang(workload("w", [cd_pod_set(annotations={
+        "scheduling.kubenexus.io/required-topology": ZONE})]), cd_index())
+    assert in_rack.pod_sets[0].required_level == ZONE == in_rack.required_level
+    # without the channel, no clique
+    plain = gang(workload("w", [claim_pod_set()]), cd_index())
+    assert (plain.pod_sets[0].compute_domain, plain.required_level) == (None, None)
+
+
+def test_a_channel_in_a_shared_claim_or_two_channels_are_errors() -> None:
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "shared", "namespace": "default"},
+             "spec": {"devices": {"requests": [CHANNEL]}}}
+    ps = pod_set("p", 2, gpus=0,
+                 spec_extra={"resourceClaims": [{"name": "c", "resourceClaimName": "shared"}]})
+    with pytest.raises(TranslationError, match="ResourceClaimTemplate its ComputeDomain"):
+        gang(workload("w", [ps]), DraIndex.of(claims=[claim]))
+    two = cd_pod_set()
+    two["template"]["spec"]["resourceClaims"].append(
+        {"name": "other", "resourceClaimTemplateName": "other-channel"})
+    index = DraIndex.of([template("gpus", gpu_request(8)), template("cd-channel", CHANNEL),
+                         template("other-channel", CHANNEL)])
+    with pytest.raises(TranslationError, match="one ComputeDomain"):
+        gang(workload("w", [two]), index)
+
+
+def _clique_node(name: str, clique: str | None) -> Any:
+    labels = {NVLINK_CLIQUE_LEVEL: clique} if clique else {}
+    return node_from_object(node(name, labels=labels))[0]
+
+
+def _rr(name: str, domain: str | None, *nodes: str, deleting: bool = False) -> dict[str, Any]:
+    m: dict[str, Any] = {"name": name, "namespace": "default", "annotations": {}}
+    if domain:
+        m["annotations"]["scheduling.kubenexus.io/compute-domain"] = domain
+    if deleting:
+        m["deletionTimestamp"] = "2026-11-25T10:00:00Z"
+    slots = [{"index": i, "node": n, "gpus": list(range(8))} for i, n in enumerate(nodes)]
+    return {"kind": "ResourceReservation", "metadata": m,
+            "spec": {"podSets": [{"name": "workers", "slots": slots}]}}
+
+
+def test_cliques_held_by_other_compute_domains_are_closed() -> None:
+    nodes = {n.name: n for n in (_clique_node("a0", "A"), _clique_node("a1", "A"),
+                                 _clique_node("b0", "B"), _clique_node("x0", None))}
+    held = domain_cliques([_rr("one", "ns/cd1", "a0", "a1"), _rr("plain", None, "b0"),
+                           _rr("gone", "ns/cd3", "b0", deleting=True),
+                           _rr("nowhere", "ns/cd2", "x0", "missing")], nodes)
+    assert held == {"A": frozenset({"ns/cd1"})}
+    assert closed_cliques("ns/cd2", held) == {"A"}
+    assert closed_cliques("ns/cd1", held) == frozenset()  # its own clique stays open
+    assert closed_cliques(None, held) == frozenset()
+
+
+def test_the_dump_closes_cliques_its_reservations_give_other_compute_domains() -> None:
+    objs = [node(f"{c}{i}", labels={NVLINK_CLIQUE_LEVEL: c.upper()}) for c in "ab"
+            for i in range(2)]
+    objs += [template("gpus", gpu_request(8)), template("cd-channel", CHANNEL),
+             cluster_queue("cq", "gold"), _rr("other", "default/other-channel", "a0")]
+    wl = workload("w", [cd_pod_set()])
+    dump = ClusterDump.of([*objs, wl])
+    g = dump.gang(wl, CONFIG, dump.snapshot())
+    assert g.closed_cliques == {"A"}
+
+
+def test_running_pods_of_a_compute_domain_nexus_did_not_place_hold_their_clique() -> None:
+    nodes = {n.name: n for n in (_clique_node("a0", "A"), _clique_node("b0", "B"))}
+
+    def pod(name: str, node: str | None, tpl: str, phase: str = "Running") -> dict[str, Any]:
+        spec: dict[str, Any] = {"resourceClaims": [{"name": "c",
+                                                    "resourceClaimTemplateName": tpl}]}
+        if node:
+            spec["nodeName"] = node
+        return {"kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                "spec": spec, "status": {"phase": phase}}
+
+    index = DraIndex.of([template("gpus", gpu_request(8)), template("cd-channel", CHANNEL)])
+    held = pod_domain_cliques([pod("p", "a0", "cd-channel"), pod("g", "b0", "gpus"),
+                               pod("pending", None, "cd-channel"),
+                               pod("done", "b0", "cd-channel", phase="Succeeded")],
+                              index, nodes)
+    assert held == {"A": frozenset({"default/cd-channel"})}
+    both = merge_held(held, {"A": frozenset({"ns/x"}), "B": frozenset({"ns/y"})})
+    assert both == {"A": frozenset({"default/cd-channel", "ns/x"}), "B": frozenset({"ns/y"})}

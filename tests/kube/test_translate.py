@@ -1,5 +1,6 @@
 """PlacementConfig objects, ResourceReservation objects and the CRDs."""
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,14 @@ def test_reservation_object_round_trips_through_the_snapshot() -> None:
     assert ps["requests"] == {"cpu": "8", "memory": "65536Mi"}
     assert [s["index"] for s in ps["slots"]] == [0, 1]
     assert rr["spec"]["expiresAt"] == "2030-01-01T00:00:00Z"
+    assert "scheduling.kubenexus.io/compute-domain" not in rr["metadata"]["annotations"]
+    shared = replace(gang, pod_sets=tuple(
+        replace(p, required_level="nvidia.com/gpu.clique", compute_domain="ns/cd-channel")
+        for p in gang.pod_sets))
+    cd_rr = reservation_object(name="w-rr", workload=wl, gang=shared, placement=placement,
+                               expires_at=datetime(2030, 1, 1, tzinfo=UTC))
+    assert cd_rr["metadata"]["annotations"]["scheduling.kubenexus.io/compute-domain"] == (
+        "ns/cd-channel")
     snap = build_snapshot(
         [node("n1", cpu="64", memory="512Gi")], [], [rr], now=datetime(2029, 1, 1, tzinfo=UTC)
     )

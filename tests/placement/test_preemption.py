@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
+    Node,
     PlacementConfig,
     PodSet,
     Slot,
@@ -369,3 +371,26 @@ def test_a_gang_that_waited_long_enough_gets_the_domain_freest_now_to_drain() ->
     assert nodes_of(plan.placement.slots) == {f"h0{i}" for i in range(4)}
     assert "draining example.com/rack=b0/r0" in plan.placement.explanation[-1]
     assert plan_drain(ENGINE, snap, waited, running, config()) is None  # drain off
+
+
+def test_a_compute_domain_gang_preempts_inside_one_open_nvlink_clique() -> None:
+    """Bronze work fills cliques A and B and a rack in no clique (the cheapest to lose): a
+    gold ComputeDomain gang evicts inside one clique, never the clique-less rack, and never
+    in a clique another ComputeDomain holds."""
+    clique = "nvidia.com/gpu.clique"
+
+    def node(name: str, c: str | None, rack: str) -> Node:
+        return gpu_node(name, rack=rack, clique=c, labels={clique: c} if c else {})
+
+    snap = snapshot(node("a0", "A", "r0"), node("a1", "A", "r0"), node("b0", "B", "r1"),
+                    node("b1", "B", "r1"), node("c0", None, "r2"), node("c1", None, "r2"))
+    hours = {"a": 1.0, "b": 2.0, "c": 0.1}
+    running = [run(snap, f"ns/{n}", n, 8, hours=hours[n[0]]) for n in snap.nodes]
+    ps = PodSet("w", 2, gpus=8, required_level=clique, compute_domain="ns/cd-channel")
+    gang = Gang("ns/cd", (ps,), tier="gold", required_level=clique)
+    plan = plan_preemption(ENGINE, snap, gang, running, config())
+    assert plan is not None and set(plan.victim_names) == {"ns/a0", "ns/a1"}
+    assert nodes_of(plan.placement.slots) == {"a0", "a1"}
+    held = plan_preemption(ENGINE, snap, replace(gang, closed_cliques=frozenset({"A"})),
+                           running, config())
+    assert held is not None and nodes_of(held.placement.slots) == {"b0", "b1"}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from nexus_admit.model import Gang, PodSet
+from dataclasses import replace
+
+from nexus_admit.model import NVLINK_CLIQUE_LEVEL, ClusterSnapshot, Gang, Node, PodSet
+from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.problem import prepare
 from tests.factories import BLOCK, HOST, RACK, config, gpu_node, snapshot
 
@@ -32,3 +35,87 @@ def test_idle_room_counts_whole_gangs_per_domain_as_if_the_nodes_were_idle() -> 
     # memoised per snapshot: a second problem reads the same answer
     assert prepare(snap, Gang("ns/h", (PodSet("w", 2, gpus=4),)), config()).idle_room(rack) == \
         {("b0", "r0"): 2, ("b0", "r1"): 1}
+
+
+# ---- ComputeDomains: a gang sharing a multi-node NVLink channel stays in one clique ----
+
+CLIQUE = NVLINK_CLIQUE_LEVEL
+
+
+def _clique_node(name: str, clique: str | None, rack: str, used: range = range(0)) -> Node:
+    labels = {CLIQUE: clique} if clique else {}
+    return gpu_node(name, rack=rack, clique=clique, labels=labels, used=used)
+
+
+def _clique_fleet() -> ClusterSnapshot:
+    """Clique A (rack r0) with 2 of its 4 nodes full, clique B (rack r1) idle, and rack r2
+    whose nodes are in no clique."""
+    nodes = [_clique_node(f"a{i}", "A", "r0", range(8) if i < 2 else range(0)) for i in range(4)]
+    nodes += [_clique_node(f"b{i}", "B", "r1") for i in range(4)]
+    nodes += [_clique_node(f"c{i}", None, "r2") for i in range(4)]
+    return snapshot(*nodes)
+
+
+def _cd_gang(name: str, pods: int, level: str = CLIQUE, **kw: object) -> Gang:
+    ps = PodSet("w", pods, gpus=8, required_level=level, compute_domain=f"{name}-channel")
+    return Gang(name, (ps,), required_level=level, **kw)  # type: ignore[arg-type]
+
+
+def test_the_clique_heads_the_levels_of_a_compute_domain_gang_only() -> None:
+    snap = _clique_fleet()
+    cd = prepare(snap, _cd_gang("ns/cd", 2), config())
+    assert cd.levels == (CLIQUE, BLOCK, RACK, HOST)
+    assert cd.candidates["w"] == [f"{c}{i}" for c in "ab" for i in range(4)]  # static: full too
+    assert cd.rejections["w"]["in no NVLink clique (no nvidia.com/gpu.clique label)"] == 4
+    plain = prepare(snap, Gang("ns/p", (PodSet("w", 2, gpus=8),)), config())
+    assert plain.levels == (BLOCK, RACK, HOST)
+    assert "c0" in plain.candidates["w"]
+    # a config naming the clique itself keeps its own order
+    named = prepare(snap, _cd_gang("ns/cd", 2), config((BLOCK, CLIQUE, HOST)))
+    assert named.levels == (BLOCK, CLIQUE, HOST)
+
+
+def test_a_compute_domain_gang_stays_inside_one_clique_and_keeps_the_others_whole() -> None:
+    """3 × 8 GPUs: clique A has 2 free nodes, B 4. Spanning A's two and one of B would use the
+    partly used clique first; the clique is required, so the gang takes 3 nodes of B only."""
+    snap = _clique_fleet()
+    placement = CpSatEngine().place(snap, _cd_gang("ns/cd", 3), config())
+    assert placement.feasible
+    assert {snap.nodes[s.node].clique for s in placement.slots} == {"B"}
+    # with two nodes of B full as well, no clique holds 3 pods: the gang waits, while a gang
+    # without a ComputeDomain spans the two cliques' free nodes
+    for name in ("b0", "b1"):
+        snap.nodes[name].gpu_free = [0] * 8
+    for name in ("c0", "c1", "c2", "c3"):
+        del snap.nodes[name]
+    assert not CpSatEngine().place(snap, _cd_gang("ns/cd", 3), config()).feasible
+    assert CpSatEngine().place(snap, Gang("ns/p", (PodSet("w", 3, gpus=8),)), config()).feasible
+
+
+def test_a_level_under_the_clique_is_qualified_by_it() -> None:
+    """A rack spanning two cliques: a gang required in one rack still stays in one clique."""
+    nodes = [_clique_node(f"x{i}", "X" if i < 2 else "Y", "r0") for i in range(4)]
+    snap = snapshot(*nodes)
+    placement = CpSatEngine().place(snap, _cd_gang("ns/cd", 3, level=RACK), config())
+    assert not placement.feasible  # two nodes per clique: 3 pods fit in neither
+    two = CpSatEngine().place(snap, _cd_gang("ns/cd", 2, level=RACK), config())
+    assert two.feasible and len({snap.nodes[s.node].clique for s in two.slots}) == 1
+
+
+def test_cliques_other_compute_domains_hold_are_closed_to_the_gang() -> None:
+    snap = _clique_fleet()
+    gang = replace(_cd_gang("ns/cd", 2), closed_cliques=frozenset({"B"}))
+    placement = CpSatEngine().place(snap, gang, config())
+    assert placement.feasible
+    assert {snap.nodes[s.node].clique for s in placement.slots} == {"A"}
+    every = replace(gang, closed_cliques=frozenset({"A", "B"}))
+    problem = prepare(snap, every, config())
+    assert problem.candidates["w"] == []
+    assert problem.rejections["w"]["NVLink clique held by another ComputeDomain"] == 8
+    assert problem.impossible == ""  # the cliques open again when those domains finish
+    waits = CpSatEngine().place(snap, every, config())
+    assert not waits.feasible
+    assert "8 nodes are in NVLink cliques other ComputeDomains hold" in waits.explanation[0]
+    assert "will retry" in waits.explanation[0]
+    # memoised candidates are not shared with a gang for which the cliques are open
+    assert len(prepare(snap, _cd_gang("ns/other", 2), config()).candidates["w"]) == 8

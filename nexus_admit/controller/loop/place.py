@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nexus_admit.controller.checks import current_entry
@@ -143,6 +143,7 @@ async def _translate(
         await answer(ctx, workload, check, rejected_input(e))
         return None
     gang = with_siblings(gang, _assumed_siblings(rec, gang, object_key(workload)))
+    gang = _with_assumed_domains(rec, gang)
     claims = tier_claims(workload)
     if claims:  # said once per quota reservation
         await asyncio.to_thread(
@@ -171,6 +172,25 @@ def _assumed_siblings(rec: PassRecord, gang: Gang, workload_key: str) -> dict[st
         for slot in a.slots:
             out[slot.node] = out.get(slot.node, 0) + 1
     return out
+
+
+def _with_assumed_domains(rec: PassRecord, gang: Gang) -> Gang:
+    """A ComputeDomain gang also keeps out of the cliques this pass (and earlier ones the
+    watch has not caught up with) gave other ComputeDomains: the ledger's reservations that
+    the dump does not hold yet (the dump's are closed in the translation)."""
+    if gang.compute_domain is None:
+        return gang
+    in_dump = {object_key(rr) for rr in rec.dump.kind(L.KIND_RESOURCE_RESERVATION)}
+    ledger, nodes = rec.ctx.ledger, rec.snapshot.nodes
+    closed = set(gang.closed_cliques)
+    for a in (*ledger.assumed.values(), *ledger.unsure.values()):
+        if a.reservation in in_dump or a.gang.compute_domain in (None, gang.compute_domain):
+            continue
+        for slot in a.slots:
+            node = nodes.get(slot.node)
+            if node is not None and node.clique is not None:
+                closed.add(node.clique)
+    return replace(gang, closed_cliques=frozenset(closed))
 
 
 @dataclass(slots=True)
