@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -108,6 +109,9 @@ class LiveSnapshot:
     _now: datetime | None = None
     _building: bool = False  # a gathered plan not built yet: the next one is full
     _epoch: object = None
+    # a build left running by a cancelled pass (its thread goes on) must finish before
+    # the next pass gathers or builds: its state is this object's
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ loop thread
     def gather(
@@ -117,6 +121,12 @@ class LiveSnapshot:
         """Take the changes and the objects the next `build` reads (O(changed)). `epoch`:
         what else the engine's caches read (the placement configs): when it changes the
         pass gets a new snapshot object, so nothing the engine kept carries over."""
+        with self._lock:
+            return self._gather(source, frozenset(exclude_workloads), now, epoch)
+
+    def _gather(
+        self, source: FleetSource, excluded: frozenset[str], now: datetime, epoch: object
+    ) -> LivePlan:
         changes = self.feed.take()
         full = (
             self._working is None or self._building or changes.everything
@@ -124,7 +134,6 @@ class LiveSnapshot:
             or bool(source.by_key("ResourceSlice")) or bool(source.by_key("ResourceClaim"))
         )
         self._now, self._building = now, True
-        excluded = frozenset(exclude_workloads)
         if full:
             self._expiry.clear()
             self._expiring.clear()
@@ -168,6 +177,10 @@ class LiveSnapshot:
     def build(self, plan: LivePlan, skipped: list[Skipped]) -> TrackedSnapshot:
         """The pass's snapshot: a full build's nodes, free capacity and order, its
         malformed objects listed in `skipped`. Valid until the next `build`."""
+        with self._lock:
+            return self._build(plan, skipped)
+
+    def _build(self, plan: LivePlan, skipped: list[Skipped]) -> TrackedSnapshot:
         base = plan.base
         nodes = self._translate(base, plan.now)
         if base.targets is None:
