@@ -22,6 +22,7 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owner_chain import OwnerChains
 from nexus_admit.controller.store import Store
 from nexus_admit.controller.tasks import Background
+from nexus_admit.kube.cluster.live import LiveSnapshot
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 
@@ -91,6 +92,9 @@ class Context:
     ungate_writes: Background = field(default_factory=lambda: Background(limit=16))
     background: Background = field(default_factory=Background)  # check writes, Events
     capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
+    # snapshots kept from the store's changes (kube/cluster/live.py), made on first use:
+    # "placing" (the passes') and "bound" (without reservations, the capacity metrics)
+    live: dict[str, LiveSnapshot] = field(default_factory=dict)
     lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step
     lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
     # Job reads in flight ("namespace/name"), shared by the passes that wait on them

@@ -20,14 +20,16 @@ the pods that carry our scheduling gate (the ungater's whole work list), and pod
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster.changes import Changes, pod_node, record_change, slot_nodes
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
+from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
 
 __all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
@@ -121,9 +123,14 @@ class Store:
         default_factory=dict
     )
     _gated_pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod key → pod
+    # for the live snapshot (kube/cluster/live.py): what changed since each subscriber last
+    # read, and the indexes it reads a changed node's objects through
+    _feeds: list[Changes] = field(default_factory=list)
+    _fleet: _FleetIndex = field(default_factory=lambda: _FleetIndex())
 
     def _put(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         bucket = self.objects.setdefault(kind, {})
+        self._track(kind, key, bucket.get(key), obj)
         if kind == "Pod":
             self._unindex(key, bucket.get(key))
             ref = _reservation_of(obj)
@@ -135,6 +142,7 @@ class Store:
         self.generation += 1
 
     def _drop(self, kind: str, key: str) -> None:
+        self._track(kind, key, self.objects.setdefault(kind, {}).get(key), None)
         old = self.objects.setdefault(kind, {}).pop(key, None)
         if kind == "Pod":
             self._unindex(key, old)
@@ -225,3 +233,89 @@ class Store:
     def gated_pods(self) -> list[dict[str, Any]]:
         """The pods that carry our scheduling gate (from the index)."""
         return list(self._gated_pods.values())
+
+    # ---- the live snapshot's feed and indexes (kube/cluster/live.py)
+
+    def subscribe(self) -> Changes:
+        """A new record of changes, filled from now on (`Changes.take` reads and clears it)."""
+        feed = Changes(everything=True)
+        self._feeds.append(feed)
+        return feed
+
+    def _track(self, kind: str, key: str, old: dict[str, Any] | None,
+               new: dict[str, Any] | None) -> None:
+        """Mark what the change moves for every subscriber, then index it. The same version
+        again (a re-list) moves nothing."""
+        if old is None and new is None:
+            return
+        # a re-list brings every object again: the same version, unchanged, moves nothing
+        same = old is not None and new is not None and (
+            old is new or (resource_version(old) is not None
+                           and resource_version(old) == resource_version(new) and old == new))
+        if not same:
+            for feed in self._feeds:
+                record_change(feed, kind, key, old, new, self)
+        self._fleet.move(kind, key, old, new)
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The pods whose `spec.nodeName` is `node` (from the index)."""
+        return list(self._fleet.pods_on_node.get(node, {}).values())
+
+    def reservations_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The ResourceReservations with a slot on `node` (from the index)."""
+        return list(self._fleet.reservations_on_node.get(node, {}).values())
+
+    def reservations_of_workload(self, key: str) -> list[dict[str, Any]]:
+        """The ResourceReservations whose workloadRef names `key` ('namespace/name')."""
+        return list(self._fleet.reservations_of_workload.get(key, {}).values())
+
+    def order(self, kind: str, key: str) -> int:
+        """Where the object stands in its kind's order (first added first): a snapshot
+        counts pods and reservations in this order."""
+        return self._fleet.order.get((kind, key), 0)
+
+
+@dataclass(slots=True)
+class _FleetIndex:
+    """Pods by node, reservations by node and by Workload, and the order of insertion."""
+
+    pods_on_node: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    reservations_on_node: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    reservations_of_workload: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=dict)
+    order: dict[tuple[str, str], int] = field(default_factory=dict)
+    added: int = 0
+
+    def move(self, kind: str, key: str, old: dict[str, Any] | None,
+             new: dict[str, Any] | None) -> None:
+        if kind not in ("Pod", L.KIND_RESOURCE_RESERVATION):
+            return
+        if new is None:
+            self.order.pop((kind, key), None)
+        elif old is None:
+            self.added += 1
+            self.order[(kind, key)] = self.added
+        if kind == "Pod":
+            self._file(self.pods_on_node, key, old, new, lambda p: _one(pod_node(p)))
+        elif kind == L.KIND_RESOURCE_RESERVATION:
+            self._file(self.reservations_on_node, key, old, new, slot_nodes)
+            self._file(self.reservations_of_workload, key, old, new,
+                       lambda rr: {reservation_workload_key(rr)})
+
+    @staticmethod
+    def _file(index: dict[str, dict[str, dict[str, Any]]], key: str,
+              old: dict[str, Any] | None, new: dict[str, Any] | None,
+              where: Callable[[dict[str, Any]], set[str]]) -> None:
+        for place in where(old) if old is not None else ():
+            bucket = index.get(place)
+            if bucket is not None:
+                bucket.pop(key, None)
+                if not bucket:
+                    del index[place]
+        if new is not None:
+            for place in where(new):
+                index.setdefault(place, {})[key] = new
+
+
+def _one(name: str | None) -> set[str]:
+    return {name} if name else set()

@@ -124,6 +124,16 @@ def test_passes_before_the_watch_shows_the_answer_build_no_snapshot(
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(ClusterDump, "snapshot", counting)
+    # the pass's snapshot is kept from the store's changes: its builds count too
+    from nexus_admit.kube.cluster.live import LiveSnapshot
+
+    real_live = LiveSnapshot.build
+
+    def counting_live(self: LiveSnapshot, *args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real_live(self, *args, **kwargs)
+
+    monkeypatch.setattr(LiveSnapshot, "build", counting_live)
     api = cluster(pending("w"))
     ctx, _ = controller(api)
     run(ctx)
@@ -648,6 +658,35 @@ def test_a_deployments_replicas_placed_in_one_pass_take_a_node_each() -> None:
     run(ctx)
     assert check_of(api, "pod-web-4")["state"] == "Ready"
     assert len(set(_reserved_nodes(api))) == 4  # every node holds one already: any is fine
+
+
+def test_each_pass_places_on_the_snapshot_a_full_build_gives() -> None:
+    """The pass's snapshot is kept from the store's changes (kube/cluster/live.py): after
+    the pass's own placements, a reservation seen, a pod bound and another Workload, it is
+    what a full build of the store gives, and the next Workload goes where that leaves room."""
+    api = cluster(pending("w", pods=2, gpus=8))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    watch(ctx, api, (RR, "Workload"))
+    rr = api.list(RR)[0][0]
+    taken = {s["node"] for s in rr["spec"]["podSets"][0]["slots"]}
+    bound = pod("w-0", sorted(taken)[0], gpus=8, labels={
+        L.LABEL_RESERVATION: rr["metadata"]["name"]}, annotations={L.ANN_SLOT: "main/0"})
+    bound["metadata"] |= {"uid": "u-w0", "resourceVersion": "900"}
+    ctx.store.upsert("Pod", bound)  # the watch shows its first pod bound
+    api.put(pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z"))
+    watch(ctx, api, ("Workload",))
+    run(ctx)
+    assert check_of(api, "v")["state"] == "Ready"
+    watch(ctx, api, (RR, "Workload"))
+    placed = {s["node"] for r in api.list(RR)[0] if r["metadata"]["name"] != rr["metadata"]["name"]
+              for s in r["spec"]["podSets"][0]["slots"]}
+    assert placed and not placed & taken
+    live = ctx.live["placing"]
+    kept = live.build(live.gather(ctx.store, now=ctx.clock()), [])
+    full = ctx.store.dump().snapshot(now=ctx.clock(), skipped=[])
+    assert list(kept.nodes.items()) == list(full.nodes.items())
 
 
 def test_two_compute_domains_placed_in_one_pass_take_two_cliques() -> None:

@@ -95,3 +95,69 @@ def test_a_statefulset_is_kept_trimmed_to_its_identity_and_labels() -> None:
         "metadata": {"name": "db", "namespace": "ns", "uid": "u", "resourceVersion": "5",
                      "labels": {"kueue.x-k8s.io/queue-name": "q"}},
     }
+
+
+# ---- the live snapshot's feed and indexes (kube/cluster/live.py)
+
+RR_KIND = "ResourceReservation"
+
+
+def bound_pod(name: str, rv: int, node: str | None, rr: str | None = None) -> dict[str, object]:
+    o = obj(name, rv, spec={"nodeName": node} if node else {})
+    o["metadata"]["labels"] = (  # type: ignore[index]
+        {"scheduling.kubenexus.io/reservation": rr} if rr else {})
+    return o
+
+
+def rr_obj(name: str, rv: int, workload: str, nodes: list[str]) -> dict[str, object]:
+    slots = [{"index": i, "node": n, "gpus": [0]} for i, n in enumerate(nodes)]
+    return {"kind": RR_KIND, "metadata": {"name": name, "namespace": "ns",
+                                          "resourceVersion": str(rv)},
+            "spec": {"workloadRef": {"name": workload, "namespace": "ns"},
+                     "podSets": [{"name": "main", "slots": slots}]}}
+
+
+def test_pods_and_reservations_are_indexed_by_node_and_follow_moves() -> None:
+    s = Store()
+    s.upsert("Pod", bound_pod("a", 1, "n1"))
+    s.upsert("Pod", bound_pod("b", 2, "n1"))
+    s.upsert(RR_KIND, rr_obj("r", 3, "w", ["n1", "n2"]))
+    assert [p["metadata"]["name"] for p in s.pods_on_node("n1")] == ["a", "b"]
+    s.upsert("Pod", bound_pod("a", 4, "n2"))  # moved
+    assert [p["metadata"]["name"] for p in s.pods_on_node("n1")] == ["b"]
+    assert [p["metadata"]["name"] for p in s.pods_on_node("n2")] == ["a"]
+    assert [r["metadata"]["name"] for r in s.reservations_on_node("n2")] == ["r"]
+    assert [r["metadata"]["name"] for r in s.reservations_of_workload("ns/w")] == ["r"]
+    s.delete(RR_KIND, rr_obj("r", 5, "w", ["n1", "n2"]))
+    assert s.reservations_on_node("n1") == [] and s.reservations_of_workload("ns/w") == []
+    # a pod keeps its place when it changes, as in the store's own order
+    assert s.order("Pod", "ns/a") < s.order("Pod", "ns/b")
+
+
+def test_the_feed_marks_the_nodes_a_change_moves() -> None:
+    s = Store()
+    feed = s.subscribe()
+    assert feed.take().everything  # a new subscriber reads everything first
+    s.upsert(RR_KIND, rr_obj("r", 1, "w", ["n1", "n2"]))
+    s.upsert("Pod", bound_pod("p", 2, None, rr="r"))
+    changes = feed.take()
+    assert changes.nodes == {"n1", "n2"} and set(changes.pods) == {"ns/p"}
+    s.upsert("Pod", bound_pod("p", 3, "n3", rr="r"))  # bound: its slot is counted as the pod
+    assert feed.take().nodes == {"n1", "n2", "n3"}
+    s.upsert("Node", {"kind": "Node", "metadata": {"name": "n4", "resourceVersion": "4"}})
+    changes = feed.take()
+    assert changes.nodes == changes.node_objects == {"n4"}
+    s.upsert("ResourceSlice", {"kind": "ResourceSlice",
+                               "metadata": {"name": "s", "resourceVersion": "5"}})
+    assert feed.take().everything
+
+
+def test_a_relist_of_the_same_versions_marks_nothing() -> None:
+    s = Store()
+    s.upsert("Pod", bound_pod("p", 2, "n1"))
+    feed = s.subscribe()
+    feed.take()
+    s.replace("Pod", [bound_pod("p", 2, "n1")], list_version=10)
+    changes = feed.take()
+    assert not changes.nodes and not changes.pods
+    assert [p["metadata"]["name"] for p in s.pods_on_node("n1")] == ["p"]

@@ -46,11 +46,11 @@ from nexus_admit.controller.owners import (
 )
 from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
 from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.placement.sequence import OrderedPlacer
-from nexus_admit.placement.tracking import TrackedSnapshot
 
 __all__ = ["LIFECYCLE_EVERY_SECONDS", "place_pending", "reconcile", "run_loop"]
 
@@ -133,17 +133,35 @@ async def record_capacity(ctx: Context) -> None:
     if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
         return
     ctx.capacity_recorded = tick
+    # the live snapshots, after the pass: what changed since is read again
+    now = ctx.clock()
+    placing, bound = live_snapshot(ctx, "placing"), live_snapshot(ctx, "bound")
+    plans = (placing.gather(ctx.store, now=now, epoch=_epoch(ctx)),
+             bound.gather(WithoutReservations(ctx.store), now=now))
     # also where malformed objects are told while nothing waits for a placement
-    skipped = await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump())
+    skipped = await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump(), plans)
     report_skipped(ctx, skipped, count=False)
 
 
-def _record_capacity(ctx: Context, dump: ClusterDump) -> list[Skipped]:
+def live_snapshot(ctx: Context, name: str) -> LiveSnapshot:
+    """One of the context's live snapshots, subscribed to the store on first use."""
+    live = ctx.live.get(name)
+    if live is None:
+        live = ctx.live[name] = LiveSnapshot(ctx.store.subscribe())
+    return live
+
+
+def _epoch(ctx: Context) -> object:
+    """What else the engine's caches read between passes: our checks' placement configs."""
+    return [(name, view.config) for name, view in sorted(ctx.checks.items())]
+
+
+def _record_capacity(
+    ctx: Context, dump: ClusterDump, plans: tuple[LivePlan, LivePlan]
+) -> list[Skipped]:
     skipped: list[Skipped] = []
-    with_rr = dump.snapshot(now=ctx.clock(), skipped=skipped)
-    pods_only = ClusterDump(
-        by_kind={k: v for k, v in dump.by_kind.items() if k != L.KIND_RESOURCE_RESERVATION}
-    ).snapshot(now=ctx.clock(), skipped=[])
+    with_rr = ctx.live["placing"].build(plans[0], skipped)
+    pods_only = ctx.live["bound"].build(plans[1], [])
     free = sum(sum(n.gpu_free) for n in with_rr) / 1000
     after_pods = sum(sum(n.gpu_free) for n in pods_only) / 1000
     total = sum(n.gpu_count for n in with_rr)
@@ -194,17 +212,18 @@ async def place_pending(ctx: Context) -> None:
     # Ready) holds capacity for every Workload of the pass, also those earlier in order;
     # older attempts' reservations are released by lifecycle before this step
     unreserved = frozenset(object_key(w) for w in pending if reservation_key(w) not in stored)
-    # the translation of a large fleet takes a while: in a thread, so the webhook and the
-    # watches keep being served (the store's objects are replaced, never changed in place)
+    # kept from the store's changes: only the nodes an event (or the last pass's
+    # placements) touched are translated again, in a thread, so the webhook and the watches
+    # keep being served (what it reads is gathered here: the store changes on this thread)
     # a malformed object is left out (never freer than the truth), counted and told once
     skipped: list[Skipped] = []
-    snapshot = await asyncio.to_thread(
-        dump.snapshot, exclude_workloads=unreserved, now=now, skipped=skipped
-    )
+    live = live_snapshot(ctx, "placing")
+    plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now, epoch=_epoch(ctx))
+    snapshot = await asyncio.to_thread(live.build, plan, skipped)
     report_skipped(ctx, skipped)
-    # tracked: the engine keeps what it derived of each node between this pass's Workloads
-    # and re-reads only the nodes the pass's own placements changed
-    placer = OrderedPlacer(ctx.engine, TrackedSnapshot(snapshot.nodes, snapshot.kueue_topologies))
+    # tracked, and the same object from pass to pass: the engine keeps what it derived of
+    # each node and re-reads only the nodes that changed (events, placements, holds)
+    placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
     kueue = await asyncio.to_thread(dump.kueue_index)
     demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
