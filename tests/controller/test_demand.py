@@ -7,7 +7,7 @@ from typing import Any
 
 from nexus_admit.controller.context import CheckView, Context
 from nexus_admit.controller.demand import pending_gpus_by_tier
-from nexus_admit.controller.loop.cycle import _record_capacity as record_capacity
+from nexus_admit.controller.loop.cycle import _record_capacity, capacity_plans
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
@@ -87,7 +87,10 @@ def test_the_pending_gpus_metric_forgets_a_tier_that_no_longer_waits() -> None:
     def gold() -> float | None:
         return ctx.metrics.registry.get_sample_value("nexus_admit_pending_gpus", {"tier": "gold"})
 
-    record_capacity(ctx, ClusterDump.of([*queues, wl("w1", "gq", 4, 8)]))
+    def record_capacity(dump: ClusterDump) -> None:
+        _record_capacity(ctx, dump, capacity_plans(ctx))
+
+    record_capacity(ClusterDump.of([*queues, wl("w1", "gq", 4, 8)]))
     assert gold() == 32
-    record_capacity(ctx, ClusterDump.of([*queues, wl("w1", "gq", 4, 8, admitted=True)]))
+    record_capacity(ClusterDump.of([*queues, wl("w1", "gq", 4, 8, admitted=True)]))
     assert gold() is None

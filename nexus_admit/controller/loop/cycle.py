@@ -133,14 +133,20 @@ async def record_capacity(ctx: Context) -> None:
     if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
         return
     ctx.capacity_recorded = tick
-    # the live snapshots, after the pass: what changed since is read again
+    # also where malformed objects are told while nothing waits for a placement
+    skipped = await asyncio.to_thread(
+        _record_capacity, ctx, ctx.store.dump(), capacity_plans(ctx)
+    )
+    report_skipped(ctx, skipped, count=False)
+
+
+def capacity_plans(ctx: Context) -> tuple[LivePlan, LivePlan]:
+    """What the two live snapshots of the capacity metrics (with and without reservations)
+    re-read: what changed since they were last built (on the loop's thread)."""
     now = ctx.clock()
     placing, bound = live_snapshot(ctx, "placing"), live_snapshot(ctx, "bound")
-    plans = (placing.gather(ctx.store, now=now, epoch=_epoch(ctx)),
-             bound.gather(WithoutReservations(ctx.store), now=now))
-    # also where malformed objects are told while nothing waits for a placement
-    skipped = await asyncio.to_thread(_record_capacity, ctx, ctx.store.dump(), plans)
-    report_skipped(ctx, skipped, count=False)
+    return (placing.gather(ctx.store, now=now, epoch=_epoch(ctx)),
+            bound.gather(WithoutReservations(ctx.store), now=now))
 
 
 def live_snapshot(ctx: Context, name: str) -> LiveSnapshot:
