@@ -14,7 +14,8 @@ The intermediate owners are read one GET each (the kinds of `api.RESOURCES`; an 
 another kind ends that branch) and kept for a while: the pods of one Job share it, and an
 owner's identity and owners do not change. A cached owner whose uid differs from the
 reference (deleted and created again under the same name) is read again. A failed read
-leaves the owner unknown: the pod waits for the next pass, it is not refused.
+leaves the owner unknown: the pod waits for the next pass, it is not refused. The ungater
+reads nothing for a pod whose own owner already owns the Workload (a Job's pod).
 """
 
 from __future__ import annotations

@@ -81,6 +81,24 @@ def test_each_gated_pod_gets_the_slot_of_its_rank_and_loses_the_gate() -> None:
     assert api.count("patch", "Pod") == 2
 
 
+def test_a_jobs_pods_are_proven_members_by_their_own_owner_without_reading_it() -> None:
+    """The Job owns both the pod and the Workload, so reading the Job (a GET per Job in a
+    burst) proves nothing more; a pod whose owner does not own the Workload is read up."""
+    ctx, api = setup(gated_pod("p-0", 0), gated_pod("p-1", 1, owner_uid="another-job"))
+    reads: list[tuple[str, str]] = []
+    get = api.get
+
+    def counting_get(kind: str, name: str, namespace: str | None = None) -> Any:
+        reads.append((kind, name))
+        return get(kind, name, namespace)
+
+    api.get = counting_get  # type: ignore[method-assign]
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-0") == ("n0", [])
+    assert pinned(api, "p-1") == (None, [{"name": L.GATE_PLACEMENT}])
+    assert [r for r in reads if r[0] == "Job"] == [("Job", "j")]  # p-1's owner only
+
+
 def test_a_pass_before_the_watch_shows_the_patches_pins_nothing_again() -> None:
     ctx, api = setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
     asyncio.run(sync_ungating(ctx))
