@@ -293,7 +293,10 @@ async def sync_lifecycle(ctx: Context) -> None:
             continue
         status = reservation_status(rr, pods)
         phases[status["phase"]] += 1
-        if status_due(child(rr, "status"), status, ctx.status_written.get(f"{ns}/{name}"), tick):
+        # a new reservation's first status write waits as a claims change does: a gang that
+        # binds within the period gets one write (Bound), not Reserved, Claimed, Bound
+        since = ctx.status_written.setdefault(f"{ns}/{name}", tick)
+        if status_due(child(rr, "status"), status, since, tick):
             ctx.status_written[f"{ns}/{name}"] = tick
             status_writes.append(_write_status(ctx, ns, name, status))
     # informational and independent of each other: together, not one round trip each
@@ -310,15 +313,18 @@ STATUS_SLOTS_EVERY_SECONDS = 10.0
 
 
 def status_due(
-    have: Mapping[str, Any], want: Mapping[str, Any], last_written: float | None, now: float
+    have: Mapping[str, Any], want: Mapping[str, Any], since: float | None, now: float
 ) -> bool:
-    """Write the reservation's status now? At once when its phase changes; when only the
-    slot claims changed, at most every `STATUS_SLOTS_EVERY_SECONDS`."""
-    if have.get("phase") != want["phase"]:
+    """Write the reservation's status now? At once when its phase changes to Bound or
+    Released, or from one phase to another; when only the slot claims changed, and for a
+    reservation never written (no phase yet: it is Reserved), at most every
+    `STATUS_SLOTS_EVERY_SECONDS` after `since` (its last write, or when it was first seen)."""
+    first_reserved = not have.get("phase") and want["phase"] == PHASE_RESERVED
+    if have.get("phase") != want["phase"] and not first_reserved:
         return True
-    if have.get("slots") == want["slots"]:
+    if have.get("phase") and have.get("slots") == want["slots"]:
         return False
-    return last_written is None or now - last_written >= STATUS_SLOTS_EVERY_SECONDS
+    return since is None or now - since >= STATUS_SLOTS_EVERY_SECONDS
 
 
 async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, Any]) -> None:

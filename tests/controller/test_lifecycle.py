@@ -285,6 +285,12 @@ def test_unpinned_pod(the_pod, says) -> None:
         pytest.param({"phase": "Reserved", "slots": []},
                      {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 89.0, True,
                      id="claims-after-the-period"),
+        pytest.param({}, {"phase": "Bound", "slots": [{"slot": "main/0"}]}, 99.0, True,
+                     id="never-written-bound-at-once"),
+        pytest.param({}, {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 95.0, False,
+                     id="never-written-reserved-waits"),
+        pytest.param({}, {"phase": "Reserved", "slots": []}, 89.0, True,
+                     id="never-written-reserved-after-the-period"),
     ],
 )
 def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
