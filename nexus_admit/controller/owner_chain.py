@@ -37,6 +37,9 @@ log = logging.getLogger("nexus_admit.owner_chain")
 
 # pod → Job → JobSet → TrainJob is the longest chain Kueue integrates (3 owners up)
 MAX_DEPTH = 4
+# owners read up from one object: its controller first (the one Kueue follows), so a pod
+# carrying thousands of made-up ownerReferences costs a few reads, not thousands
+MAX_OWNERS_READ = 4
 # how long an owner read stays good; owners never change their own owners in practice
 OWNER_TTL_SECONDS = 300.0
 OWNER_CACHE_SIZE = 20_000
@@ -56,6 +59,15 @@ def owner_refs(obj: Mapping[str, Any]) -> list[OwnerRef]:
         for r in (refs if isinstance(refs, list) else [])
         if isinstance(r, Mapping) and r.get("uid") and r.get("name")
     ]
+
+
+def _to_read(obj: Mapping[str, Any]) -> list[OwnerRef]:
+    """The owners of `obj` worth reading up: the controller first, at most
+    `MAX_OWNERS_READ` (Kueue itself follows the controller reference alone)."""
+    refs = meta(obj).get("ownerReferences")
+    rows = [r for r in (refs if isinstance(refs, list) else []) if isinstance(r, Mapping)]
+    rows.sort(key=lambda r: r.get("controller") is not True)  # stable: the controller first
+    return owner_refs({"metadata": {"ownerReferences": rows}})[:MAX_OWNERS_READ]
 
 
 Getter = Callable[[str, str, str], Awaitable[Mapping[str, Any] | None]]  # kind, name, ns
@@ -91,7 +103,7 @@ class OwnerChains:
     async def resolve(self, objs: Iterable[Mapping[str, Any]]) -> None:
         """Read every owner up the chains of `objs` that the cache does not hold, level by
         level, each level's reads at once."""
-        frontier = [(str(meta(o).get("namespace") or ""), r) for o in objs for r in owner_refs(o)]
+        frontier = [(str(meta(o).get("namespace") or ""), r) for o in objs for r in _to_read(o)]
         for _ in range(MAX_DEPTH):
             wanted = {
                 (ns, r)
@@ -103,7 +115,7 @@ class OwnerChains:
                 (ns, up)
                 for ns, r in frontier
                 if isinstance(known := self._cached(ns, r), _Known)
-                for up in known.owners
+                for up in known.owners[:MAX_OWNERS_READ]
             ]
             if not frontier:
                 return
@@ -116,7 +128,7 @@ class OwnerChains:
             return
         key = (ref.kind, namespace, ref.name)
         self._known[key] = (
-            None if obj is None else _Known(str(meta(obj).get("uid") or ""), tuple(owner_refs(obj)))
+            None if obj is None else _Known(str(meta(obj).get("uid") or ""), tuple(_to_read(obj)))
         )
 
     def ancestor_uids(self, obj: Mapping[str, Any]) -> set[str]:

@@ -136,3 +136,20 @@ def test_an_owner_cycle_stops_at_the_depth_limit() -> None:
     asyncio.run(chains.resolve([pod]))
     assert chains.ancestor_uids(pod) == {"a-uid", "b-uid"}
     assert len(gets.reads) == 2
+
+
+def test_a_pod_with_thousands_of_owner_references_costs_a_few_reads() -> None:
+    """Every object is untrusted input: a tenant's pod listing 5,000 made-up owners is read
+    up through its controller first and at most MAX_OWNERS_READ owners per object."""
+    from nexus_admit.controller.owner_chain import MAX_OWNERS_READ
+
+    gets = FakeGets(node("Job", "real", "real-uid", ref("JobSet", "js", "js-uid")))
+    chains = OwnerChains(gets)
+    refs = [ref("Job", f"fake-{i}", f"fake-{i}") for i in range(5000)]
+    refs.append({**ref("Job", "real", "real-uid"), "controller": True})
+    pod = {"metadata": {"name": "p", "uid": "p-uid", "ownerReferences": refs}}
+    asyncio.run(chains.resolve([pod]))
+    jobs = [r for r in gets.reads if r[0] == "Job"]
+    assert len(jobs) == MAX_OWNERS_READ and ("Job", "real") in jobs
+    assert gets.reads[MAX_OWNERS_READ:] == [("JobSet", "js")]  # the controller's owner
+    assert owned_member(pod, obj("w", ["js-uid"]), chains.ancestor_uids(pod))
