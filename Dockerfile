@@ -32,8 +32,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     HOME=/tmp
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links /wheels "nexus-admit[controller]"
-# a name for the user: kopf names the operator after it (getpass.getuser(), unless POD_ID or
-# POD_NAME is set), and a uid without a passwd entry stops `nexus-admit run` at start
+# a name for the user (ps, logs); `nexus-admit run` no longer needs one (it names kopf's
+# operator after its leader identity), so a platform's arbitrary uid runs it too
 RUN echo "nexus-admit:x:65532:65532:nexus-admit:/tmp:/usr/sbin/nologin" >> /etc/passwd \
  && echo "nexus-admit:x:65532:" >> /etc/group
 USER 65532:65532

@@ -308,6 +308,13 @@ def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return False
 
 
+def operator_identity(options: RunOptions) -> Any:
+    """The name kopf gives this operator: the leader identity (the pod's name in the
+    chart). Left to itself kopf asks `getpass.getuser()`, which fails for a uid without a
+    passwd entry (an arbitrary uid a platform assigns) and stops the controller at start."""
+    return options.leader_identity or default_identity()
+
+
 async def run(options: RunOptions) -> None:
     cap_malloc_arenas()  # before any worker thread exists
     if options.kubeconfig:
@@ -341,6 +348,7 @@ async def run(options: RunOptions) -> None:
             settings=operator_settings(options.list_page_size),
             clusterwide=True,
             standalone=True,
+            identity=operator_identity(options),
             memo=kopf.Memo(ctx=ctx),
         )
     finally:

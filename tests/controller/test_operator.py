@@ -139,3 +139,21 @@ def test_readiness_is_the_webhook_serving_or_without_it_the_first_full_list(
 def test_kopfs_own_lists_are_read_in_the_same_pages() -> None:
     assert operator_settings(500).watching.chunk_size == 500
     assert operator_settings(0).watching.chunk_size is None
+
+
+def test_the_operator_is_named_without_asking_the_passwd_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A platform may run the image under an arbitrary uid with no passwd entry, where
+    `getpass.getuser()` raises: kopf is given the leader identity instead of asking."""
+    import getpass
+
+    from nexus_admit.controller.operator import operator_identity
+    from nexus_admit.controller.options import RunOptions
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 1000650000")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    assert operator_identity(RunOptions(webhook=False, leader_identity="nexus-0")) == "nexus-0"
+    assert "_" in operator_identity(RunOptions(webhook=False))  # hostname_pid
