@@ -42,6 +42,7 @@ class _Cliques:
         self.members: dict[str, list[str]] = {}
         self.pristine: dict[str, bool] = {}  # node -> pristine, nodes of cliques only
         self.broken: dict[str, int] = defaultdict(int)
+        self.pristine_now: dict[str, list[str]] | None = None  # the answer, until one flips
         for node in snapshot:
             if node.clique is None:
                 continue
@@ -63,11 +64,17 @@ class _Cliques:
             if now != before:
                 self.pristine[name] = now
                 self.broken[node.clique] += -1 if now else 1
+                self.pristine_now = None
         self.seen = len(self.log)
         return True
 
     def answer(self) -> dict[str, list[str]]:
-        return {c: members for c, members in self.members.items() if not self.broken[c]}
+        """A new dict each call (a caller may keep it); counted again only after a change."""
+        if self.pristine_now is None:
+            self.pristine_now = {
+                c: members for c, members in self.members.items() if not self.broken[c]
+            }
+        return dict(self.pristine_now)
 
 
 def live_pristine_cliques(snapshot: ClusterSnapshot) -> dict[str, list[str]] | None:
