@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Gang, Node, PodSet, Slot
+from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Domain, Gang, Node, PodSet, Slot
 from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.tracking import TrackedSnapshot
@@ -22,7 +22,7 @@ def _node(i: int, rack: str, clique: str | None) -> Node:
                 free_memory_mib=262_144, free_pods=16, clique=clique)
 
 
-def _fresh(tracked: TrackedSnapshot) -> tuple[dict[str, list[str]], list[dict[object, int]]]:
+def _fresh(tracked: TrackedSnapshot) -> tuple[dict[str, list[str]], list[dict[Domain, int]]]:
     problem = prepare(tracked.copy(), GANG, CONFIG)  # a plain copy: counted over every node
     free = [dict(problem.domain_free_gpu_milli(li)) for li in range(len(problem.levels) - 1)]
     return problem.pristine_cliques, free
