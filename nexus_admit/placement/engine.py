@@ -6,6 +6,9 @@
 - pruning.py: domain-first pruning, only when still above `solver.maxCandidateNodes` (a
   heuristic: placements found after it report `feasible`, not `optimal`);
 - onepod.py: a one-pod gang needs no model, every node left is costed (exact);
+- live_reduction.py: on a `TrackedSnapshot`, the candidates, the reduction and the one-pod
+  ranking of a gang of one pod set kept from its change log (the same answers; a plain
+  snapshot takes the steps above every time);
 - cpmodel.py: the CP-SAT model of the gang (its variables and objective);
 - cpsolve.py and realise.py: solve, turn the solution into slots, cut what cannot be
   realised and solve again;
@@ -28,8 +31,9 @@ from nexus_admit.placement.baselines.podbypod import infeasible
 from nexus_admit.placement.cpmodel import add_hint, build_model
 from nexus_admit.placement.cpsolve import SolveSettings, solve_model
 from nexus_admit.placement.fragmentation import WorkloadDistribution
+from nexus_admit.placement.live_reduction import live_reduction
 from nexus_admit.placement.memo import NodeMemo
-from nexus_admit.placement.onepod import scan_lower_bound, scan_single, scans
+from nexus_admit.placement.onepod import scan_lower_bound, scan_ranked, scan_single, scans
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem, prepare
 from nexus_admit.placement.pruning import dense_racks, greedy, pod_cost, prune_domains
@@ -131,9 +135,18 @@ class CpSatEngine:
         return wait.level
 
     def _place(self, problem: Problem, started: float) -> Placement:
-        gang, config = problem.gang, problem.config
+        gang = problem.gang
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        live = live_reduction(problem, self._memo) if self._reduce else None
+        if live is not None:  # kept on the snapshot from its change log: the same answers
+            short = live.shortfall(problem)
+            if short:
+                return infeasible(gang, self.name, short, started)
+            if scans(problem):
+                ranking = live.ranking(problem)
+                return scan_ranked(problem, ranking, started, self._terms, self.name)
+            return self._reduced(problem, live.reduction(problem), started)
         reduction = candidates(problem, self._memo)
         short = shortfall(problem, reduction)
         if short:
@@ -142,8 +155,13 @@ class CpSatEngine:
             reduction = reduce_symmetry(problem, reduction, self._memo)
             if scans(problem):
                 return scan_single(problem, reduction, started, self._terms, self.name)
-            if len(reduction.nodes) > config.solver.max_candidate_nodes:
-                reduction = prune_domains(problem, reduction)
+            return self._reduced(problem, reduction, started)
+        return self._solve(problem, reduction, started)
+
+    def _reduced(self, problem: Problem, reduction: Reduction, started: float) -> Placement:
+        """Solve after the symmetry reduction (pruned first when still too many nodes)."""
+        if len(reduction.nodes) > problem.config.solver.max_candidate_nodes:
+            reduction = prune_domains(problem, reduction)
         return self._solve(problem, reduction, started)
 
     # ------------------------------------------------------------- the steps

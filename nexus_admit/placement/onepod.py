@@ -3,6 +3,9 @@ cheapest lower bound first, until no bound can beat the best (exact)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from nexus_admit.model import GPU_WHOLE, Placement, Slot, SolveStatus
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
@@ -13,7 +16,14 @@ from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction
 from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 
-__all__ = ["scan_lower_bound", "scan_single", "scans"]
+__all__ = [
+    "Ranking",
+    "bound_contexts",
+    "scan_lower_bound",
+    "scan_ranked",
+    "scan_single",
+    "scans",
+]
 
 
 def scans(problem: Problem) -> bool:
@@ -43,6 +53,33 @@ def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> fl
     return cost
 
 
+def bound_contexts(problem: Problem, names: Sequence[str]) -> list[tuple[object, ...]]:
+    """What `scan_lower_bound` reads of the snapshot besides the node itself, the gang
+    (without siblings) and the config, per node: the free GPUs of its rack and how many
+    members its clique has if all are pristine. A bound remembered with an equal context
+    is the same bound."""
+    rack_level = len(problem.levels) - 2
+    free = problem.domain_free_gpu_milli(rack_level) if rack_level >= 0 else {}
+    cliques, nodes, paths = problem.pristine_cliques, problem.snapshot.nodes, problem.paths
+    out: list[tuple[object, ...]] = []
+    for name in names:
+        rack = paths[name][rack_level] if rack_level >= 0 else None
+        clique = cliques.get(nodes[name].clique or "", ())  # as scan_lower_bound reads it
+        out.append((free.get(rack) if rack is not None else None, len(clique)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The one-pod scan's candidates: (lower bound, order, node) sorted, the order being
+    the candidates' (ties keep the earlier), and what the reduction reports."""
+
+    ranked: Sequence[tuple[float, int, str]]
+    units: int  # candidate nodes left after the symmetry reduction
+    notes: list[str]
+    exact: bool
+
+
 def scan_single(
     problem: Problem, red: Reduction, started: float, terms: OrderTerms, policy: str
 ) -> Placement:
@@ -50,15 +87,23 @@ def scan_single(
     each costed on its realised slot as `finish` reports it, until no bound can beat
     the best. Ties keep the earlier candidate (the candidate order is the snapshot's)."""
     weights = term_weights(problem)
-    ps = problem.gang.pod_sets[0]
     ranked = sorted(
         (scan_lower_bound(problem, n, weights), i, n) for i, n in enumerate(red.nodes)
     )
+    ranking = Ranking(ranked, len(red.nodes), red.notes, red.exact)
+    return scan_ranked(problem, ranking, started, terms, policy)
+
+
+def scan_ranked(
+    problem: Problem, ranking: Ranking, started: float, terms: OrderTerms, policy: str
+) -> Placement:
+    """`scan_single` from its ranking (kept between decisions on a TrackedSnapshot)."""
+    ps = problem.gang.pod_sets[0]
     best: tuple[float, list[Slot]] | None = None
     costed = 0
     allowed = one_pod_allowed(problem)
-    for bound, _, name in ranked:
-        if best is not None and bound >= best[0] - 1e-9:
+    for low, _, name in ranking.ranked:
+        if best is not None and low >= best[0] - 1e-9:
             break
         if not allowed(name):
             continue  # the service's spread rules keep it off this node
@@ -80,13 +125,13 @@ def scan_single(
         policy,
         best[1],
         started,
-        SolveStatus.OPTIMAL if red.exact else SolveStatus.FEASIBLE,
+        SolveStatus.OPTIMAL if ranking.exact else SolveStatus.FEASIBLE,
         terms.values(problem, best[1]),
     )
     placement.model_objective = placement.objective
-    placement.explanation.extend(red.notes)
+    placement.explanation.extend(ranking.notes)
     placement.explanation.append(
-        f"one pod: {len(red.nodes)} candidate nodes ranked by cost, {costed} costed "
+        f"one pod: {ranking.units} candidate nodes ranked by cost, {costed} costed "
         f"exactly; objective {placement.objective:g}, bound {placement.objective:g}"
     )
     return placement

@@ -20,6 +20,7 @@ from nexus_admit.model import (
     pod_capacity,
     with_clique_level,
 )
+from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
 
 __all__ = ["CLOSED_CLIQUE", "Problem", "prepare"]
 
@@ -103,13 +104,17 @@ class Problem:
         the gang cannot use still count: they are what the domain has left for others).
         Nodes without the level's label belong to no domain."""
         free = self._domain_free.get(level_index)
+        if free is not None:
+            return free
+        # kept from the change log on a TrackedSnapshot, else counted over every node
+        free = live_domain_free(self.snapshot, self.paths, self.levels, level_index)
         if free is None:
             free = defaultdict(int)
             for node in self.snapshot:
                 domain = self.paths[node.name][level_index]
                 if node.gpu_count and domain is not None:
                     free[domain] += node.free_gpu_milli
-            self._domain_free[level_index] = free
+        self._domain_free[level_index] = free
         return free
 
     def idle_room(self, level_index: int) -> dict[Domain, int]:
@@ -236,10 +241,14 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         tuple[dict[str, tuple[Domain | None, ...]], dict[str, str | None]], facts
     )
     problem = Problem(snapshot, gang, config, levels, paths, node_class, {})
-    pristine = snapshot.pristine_cliques()
-    for node in snapshot:
-        if node.clique in pristine:
-            problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
+    live = live_pristine_cliques(snapshot)  # kept from the change log, when it has one
+    if live is not None:
+        problem.pristine_cliques = live
+    else:
+        pristine = snapshot.pristine_cliques()
+        for node in snapshot:
+            if node.clique in pristine:
+                problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
     problem.impossible = (
         _check_level(gang.required_level, levels, "required-topology")
         or _check_level(gang.preferred_level, levels, "preferred-topology")

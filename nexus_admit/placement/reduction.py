@@ -16,10 +16,14 @@ from nexus_admit.placement.problem import Problem
 __all__ = [
     "Reduction",
     "candidates",
+    "domain_shortfall",
     "holds",
     "keeps_off_gpus",
+    "lone_class_key",
+    "per_node_limit",
     "reduce_symmetry",
     "restrict",
+    "room_shortfall",
     "shortfall",
 ]
 
@@ -47,7 +51,7 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
     notes: list[str] = []
     policy = problem.gang.numa_policy
     all_nodes = problem.snapshot.nodes
-    per_node = _per_node_limit(problem)
+    per_node = per_node_limit(problem)
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
         fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
@@ -77,7 +81,7 @@ def keeps_off_gpus(problem: Problem, ps: PodSet) -> bool:
     return not ps.gpus and gang.uses_gpus and gang.level_of(ps) is None
 
 
-def _per_node_limit(problem: Problem) -> int | None:
+def per_node_limit(problem: Problem) -> int | None:
     """The fewest pods of the service a node may hold by the gang's spread rules."""
     host = problem.levels[-1]
     limits = [
@@ -94,26 +98,37 @@ def shortfall(problem: Problem, red: Reduction) -> str:
     for ps in problem.gang.pod_sets:
         room = sum(c for (p, _), c in red.caps.items() if p == ps.name)
         if room < ps.count:
-            what = f"{ps.gpus} GPU" if ps.gpus else "CPU-only"
-            return (
-                f"pod set {ps.name!r}: {ps.count} pods ({what} each) requested, "
-                f"free capacity for {room} now{problem.closed_note()}; will retry"
-            )
+            return room_shortfall(problem, ps, room)
     required = problem.gang.required_level
     if required is not None:
         level = problem.levels.index(required)
         per_domain: dict[Domain | None, int] = defaultdict(int)
         for (_, n), c in red.caps.items():
             per_domain[problem.paths[n][level]] += c
-        if (
-            max(per_domain.values(), default=0) < problem.gang.pod_count
-            and len(problem.gang.pod_sets) == 1
-        ):
-            return (
-                f"no single {required} domain has room for all {problem.gang.pod_count} pods "
-                f"now (largest: {max(per_domain.values(), default=0)}){problem.closed_note()}; "
-                "will retry"
-            )
+        return domain_shortfall(problem, per_domain)
+    return ""
+
+
+def room_shortfall(problem: Problem, ps: PodSet, room: int) -> str:
+    """`shortfall`'s answer for a pod set whose candidates have room for `room` pods."""
+    what = f"{ps.gpus} GPU" if ps.gpus else "CPU-only"
+    return (
+        f"pod set {ps.name!r}: {ps.count} pods ({what} each) requested, "
+        f"free capacity for {room} now{problem.closed_note()}; will retry"
+    )
+
+
+def domain_shortfall(problem: Problem, per_domain: dict[Domain | None, int]) -> str:
+    """`shortfall`'s answer from the pods the candidates have room for per domain of the
+    gang's required level ("" when one domain has room for all, or several pod sets)."""
+    required = problem.gang.required_level
+    largest = max(per_domain.values(), default=0)
+    if largest < problem.gang.pod_count and len(problem.gang.pod_sets) == 1:
+        return (
+            f"no single {required} domain has room for all {problem.gang.pod_count} pods "
+            f"now (largest: {largest}){problem.closed_note()}; "
+            "will retry"
+        )
     return ""
 
 
@@ -125,13 +140,7 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
     seen: dict[tuple[object, ...], int] = defaultdict(int)
     groups: dict[tuple[object, ...], list[str]] = defaultdict(list)
     gang = problem.gang
-    # a lone pod set's key reads only the node, the config and these (its caps are
-    # min(pod_capacity, count)), so it is remembered per node state between solves
-    signature = (
-        (*pod_shape(gang.pod_sets[0]), gang.pod_sets[0].count, gang.numa_policy, problem.levels)
-        if len(gang.pod_sets) == 1
-        else None
-    )
+    signature = _lone_signature(problem)
     for name in red.nodes:
         node = problem.node(name)
         if node.clique is not None and node.clique in problem.pristine_cliques:
@@ -157,6 +166,28 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
     return Reduction(kept, caps, red.exact, notes, twins)
 
 
+def _lone_signature(problem: Problem) -> tuple[object, ...] | None:
+    """A lone pod set's symmetry key reads only the node, the config and these (its caps
+    are min(pod_capacity, count)), so it is remembered per node state between solves."""
+    gang = problem.gang
+    if len(gang.pod_sets) != 1:
+        return None
+    ps = gang.pod_sets[0]
+    return (*pod_shape(ps), ps.count, gang.numa_policy, problem.levels)
+
+
+def lone_class_key(problem: Problem, name: str, cap: int, memo: NodeMemo) -> tuple[object, ...]:
+    """The key `reduce_symmetry` gives a candidate node with room for `cap` pods of a
+    gang of one pod set and no siblings (from the same memo entry)."""
+    signature = _lone_signature(problem)
+    assert signature is not None and not problem.gang.siblings
+
+    def compute() -> tuple[object, ...]:
+        return (*node_key(problem, (cap,), name, memo), *_frag_key(problem, name, memo))
+
+    return memo.derived(problem.node(name), signature, compute)
+
+
 def _frag_key(problem: Problem, name: str, memo: NodeMemo) -> tuple[object, ...]:
     """With the fragmentation gradient on, nodes are twins only if the gradient is equal."""
     if not problem.config.weights.frag_gradient:
@@ -167,9 +198,16 @@ def _frag_key(problem: Problem, name: str, memo: NodeMemo) -> tuple[object, ...]
 
 def symmetry_key(problem: Problem, red: Reduction, name: str, memo: NodeMemo) -> tuple[object, ...]:
     """Everything the model reads of a node: equal keys mean interchangeable nodes."""
+    caps = tuple(red.caps.get((ps.name, name), 0) for ps in problem.gang.pod_sets)
+    return node_key(problem, caps, name, memo)
+
+
+def node_key(
+    problem: Problem, caps: tuple[int, ...], name: str, memo: NodeMemo
+) -> tuple[object, ...]:
+    """`symmetry_key` of a node whose caps per pod set are `caps`."""
     node = problem.node(name)
     view = memo.view(node)
-    caps = tuple(red.caps.get((ps.name, name), 0) for ps in problem.gang.pod_sets)
     aligned = tuple(
         memo.capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
         for ps in problem.gang.pod_sets

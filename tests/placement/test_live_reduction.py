@@ -1,0 +1,173 @@
+"""The per-snapshot caches of a TrackedSnapshot (live_reduction.py, live_facts.py) answer
+exactly what the engine computes afresh: same nodes, same GPUs, same objective, same
+explanation, after any sequence of placements, releases and nodes changed by other means."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus_admit.model import GPU_WHOLE, Gang, Node, Placement, PodSet, Slot
+from nexus_admit.placement.engine import CpSatEngine
+from nexus_admit.placement.live_reduction import live_reduction
+from nexus_admit.placement.memo import NodeMemo
+from nexus_admit.placement.objective import term_weights
+from nexus_admit.placement.onepod import scan_lower_bound, scans
+from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.reduction import candidates, reduce_symmetry, shortfall
+from nexus_admit.placement.tracking import TrackedSnapshot
+from tests.strategies import BLOCK, CONFIG, RACK, gangs, nodes
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> list[Node]:
+    """Up to 14 nodes made from a few templates, so that many are interchangeable (the
+    symmetry classes the caches keep), spread over racks and blocks, half of them idle."""
+    templates = draw(st.lists(nodes("t"), min_size=1, max_size=4))
+    out = []
+    for i in range(draw(st.integers(2, 14))):
+        template = draw(st.sampled_from(templates))
+        labels = {**template.labels, RACK: draw(st.sampled_from(("r0", "r1", "r2")))}
+        if draw(st.booleans()):
+            labels[BLOCK] = draw(st.sampled_from(("b0", "b1")))
+        node = replace(template.copy(), name=f"n{i}", labels=labels)
+        if draw(st.booleans()):  # pristine: whole NVLink cliques (8-GPU nodes) then occur
+            node.gpu_free = [GPU_WHOLE] * len(node.gpu_free)
+        out.append(node)
+    return out
+
+
+# what happens between two decisions
+steps = st.one_of(
+    st.tuples(st.just("place"), gangs(max_sets=1, max_count=1)),
+    st.tuples(st.just("place"), gangs(max_sets=1, max_count=1)),
+    st.tuples(st.just("place"), gangs(max_sets=1, max_count=1)),
+    st.tuples(st.just("place"), gangs(max_sets=2, max_count=3)),
+    st.tuples(st.just("again"), st.integers(0, 20)),  # a shape placed before, once more
+    st.tuples(st.just("release"), st.integers(0, 20)),
+    st.tuples(st.just("touch"), st.integers(0, 20), st.integers(0, 7), st.booleans()),
+)
+
+
+def _answer(p: Placement) -> tuple[object, ...]:
+    """Everything a placement says but how long it took (a solve reports its time)."""
+    explanation = [re.sub(r" in [0-9.]+s ", " in (time) ", line) for line in p.explanation]
+    return (p.feasible, p.status, p.slots, p.reason, p.terms, p.objective, p.model_objective,
+            explanation, p.retry_after_seconds)
+
+
+def _flip_gpu(tracked: TrackedSnapshot, which: int, gpu: int, replace_node: bool) -> None:
+    """A node changed by other means (a pod bound or gone): one GPU taken or given back,
+    on a new node object (as the live snapshot copies it) or in place; then touched."""
+    names = list(tracked.nodes)
+    name = names[which % len(names)]
+    node = tracked.nodes[name].copy() if replace_node else tracked.nodes[name]
+    if node.gpu_free:
+        i = gpu % len(node.gpu_free)
+        node.gpu_free[i] = 0 if node.gpu_free[i] == GPU_WHOLE else GPU_WHOLE
+    else:
+        node.free_cpu_milli = max(0, node.free_cpu_milli - 1000)
+    tracked.nodes[name] = node
+    tracked.touch([name])
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(fleets(), st.lists(steps, min_size=1, max_size=14))
+def test_decisions_on_one_tracked_snapshot_equal_fresh_ones(
+    start: list[Node], sequence: list[tuple[object, ...]]
+) -> None:
+    """One engine places on one TrackedSnapshot (its caches carried from decision to
+    decision); at every step a new engine on a plain copy of the same state (no change log:
+    every fact counted afresh) must give the same answer, explanation included."""
+    tracked = TrackedSnapshot.of(n.copy() for n in start)
+    kept = CpSatEngine(seed=0)
+    placed: list[tuple[Gang, list[Slot]]] = []
+    shapes: list[Gang] = []
+    for i, step in enumerate(sequence):
+        if step[0] == "release":
+            if placed:
+                tracked.release(*placed.pop(int(step[1]) % len(placed)))  # type: ignore[call-overload]
+            continue
+        if step[0] == "touch":
+            _flip_gpu(tracked, int(step[1]), int(step[2]), bool(step[3]))  # type: ignore[call-overload]
+            continue
+        if step[0] == "again":
+            if not shapes:
+                continue
+            template = shapes[int(step[1]) % len(shapes)]  # type: ignore[call-overload]
+        else:
+            template = step[1]  # type: ignore[assignment]
+            shapes.append(template)
+        gang = replace(template, name=f"ns/g{i}")
+        _check_caches(tracked, gang)
+        fresh = CpSatEngine(seed=0).place(tracked.copy(), gang, CONFIG)
+        reused = kept.place(tracked, gang, CONFIG)
+        assert _answer(reused) == _answer(fresh)
+        if reused.feasible:
+            tracked.apply(gang, reused.slots)
+            placed.append((gang, reused.slots))
+
+
+def _check_caches(tracked: TrackedSnapshot, gang: Gang) -> None:
+    """Each cache against the same fact counted afresh on a plain copy: pristine cliques,
+    free GPUs per domain, the candidates' shortfall, the reduction and the one-pod scan's
+    ranking (a stale entry that changes no placement still fails here)."""
+    copy = tracked.copy()
+    kept, fresh = prepare(tracked, gang, CONFIG), prepare(copy, gang, CONFIG)
+    assert list(kept.pristine_cliques.items()) == list(fresh.pristine_cliques.items())
+    for level in range(len(fresh.levels) - 1):
+        assert list(kept.domain_free_gpu_milli(level).items()) == list(
+            fresh.domain_free_gpu_milli(level).items()
+        )
+    memo, fresh_memo = NodeMemo(), NodeMemo()
+    memo.sync(tracked, CONFIG)
+    fresh_memo.sync(copy, CONFIG)
+    live = live_reduction(kept, memo)
+    if live is None or fresh.impossible:
+        return
+    red = candidates(fresh, fresh_memo)
+    assert live.shortfall(kept) == shortfall(fresh, red)
+    reduced = reduce_symmetry(fresh, red, fresh_memo)
+    answer = live.reduction(kept)
+    assert answer == reduced
+    assert list(answer.caps.items()) == list(reduced.caps.items())
+    if scans(fresh):
+        weights = term_weights(fresh)
+        expected = sorted(
+            (scan_lower_bound(fresh, n, weights), i, n) for i, n in enumerate(reduced.nodes)
+        )
+        ranking = live.ranking(kept)
+        assert [(b, n) for b, _, n in ranking.ranked] == [(b, n) for b, _, n in expected]
+        assert (ranking.units, ranking.notes) == (len(reduced.nodes), reduced.notes)
+
+
+def _node(name: str, rack: str, free: list[int]) -> Node:
+    return Node(name=name, labels={BLOCK: "b0", RACK: rack}, taints=(), cpu_milli=64_000,
+                memory_mib=262_144, max_pods=16, gpu_product="NVIDIA-H100-80GB-HBM3",
+                gpu_memory_mib=81559, gpu_free=free, free_cpu_milli=64_000,
+                free_memory_mib=262_144, free_pods=16)
+
+
+def test_a_tracker_reads_again_only_what_changed_and_starts_over_on_a_new_snapshot() -> None:
+    """The tracker lives in the snapshot's static_cache: the next decision reuses it, a
+    copy of the snapshot (no change log) gets none, a relabelled snapshot a new one."""
+    tracked = TrackedSnapshot.of(_node(f"n{i}", f"r{i % 2}", [GPU_WHOLE] * 8) for i in range(6))
+    gang = _one_gpu()
+    memo = NodeMemo()
+    memo.sync(tracked, CONFIG)
+    first = live_reduction(prepare(tracked, gang, CONFIG), memo)
+    assert first is not None
+    tracked.apply(gang, [Slot("main", 0, "n0", (0,), None)])
+    memo.sync(tracked, CONFIG)
+    again = live_reduction(prepare(tracked, gang, CONFIG), memo)
+    assert again is first
+    assert live_reduction(prepare(tracked.copy(), gang, CONFIG), memo) is None
+    tracked.static_cache.clear()  # as a label change does
+    assert live_reduction(prepare(tracked, gang, CONFIG), memo) is not first
+
+
+def _one_gpu() -> Gang:
+    return Gang("ns/one", (PodSet("main", 1, 1000, 1024, gpus=1),), tier="gold")
