@@ -813,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
         if not args.keep and bench.cluster.started_here:
             bench.cluster.down()  # the background pods go with it
-        elif not args.keep and args.background_pods > 0:
+        elif not args.keep and "background" in result:
             bench.remove_namespace(BACKGROUND_NAMESPACE)
     print_report(result)
     print(f"JSON: {json_path}")
