@@ -45,15 +45,18 @@ from nexus_admit.kube.stored import stripped  # noqa: E402
 NAMESPACE = "bench-lists"
 
 
-def pod_body(i: int, node: str) -> dict[str, Any]:
+def pod_body(i: int, node: str, namespace: str = NAMESPACE) -> dict[str, Any]:
     pod = copy.deepcopy(templates()["Pod"])
     meta = pod["metadata"]
     pod["metadata"] = {
         "name": f"listed-{i:06}",
-        "namespace": NAMESPACE,
-        "labels": {"app": "bench-lists"},
-        "annotations": {k: v for k, v in (meta.get("annotations") or {}).items()
-                        if not k.startswith("scheduling.kubenexus.io")},
+        "namespace": namespace,
+        "labels": {"app": namespace},
+        "annotations": {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if not k.startswith("scheduling.kubenexus.io")
+        },
     }
     spec = pod["spec"]
     spec["nodeName"] = node
@@ -67,19 +70,23 @@ def pod_body(i: int, node: str) -> dict[str, Any]:
     return dict(pod)
 
 
-def ensure_pods(core: client.CoreV1Api, count: int, nodes: list[str]) -> None:
+def ensure_pods(
+    core: client.CoreV1Api, count: int, nodes: list[str], namespace: str = NAMESPACE
+) -> None:
+    """`count` pods in `namespace`, bound round-robin to `nodes` (those already there kept)."""
     try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     except client.ApiException as e:
         if e.status != 409:
             raise
-    have = len(core.list_namespaced_pod(NAMESPACE, limit=count + 1).items)
+    listed = core.list_namespaced_pod(namespace, limit=1)
+    have = len(listed.items) + (listed.metadata.remaining_item_count or 0)
     if have >= count:
         return
 
     def create(i: int) -> None:
         try:
-            core.create_namespaced_pod(NAMESPACE, pod_body(i, nodes[i % len(nodes)]))
+            core.create_namespaced_pod(namespace, pod_body(i, nodes[i % len(nodes)], namespace))
         except client.ApiException as e:
             if e.status != 409:
                 raise
@@ -102,8 +109,9 @@ def time_lists(kubeconfig: str, repeats: int) -> list[dict[str, Any]]:
                 seconds.append(time.perf_counter() - began)
                 count = len(items)
                 del items
-            rows.append({"pageSize": page_size, "stripped": keep, "pods": count,
-                         "seconds": sorted(seconds)})
+            rows.append(
+                {"pageSize": page_size, "stripped": keep, "pods": count, "seconds": sorted(seconds)}
+            )
     return rows
 
 
@@ -135,9 +143,12 @@ def start_up(c: Any) -> dict[str, float]:
         synced = time.monotonic() - began
         logged = re.findall(r"store synced in ([0-9.]+) s", this_run())
         time.sleep(5)  # kopf's own lists before its watches, then quiet
-        return {"webhookServingSeconds": ready, "storeSyncedSeconds": synced,
-                "fleetListLoggedSeconds": float(logged[-1]),
-                "controllerRssMiB": _rss_mib(nc.proc.pid)}
+        return {
+            "webhookServingSeconds": ready,
+            "storeSyncedSeconds": synced,
+            "fleetListLoggedSeconds": float(logged[-1]),
+            "controllerRssMiB": _rss_mib(nc.proc.pid),
+        }
     finally:
         nc.stop()
         nc.uninstall_webhook()
@@ -156,11 +167,17 @@ def main() -> int:
     core = client.CoreV1Api(api_client)
     nodes = [n.metadata.name for n in core.list_node(label_selector="type=kwok").items]
     ensure_pods(core, args.pods, nodes)
-    result = {"pods": args.pods, "nodes": len(nodes),
-              "lists": time_lists(str(c.kubeconfig), args.repeats), "startUp": start_up(c)}
+    result = {
+        "pods": args.pods,
+        "nodes": len(nodes),
+        "lists": time_lists(str(c.kubeconfig), args.repeats),
+        "startUp": start_up(c),
+    }
     for row in result["lists"]:
-        print(f"page {row['pageSize']:>4}  stripped {row['stripped']!s:5}  "
-              f"{row['pods']} pods  median {row['seconds'][len(row['seconds']) // 2]:.2f} s")
+        print(
+            f"page {row['pageSize']:>4}  stripped {row['stripped']!s:5}  "
+            f"{row['pods']} pods  median {row['seconds'][len(row['seconds']) // 2]:.2f} s"
+        )
     print(f"start-up: {result['startUp']}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1))

@@ -5,27 +5,33 @@ fleet, in one run (what `make bench-e2e` runs).
     NEXUS_E2E_STATE=/tmp/e2e-bench python e2e/bench_e2e/run.py --nodes 1000 --workloads 300
 
 1. The control plane comes up with fleet.yaml scaled to --nodes (or is reused when it
-   already runs with that many nodes), ClusterQueues get quotas for that fleet.
+   already runs with that many nodes), ClusterQueues get quotas for that fleet;
+   --background-pods bound non-GPU pods (no Kueue) fill the cluster for both phases.
+   Before each phase, and before the controller starts, the benchmark waits until KWOK's
+   next round of node lease renewals is --lease-quiet-seconds away.
 2. Phase `kueue`: the generated Workloads (Indexed Jobs) go to the Kueue-alone
    ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
    running and its webhook is not registered. Wait for every pod Running, check, clean up.
-3. Phase `nexus`: the same Workloads, same arrival pattern, to nexus-gold/silver/bronze
-   with nexus-admit running.
+3. Phase `nexus`: nexus-admit starts (its start-up timed: webhook serving, store synced,
+   first decision), then the same Workloads, same arrival pattern, go to
+   nexus-gold/silver/bronze.
 4. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
    the controller's RSS is sampled throughout; afterwards no reservation may be left.
 
-Prints a table and writes <out>/bench-e2e.json. Figures are measured, never asserted.
+Prints tables and issue 30's targets (report.py) and writes <out>/bench-e2e.json. Figures
+are measured, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import datetime
 import json
 import os
+import re
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,7 @@ import fleet as fleet_mod  # noqa: E402
 from kubernetes import client  # noqa: E402
 from nexus_controller import NexusController  # noqa: E402
 
-from bench_e2e import booking, queues, stats  # noqa: E402
+from bench_e2e import booking, lists, queues, stats  # noqa: E402
 from bench_e2e import workloads as wl_mod  # noqa: E402
 from bench_e2e.recorder import (  # noqa: E402
     KUEUE_GROUP,
@@ -50,10 +56,18 @@ from bench_e2e.recorder import (  # noqa: E402
     api_client,
     proc_cpu_seconds,
 )
+from bench_e2e.report import (  # noqa: E402
+    BENCH_PROCESS,
+    CONTROLLER,
+    cpu_per_workload,
+    print_report,
+    targets,
+)
 
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
 WEBHOOK_METRIC = "apiserver_admission_webhook_admission_duration_seconds"
-NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
+BACKGROUND_NAMESPACE = "bench-background"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 # the Job controller's pods are gated in the apiserver by our MutatingAdmissionPolicy
 POLICY_METRIC = "apiserver_mutating_admission_policy_check_duration_seconds"
 TIERS = wl_mod.TIERS
@@ -96,11 +110,111 @@ class Bench:
         self.cluster.apply(queues.cluster_queues(self.pools), retries=10)
         log(f"cluster ready with {have} nodes in {time.monotonic() - t:.0f}s")
 
-    def start_controller(self) -> None:
+    def start_controller(self) -> dict[str, Any]:
+        """Start the controller and wait until it is ready; returns when its process started
+        and its webhook first served (wall clock), and where this run's log begins."""
         assert self.nc is not None
         self.nc.register_admission()
-        self.nc.start()
+        log_file = self.nc.log_file
+        offset = log_file.stat().st_size if log_file.exists() else 0
+        started = time.time()
+        self.nc.start(wait=False)
+        serving = None
+        while serving is None and time.time() - started < 120:
+            if self.nc.proc is not None and self.nc.proc.poll() is not None:
+                break  # wait_ready reports the exit with the log's tail
+            if self.nc.ready():
+                serving = time.time()
+            else:
+                time.sleep(0.05)
+        self.nc.wait_ready()
         log(f"nexus-admit running (pid {self.nc.proc.pid if self.nc.proc else '?'})")
+        return {"started": started, "serving": serving, "log_offset": offset}
+
+    def store_synced_at(self, log_offset: int) -> float | None:
+        """When this run's controller logged "store synced in" (its log's own timestamp)."""
+        assert self.nc is not None
+        with open(self.nc.log_file, "rb") as f:
+            f.seek(log_offset)
+            text = f.read().decode(errors="replace")
+        m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*store synced in", text, re.M)
+        if not m:
+            return None
+        return datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+    # -- a large cluster and its heartbeats ------------------------------------------------
+    def add_background_pods(self, count: int, timeout: float = 1800) -> dict[str, Any]:
+        """`count` bound, non-GPU pods in their own namespace, no Kueue and no scheduler
+        (lists.py's copies of a real pod, bound by name to the KWOK nodes), so that the
+        controller's store holds a large cluster; waits until KWOK runs them all, so that
+        its backlog does not fall into a phase."""
+        t = time.monotonic()
+        nodes = [n.metadata.name for n in self.core.list_node(label_selector="type=kwok").items]
+        lists.ensure_pods(self.core, count, nodes, BACKGROUND_NAMESPACE)
+        created = time.monotonic() - t
+        while time.monotonic() - t < timeout:
+            pending = self.core.list_namespaced_pod(
+                BACKGROUND_NAMESPACE, field_selector="status.phase!=Running", limit=1
+            )
+            if not pending.items:
+                break
+            time.sleep(2)
+        else:
+            log(f"WARNING: background pods not all Running after {timeout:.0f}s")
+        log(f"{count} background pods Running in {time.monotonic() - t:.0f}s")
+        return {
+            "pods": count,
+            "create_s": round(created, 1),
+            "running_s": round(time.monotonic() - t, 1),
+        }
+
+    def cluster_pods(self) -> int:
+        listed = self.core.list_pod_for_all_namespaces(limit=1)
+        return len(listed.items) + (listed.metadata.remaining_item_count or 0)
+
+    def node_leases(self) -> list[tuple[float, float]]:
+        """(renewTime, leaseDurationSeconds) of every node lease."""
+        raw = json.loads(
+            client.CoordinationV1Api(self.api)
+            .list_namespaced_lease(NODE_LEASE_NAMESPACE, _preload_content=False)
+            .data
+        )
+        out = []
+        for lease in raw["items"]:
+            spec = lease.get("spec") or {}
+            if spec.get("renewTime") and spec.get("leaseDurationSeconds"):
+                renewed = datetime.datetime.fromisoformat(spec["renewTime"].replace("Z", "+00:00"))
+                out.append((renewed.timestamp(), float(spec["leaseDurationSeconds"])))
+        return out
+
+    def wait_for_lease_quiet(self, needed_s: float) -> float:
+        """KWOK renews every node lease once per quarter of its duration, in rounds (1,000
+        or 5,000 PUTs each, the apiserver's and etcd's work): before a measured phase, wait
+        until the next round is at least `needed_s` away (at most three quarters of the
+        renewal interval), so that neither phase gets a round the other does not.
+        Returns the seconds waited."""
+        t = time.monotonic()
+        leases = self.node_leases()
+        if needed_s <= 0 or not leases:
+            return 0.0
+        quarter = max(d for _, d in leases) / 4
+        needed = min(needed_s, 0.75 * quarter)
+        deadline = t + quarter * 1.2 + 60
+        while time.monotonic() < deadline:
+            pause = stats.lease_wait(stats.lease_renewals_due(leases, time.time()), needed)
+            if pause is None:
+                break
+            time.sleep(pause)
+            leases = self.node_leases()
+        else:
+            log("WARNING: no quiet spell between node lease renewals; going on")
+        waited = time.monotonic() - t
+        if waited > 1:
+            log(f"waited {waited:.0f}s for a node lease renewal round to pass")
+        return round(waited, 1)
+
+    def leases_renewed_between(self, t0: float, t1: float) -> int:
+        return sum(t0 <= renewed <= t1 for renewed, _ in self.node_leases())
 
     def stop_controller(self) -> None:
         if self.nc is not None:
@@ -112,8 +226,8 @@ class Bench:
         """CPU seconds so far of every control-plane process, the controller and this
         benchmark (None: not running)."""
         pids = {k: v.get("pid") for k, v in self.cluster.info().get("components", {}).items()}
-        pids["nexus-admit"] = controller_pid
-        pids["bench-e2e (this script)"] = os.getpid()
+        pids[CONTROLLER] = controller_pid
+        pids[BENCH_PROCESS] = os.getpid()
         out: dict[str, float | None] = {}
         for name, p in pids.items():
             try:
@@ -256,7 +370,10 @@ class Bench:
         complete_after: str | None = None,
         controller: bool,
         timeout: float,
+        startup: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """One phase; `startup` (what start_controller returned, the nexus phase) adds the
+        controller's first decision after its start."""
         ns = f"bench-{name}"
         self.make_namespace(ns, queue_prefix)
         times = {w.name: stats.WorkloadTimes(pods=w.pods) for w in works}
@@ -270,6 +387,7 @@ class Bench:
             w.start()
         for w in watchers:
             w.listed.wait(30)
+        pods_at_start = self.cluster_pods()
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
         sampler = ProcSampler(pid)
         sampler.start()
@@ -317,6 +435,19 @@ class Bench:
             name, works, times, t_start, t_end, (api_before, api_after), (ctl_before, ctl_after)
         )
         result.update(checks)
+        result["cluster_pods_at_start"] = pods_at_start
+        # the KWOK node leases renewed in the phase (each at most once: a quarter of
+        # --node-grace-seconds apart); with the apiserver's PUT leases, leader elections too
+        result["node_heartbeats"]["node_leases_renewed"] = self.leases_renewed_between(
+            t_start, t_end
+        )
+        if startup is not None:
+            result["startup"] = stats.first_decision(
+                startup["started"],
+                startup["serving"],
+                self.store_synced_at(startup["log_offset"]),
+                times.values(),
+            )
         result["controller_process"] = process_summary(sampler.samples)
         # where the machine's CPU went: every component, the controller, this benchmark
         result["cpu_by_process"] = stats.cpu_by_process(cpu_before, cpu_after, cpu_wall)
@@ -350,6 +481,7 @@ class Bench:
         rrs = self.reservations()
         good, total, bad = booking.on_planned_node([b for b in bound if b.namespace == ns], rrs)
         return {
+            "cluster_pods_at_end": len(raw["items"]),
             "double_booked_gpus": booking.double_booked_gpus(alloc, bound, rrs),
             "over_allocated_nodes": booking.over_allocated(alloc, bound),
             "pods_bound": sum(b.namespace == ns for b in bound),
@@ -431,19 +563,6 @@ def _admission_histograms(api: tuple[str, str], metric: str, label: str) -> dict
     return out
 
 
-def gate_p99(phase: Mapping[str, Any]) -> float | None:
-    """The slowest p99 of what adds our gate at pod creation: the webhook and the policy."""
-    p99s = [
-        h.get("p99_s")
-        for h in [
-            (phase.get("webhooks") or {}).get(NEXUS_WEBHOOK),
-            *(phase.get("admission_policies") or {}).values(),
-        ]
-        if h and h.get("p99_s") is not None
-    ]
-    return max(p99s, default=None)
-
-
 def summarize(
     name: str,
     works: list[wl_mod.BenchWorkload],
@@ -506,6 +625,14 @@ def summarize(
         "ungate_client_p99_s": stats.percentile(ungate, 99),
         "pods_gated": len(ungate),
         "stages": stats.stage_summary(ts),
+        "node_heartbeats": {
+            "lease_puts": sum(
+                n for (v, r, _, _), n in requests.items() if (v, r) == ("PUT", "leases")
+            ),
+            "node_status": sum(
+                n for (v, r, sub, _), n in requests.items() if r == "nodes" and sub == "status"
+            ),
+        },
         "webhooks": webhooks,
         "admission_policies": policies,
         # what the apiserver served in the phase, most first: who loads it, and conflicts
@@ -552,271 +679,7 @@ def soak_rss(process: dict[str, Any], warmup_fraction: float = 0.1) -> dict[str,
     }
 
 
-# ------------------------------------------------------------------ targets and output
-
-
-def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each target of issue 15 with the measured value and whether it is met (None: not
-    measured in this run)."""
-    k, n = result["phases"].get("kueue", {}), result["phases"].get("nexus", {})
-    soak = result.get("soak", {})
-    out = []
-
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a is not None and b else None
-
-    for key, label in (
-        ("throughput_wl_per_s", "admission throughput, whole run"),
-        ("burst_throughput_wl_per_s", "admission throughput, burst"),
-    ):
-        r = ratio(n.get(key), k.get(key))
-        out.append(
-            {
-                "target": f"{label}: nexus ≥ 0.9× Kueue alone",
-                "value": r,
-                "met": None if r is None else r >= 0.9,
-            }
-        )
-    r = ratio(n.get("create_to_running_p99_s"), k.get("create_to_running_p99_s"))
-    out.append(
-        {
-            "target": "p99 create → all Running: nexus ≤ 1.2× Kueue alone",
-            "value": r,
-            "met": None if r is None else r <= 1.2,
-        }
-    )
-    p99 = gate_p99(n) if n else None
-    out.append(
-        {
-            "target": "nexus pod gating p99 ≤ 50 ms (apiserver histograms: webhook, policy)",
-            "value": p99,
-            "met": None if p99 is None else p99 <= 0.05,
-        }
-    )
-    if n:
-        placed, total = n.get("pods_on_planned_node"), n.get("pods_with_reservation")
-        share = placed / total if total else None
-        out.append(
-            {
-                # of the pods bound when the phase ended (pods_bound says how many that was)
-                "target": "bound pods on their planned node = 100 %",
-                "value": share,
-                "met": None if share is None else placed == total,
-            }
-        )
-    for name, ph in result["phases"].items():
-        out.append(
-            {
-                "target": f"double-booked GPUs = 0 ({name})",
-                "value": ph.get("double_booked_gpus"),
-                "met": ph.get("double_booked_gpus") == 0,
-            }
-        )
-    growth = (soak.get("rss") or {}).get("rss_growth_percent")
-    out.append(
-        {
-            "target": "controller RSS growth over the soak ≤ 10 %",
-            "value": growth,
-            "met": None if growth is None else growth <= 10,
-        }
-    )
-    left = (soak.get("drain") or {}).get("reservations_left")
-    out.append(
-        {
-            "target": "no reservation left behind after the soak",
-            "value": left,
-            "met": None if left is None else left == 0,
-        }
-    )
-    return out
-
-
-def _fmt(v: Any, unit: str = "", digits: int = 2) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}{unit}"
-    return f"{v}{unit}"
-
-
-def _ms(v: float | None) -> str:
-    return "–" if v is None else f"{v * 1000:.0f} ms"
-
-
-def print_report(result: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    phases = result["phases"]
-    t = Table(
-        title=f"bench-e2e: {result['fleet']['nodes']} KWOK GPU nodes, "
-        f"{result['config']['workloads']} Workloads",
-        show_lines=False,
-    )
-    t.add_column("metric")
-    for name in phases:
-        t.add_column(
-            {"kueue": "Kueue alone", "nexus": "Kueue + nexus"}.get(name, name), justify="right"
-        )
-
-    def row(label: str, fn: Any) -> None:
-        t.add_row(label, *[fn(ph) for ph in phases.values()])
-
-    row("Workloads all Running", lambda p: f"{p['all_running']}/{p['workloads']}")
-    row("pods", lambda p: str(p["pods"]))
-    row("admission throughput (Workloads/s)", lambda p: _fmt(p["throughput_wl_per_s"]))
-    row("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"]))
-    row("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1))
-    row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
-    row(
-        "solve p50 / p99",
-        lambda p: (
-            " / ".join(
-                _ms((p["controller_metrics"].get("solve_seconds") or {}).get(q))
-                for q in ("p50_s", "p99_s")
-            )
-            if p["controller_metrics"]
-            else "–"
-        ),
-    )
-    row(
-        "solving / waiting for reservation creates (total)",
-        lambda p: (
-            " / ".join(
-                _fmt((p["controller_metrics"].get(m) or {}).get("sum_s"), " s", 1)
-                for m in ("solve_seconds", "reservation_wait_seconds")
-            )
-            if p["controller_metrics"]
-            else "–"
-        ),
-    )
-    row(
-        "nexus webhook calls / gate policy calls",
-        lambda p: " / ".join(
-            str(int(h["calls"])) if h else "0"
-            for h in (
-                p["webhooks"].get(NEXUS_WEBHOOK),
-                next(iter((p.get("admission_policies") or {}).values()), None),
-            )
-        ),
-    )
-    row(
-        "pod gating p99 (nexus webhook, policy / Kueue's webhooks)",
-        lambda p: " / ".join(
-            [
-                _ms(gate_p99(p)),
-                _ms(
-                    max(
-                        (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),
-                        default=None,
-                    )
-                ),
-            ]
-        ),
-    )
-    row(
-        "ungate p50 / p99 (gate seen → gone)",
-        lambda p: (
-            " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
-            if p["pods_gated"]
-            else "no gates"
-        ),
-    )
-    row(
-        "ungate p99 (controller metric)",
-        lambda p: _ms((p["controller_metrics"].get("ungate_seconds") or {}).get("p99_s")),
-    )
-    row(
-        "controller CPU (mean %, s)",
-        lambda p: (
-            f"{p['controller_process']['cpu_percent_mean']} %, {p['controller_process']['cpu_s']} s"
-            if p["controller_process"]
-            else "–"
-        ),
-    )
-    row(
-        "controller peak RSS",
-        lambda p: (
-            _fmt(p["controller_process"].get("rss_peak_mib"), " MiB", 0)
-            if p["controller_process"]
-            else "–"
-        ),
-    )
-    row(
-        "pods on planned node",
-        lambda p: (
-            f"{p['pods_on_planned_node']}/{p['pods_with_reservation']}"
-            if p.get("pods_with_reservation")
-            else "n/a"
-        ),
-    )
-    row("double-booked GPUs", lambda p: _fmt(p.get("double_booked_gpus")))
-    row("load average (1 min, mean)", lambda p: _fmt(p["load"]["load1_mean"], "", 1))
-    console.print(t)
-
-    if phases:
-        s = Table(title="where the time goes: p50 per stage (s)")
-        s.add_column("stage")
-        for name in phases:
-            s.add_column(name, justify="right")
-        stages: list[str] = []
-        for ph in phases.values():
-            stages += [k for k in ph["stages"] if k not in stages]
-        for st in stages:
-            s.add_row(
-                st,
-                *[_fmt((ph["stages"].get(st) or {}).get("p50"), "", 2) for ph in phases.values()],
-            )
-        console.print(s)
-
-    if phases:
-        c = Table(title="CPU by process over the phase (s, % of one core)")
-        c.add_column("process")
-        for name in phases:
-            c.add_column(name, justify="right")
-        procs: list[str] = []
-        for ph in phases.values():
-            procs += [k for k in ph.get("cpu_by_process", {}) if k not in procs]
-        for proc in procs:
-            c.add_row(
-                proc,
-                *[
-                    (
-                        f"{u['cpu_s']:.0f} s, {u['core_percent']:.0f} %"
-                        if (u := ph.get("cpu_by_process", {}).get(proc))
-                        else "–"
-                    )
-                    for ph in phases.values()
-                ],
-            )
-        console.print(c)
-
-    soak = result.get("soak")
-    if soak:
-        console.print(
-            f"soak: {soak['workloads']} Workloads over {soak['wall_s']:.0f} s, "
-            f"{soak['all_running']} all Running; controller RSS "
-            f"{_fmt(soak['rss'].get('rss_after_warmup_mib'), ' MiB', 0)} after warm-up → "
-            f"{_fmt(soak['rss'].get('rss_end_mib'), ' MiB', 0)} at the end "
-            f"({_fmt(soak['rss'].get('rss_growth_percent'), ' %', 1)}); reservations left "
-            f"{soak.get('drain', {}).get('reservations_left')}"
-        )
-    tt = Table(title="targets (issue 15)")
-    tt.add_column("target")
-    tt.add_column("measured", justify="right")
-    tt.add_column("met")
-    for row_ in result["targets"]:
-        v = row_["value"]
-        tt.add_row(
-            row_["target"],
-            _fmt(v, "", 3) if isinstance(v, float) else _fmt(v),
-            {True: "yes", False: "NO", None: "not measured"}[row_["met"]],
-        )
-    console.print(tt)
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="e2e/bench_e2e/run.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1000, help="fleet size (fleet.yaml scaled)")
     ap.add_argument("--workloads", type=int, default=300)
@@ -841,9 +704,29 @@ def main(argv: list[str] | None = None) -> int:
         default=900,
         help="node lease duration and node-monitor grace period of the benchmark's cluster",
     )
+    ap.add_argument(
+        "--lease-quiet-seconds",
+        type=float,
+        default=150,
+        help="before each measured phase (and the controller's start), wait until KWOK's "
+        "next round of node lease renewals is this far away (0: do not wait)",
+    )
+    ap.add_argument(
+        "--background-pods",
+        type=int,
+        default=0,
+        help="bound non-GPU pods (no Kueue, no scheduler) kept in the cluster through both "
+        "phases, so that the controller's store holds a large cluster",
+    )
     ap.add_argument("--out", default="reports/bench-e2e")
-    ap.add_argument("--keep", action="store_true", help="leave the control plane running")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--keep", action="store_true", help="leave the control plane (and background pods) up"
+    )
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     burst = args.workloads // 3 if args.burst is None else args.burst
 
     bench = Bench(args)
@@ -864,13 +747,17 @@ def main(argv: list[str] | None = None) -> int:
     json_path = out / "bench-e2e.json"
 
     def save() -> None:
+        result["cpu_per_workload"] = cpu_per_workload(result)
         result["targets"] = targets(result)
         json_path.write_text(json.dumps(result, indent=2, default=str))
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     try:
         bench.up()
+        if args.background_pods > 0:
+            result["background"] = bench.add_background_pods(args.background_pods)
         if "kueue" in phases:
+            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
             result["phases"]["kueue"] = bench.run_phase(
                 "kueue",
                 "",
@@ -879,9 +766,13 @@ def main(argv: list[str] | None = None) -> int:
                 controller=False,
                 timeout=args.phase_timeout,
             )
+            result["phases"]["kueue"]["lease_wait_s"] = lease_wait
             save()
+        startup = None
         if "nexus" in phases or args.soak_minutes > 0:
-            bench.start_controller()
+            # the wait comes first: the controller's start counts towards its first decision
+            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
+            startup = bench.start_controller()
         if "nexus" in phases:
             result["phases"]["nexus"] = bench.run_phase(
                 "nexus",
@@ -890,7 +781,9 @@ def main(argv: list[str] | None = None) -> int:
                 rack_preference=False,
                 controller=True,
                 timeout=args.phase_timeout,
+                startup=startup,
             )
+            result["phases"]["nexus"]["lease_wait_s"] = lease_wait
             save()
         if args.soak_minutes > 0 and args.soak_workloads > 0:
             soak_works = wl_mod.generate(
@@ -919,7 +812,9 @@ def main(argv: list[str] | None = None) -> int:
         result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         save()
         if not args.keep and bench.cluster.started_here:
-            bench.cluster.down()
+            bench.cluster.down()  # the background pods go with it
+        elif not args.keep and "background" in result:
+            bench.remove_namespace(BACKGROUND_NAMESPACE)
     print_report(result)
     print(f"JSON: {json_path}")
     return 0

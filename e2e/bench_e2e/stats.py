@@ -233,3 +233,79 @@ def cpu_by_process(
             "core_percent": round(100 * used / wall_s, 1) if wall_s > 0 else 0.0,
         }
     return out
+
+
+# ------------------------------------------------------------------ per Workload, start-up
+
+ALL_BUT_BENCH = "total (all but this benchmark)"
+
+
+def cpu_per_workload(
+    cpu: Mapping[str, Mapping[str, float]], admitted: int, leave_out: str
+) -> dict[str, float]:
+    """CPU seconds per admitted Workload of each process in `cpu` (`cpu_by_process`'s
+    result), and their total without `leave_out` (the benchmark's own process: it watches,
+    it is not part of the system measured); empty when nothing was admitted."""
+    if admitted <= 0:
+        return {}
+    out = {name: round(u["cpu_s"] / admitted, 4) for name, u in cpu.items()}
+    out[ALL_BUT_BENCH] = round(
+        sum(u["cpu_s"] for name, u in cpu.items() if name != leave_out) / admitted, 4
+    )
+    return out
+
+
+def cpu_share(without: Mapping[str, float], with_: Mapping[str, float]) -> dict[str, float | None]:
+    """Per process, CPU seconds per Workload with nexus minus without: what nexus adds, its
+    controller's own and what it makes the others do. A process absent without nexus (the
+    controller) used nothing there; one absent with nexus was not measured (None)."""
+    names = list(with_) + [n for n in without if n not in with_]
+    return {n: round(with_[n] - without.get(n, 0.0), 4) if n in with_ else None for n in names}
+
+
+def first_decision(
+    started: float,
+    serving: float | None,
+    synced: float | None,
+    times: Iterable[WorkloadTimes],
+) -> dict[str, float | None]:
+    """Seconds from the controller's process start (`started`) to its webhook serving, its
+    store synced, the phase's first Workload created and the first check Ready (its first
+    decision), and that decision's delay after its own Workload's creation."""
+    ts = list(times)
+    created = [t.created for t in ts if t.created is not None]
+    decided = [t for t in ts if t.check_ready is not None]
+    first = min(decided, key=lambda t: t.check_ready or 0.0, default=None)
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else round(t - started, 3)
+
+    own = (
+        round(first.check_ready - first.created, 3)  # type: ignore[operator]
+        if first is not None and first.created is not None
+        else None
+    )
+    return {
+        "webhook_serving_s": since(serving),
+        "store_synced_s": since(synced),
+        "first_workload_created_s": since(min(created, default=None)),
+        "first_check_ready_s": since(first.check_ready if first else None),
+        "first_decision_after_its_create_s": own,
+    }
+
+
+def lease_renewals_due(leases: Iterable[tuple[float, float]], now: float) -> list[float]:
+    """Seconds until each node lease is renewed next, from (renewTime, leaseDurationSeconds):
+    KWOK renews every quarter of the duration (plus up to 4 % jitter), as kubelets do;
+    negative: due or late (a round of renewals under way)."""
+    return [renewed + duration / 4 - now for renewed, duration in leases]
+
+
+def lease_wait(due: Sequence[float], needed_s: float) -> float | None:
+    """How long to sleep before looking at the node leases again so that the next round of
+    renewals is at least `needed_s` away (`due`: `lease_renewals_due`); None: it is now.
+    A round under way (a lease late) is looked at again in 2 s; else until it starts."""
+    soonest = min(due, default=math.inf)
+    if soonest >= needed_s:
+        return None
+    return 2.0 if soonest < 0 else min(soonest + 1, 30.0)

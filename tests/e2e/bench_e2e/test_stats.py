@@ -138,3 +138,61 @@ def test_counter_delta_sums_per_label_and_drops_what_did_not_move() -> None:
     )
     got = stats.counter_delta(after, before, "apiserver_request_total", ("verb", "resource"))
     assert got == {("PATCH", "pods"): 6.0}
+
+
+def test_cpu_per_workload_divides_by_admitted_and_totals_without_the_bench() -> None:
+    cpu = {
+        "kube-apiserver": {"cpu_s": 30.0, "core_percent": 50.0},
+        "nexus-admit": {"cpu_s": 6.0, "core_percent": 10.0},
+        "bench": {"cpu_s": 12.0, "core_percent": 20.0},
+    }
+    got = stats.cpu_per_workload(cpu, admitted=60, leave_out="bench")
+    assert got == {
+        "kube-apiserver": 0.5,
+        "nexus-admit": 0.1,
+        "bench": 0.2,
+        stats.ALL_BUT_BENCH: 0.6,
+    }
+    assert stats.cpu_per_workload(cpu, admitted=0, leave_out="bench") == {}
+
+
+def test_cpu_share_counts_a_process_absent_without_nexus_as_zero() -> None:
+    without = {"kube-apiserver": 0.5, "etcd": 0.2, stats.ALL_BUT_BENCH: 0.7}
+    with_ = {"kube-apiserver": 0.8, "nexus-admit": 0.3, stats.ALL_BUT_BENCH: 1.3}
+    assert stats.cpu_share(without, with_) == {
+        "kube-apiserver": pytest.approx(0.3),
+        "nexus-admit": 0.3,
+        stats.ALL_BUT_BENCH: pytest.approx(0.6),
+        "etcd": None,  # not read with nexus: unknown, not zero
+    }
+
+
+def test_first_decision_is_the_earliest_check_ready_since_the_process_start() -> None:
+    early = stats.WorkloadTimes(pods=1, created=110.0, check_ready=125.0)
+    first_created = stats.WorkloadTimes(pods=1, created=105.0, check_ready=130.0)
+    undecided = stats.WorkloadTimes(pods=1, created=104.0)
+    got = stats.first_decision(100.0, 102.5, 112.0, [first_created, early, undecided])
+    assert got == {
+        "webhook_serving_s": 2.5,
+        "store_synced_s": 12.0,
+        "first_workload_created_s": 4.0,
+        "first_check_ready_s": 25.0,
+        "first_decision_after_its_create_s": 15.0,
+    }
+    nothing = stats.first_decision(100.0, None, None, [undecided])
+    assert nothing["first_check_ready_s"] is None
+    assert nothing["first_decision_after_its_create_s"] is None
+    assert nothing["first_workload_created_s"] == 4.0
+
+
+def test_lease_renewals_due_a_quarter_of_the_duration_after_the_last() -> None:
+    # renewed at 0 and 200 with 900-s leases: due at 225 and 425; at 300 the first is late
+    assert stats.lease_renewals_due([(0.0, 900.0), (200.0, 900.0)], now=300.0) == [-75.0, 125.0]
+
+
+def test_lease_wait_until_the_next_round_is_far_enough() -> None:
+    assert stats.lease_wait([200.0, 180.0], needed_s=150) is None  # quiet long enough
+    assert stats.lease_wait([], needed_s=150) is None  # no leases at all
+    assert stats.lease_wait([200.0, 20.0], needed_s=150) == 21.0  # sleep past its start
+    assert stats.lease_wait([200.0, 100.0], needed_s=150) == 30.0  # looked at again by then
+    assert stats.lease_wait([200.0, -3.0], needed_s=150) == 2.0  # a round under way

@@ -1,0 +1,390 @@
+"""The benchmark's printed report and its targets (issue 30), from the result dict alone:
+no cluster access here, so that the figures and the verdicts are unit-tested."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench_e2e import stats
+
+NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
+CONTROLLER = "nexus-admit"
+BENCH_PROCESS = "bench-e2e (this script)"
+# the controller's memory target holds for a cluster of at least this many pods
+RSS_TARGET_PODS = 20_000
+RSS_TARGET_MIB = 1024
+
+
+def gate_p99(phase: Mapping[str, Any]) -> float | None:
+    """The slowest p99 of what adds our gate at pod creation: the webhook and the policy."""
+    p99s = [
+        h.get("p99_s")
+        for h in [
+            (phase.get("webhooks") or {}).get(NEXUS_WEBHOOK),
+            *(phase.get("admission_policies") or {}).values(),
+        ]
+        if h and h.get("p99_s") is not None
+    ]
+    return max(p99s, default=None)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _target(label: str, value: Any, met: bool | None, note: str = "") -> dict[str, Any]:
+    return {"target": label, "value": value, "met": met, **({"note": note} if note else {})}
+
+
+def _at_most(label: str, value: float | None, bound: float) -> dict[str, Any]:
+    return _target(label, value, None if value is None else value <= bound)
+
+
+def targets(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 30 with the measured value and whether it is met (None: not
+    measured in this run, `note` says why when it is not plain)."""
+    k, n = result["phases"].get("kueue", {}), result["phases"].get("nexus", {})
+    soak = result.get("soak") or {}
+    out = []
+    for key, label, bound in (
+        ("burst_throughput_wl_per_s", "burst throughput: nexus ≥ 0.9× Kueue alone", 0.9),
+        ("throughput_wl_per_s", "whole-run throughput: nexus ≥ 0.95× Kueue alone", 0.95),
+    ):
+        r = _ratio(n.get(key), k.get(key))
+        out.append(_target(label, r, None if r is None else r >= bound))
+    for q, bound in (("p50", 1.3), ("p99", 1.2)):
+        key = f"create_to_running_{q}_s"
+        out.append(
+            _at_most(
+                f"create → all pods Running {q}: nexus ≤ {bound}× Kueue alone",
+                _ratio(n.get(key), k.get(key)),
+                bound,
+            )
+        )
+    out.append(controller_rss_target(n))
+    out.append(
+        _at_most(
+            "first decision ≤ 30 s after the controller's process start",
+            (n.get("startup") or {}).get("first_check_ready_s"),
+            30,
+        )
+    )
+    out.append(
+        _at_most(
+            "controller RSS growth over the soak ≤ 10 %",
+            (soak.get("rss") or {}).get("rss_growth_percent"),
+            10,
+        )
+    )
+    for name, ph in result["phases"].items():
+        booked = ph.get("double_booked_gpus")
+        out.append(
+            _target(
+                f"double-booked GPUs = 0 ({name})", booked, None if booked is None else booked == 0
+            )
+        )
+    placed, total = n.get("pods_on_planned_node"), n.get("pods_with_reservation")
+    out.append(
+        _target(
+            # of the pods bound when the phase ended (pods_bound says how many that was)
+            "bound pods on their planned node = 100 %",
+            placed / total if placed is not None and total else None,
+            None if placed is None or not total else placed == total,
+        )
+    )
+    left = (soak.get("drain") or {}).get("reservations_left")
+    out.append(
+        _target("reservations left after the soak = 0", left, None if left is None else left == 0)
+    )
+    out.append(
+        _target(
+            "nexus pod gating p99 (apiserver histograms: webhook, policy), s",
+            gate_p99(n) if n else None,
+            None,
+            "information, not a target",
+        )
+    )
+    return out
+
+
+def controller_rss_target(nexus: Mapping[str, Any]) -> dict[str, Any]:
+    """The controller's peak RSS over the nexus phase (its start-up included) ≤ 1 GiB, judged
+    only when the cluster held at least 20,000 pods then (at the phase's start or end)."""
+    label = f"controller peak RSS ≤ 1 GiB with ≥ {RSS_TARGET_PODS:,} pods, MiB"
+    peak = (nexus.get("controller_process") or {}).get("rss_peak_mib")
+    pods = max(
+        (nexus.get(k) or 0 for k in ("cluster_pods_at_start", "cluster_pods_at_end")), default=0
+    )
+    if peak is None:
+        return _target(label, None, None)
+    if pods < RSS_TARGET_PODS:
+        return _target(label, peak, None, f"not measured: {pods:,} pods in the cluster")
+    return _target(label, peak, peak <= RSS_TARGET_MIB)
+
+
+def cpu_per_workload(result: Mapping[str, Any]) -> dict[str, Any]:
+    """CPU seconds per admitted Workload of every process, per phase, and what nexus adds
+    (Kueue + nexus minus Kueue alone, per process and in total)."""
+    per = {
+        name: stats.cpu_per_workload(
+            ph.get("cpu_by_process") or {}, ph.get("admitted") or 0, BENCH_PROCESS
+        )
+        for name, ph in result["phases"].items()
+    }
+    out: dict[str, Any] = {"per_phase": per}
+    if per.get("kueue") and per.get("nexus"):
+        out["nexus_share"] = stats.cpu_share(per["kueue"], per["nexus"])
+    return out
+
+    return out
+
+
+def _fmt(v: Any, unit: str = "", digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{unit}"
+    return f"{v}{unit}"
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1000:.0f} ms"
+
+
+def _phase_table(result: Mapping[str, Any]) -> Table:
+    phases = result["phases"]
+    t = Table(
+        title=f"bench-e2e: {result['fleet']['nodes']} KWOK GPU nodes, "
+        f"{result['config']['workloads']} Workloads",
+        show_lines=False,
+    )
+    t.add_column("metric")
+    for name in phases:
+        t.add_column(
+            {"kueue": "Kueue alone", "nexus": "Kueue + nexus"}.get(name, name), justify="right"
+        )
+
+    def row(label: str, fn: Any) -> None:
+        t.add_row(label, *[fn(ph) for ph in phases.values()])
+
+    row("Workloads all Running", lambda p: f"{p['all_running']}/{p['workloads']}")
+    row("pods", lambda p: str(p["pods"]))
+    row("admission throughput (Workloads/s)", lambda p: _fmt(p["throughput_wl_per_s"]))
+    row("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"]))
+    row("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1))
+    row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
+    row(
+        "solve p50 / p99",
+        lambda p: (
+            " / ".join(
+                _ms((p["controller_metrics"].get("solve_seconds") or {}).get(q))
+                for q in ("p50_s", "p99_s")
+            )
+            if p["controller_metrics"]
+            else "–"
+        ),
+    )
+    row(
+        "solving / waiting for reservation creates (total)",
+        lambda p: (
+            " / ".join(
+                _fmt((p["controller_metrics"].get(m) or {}).get("sum_s"), " s", 1)
+                for m in ("solve_seconds", "reservation_wait_seconds")
+            )
+            if p["controller_metrics"]
+            else "–"
+        ),
+    )
+    row(
+        "nexus webhook calls / gate policy calls",
+        lambda p: " / ".join(
+            str(int(h["calls"])) if h else "0"
+            for h in (
+                p["webhooks"].get(NEXUS_WEBHOOK),
+                next(iter((p.get("admission_policies") or {}).values()), None),
+            )
+        ),
+    )
+    row(
+        "pod gating p99 (nexus webhook, policy / Kueue's webhooks)",
+        lambda p: " / ".join(
+            [
+                _ms(gate_p99(p)),
+                _ms(
+                    max(
+                        (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),
+                        default=None,
+                    )
+                ),
+            ]
+        ),
+    )
+    row(
+        "ungate p50 / p99 (gate seen → gone)",
+        lambda p: (
+            " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
+            if p["pods_gated"]
+            else "no gates"
+        ),
+    )
+    row(
+        "ungate p99 (controller metric)",
+        lambda p: _ms((p["controller_metrics"].get("ungate_seconds") or {}).get("p99_s")),
+    )
+    row(
+        "controller CPU (mean %, s)",
+        lambda p: (
+            f"{p['controller_process']['cpu_percent_mean']} %, {p['controller_process']['cpu_s']} s"
+            if p["controller_process"]
+            else "–"
+        ),
+    )
+    row(
+        "controller peak RSS",
+        lambda p: (
+            _fmt(p["controller_process"].get("rss_peak_mib"), " MiB", 0)
+            if p["controller_process"]
+            else "–"
+        ),
+    )
+    row(
+        "pods on planned node",
+        lambda p: (
+            f"{p['pods_on_planned_node']}/{p['pods_with_reservation']}"
+            if p.get("pods_with_reservation")
+            else "n/a"
+        ),
+    )
+    row("double-booked GPUs", lambda p: _fmt(p.get("double_booked_gpus")))
+    row(
+        "pods in the cluster at the phase's start / end",
+        lambda p: f"{_fmt(p.get('cluster_pods_at_start'))} / {_fmt(p.get('cluster_pods_at_end'))}",
+    )
+    row(
+        "node leases renewed / lease PUTs / node status writes",
+        lambda p: " / ".join(
+            _fmt(int(v) if (v := (p.get("node_heartbeats") or {}).get(k)) is not None else None)
+            for k in ("node_leases_renewed", "lease_puts", "node_status")
+        ),
+    )
+    row("waited for a lease renewal round first", lambda p: _fmt(p.get("lease_wait_s"), " s", 0))
+    row("load average (1 min, mean)", lambda p: _fmt(p["load"]["load1_mean"], "", 1))
+    return t
+
+
+def _stage_table(phases: Mapping[str, Any]) -> Table:
+    s = Table(title="where the time goes: p50 per stage (s)")
+    s.add_column("stage")
+    for name in phases:
+        s.add_column(name, justify="right")
+    stages: list[str] = []
+    for ph in phases.values():
+        stages += [k for k in ph["stages"] if k not in stages]
+    for st in stages:
+        s.add_row(
+            st,
+            *[_fmt((ph["stages"].get(st) or {}).get("p50"), "", 2) for ph in phases.values()],
+        )
+    return s
+
+
+def _cpu_table(phases: Mapping[str, Any]) -> Table:
+    c = Table(title="CPU by process over the phase (s, % of one core)")
+    c.add_column("process")
+    for name in phases:
+        c.add_column(name, justify="right")
+    procs: list[str] = []
+    for ph in phases.values():
+        procs += [k for k in ph.get("cpu_by_process", {}) if k not in procs]
+    for proc in procs:
+        c.add_row(
+            proc,
+            *[
+                (
+                    f"{u['cpu_s']:.0f} s, {u['core_percent']:.0f} %"
+                    if (u := ph.get("cpu_by_process", {}).get(proc))
+                    else "–"
+                )
+                for ph in phases.values()
+            ],
+        )
+    return c
+
+
+def _cpu_per_workload_table(cpu: Mapping[str, Any]) -> Table:
+    per, share = cpu.get("per_phase") or {}, cpu.get("nexus_share") or {}
+    c = Table(title="CPU seconds per admitted Workload, by process")
+    c.add_column("process")
+    for name in per:
+        c.add_column(name, justify="right")
+    if share:
+        c.add_column("nexus − kueue", justify="right")
+    procs: list[str] = []
+    for values in per.values():
+        procs += [p for p in values if p not in procs]
+    # the total last
+    procs.sort(key=lambda p: p == stats.ALL_BUT_BENCH)
+    for proc in procs:
+        cells = [_fmt((values or {}).get(proc), "", 3) for values in per.values()]
+        if share:
+            cells.append(_fmt(share.get(proc), "", 3))
+        c.add_row(proc, *cells)
+    return c
+
+
+def _startup_line(nexus: Mapping[str, Any]) -> str:
+    s = nexus.get("startup") or {}
+    return (
+        "nexus start-up, s after its process start: webhook serving "
+        f"{_fmt(s.get('webhook_serving_s'), '', 1)}, store synced "
+        f"{_fmt(s.get('store_synced_s'), '', 1)}, first Workload created "
+        f"{_fmt(s.get('first_workload_created_s'), '', 1)}, first check Ready "
+        f"{_fmt(s.get('first_check_ready_s'), '', 1)} ("
+        f"{_fmt(s.get('first_decision_after_its_create_s'), ' s', 1)} after its Workload's "
+        f"create); cluster pods at the phase's start {nexus.get('cluster_pods_at_start')}"
+    )
+
+
+def _targets_table(rows: list[dict[str, Any]]) -> Table:
+    tt = Table(title="targets (issue 30)")
+    tt.add_column("target")
+    tt.add_column("measured", justify="right")
+    tt.add_column("met")
+    for row_ in rows:
+        v = row_["value"]
+        verdict = {True: "yes", False: "NO", None: "not measured"}[row_["met"]]
+        tt.add_row(
+            row_["target"],
+            _fmt(v, "", 3) if isinstance(v, float) else _fmt(v),
+            row_.get("note") or verdict,
+        )
+    return tt
+
+
+def print_report(result: Mapping[str, Any]) -> None:
+    # piped into a log, rich would wrap every table at 80 columns
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    phases = result["phases"]
+    console.print(_phase_table(result))
+    if phases:
+        console.print(_stage_table(phases))
+        console.print(_cpu_table(phases))
+        console.print(_cpu_per_workload_table(result.get("cpu_per_workload") or {}))
+    if "nexus" in phases:
+        console.print(_startup_line(phases["nexus"]), soft_wrap=True)
+    soak = result.get("soak")
+    if soak:
+        console.print(
+            f"soak: {soak['workloads']} Workloads over {soak['wall_s']:.0f} s, "
+            f"{soak['all_running']} all Running; controller RSS "
+            f"{_fmt(soak['rss'].get('rss_after_warmup_mib'), ' MiB', 0)} after warm-up → "
+            f"{_fmt(soak['rss'].get('rss_end_mib'), ' MiB', 0)} at the end "
+            f"({_fmt(soak['rss'].get('rss_growth_percent'), ' %', 1)}); reservations left "
+            f"{soak.get('drain', {}).get('reservations_left')}"
+        )
+    console.print(_targets_table(result["targets"]))

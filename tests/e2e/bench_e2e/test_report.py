@@ -1,0 +1,199 @@
+"""Issue 30's targets and the per-Workload CPU figures, from a result dict alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bench_e2e import report, stats
+
+
+def phase(**over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "throughput_wl_per_s": 6.0,
+        "burst_throughput_wl_per_s": 10.0,
+        "create_to_running_p50_s": 7.0,
+        "create_to_running_p99_s": 16.0,
+        "double_booked_gpus": 0,
+        "admitted": 100,
+        "cpu_by_process": {},
+        "webhooks": {},
+        "admission_policies": {},
+    }
+    return {**base, **over}
+
+
+def nexus_phase(**over: Any) -> dict[str, Any]:
+    return phase(
+        **{
+            "throughput_wl_per_s": 5.8,  # 0.967×
+            "burst_throughput_wl_per_s": 8.0,  # 0.8×
+            "create_to_running_p50_s": 9.0,  # 1.286×
+            "create_to_running_p99_s": 20.0,  # 1.25×
+            "pods_on_planned_node": 40,
+            "pods_with_reservation": 40,
+            "controller_process": {"rss_peak_mib": 600.0},
+            "cluster_pods_at_start": 18_000,
+            "cluster_pods_at_end": 20_100,
+            "startup": {"first_check_ready_s": 12.0},
+            "admission_policies": {"gate": {"calls": 193.0, "p99_s": 0.004}},
+            **over,
+        }
+    )
+
+
+def by_target(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["target"]: r for r in rows}
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, bool | None]:
+    return {r["target"]: r["met"] for r in report.targets(result)}
+
+
+def test_each_target_of_issue_30_judged_against_kueue_alone() -> None:
+    result = {
+        "phases": {"kueue": phase(), "nexus": nexus_phase()},
+        "soak": {"rss": {"rss_growth_percent": 4.0}, "drain": {"reservations_left": 0}},
+    }
+    rows = by_target(report.targets(result))
+    assert verdicts(result) == {
+        "burst throughput: nexus ≥ 0.9× Kueue alone": False,
+        "whole-run throughput: nexus ≥ 0.95× Kueue alone": True,
+        "create → all pods Running p50: nexus ≤ 1.3× Kueue alone": True,
+        "create → all pods Running p99: nexus ≤ 1.2× Kueue alone": False,
+        "controller peak RSS ≤ 1 GiB with ≥ 20,000 pods, MiB": True,
+        "first decision ≤ 30 s after the controller's process start": True,
+        "controller RSS growth over the soak ≤ 10 %": True,
+        "double-booked GPUs = 0 (kueue)": True,
+        "double-booked GPUs = 0 (nexus)": True,
+        "bound pods on their planned node = 100 %": True,
+        "reservations left after the soak = 0": True,
+        "nexus pod gating p99 (apiserver histograms: webhook, policy), s": None,
+    }
+    assert rows["burst throughput: nexus ≥ 0.9× Kueue alone"]["value"] == pytest.approx(0.8)
+    assert rows["create → all pods Running p99: nexus ≤ 1.2× Kueue alone"][
+        "value"
+    ] == pytest.approx(1.25)
+    gating = rows["nexus pod gating p99 (apiserver histograms: webhook, policy), s"]
+    assert gating["value"] == 0.004 and gating["note"] == "information, not a target"
+
+
+def test_missing_the_bounds_is_reported_as_missed() -> None:
+    nexus = nexus_phase(
+        controller_process={"rss_peak_mib": 1100.0},
+        startup={"first_check_ready_s": 31.0},
+        pods_on_planned_node=39,
+        double_booked_gpus=2,
+    )
+    result = {
+        "phases": {"kueue": phase(), "nexus": nexus},
+        "soak": {"rss": {"rss_growth_percent": 12.0}, "drain": {"reservations_left": 1}},
+    }
+    missed = {t for t, met in verdicts(result).items() if met is False}
+    assert missed >= {
+        "controller peak RSS ≤ 1 GiB with ≥ 20,000 pods, MiB",
+        "first decision ≤ 30 s after the controller's process start",
+        "controller RSS growth over the soak ≤ 10 %",
+        "double-booked GPUs = 0 (nexus)",
+        "bound pods on their planned node = 100 %",
+        "reservations left after the soak = 0",
+    }
+
+
+def test_rss_not_judged_below_20000_pods_in_the_cluster() -> None:
+    nexus = nexus_phase(cluster_pods_at_start=2_000, cluster_pods_at_end=4_000)
+    row = report.controller_rss_target(nexus)
+    assert row["met"] is None
+    assert row["value"] == 600.0
+    assert row["note"] == "not measured: 4,000 pods in the cluster"
+    # 20,000 reached at the phase's end (the phase's own pods on top of the background)
+    assert report.controller_rss_target(nexus_phase(cluster_pods_at_start=19_000))["met"]
+
+
+def test_a_run_without_nexus_or_soak_measures_nothing_of_them() -> None:
+    result = {"phases": {"kueue": phase()}}
+    got = verdicts(result)
+    assert got.pop("double-booked GPUs = 0 (kueue)") is True
+    assert set(got.values()) == {None}
+
+
+def test_cpu_per_workload_by_phase_and_what_nexus_adds() -> None:
+    kueue = phase(
+        admitted=100,
+        cpu_by_process={
+            "kube-apiserver": {"cpu_s": 50.0, "core_percent": 50.0},
+            report.BENCH_PROCESS: {"cpu_s": 10.0, "core_percent": 10.0},
+        },
+    )
+    nexus = nexus_phase(
+        admitted=50,
+        cpu_by_process={
+            "kube-apiserver": {"cpu_s": 40.0, "core_percent": 50.0},
+            report.CONTROLLER: {"cpu_s": 15.0, "core_percent": 20.0},
+            report.BENCH_PROCESS: {"cpu_s": 5.0, "core_percent": 5.0},
+        },
+    )
+    got = report.cpu_per_workload({"phases": {"kueue": kueue, "nexus": nexus}})
+    assert got["per_phase"]["kueue"] == {
+        "kube-apiserver": 0.5,
+        report.BENCH_PROCESS: 0.1,
+        stats.ALL_BUT_BENCH: 0.5,
+    }
+    assert got["per_phase"]["nexus"][stats.ALL_BUT_BENCH] == 1.1
+    assert got["nexus_share"] == {
+        "kube-apiserver": pytest.approx(0.3),
+        report.CONTROLLER: 0.3,
+        report.BENCH_PROCESS: 0.0,
+        stats.ALL_BUT_BENCH: pytest.approx(0.6),
+    }
+    assert "nexus_share" not in report.cpu_per_workload({"phases": {"nexus": nexus}})
+
+
+def full_phase(**over: Any) -> dict[str, Any]:
+    """A phase with every key the printed tables read."""
+    return phase(
+        **{
+            "all_running": 30,
+            "workloads": 30,
+            "pods": 193,
+            "controller_metrics": {},
+            "pods_gated": 0,
+            "controller_process": {},
+            "load": {"load1_mean": 1.5},
+            "stages": {"create→quota reserved": {"p50": 0.4, "p99": 1.0, "n": 30}},
+            "cluster_pods_at_start": 300,
+            "cluster_pods_at_end": 493,
+            "node_heartbeats": {"lease_puts": 12.0, "node_status": 3.0},
+            "lease_wait_s": 0.0,
+            **over,
+        }
+    )
+
+
+def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None:
+    nexus = full_phase(
+        **{
+            **nexus_phase(),
+            "controller_process": {"cpu_percent_mean": 20.0, "cpu_s": 6.0, "rss_peak_mib": 300.0},
+            "cpu_by_process": {report.CONTROLLER: {"cpu_s": 6.0, "core_percent": 20.0}},
+            "startup": {
+                "webhook_serving_s": 2.1,
+                "store_synced_s": 3.0,
+                "first_check_ready_s": 9.5,
+            },
+        }
+    )
+    result: dict[str, Any] = {
+        "fleet": {"nodes": 96},
+        "config": {"workloads": 30},
+        "phases": {"kueue": full_phase(), "nexus": nexus},
+    }
+    result["cpu_per_workload"] = report.cpu_per_workload(result)
+    result["targets"] = report.targets(result)
+    report.print_report(result)
+    out = capsys.readouterr().out
+    assert "targets (issue 30)" in out
+    assert "CPU seconds per admitted Workload" in out
+    assert "nexus − kueue" in out
+    assert "first check Ready 9.5" in out
+    assert "not measured: 20,100" not in out  # 20,100 pods: judged
