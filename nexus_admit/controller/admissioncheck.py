@@ -88,6 +88,34 @@ def _current(check: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _resolved(
+    ctx: Context,
+    check: Mapping[str, Any],
+    configs: Mapping[str, Mapping[str, Any]],
+    topologies: Mapping[str, tuple[str, ...]],
+) -> CheckView:
+    """`resolve_check`, or the last pass's view when nothing it reads changed: the same
+    PlacementConfig object from pass to pass, which the engine's per-snapshot caches are
+    keyed on (a new object per pass rebuilt them on every decision)."""
+    try:
+        params = child(check, "spec").get("parameters")
+        config = configs.get(str(params.get("name"))) if isinstance(params, Mapping) else None
+        inputs: object = (
+            repr(params),
+            (meta(config).get("uid"), meta(config).get("resourceVersion")) if config else None,
+            tuple(sorted(topologies.items())),
+        )
+        name = str(meta(check).get("name"))
+    except Exception:  # malformed: resolve_check says what is wrong
+        return resolve_check(check, configs, topologies)
+    known = ctx.check_inputs.get(name)
+    if known is not None and known[0] == inputs:
+        return known[1]
+    view = resolve_check(check, configs, topologies)
+    ctx.check_inputs[name] = (inputs, view)
+    return view
+
+
 async def sync_checks(ctx: Context) -> None:
     """Refresh `ctx.checks` and write each check's Active condition when it changed."""
     configs = {str(meta(o).get("name")): o for o in ctx.store.items(L.KIND_PLACEMENT_CONFIG)}
@@ -97,7 +125,7 @@ async def sync_checks(ctx: Context) -> None:
         spec = child(check, "spec")
         if spec.get("controllerName") != L.ADMISSION_CHECK_CONTROLLER:
             continue
-        view = resolve_check(check, configs, topologies)
+        view = _resolved(ctx, check, configs, topologies)
         views[view.name] = view
         want = active_condition(view)
         have = _current(check)
@@ -118,5 +146,6 @@ async def sync_checks(ctx: Context) -> None:
             ctx.metrics.errors.labels("admissioncheck").inc()
             log.warning("could not set Active on AdmissionCheck %s: %s", view.name, e)
     ctx.checks = views
+    ctx.check_inputs = {k: v for k, v in ctx.check_inputs.items() if k in views}
     # every check of ours, active or not: a pod of its queues is gated either way
     await sync_queue_gate(ctx, our_check_names(ctx.store.items("AdmissionCheck")))

@@ -61,6 +61,8 @@ class Context:
         default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="solver")
     )
     checks: dict[str, CheckView] = field(default_factory=dict)
+    # check name → (what its view was resolved from, the view): kept while nothing changed
+    check_inputs: dict[str, tuple[object, CheckView]] = field(default_factory=dict)
     # the queue list last written to the gate policy's ConfigMap (queue_gate.py); None:
     # not written by this process yet
     gated_queues: dict[str, str] | None = None

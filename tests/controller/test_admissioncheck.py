@@ -52,3 +52,36 @@ def test_resolve_check(params, active, says) -> None:
     cond = active_condition(view)
     assert (cond["status"] == "True") is active
     assert says in cond["message"]
+
+
+def test_the_config_is_the_same_object_from_pass_to_pass_until_it_changes() -> None:
+    """The engine keeps per-snapshot caches keyed on the PlacementConfig object: a new
+    object per pass rebuilt them on every decision. A changed PlacementConfig (a new
+    resourceVersion) is read again."""
+    import asyncio
+    import copy
+
+    from nexus_admit.controller.admissioncheck import sync_checks
+    from nexus_admit.controller.context import Context
+    from nexus_admit.controller.options import RunOptions
+    from nexus_admit.placement.policies import make_policy
+    from tests.controller.fake_api import FakeApi
+
+    api = FakeApi()
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    good = copy.deepcopy(CONFIGS["good"])
+    good["metadata"]["resourceVersion"] = "1"
+    ac = {"kind": "AdmissionCheck", **check(ref("good"))}
+    ctx.store.replace(L.KIND_PLACEMENT_CONFIG, [good], 1)
+    ctx.store.replace("AdmissionCheck", [ac], 1)
+    asyncio.run(sync_checks(ctx))
+    first = ctx.checks["nexus"].config
+    asyncio.run(sync_checks(ctx))
+    assert first is not None and ctx.checks["nexus"].config is first
+    changed = copy.deepcopy(good)
+    changed["metadata"]["resourceVersion"] = "2"
+    changed["spec"]["defaultTier"] = "silver"
+    ctx.store.replace(L.KIND_PLACEMENT_CONFIG, [changed], 2)
+    asyncio.run(sync_checks(ctx))
+    again = ctx.checks["nexus"].config
+    assert again is not first and again is not None and again.default_tier == "silver"
