@@ -4,7 +4,7 @@ no cluster access here, so that the figures and the verdicts are unit-tested."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -277,43 +277,44 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
     return t
 
 
-def _stage_table(phases: Mapping[str, Any]) -> Table:
-    s = Table(title="where the time goes: p50 per stage (s)")
-    s.add_column("stage")
+def _by_phase_table(
+    title: str,
+    first: str,
+    phases: Mapping[str, Any],
+    rows_of: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+    cell: Callable[[Any], str],
+) -> Table:
+    """A row per key any phase has (`rows_of`), a column per phase."""
+    t = Table(title=title)
+    t.add_column(first)
     for name in phases:
-        s.add_column(name, justify="right")
-    stages: list[str] = []
+        t.add_column(name, justify="right")
+    keys: list[str] = []
     for ph in phases.values():
-        stages += [k for k in ph["stages"] if k not in stages]
-    for st in stages:
-        s.add_row(
-            st,
-            *[_fmt((ph["stages"].get(st) or {}).get("p50"), "", 2) for ph in phases.values()],
-        )
-    return s
+        keys += [k for k in rows_of(ph) if k not in keys]
+    for key in keys:
+        t.add_row(key, *[cell(rows_of(ph).get(key)) for ph in phases.values()])
+    return t
+
+
+def _stage_table(phases: Mapping[str, Any]) -> Table:
+    return _by_phase_table(
+        "where the time goes: p50 per stage (s)",
+        "stage",
+        phases,
+        lambda ph: ph["stages"],
+        lambda v: _fmt((v or {}).get("p50"), "", 2),
+    )
 
 
 def _cpu_table(phases: Mapping[str, Any]) -> Table:
-    c = Table(title="CPU by process over the phase (s, % of one core)")
-    c.add_column("process")
-    for name in phases:
-        c.add_column(name, justify="right")
-    procs: list[str] = []
-    for ph in phases.values():
-        procs += [k for k in ph.get("cpu_by_process", {}) if k not in procs]
-    for proc in procs:
-        c.add_row(
-            proc,
-            *[
-                (
-                    f"{u['cpu_s']:.0f} s, {u['core_percent']:.0f} %"
-                    if (u := ph.get("cpu_by_process", {}).get(proc))
-                    else "–"
-                )
-                for ph in phases.values()
-            ],
-        )
-    return c
+    return _by_phase_table(
+        "CPU by process over the phase (s, % of one core)",
+        "process",
+        phases,
+        lambda ph: ph.get("cpu_by_process", {}),
+        lambda u: f"{u['cpu_s']:.0f} s, {u['core_percent']:.0f} %" if u else "–",
+    )
 
 
 def _cpu_per_workload_table(cpu: Mapping[str, Any]) -> Table:
