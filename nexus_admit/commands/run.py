@@ -57,7 +57,20 @@ _HealthPort = Annotated[
 ]
 _Policy = Annotated[str, typer.Option(envvar="NEXUS_POLICY", help="Placement policy.")]
 _ResyncSeconds = Annotated[
-    float, typer.Option(envvar="NEXUS_RESYNC_SECONDS", help="Full re-list of every watched kind.")
+    float,
+    typer.Option(
+        envvar="NEXUS_RESYNC_SECONDS",
+        help="Full re-list of every watched kind, for safety: a kind whose watch broke off is "
+        "re-listed at once, every kind after a failed API call.",
+    ),
+]
+_LostWriteSeconds = Annotated[
+    float,
+    typer.Option(
+        envvar="NEXUS_LOST_WRITE_SECONDS",
+        help="How long a write the watch has not shown is held (a create whose answer was "
+        "lost keeps its GPUs taken).",
+    ),
 ]
 _ListPageSize = Annotated[
     int,
@@ -172,6 +185,7 @@ def run(
     metrics_key: _MetricsKey = _D.metrics_key,
     policy: _Policy = _D.policy,
     resync_seconds: _ResyncSeconds = _D.resync_seconds,
+    lost_write_seconds: _LostWriteSeconds = _D.lost_write_seconds,
     list_page_size: _ListPageSize = _D.list_page_size,
     list_page_timeout: _ListPageTimeout = _D.list_page_timeout,
     tick_seconds: _TickSeconds = _D.tick_seconds,
@@ -208,6 +222,7 @@ def run(
             metrics_key=metrics_key,
             policy=policy,
             resync_seconds=resync_seconds,
+            lost_write_seconds=lost_write_seconds,
             list_page_size=list_page_size,
             list_page_timeout=list_page_timeout,
             tick_seconds=tick_seconds,

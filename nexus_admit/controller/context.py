@@ -17,6 +17,7 @@ from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseElector
 from nexus_admit.controller.ledger import Ledger
+from nexus_admit.controller.list_rounds import ListRounds
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owner_chain import OwnerChains
@@ -54,6 +55,10 @@ class Context:
     engine: PlacementPolicy
     store: Store = field(default_factory=Store)
     ledger: Ledger = field(default_factory=Ledger)
+    # kopf's list rounds per kind: a later one means its watch broke off (list_rounds.py)
+    list_rounds: ListRounds = field(default_factory=ListRounds)
+    # whether they can be seen in this process; if not, the store re-lists on a short period
+    list_rounds_observed: bool = False
     metrics: Metrics = field(default_factory=Metrics)
     clock: Callable[[], datetime] = utc_now
     # one worker: CP-SAT runs with one search worker, and decisions are made in order anyway

@@ -97,7 +97,17 @@ class Metrics:
             registry=r,
         )
         self.relists = Counter(
-            _P + "relists", "Full re-lists of every watched kind completed.", registry=r
+            _P + "relists",
+            "Re-lists of the store completed: of every watched kind (start-up, takeover, after "
+            "a failed step, the safety period), or of the kinds whose watch broke off.",
+            registry=r,
+        )
+        self.watch_gaps = Counter(
+            _P + "watch_gaps",
+            "Watches that broke off and were listed again by kopf, by kind (each brings a "
+            "re-list of that kind: objects deleted in the gap leave the store).",
+            ["kind"],
+            registry=r,
         )
         self.leader = Gauge(
             _P + "leader",

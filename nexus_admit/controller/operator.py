@@ -29,7 +29,7 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nexus_admit.controller import watches
+from nexus_admit.controller import list_rounds, watches
 from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.degraded import watch_leadership
@@ -341,6 +341,9 @@ async def run(options: RunOptions) -> None:
         hook.append(webhook_thread(options, ctx, cert))
         await asyncio.to_thread(hook[0].start)
     await watches.initial_list(ctx)
+    # before kopf's first list: its later lists of a kind mean that kind's watch broke off
+    ctx.list_rounds.on_gap = lambda kind: _gap(ctx, kind)
+    ctx.list_rounds_observed = list_rounds.observe(ctx.list_rounds.listed)
     tasks = _start_tasks(ctx, elector, options.degraded_after_seconds)
     try:
         await kopf.operator(
@@ -352,7 +355,12 @@ async def run(options: RunOptions) -> None:
             memo=kopf.Memo(ctx=ctx),
         )
     finally:
+        list_rounds.forget(ctx.list_rounds.listed)
         await _shut_down(ctx, hook, tasks, runner)
+
+
+def _gap(ctx: Context, kind: str) -> None:
+    ctx.metrics.watch_gaps.labels(kind).inc()
 
 
 def _log_start(options: RunOptions, elector: LeaseElector | None) -> None:

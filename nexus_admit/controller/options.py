@@ -50,7 +50,12 @@ class RunOptions:
     metrics_cert: str | None = None
     metrics_key: str | None = None
     policy: str = "nexus"
-    resync_seconds: float = 60.0  # full re-list of every watched kind
+    # full re-list of every watched kind, for safety only: a kind is re-listed when its
+    # watch broke off (controller/list_rounds.py) and every kind after a failed API call
+    resync_seconds: float = 600.0
+    # how long a write the store has not shown yet is held: a create whose answer was lost
+    # (its slots stay taken), a withdrawn reservation's delete (not answered from)
+    lost_write_seconds: float = 120.0
     # lists are read in pages of this many objects (0: one unpaginated GET per kind), each
     # page given list_page_timeout seconds (controller/api.py KubeApi.list)
     list_page_size: int = 500
@@ -152,6 +157,8 @@ class RunOptions:
         """The loop's periods and sizes: re-lists, pages, ticks, creates in flight."""
         if self.resync_seconds < 5:
             raise OptionsError(f"--resync-seconds {self.resync_seconds}: at least 5")
+        if self.lost_write_seconds < 10:
+            raise OptionsError(f"--lost-write-seconds {self.lost_write_seconds}: at least 10")
         if self.list_page_size < 0:
             raise OptionsError(
                 f"--list-page-size {self.list_page_size}: 0 (no pages) or more objects"

@@ -27,11 +27,13 @@ from nexus_admit.kube.stored import stripped
 __all__ = [
     "EARLY_KINDS",
     "LATER_KINDS",
+    "UNOBSERVED_RESYNC_SECONDS",
     "initial_list",
     "list_early",
     "register",
     "relist",
     "resync_loop",
+    "resync_period",
 ]
 
 log = logging.getLogger("nexus_admit.watches")
@@ -135,21 +137,39 @@ def _error_count(ctx: Context) -> float:
     )
 
 
+# the full re-list's period where kopf's list rounds cannot be seen (list_rounds.observe):
+# the period alone then bounds how long an object deleted in a watch gap stays in the store
+UNOBSERVED_RESYNC_SECONDS = 60.0
+
+
+def resync_period(ctx: Context) -> float:
+    """Seconds between safety re-lists of every kind."""
+    o = ctx.options.resync_seconds
+    return o if ctx.list_rounds_observed else min(o, UNOBSERVED_RESYNC_SECONDS)
+
+
 async def resync_loop(ctx: Context) -> None:
-    """A full re-list every `resync_seconds`, and at the next tick after any failed step:
-    a failed API call (an apiserver or etcd outage) may mean a watch gap, and an object
-    deleted in it would otherwise stay in the store until the period ends."""
+    """Re-lists, at the next tick after what may have left a watch gap: the kinds kopf had
+    to list again (their watch broke off: `list_rounds.py`), and every kind after any failed
+    step (an apiserver or etcd outage: an object deleted in a gap would otherwise stay in
+    the store), and every kind each `resync_period` for safety. A failed re-list is tried
+    again at the next tick."""
     last = time.monotonic()
     errors = _error_count(ctx)
     while True:
         await asyncio.sleep(ctx.options.tick_seconds)
-        if time.monotonic() - last < ctx.options.resync_seconds and _error_count(ctx) == errors:
+        gaps = ctx.list_rounds.take()
+        due = time.monotonic() - last >= resync_period(ctx) or _error_count(ctx) != errors
+        if not due and not gaps:
             continue
         seen = _error_count(ctx)
+        kinds = WATCHED_KINDS if due else tuple(k for k in WATCHED_KINDS if k in gaps)
         try:
-            await relist(ctx)
+            await relist(ctx, kinds)
         except Exception as e:  # still down: watches reconnect; this one tries next tick
+            ctx.list_rounds.give_back(gaps)
             ctx.metrics.errors.labels("relist").inc()
             log.warning("re-list failed, retrying in %ss: %s", ctx.options.tick_seconds, e)
             continue
-        last, errors = time.monotonic(), seen  # failures during the list: once more
+        if due:
+            last, errors = time.monotonic(), seen  # failures during the list: once more

@@ -263,17 +263,18 @@ async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> Non
 
 def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
     """Forget what the watch has shown (answers, reservations); the stored reservation
-    keys. An assumption ends once the snapshot counts its reservation, or when two full
-    re-lists have not brought it (released, or never made: a failed pass must not leave
-    its Workload waiting on it for ever)."""
+    keys. An assumption ends once the snapshot counts its reservation, or when
+    `--lost-write-seconds` went by without it (released, or never made: a failed pass must
+    not leave its Workload waiting on it for ever; a watch gap re-lists the kind, so a
+    reservation that was made shows within that time)."""
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
     stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     tick = time.monotonic()
     ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
     ctx.withdrawn = {k: w for k, w in ctx.withdrawn.items()
-                     if tick - w[0] <= 2 * ctx.options.resync_seconds}
+                     if tick - w[0] <= ctx.options.lost_write_seconds}
     ctx.ledger.settle(
-        lambda a: a.reservation in stored or tick - a.since > 2 * ctx.options.resync_seconds
+        lambda a: a.reservation in stored or tick - a.since > ctx.options.lost_write_seconds
     )
     return stored
