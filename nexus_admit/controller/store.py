@@ -32,7 +32,7 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
 
-__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
+__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version", "same_but_version"]
 
 # every kind the controller watches; the names are the `kind` of the objects (as in a dump)
 WATCHED_KINDS = (
@@ -99,6 +99,26 @@ def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "metadata": {k: m[k] for k in kept if k in m}}
 
 
+def same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Are the two the same object but for `metadata.resourceVersion`?"""
+    if old.keys() != new.keys():
+        return False
+    for field_name, value in old.items():
+        if field_name != "metadata":
+            if new[field_name] != value:
+                return False
+            continue
+        other = new[field_name]
+        if not isinstance(value, Mapping) or not isinstance(other, Mapping):
+            if value != other:
+                return False
+        elif value.keys() != other.keys() or any(
+            other[k] != v for k, v in value.items() if k != "resourceVersion"
+        ):
+            return False
+    return True
+
+
 def _newer_or_same(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
     if old is None:
         return True
@@ -161,18 +181,27 @@ class Store:
         self._gated_pods.pop(key, None)
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> bool:
-        """Add or update; False (and nothing changes) when the event is stale."""
+        """Add or update; False, and nothing changes, when no reader would see a change: a
+        stale event, or a newer version equal to the stored one but for its resourceVersion
+        once stripped. The stored version is kept then, so every cache keyed on it (the
+        node translations, the per-version skip reports) stays: node heartbeats (KWOK's,
+        the kubelet's) touch only stripped fields, and at 5,000 nodes each one woke both
+        loops and marked its node for translating again."""
         key = _key(obj)
         bucket = self.objects.setdefault(kind, {})
         gone = self.tombstones.get((kind, key))
         rv = resource_version(obj)
         if gone is not None and rv is not None and rv <= gone:
             return False
-        if not _newer_or_same(obj, bucket.get(key)):
+        old = bucket.get(key)
+        if not _newer_or_same(obj, old):
             return False
         # what no reader uses is dropped on the way in (kube/stored.py)
-        self._put(kind, key, _trimmed(kind, obj) if kind in _TRIMMED_KINDS else stripped(kind, obj))
+        new = _trimmed(kind, obj) if kind in _TRIMMED_KINDS else stripped(kind, obj)
         self.tombstones.pop((kind, key), None)
+        if old is not None and (old is new or same_but_version(old, new)):
+            return False
+        self._put(kind, key, new)
         return True
 
     def forget(self, kind: str, key: str) -> None:

@@ -161,3 +161,42 @@ def test_a_relist_of_the_same_versions_marks_nothing() -> None:
     changes = feed.take()
     assert not changes.nodes and not changes.pods
     assert [p["metadata"]["name"] for p in s.pods_on_node("n1")] == ["p"]
+
+
+def test_a_node_heartbeat_is_no_change() -> None:
+    """KWOK and kubelets rewrite node status every few seconds at 5,000 nodes (conditions'
+    heartbeat times, stripped on the way in): the stored version stays (the caches keyed
+    on it stay warm), no pass is woken and no node is marked for the live snapshot."""
+    s = Store()
+    node = {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "4"},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"},
+                       "conditions": [{"type": "Ready", "lastHeartbeatTime": "t1"}]}}
+    assert s.upsert("Node", node)
+    held = s.get("Node", "n1")
+    feed = s.subscribe()
+    feed.take()
+    beat = {**node, "metadata": {"name": "n1", "resourceVersion": "9"},
+            "status": {**node["status"], "conditions": [{"type": "Ready",  # type: ignore[dict-item]
+                                                         "lastHeartbeatTime": "t2"}]}}
+    assert not s.upsert("Node", beat)
+    assert s.get("Node", "n1") is held and not feed.take().nodes
+    changed = {**beat, "metadata": {"name": "n1", "resourceVersion": "10"},
+               "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+    assert s.upsert("Node", changed)
+    assert feed.take().node_objects == {"n1"}
+    assert not s.upsert("Node", beat), "older than the stored version: stale"
+
+
+def test_a_pod_changed_only_in_its_version_stays_as_it_was_in_every_index() -> None:
+    s = Store()
+    gated = bound_pod("p", 2, None, rr="r")
+    gated["spec"] = {"schedulingGates": [{"name": "scheduling.kubenexus.io/placement"}]}
+    s.upsert("Pod", gated)
+    held = s.get("Pod", "ns/p")
+    again = {**gated, "metadata": {**gated["metadata"], "resourceVersion": "5"}}  # type: ignore[dict-item]
+    assert not s.upsert("Pod", again)
+    assert s.pods_of_reservation("ns", "r") == [held] and s.gated_pods() == [held]
+    bound = {**again, "metadata": {**again["metadata"], "resourceVersion": "6"},  # type: ignore[dict-item]
+             "spec": {"nodeName": "n1"}}
+    assert s.upsert("Pod", bound)
+    assert s.gated_pods() == [] and s.pods_on_node("n1") == [s.get("Pod", "ns/p")]
