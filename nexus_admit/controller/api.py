@@ -13,8 +13,9 @@ reads live objects and dumps alike. `dry_run` turns every write into a logged no
 from __future__ import annotations
 
 import builtins
+import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -109,11 +110,17 @@ class NotLeading(RuntimeError):
 # new TLS connection for every request above that).
 API_THREADS = 32
 
+# a watch stream is read this many bytes at a time (an event is handed on once its line is
+# complete), and the client's read timeout is the stream's own timeout plus this margin
+WATCH_CHUNK_BYTES = 65536
+WATCH_READ_MARGIN = 30
 
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """A client for `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster."""
+
+def load_api_client(kubeconfig: str | None, pool_size: int = API_THREADS) -> client.ApiClient:
+    """A client for `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else in-cluster, that
+    keeps `pool_size` connections."""
     cfg = client.Configuration()
-    cfg.connection_pool_maxsize = API_THREADS
+    cfg.connection_pool_maxsize = pool_size
     api: client.ApiClient
     if kubeconfig:
         api = config.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -249,6 +256,49 @@ class KubeApi:
                 out.append(keep(it) if keep is not None else it)
             token = str(page_meta.get("continue") or "")
         return out, version
+
+    def watch(
+        self, kind: str, version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """The watch events of `kind` after resourceVersion `version` ({"type", "object"},
+        BOOKMARKs and ERRORs included), as the apiserver sends them, until it ends the
+        stream after `timeout_seconds`. The caller iterates in a thread of its own: each
+        event is read as it arrives (one JSON document a line). Raises ApiException when the
+        apiserver refuses the watch itself."""
+        res = RESOURCES[kind]
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        params = self.client.param_serialize(
+            method="GET",
+            resource_path=res.path(),
+            query_params=list(query.items()),
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        # connect as any request; then a read may wait the whole stream for the next event
+        answer = self.client.call_api(
+            *params, _request_timeout=(self.timeout, timeout_seconds + WATCH_READ_MARGIN)
+        )
+        raw = answer.response
+        try:
+            if not 200 <= answer.status < 300:
+                raise ApiException(status=answer.status, reason=answer.reason,
+                                   body=raw.data.decode("utf-8", "replace")[:500])
+            pending = b""
+            for chunk in raw.stream(WATCH_CHUNK_BYTES, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        event = json.loads(line)
+                        if isinstance(event, dict):
+                            yield event
+        finally:
+            raw.release_conn()
 
     def get(self, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:

@@ -17,7 +17,6 @@ from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.leader import LeaseElector
 from nexus_admit.controller.ledger import Ledger
-from nexus_admit.controller.list_rounds import ListRounds
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owner_chain import OwnerChains
@@ -55,10 +54,11 @@ class Context:
     engine: PlacementPolicy
     store: Store = field(default_factory=Store)
     ledger: Ledger = field(default_factory=Ledger)
-    # kopf's list rounds per kind: a later one means its watch broke off (list_rounds.py)
-    list_rounds: ListRounds = field(default_factory=ListRounds)
-    # whether they can be seen in this process; if not, the store re-lists on a short period
-    list_rounds_observed: bool = False
+    # the resourceVersion each kind was last listed at (None: not served), where its
+    # watch starts (informer.py); and the client the watch streams use (their own
+    # connections: a stream holds one for minutes), None: `api`
+    list_versions: dict[str, str | None] = field(default_factory=dict)
+    watch_api: KubeApi | None = None
     metrics: Metrics = field(default_factory=Metrics)
     clock: Callable[[], datetime] = utc_now
     # one worker: CP-SAT runs with one search worker, and decisions are made in order anyway

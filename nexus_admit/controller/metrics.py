@@ -104,8 +104,16 @@ class Metrics:
         )
         self.watch_gaps = Counter(
             _P + "watch_gaps",
-            "Watches that broke off and were listed again by kopf, by kind (each brings a "
-            "re-list of that kind: objects deleted in the gap leave the store).",
+            "Watch gaps, by kind: the apiserver no longer had the version a watch resumed "
+            "from (410 Gone), so the kind was listed again (objects deleted in the gap "
+            "leave the store).",
+            ["kind"],
+            registry=r,
+        )
+        self.watch_reconnects = Counter(
+            _P + "watch_reconnects",
+            "Watch streams that broke off (a lost connection, the apiserver down) and were "
+            "resumed from the last version seen, by kind.",
             ["kind"],
             registry=r,
         )

@@ -1,11 +1,11 @@
 """The controller's view of the cluster: the objects of every watched kind, by key.
 
-Who calls it: `watches.py` feeds it from kopf's event-watching handlers and from the
-periodic re-lists; `loop/`, `ungating/ungater.py`, `lifecycle.py` and `webhook/review.py`
+Who calls it: `informer.py` feeds it from the watch streams and `watches.py` from the
+full lists; `loop/`, `ungating/ungater.py`, `lifecycle.py` and `webhook/review.py`
 read it. It is pure (no kopf, no client) and answers with a `ClusterDump`, so the controller
 and `nexus-admit plan` translate the cluster through the same code.
 
-Why re-lists: kopf's watch streams resume after an apiserver restart, but an object deleted
+Why re-lists: a watch stream resumes after an apiserver restart, but an object deleted
 while nobody watched never produces a DELETED event. `replace()` drops what a fresh list no
 longer holds (unless an event newer than the list already updated it), the way an informer's
 re-list does. Objects are kept without the fields no reader uses (`kube/stored.py`), from

@@ -1,10 +1,12 @@
-"""Feeds the store: kopf event-watching handlers for every kind the controller reads, and
-the full re-lists that make the store exact again after a watch gap.
+"""Fills the store by full lists: at start-up (the webhook's kinds first, then the fleet),
+on taking the Lease, after any failed step and, for safety, every `--resync-seconds`.
 
-Who calls it: `operator.py` (`register` at start-up; `list_early`, the webhook's kinds, then
-`initial_list`, the rest, before kopf starts; `resync_loop` as a background task). Event-
-watching handlers put nothing on the objects (no finalizers, no progress annotations): the
-controller does not own Workloads, pods or nodes, and must leave no trace on them.
+Who calls it: `operator.py` (`list_early`, the webhook's kinds, then `initial_list`, the
+rest, before the loops start; `resync_loop` as a background task); `informer.py` lists one
+kind again after a watch gap. The watch streams that keep the store current between lists
+are `informer.py`'s; each kind is watched from the version its last list was read at
+(`ctx.list_versions`). Nothing is ever written on the objects read: the controller does not
+own Workloads, pods or nodes, and must leave no trace on them.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-import kopf
-
-from nexus_admit.controller.api import RESOURCES
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import WATCHED_KINDS, Store
 from nexus_admit.kube.errors import meta, object_key
@@ -27,41 +26,13 @@ from nexus_admit.kube.stored import stripped
 __all__ = [
     "EARLY_KINDS",
     "LATER_KINDS",
-    "UNOBSERVED_RESYNC_SECONDS",
     "initial_list",
     "list_early",
-    "register",
     "relist",
     "resync_loop",
-    "resync_period",
 ]
 
 log = logging.getLogger("nexus_admit.watches")
-
-
-def register(registry: kopf.OperatorRegistry) -> None:
-    for kind in WATCHED_KINDS:
-        res = RESOURCES[kind]
-
-        async def on_event(*, event: kopf.RawEvent, memo: Any, _kind: str = kind, **_: Any) -> None:
-            ctx: Context = memo.ctx
-            obj: Any = event.get("object")
-            if not isinstance(obj, dict):
-                return
-            obj.setdefault("kind", _kind)
-            if event.get("type") == "DELETED":
-                changed = ctx.store.delete(_kind, obj)
-            elif _held(ctx.store, _kind, obj) is not None:
-                # the version the store holds (kopf's own list before its watch, after ours)
-                changed = False
-            else:
-                changed = ctx.store.upsert(_kind, obj)
-            if changed:
-                ctx.poke()
-
-        kopf.on.event(res.group, res.version, res.plural, id=f"watch-{kind}", registry=registry)(
-            on_event
-        )
 
 
 # the kinds the pod webhook reads from the store without asking the API when they are
@@ -106,6 +77,7 @@ async def relist(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:
         keep = partial(_kept, ctx.store, kind)
         items, version = await asyncio.to_thread(ctx.api.list, kind, keep)
         ctx.store.replace(kind, items, version)
+        ctx.list_versions[kind] = None if version is None else str(version)
         log.debug("listed %d %s in %.2f s", len(items), kind, time.perf_counter() - started)
     ctx.metrics.relists.inc()
     ctx.poke()
@@ -137,39 +109,22 @@ def _error_count(ctx: Context) -> float:
     )
 
 
-# the full re-list's period where kopf's list rounds cannot be seen (list_rounds.observe):
-# the period alone then bounds how long an object deleted in a watch gap stays in the store
-UNOBSERVED_RESYNC_SECONDS = 60.0
-
-
-def resync_period(ctx: Context) -> float:
-    """Seconds between safety re-lists of every kind."""
-    o = ctx.options.resync_seconds
-    return o if ctx.list_rounds_observed else min(o, UNOBSERVED_RESYNC_SECONDS)
-
-
 async def resync_loop(ctx: Context) -> None:
-    """Re-lists, at the next tick after what may have left a watch gap: the kinds kopf had
-    to list again (their watch broke off: `list_rounds.py`), and every kind after any failed
-    step (an apiserver or etcd outage: an object deleted in a gap would otherwise stay in
-    the store), and every kind each `resync_period` for safety. A failed re-list is tried
-    again at the next tick."""
+    """A full re-list at the next tick after any failed step (an apiserver or etcd outage
+    may have cut a watch short in a way its stream did not show), and every
+    `--resync-seconds` for safety; a failed re-list is tried again at the next tick. A gap
+    a watch stream sees itself (410 Gone) re-lists that kind at once (`informer.py`)."""
     last = time.monotonic()
     errors = _error_count(ctx)
     while True:
         await asyncio.sleep(ctx.options.tick_seconds)
-        gaps = ctx.list_rounds.take()
-        due = time.monotonic() - last >= resync_period(ctx) or _error_count(ctx) != errors
-        if not due and not gaps:
+        if time.monotonic() - last < ctx.options.resync_seconds and _error_count(ctx) == errors:
             continue
         seen = _error_count(ctx)
-        kinds = WATCHED_KINDS if due else tuple(k for k in WATCHED_KINDS if k in gaps)
         try:
-            await relist(ctx, kinds)
+            await relist(ctx)
         except Exception as e:  # still down: watches reconnect; this one tries next tick
-            ctx.list_rounds.give_back(gaps)
             ctx.metrics.errors.labels("relist").inc()
             log.warning("re-list failed, retrying in %ss: %s", ctx.options.tick_seconds, e)
             continue
-        if due:
-            last, errors = time.monotonic(), seen  # failures during the list: once more
+        last, errors = time.monotonic(), seen  # failures during the list: once more

@@ -10,12 +10,11 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kopf
 import pytest
 
-from nexus_admit.controller import watches
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.informer import apply_events
 from nexus_admit.controller.loop import cycle
 from nexus_admit.controller.loop.cycle import reconcile
 from nexus_admit.controller.options import RunOptions
@@ -378,12 +377,8 @@ def test_a_create_lost_to_a_client_error_does_not_stall_the_workload() -> None:
 
 
 def deliver(ctx: Context, kind: str, obj: dict[str, Any], event_type: str = "MODIFIED") -> None:
-    """One watch event through the handler kopf calls (controller/watches.py)."""
-    registry = kopf.OperatorRegistry()
-    watches.register(registry)
-    (handler,) = [h for h in registry._watching.get_all_handlers() if h.id == f"watch-{kind}"]
-    event = {"type": event_type, "object": copy.deepcopy(obj)}
-    asyncio.run(handler.fn(event=event, memo=kopf.Memo(ctx=ctx)))  # type: ignore[call-arg]
+    """One watch event as the informer applies it (controller/informer.py)."""
+    apply_events(ctx, kind, [(event_type, copy.deepcopy(obj))])
 
 
 def test_the_same_workload_event_delivered_twice_through_the_watch_reserves_once() -> None:

@@ -119,8 +119,8 @@ def test_a_relist_strips_only_what_changed_and_keeps_the_stored_objects_of_the_s
 
 
 def test_an_event_of_the_version_the_store_holds_changes_nothing_and_wakes_nobody() -> None:
-    """kopf lists every kind once more before its watches, right after our own list: those
-    events carry the versions the store holds and are not stripped and stored again."""
+    """A watch resumed from an older version than the store holds delivers versions it
+    already has: they are not stored again and wake nobody."""
     from tests.controller.test_placing import deliver
 
     api = FakeApi()
@@ -134,3 +134,33 @@ def test_an_event_of_the_version_the_store_holds_changes_nothing_and_wakes_nobod
     newer = api.put(node("n", labels={"new": "label"}))
     deliver(ctx, "Node", newer)
     assert ctx.store.get("Node", "n") is not held and ctx.wake.is_set()
+
+
+def test_a_lost_create_is_held_for_its_own_horizon_not_the_re_list_period() -> None:
+    """Before: two re-list periods. With a short period an unseen reservation was forgotten
+    sooner; with a long one a create never made held its GPUs for twenty minutes."""
+    import time
+
+    from nexus_admit.controller.loop.cycle import _settle_ledger
+    from nexus_admit.model import Gang, PodSet, Slot
+
+    ctx = started_controller(FakeApi())
+    ctx.options = RunOptions(webhook=False, resync_seconds=5, lost_write_seconds=120)
+    gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
+    slot = (Slot("main", 0, "kept", tuple(range(8)), 0),)
+    now = time.monotonic()
+    ctx.ledger.assume("ns/recent", "ns/w", gang, slot, now - 60)
+    ctx.ledger.assume("ns/old", "ns/v", gang, slot, now - 121)
+    ctx.ledger.lost("ns/recent")
+    ctx.ledger.lost("ns/old")
+    _settle_ledger(ctx, [])
+    assert set(ctx.ledger.unsure) == {"ns/recent"}
+
+
+def test_lost_write_seconds_is_validated() -> None:
+    import pytest
+
+    from nexus_admit.controller.options import OptionsError
+
+    with pytest.raises(OptionsError, match="--lost-write-seconds 1"):
+        RunOptions(webhook=False, lost_write_seconds=1).validate()
