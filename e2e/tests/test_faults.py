@@ -575,11 +575,14 @@ def test_control_plane_restarted_mid_burst_the_controller_reconnects_and_loses_n
     )
     latency = time.monotonic() - t0
     assert controller.proc.poll() is None and controller.proc.pid == pid, "no restart of its own"
-    wait_for(
-        "a full re-list after the outage",
-        lambda: relist_count(controller) > relists,
-        timeout=90,
-    )
+    if error_count(controller) > errors:
+        # a failed call may mean a watch gap its stream did not show: every kind is listed
+        # (an etcd restart the apiserver rides out may fail none, and cut no watch short)
+        wait_for(
+            "a full re-list after the outage's failed calls",
+            lambda: relist_count(controller) > relists,
+            timeout=90,
+        )
     if component == "kube-apiserver":
         # a new apiserver's watch cache starts at etcd's revision: kopf's watches resume
         # from older versions, are told 410 Gone and list again, and the store sees the gap

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,18 +78,15 @@ class _Stream:
         default_factory=collections.deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
     scheduled: bool = False  # a take is already on its way to the event loop
+    closed: bool = False  # the informer stopped: a request still being read hands nothing on
 
 
 async def run_informers(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:
     """Watch every kind of `kinds`, each from the version `ctx.list_versions` holds."""
-    pool = ThreadPoolExecutor(len(WATCHED_KINDS), thread_name_prefix="watch")
-    try:
-        await asyncio.gather(*(run_informer(ctx, kind, pool) for kind in kinds))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    await asyncio.gather(*(run_informer(ctx, kind) for kind in kinds))
 
 
-async def run_informer(ctx: Context, kind: str, pool: ThreadPoolExecutor | None = None) -> None:
+async def run_informer(ctx: Context, kind: str) -> None:
     """Watch `kind` for ever: resume after a break, list again after a gap."""
     failures = 0
     listed = ctx.list_versions.get(kind)
@@ -102,7 +99,7 @@ async def run_informer(ctx: Context, kind: str, pool: ThreadPoolExecutor | None 
                 listed = ctx.list_versions.get(kind)
                 stream = None if listed is None else _Stream(listed)
                 continue
-            await _watch_once(ctx, kind, stream, pool)
+            await _watch_once(ctx, kind, stream)
             failures = 0
         except Gone:
             ctx.metrics.watch_gaps.labels(kind).inc()
@@ -138,9 +135,7 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:200]
 
 
-async def _watch_once(
-    ctx: Context, kind: str, stream: _Stream, pool: ThreadPoolExecutor | None
-) -> None:
+async def _watch_once(ctx: Context, kind: str, stream: _Stream) -> None:
     """One watch request, read to its end (`stream.version`: where the next one resumes).
     Raises `Gone` (410), or what broke the stream (the events read before it are applied
     all the same)."""
@@ -156,13 +151,41 @@ async def _watch_once(
 
     def arrive(event_type: str, obj: dict[str, Any]) -> None:  # on the reading thread
         with stream.lock:
+            if stream.closed:
+                return
             stream.arrived.append((event_type, obj))
             if stream.scheduled:
                 return
             stream.scheduled = True
         loop.call_soon_threadsafe(take)
 
-    await loop.run_in_executor(pool, _read, api, kind, stream, arrive)
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish(error: BaseException | None) -> None:  # on the event loop
+        if done.done():
+            return
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+
+    def reading() -> None:  # a thread of its own: a stream is read for minutes
+        error: BaseException | None = None
+        try:
+            _read(api, kind, stream, arrive)
+        except BaseException as e:
+            error = e
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+            loop.call_soon_threadsafe(finish, error)
+
+    # a daemon thread, not a pool's: a stream waiting for its next event must not hold the
+    # process up at exit (a pool's threads are joined then, up to the stream's 300 s)
+    threading.Thread(target=reading, name=f"watch-{kind}", daemon=True).start()
+    try:
+        await done
+    except asyncio.CancelledError:
+        stream.closed = True
+        raise
 
 
 def _read(

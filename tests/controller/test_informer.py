@@ -176,3 +176,33 @@ def test_a_kind_not_served_is_listed_again_and_watched_once_it_is() -> None:
     api.put(node("later"))
     run_until(ctx, "Node", lambda: len(api.watched) >= 1)
     assert names(ctx) == {"later"} and api.watched[0] == ("Node", str(api.rv))
+
+
+def test_a_stopped_informer_does_not_wait_for_its_stream_nor_take_what_it_still_brings(
+) -> None:
+    """The stream's thread blocks until the next event (up to 300 s in a quiet cluster):
+    stopping must not wait for it, and what it reads afterwards goes nowhere."""
+
+    class SlowApi(WatchingApi):
+        def watch(self, kind: str, version: str, timeout_seconds: int
+                  ) -> Iterator[dict[str, Any]]:
+            self.watched.append((kind, version))
+            time.sleep(0.3)
+            yield event("Node", "ADDED", "late", 500)
+
+    api = SlowApi()
+    ctx = started(api)
+
+    async def main() -> float:
+        task = asyncio.create_task(run_informer(ctx, "Node"))
+        await asyncio.sleep(0.05)
+        t = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stopped = time.monotonic() - t
+        await asyncio.sleep(0.5)  # the thread reads its event meanwhile
+        return stopped
+
+    assert asyncio.run(main()) < 0.2
+    assert "late" not in names(ctx)
