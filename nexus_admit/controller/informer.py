@@ -32,6 +32,7 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,7 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.stored import stripped
 
 __all__ = [
+    "QUICK_END_SECONDS",
     "RECONNECT_SECONDS",
     "UNSERVED_RETRY_SECONDS",
     "WATCH_SECONDS",
@@ -59,6 +61,9 @@ log = logging.getLogger("nexus_admit.informer")
 WATCH_SECONDS = 300
 # waits before resuming a stream that broke off, one more step per failure in a row
 RECONNECT_SECONDS = (1.0, 2.0, 5.0, 10.0)
+# a request that ends cleanly sooner than this (the apiserver keeps it WATCH_SECONDS) waits
+# like a broken one before the next, so a stream cut short at once is no tight loop
+QUICK_END_SECONDS = 1.0
 # a kind the apiserver does not serve (a CRD not installed: NRT, DRA) is listed again this
 # often, and watched once it is served
 UNSERVED_RETRY_SECONDS = 30.0
@@ -99,8 +104,14 @@ async def run_informer(ctx: Context, kind: str) -> None:
                 listed = ctx.list_versions.get(kind)
                 stream = None if listed is None else _Stream(listed)
                 continue
+            started = time.monotonic()
             await _watch_once(ctx, kind, stream)
-            failures = 0
+            if time.monotonic() - started < QUICK_END_SECONDS:
+                # the stream ended at once (a proxy cutting it short): never a tight loop
+                await asyncio.sleep(_backoff(failures))
+                failures += 1
+            else:
+                failures = 0
         except Gone:
             ctx.metrics.watch_gaps.labels(kind).inc()
             log.info("watch of %s: version %s is gone (a gap): listing it again",

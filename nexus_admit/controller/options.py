@@ -51,7 +51,7 @@ class RunOptions:
     metrics_key: str | None = None
     policy: str = "nexus"
     # full re-list of every watched kind, for safety only: a kind is re-listed when its
-    # watch broke off (controller/list_rounds.py) and every kind after a failed API call
+    # watch stream finds a gap (controller/informer.py) and every kind after a failed call
     resync_seconds: float = 600.0
     # how long a write the store has not shown yet is held: a create whose answer was lost
     # (its slots stay taken), a withdrawn reservation's delete (not answered from)

@@ -164,7 +164,7 @@ def test_an_unreadable_event_is_skipped_and_the_stream_goes_on() -> None:
         {"type": "ADDED", "object": {"kind": "Node", "metadata": ["not", "a", "map"]}},
         event("Node", "ADDED", "fine", 401),
     ]]
-    run_until(ctx, "Node", lambda: "fine" in names(ctx))
+    run_until(ctx, "Node", lambda: "fine" in names(ctx) and len(api.watched) >= 2)
     assert api.watched[1] == ("Node", "401")
 
 
@@ -206,3 +206,22 @@ def test_a_stopped_informer_does_not_wait_for_its_stream_nor_take_what_it_still_
 
     assert asyncio.run(main()) < 0.2
     assert "late" not in names(ctx)
+
+
+def test_a_stream_that_ends_at_once_again_and_again_backs_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(informer, "RECONNECT_SECONDS", (0.1,))
+    api = WatchingApi()
+    ctx = started(api)
+    api.scripts["Node"] = [[] for _ in range(100)]  # each request ends empty at once
+
+    async def main() -> None:
+        task = asyncio.create_task(run_informer(ctx, "Node"))
+        await asyncio.sleep(0.35)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert 2 <= len(api.watched) <= 5, "a request about every backoff, not a tight loop"
