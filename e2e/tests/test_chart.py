@@ -333,7 +333,6 @@ MUST = [
     # /metrics behind authentication and authorisation (the chart's metrics.auth default)
     ("create", "tokenreviews.authentication.k8s.io"),
     ("create", "subjectaccessreviews.authorization.k8s.io"),
-    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("get", "leases.coordination.k8s.io", "-n", NS),
     ("create", "leases.coordination.k8s.io", "-n", NS),
     ("update", "leases.coordination.k8s.io", "-n", NS),
@@ -360,6 +359,8 @@ MUST_NOT = [
     ("create", "events", "-n", "default"),  # core Events: kopf's posting is off
     ("create", "mutatingwebhookconfigurations.admissionregistration.k8s.io"),
     ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    # a kind not served at start-up is listed again until it is: no CRD watch (informer.py)
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ("list", "namespaces"),
     ("create", "serviceaccounts/token", "-n", NS),
     ("escalate", "clusterroles.rbac.authorization.k8s.io"),
