@@ -1,9 +1,10 @@
 """The only module that talks to the Kubernetes API.
 
 Who calls it: the writers (`checks.py`, `reservations.py`, `ungating/ungater.py`,
-`admissioncheck.py`, `events.py`) and the re-lists of `watches.py`, always from a worker thread
+`admissioncheck.py`, `events.py`), the lists of `watches.py` and the watch streams of
+`informer.py` (each on a thread of its own), always from a worker thread
 (`asyncio.to_thread`): the official client is synchronous and the event loop must stay free
-for kopf's watches and the webhook.
+for the watch streams' events and the webhook.
 
 Objects go in and come out as plain dicts (the same shapes as a `kubectl get -o yaml` dump),
 through one generic request on the official client's ApiClient, so the translation code

@@ -1,7 +1,7 @@
 """Wiring only: builds the context, registers the handlers, runs kopf and the loop.
 
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
-filled by a full list before kopf's watches and the loop start, so the first decision already
+filled by a full list before the watch streams and the loop start, so the first decision already
 sees every reservation; the health endpoint comes up first, the pod webhook once the kinds
 its answers read are listed (`watches.EARLY_KINDS`; it asks the API for any other object it
 lacks), before the fleet's list, on a thread and event loop of its own
@@ -396,7 +396,7 @@ def _log_start(options: RunOptions, elector: LeaseElector | None) -> None:
 def _start_tasks(
     ctx: Context, elector: LeaseElector | None, degraded_after_seconds: float
 ) -> list[asyncio.Task[None]]:
-    """The controller's own loops, beside kopf's watches."""
+    """The controller's own tasks: the store's watch streams and the loops."""
     tasks = [
         # the store's watch streams, each from the version its kind was listed at
         asyncio.create_task(run_informers(ctx), name="informers"),

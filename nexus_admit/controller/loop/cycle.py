@@ -1,6 +1,6 @@
 """The controller's loop: one pass decides everything that changed, in a fixed order.
 
-Who calls it: `operator.py` runs `run_loop` as a background task next to kopf's watches.
+Who calls it: `operator.py` runs `run_loop` as a background task next to the watch streams.
 Each pass is a short recipe of named steps:
 
 1. `sync_checks`    our AdmissionChecks' Active condition and PlacementConfigs;
