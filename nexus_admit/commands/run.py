@@ -60,8 +60,8 @@ _ResyncSeconds = Annotated[
     float,
     typer.Option(
         envvar="NEXUS_RESYNC_SECONDS",
-        help="Full re-list of every watched kind, for safety: a kind whose watch broke off is "
-        "re-listed at once, every kind after a failed API call.",
+        help="Full re-list of every watched kind, for safety: a kind whose watch finds a gap "
+        "(410 Gone) is re-listed at once, every kind after a failed API call.",
     ),
 ]
 _LostWriteSeconds = Annotated[

@@ -99,7 +99,7 @@ class Metrics:
         self.relists = Counter(
             _P + "relists",
             "Re-lists of the store completed: of every watched kind (start-up, takeover, after "
-            "a failed step, the safety period), or of the kinds whose watch broke off.",
+            "a failed step, the safety period), or of a kind whose watch found a gap (410 Gone).",
             registry=r,
         )
         self.watch_gaps = Counter(

@@ -32,7 +32,7 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
 
-__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version", "same_but_version"]
+__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
 
 # every kind the controller watches; the names are the `kind` of the objects (as in a dump)
 WATCHED_KINDS = (
@@ -99,24 +99,13 @@ def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     return {"kind": kind, "metadata": {k: m[k] for k in kept if k in m}}
 
 
-def same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def _same_but_version(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     """Are the two the same object but for `metadata.resourceVersion`?"""
-    if old.keys() != new.keys():
-        return False
-    for field_name, value in old.items():
-        if field_name != "metadata":
-            if new[field_name] != value:
-                return False
-            continue
-        other = new[field_name]
-        if not isinstance(value, Mapping) or not isinstance(other, Mapping):
-            if value != other:
-                return False
-        elif value.keys() != other.keys() or any(
-            other[k] != v for k, v in value.items() if k != "resourceVersion"
-        ):
-            return False
-    return True
+    a, b = old.get("metadata"), new.get("metadata")
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return old == new
+    return {**old, "metadata": {**a, "resourceVersion": None}} == {
+        **new, "metadata": {**b, "resourceVersion": None}}
 
 
 def _newer_or_same(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
@@ -199,7 +188,7 @@ class Store:
         # what no reader uses is dropped on the way in (kube/stored.py)
         new = _trimmed(kind, obj) if kind in _TRIMMED_KINDS else stripped(kind, obj)
         self.tombstones.pop((kind, key), None)
-        if old is not None and (old is new or same_but_version(old, new)):
+        if old is not None and (old is new or _same_but_version(old, new)):
             return False
         self._put(kind, key, new)
         return True
