@@ -273,7 +273,10 @@ def test_locality_wait_holds_or_keeps_one_rack_and_never_breaks_a_constraint(
              and gang.required_level != RACK and not problem.impossible
              and max(problem.idle_room(rack).values(), default=0) >= 1)
     if holds and placement.feasible:
-        assert len({problem.paths[s.node][rack] for s in placement.slots}) == 1
+        # a GPU-less pod set beside GPU ones (a driver) does not follow the gang's domain
+        following = {p.name for p in gang.pod_sets if gang.follows_gang(p)}
+        assert len({problem.paths[s.node][rack]
+                    for s in placement.slots if s.pod_set in following}) <= 1
     if not holds:
         assert placement.retry_after_seconds is None
         plain = make_policy("nexus", seed=0).place(snapshot, gang, CONFIG)
