@@ -242,7 +242,10 @@ class Store:
     def dump(self) -> ClusterDump:
         """Every object as a `ClusterDump` (the objects are shared, not copied: readers
         must not mutate them)."""
-        return ClusterDump(by_kind={k: list(v.values()) for k, v in self.objects.items()})
+        return ClusterDump(
+            by_kind={k: list(v.values()) for k, v in self.objects.items()},
+            keyed=MappingProxyType({k: MappingProxyType(v) for k, v in self.objects.items()}),
+        )
 
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The pods whose reservation label names `namespace/name` (from the index)."""

@@ -49,7 +49,7 @@ from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.kube.workload import OWNER_KINDS, workload_to_gang
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 
-__all__ = ["ClusterDump", "DumpError", "flatten", "load_dump", "load_objects"]
+__all__ = ["ClusterDump", "DumpError", "OwnerLookup", "flatten", "load_dump", "load_objects"]
 
 
 class DumpError(ValueError):
@@ -103,11 +103,65 @@ def load_objects(source: str | Path | Sequence[Any]) -> list[dict[str, Any]]:
     return list(flatten(docs, name))
 
 
+# the kinds a Workload's owner is looked up in: a plain-pod Workload's owner is its Pod
+# (a Deployment's replica), a replica's ReplicaSet names its Deployment
+_OWNER_LOOKUP_KINDS = frozenset({*OWNER_KINDS, "Pod"})
+
+
+def _owner_key(namespace: str, name: str) -> str:
+    # as the controller's store keys its objects
+    return f"{namespace}/{name}" if namespace else name
+
+
+class OwnerLookup(Mapping[tuple[str, str, str], dict[str, Any]]):
+    """A dump's owner objects by (kind, namespace, name). A pass reads the owners of a few
+    Workloads: this indexes a kind on first use (or reads the controller store's own maps),
+    instead of indexing every pod of the cluster on every pass."""
+
+    __slots__ = ("_dump", "_indexed")
+
+    def __init__(self, dump: ClusterDump) -> None:
+        self._dump = dump
+        self._indexed: dict[str, Mapping[str, dict[str, Any]]] = {}
+
+    def _of(self, kind: str) -> Mapping[str, dict[str, Any]]:
+        if kind not in _OWNER_LOOKUP_KINDS:
+            return {}
+        keyed = self._dump.keyed
+        if keyed is not None:
+            return keyed.get(kind) or {}
+        index = self._indexed.get(kind)
+        if index is None:
+            index = self._indexed[kind] = {
+                _owner_key(str(meta(o).get("namespace") or ""), str(meta(o).get("name") or "")): o
+                for o in self._dump.kind(kind)
+            }
+        return index
+
+    def __getitem__(self, key: tuple[str, str, str]) -> dict[str, Any]:
+        kind, namespace, name = key
+        found = self._of(kind).get(_owner_key(namespace, name))
+        if found is None or found.get("kind", kind) != kind:
+            raise KeyError(key)
+        return found
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        for kind in sorted(_OWNER_LOOKUP_KINDS):
+            for o in list(self._of(kind).values()):
+                yield (kind, str(meta(o).get("namespace") or ""), str(meta(o).get("name") or ""))
+
+    def __len__(self) -> int:
+        return sum(len(self._of(kind)) for kind in _OWNER_LOOKUP_KINDS)
+
+
 @dataclass(slots=True)
 class ClusterDump:
     """Objects of a dump grouped by kind."""
 
     by_kind: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # the controller's store: its objects by kind, then 'namespace/name' (read-only views;
+    # a lookup is one dict read, safe from a worker thread while the event loop writes)
+    keyed: Mapping[str, Mapping[str, dict[str, Any]]] | None = None
     # which service's Workloads hold slots where (built on the first serving gang)
     _services: ServiceIndex | None = field(default=None, init=False, repr=False, compare=False)
     _dra: DraIndex | None = field(default=None, init=False, repr=False, compare=False)
@@ -129,8 +183,7 @@ class ClusterDump:
             local_queues=self.kind("LocalQueue"),
             resource_flavors=self.kind("ResourceFlavor"),
             admission_checks=self.kind("AdmissionCheck"),
-            # a plain-pod Workload's owner is its Pod (a Deployment's replica)
-            owners=[o for k in (*sorted(OWNER_KINDS), "Pod") for o in self.kind(k)],
+            owners=OwnerLookup(self),
         )
 
     def dra_index(self) -> DraIndex:

@@ -101,8 +101,9 @@ class KueueIndex:
     local_queues: dict[tuple[str, str], Obj] = field(default_factory=dict)
     resource_flavors: dict[str, Obj] = field(default_factory=dict)
     admission_checks: dict[str, Obj] = field(default_factory=dict)
-    # owners (Job, JobSet, ...) by (kind, namespace, name), when known
-    owners: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    # owners (Job, JobSet, ...) by (kind, namespace, name), when known; a dump's passes
+    # give a lookup into objects of that kind, not a dict of every pod (`ClusterDump`)
+    owners: Mapping[tuple[str, str, str], Obj] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -112,7 +113,7 @@ class KueueIndex:
         local_queues: Iterable[Obj] = (),
         resource_flavors: Iterable[Obj] = (),
         admission_checks: Iterable[Obj] = (),
-        owners: Iterable[Obj] = (),
+        owners: Iterable[Obj] | Mapping[tuple[str, str, str], Obj] = (),
     ) -> KueueIndex:
         def name(o: Obj) -> str:
             return str(meta(o).get("name") or "")
@@ -124,7 +125,7 @@ class KueueIndex:
             },
             resource_flavors={name(o): o for o in resource_flavors},
             admission_checks={name(o): o for o in admission_checks},
-            owners={
+            owners=owners if isinstance(owners, Mapping) else {
                 (str(o.get("kind", "")), str(meta(o).get("namespace") or ""), name(o)): o
                 for o in owners
             },

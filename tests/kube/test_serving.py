@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from kube_factories import cluster_queue, node, pod, pod_set, reservation, workload
 
+from nexus_admit.controller.store import Store
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError
 from nexus_admit.kube.kueue import KueueIndex
@@ -111,6 +112,27 @@ def test_service_key_follows_the_owner_chain_when_the_index_has_it() -> None:
     assert service_key(sts, KueueIndex()) == "StatefulSet/default/statefulset-db-1a2b"
     job = workload("job-x", [pod_set()], owner_kind="Job")
     assert service_key(job, KueueIndex()) is None
+
+
+def test_a_dumps_owner_lookup_reads_the_kind_it_is_asked_for() -> None:
+    """A pass looks a few owners up: by kind, namespace and name, from the dump's objects
+    or from the controller store's own maps (no index of every pod per pass)."""
+    p, wl = _replica(0)
+    dep, rset = _deployment()
+    other = pod("web-0", None, namespace="tenant-b")  # same name, another namespace
+    dump = ClusterDump.of([p, other, dep, rset, wl])
+    store = Store()
+    for o in (p, other, dep, rset, wl):
+        store.upsert(str(o["kind"]), o)
+    for kueue in (dump.kueue_index(), store.dump().kueue_index()):
+        found = kueue.owner_of(wl)
+        assert found is not None and found["metadata"]["namespace"] == "default"
+        assert found["metadata"]["name"] == "web-0" and found["kind"] == "Pod"
+        assert service_key(wl, kueue) == "Deployment/default/web"
+        assert ("Pod", "tenant-b", "web-0") in kueue.owners
+        assert ("Pod", "nowhere", "web-0") not in kueue.owners
+        assert ("Workload", "default", "pod-web-0") not in kueue.owners  # never an owner
+        assert len(kueue.owners) == 4 and set(kueue.owners) >= {("Deployment", "default", "web")}
 
 
 def test_siblings_are_the_other_workloads_live_slots() -> None:
