@@ -12,9 +12,10 @@ fleet, in one run (what `make bench-e2e` runs).
 2. Phase `kueue`: the generated Workloads (Indexed Jobs) go to the Kueue-alone
    ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
    running and its webhook is not registered. Wait for every pod Running, check, clean up.
-3. Phase `nexus`: nexus-admit starts (its start-up timed: webhook serving, store synced,
-   first decision), then the same Workloads, same arrival pattern, go to
-   nexus-gold/silver/bronze.
+3. Phase `nexus`: nexus-admit starts and, without waiting for it (as after a restart with
+   work waiting), the same Workloads, same arrival pattern, go to nexus-gold/silver/bronze;
+   its start-up is timed (webhook serving, store synced, first decision) and its start-up
+   CPU counts in the phase.
 4. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
    the controller's RSS is sampled throughout; afterwards no reservation may be left.
 
@@ -31,6 +32,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -110,26 +112,36 @@ class Bench:
         self.cluster.apply(queues.cluster_queues(self.pools), retries=10)
         log(f"cluster ready with {have} nodes in {time.monotonic() - t:.0f}s")
 
-    def start_controller(self) -> dict[str, Any]:
-        """Start the controller and wait until it is ready; returns when its process started
-        and its webhook first served (wall clock), and where this run's log begins."""
+    def start_controller(self, wait: bool = True) -> dict[str, Any]:
+        """Start the controller; returns when its process started, when its webhook first
+        served (wall clock) and where this run's log begins. `wait`: return once it is
+        ready; else at once, and a thread fills in "serving" (None until then)."""
         assert self.nc is not None
         self.nc.register_admission()
         log_file = self.nc.log_file
         offset = log_file.stat().st_size if log_file.exists() else 0
         started = time.time()
         self.nc.start(wait=False)
-        serving = None
-        while serving is None and time.time() - started < 120:
-            if self.nc.proc is not None and self.nc.proc.poll() is not None:
-                break  # wait_ready reports the exit with the log's tail
-            if self.nc.ready():
-                serving = time.time()
-            else:
+        startup: dict[str, Any] = {"started": started, "serving": None, "log_offset": offset}
+
+        def until_serving() -> None:
+            while time.time() - started < 300:
+                if self.nc is None or self.nc.proc is None or self.nc.proc.poll() is not None:
+                    return  # wait_ready (or the phase's timeout) reports the exit
+                if self.nc.ready():
+                    startup["serving"] = time.time()
+                    return
                 time.sleep(0.05)
+
+        if not wait:
+            threading.Thread(target=until_serving, daemon=True).start()
+            log(f"nexus-admit started (pid {self.nc.proc.pid if self.nc.proc else '?'}), "
+                "not waiting for it")
+            return startup
+        until_serving()
         self.nc.wait_ready()
         log(f"nexus-admit running (pid {self.nc.proc.pid if self.nc.proc else '?'})")
-        return {"started": started, "serving": serving, "log_offset": offset}
+        return startup
 
     def store_synced_at(self, log_offset: int) -> float | None:
         """When this run's controller logged "store synced in" (its log's own timestamp)."""
@@ -371,9 +383,12 @@ class Bench:
         controller: bool,
         timeout: float,
         startup: dict[str, Any] | None = None,
+        launch: bool = False,
     ) -> dict[str, Any]:
-        """One phase; `startup` (what start_controller returned, the nexus phase) adds the
-        controller's first decision after its start."""
+        """One phase; `startup` (what start_controller returned) adds the controller's
+        first decision after its start. `launch`: start the controller here, just before
+        the Workloads are submitted, without waiting for it (as after a restart with work
+        waiting); its start-up CPU then counts in the phase."""
         ns = f"bench-{name}"
         self.make_namespace(ns, queue_prefix)
         times = {w.name: stats.WorkloadTimes(pods=w.pods) for w in works}
@@ -388,11 +403,15 @@ class Bench:
         for w in watchers:
             w.listed.wait(30)
         pods_at_start = self.cluster_pods()
+        if launch:
+            startup = self.start_controller(wait=False)
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
         sampler = ProcSampler(pid)
         sampler.start()
         cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
-        api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
+        # a controller launched just now serves no metrics yet: its counters start at 0
+        api_before = self.apiserver_metrics()
+        ctl_before = "" if launch else self.controller_metrics()
         load_start = os.getloadavg()
 
         def manifest(w: wl_mod.BenchWorkload) -> dict[str, Any]:
@@ -768,12 +787,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             result["phases"]["kueue"]["lease_wait_s"] = lease_wait
             save()
-        startup = None
         if "nexus" in phases or args.soak_minutes > 0:
             # the wait comes first: the controller's start counts towards its first decision
             lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
-            startup = bench.start_controller()
         if "nexus" in phases:
+            # the Workloads are submitted as the controller starts (a restart with work
+            # waiting): its first decision measures its own start-up, not also Kueue's
+            # admission of Workloads created only once it was ready
             result["phases"]["nexus"] = bench.run_phase(
                 "nexus",
                 "nexus-",
@@ -781,11 +801,13 @@ def main(argv: list[str] | None = None) -> int:
                 rack_preference=False,
                 controller=True,
                 timeout=args.phase_timeout,
-                startup=startup,
+                launch=True,
             )
             result["phases"]["nexus"]["lease_wait_s"] = lease_wait
             save()
         if args.soak_minutes > 0 and args.soak_workloads > 0:
+            if "nexus" not in phases:
+                bench.start_controller()
             soak_works = wl_mod.generate(
                 args.soak_workloads,
                 args.seed + 1,
