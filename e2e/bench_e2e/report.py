@@ -45,9 +45,41 @@ def _at_most(label: str, value: float | None, bound: float) -> dict[str, Any]:
     return _target(label, value, None if value is None else value <= bound)
 
 
-def targets(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+ONE_POD_SCALING_BOUND = 1.5
+
+
+def one_pod_p99(result: Mapping[str, Any]) -> float | None:
+    """The nexus phase's p99 of a one-pod decision (the engine's time, from the controller's
+    solve histogram's `pods="1"` series)."""
+    nexus = result.get("phases", {}).get("nexus") or {}
+    one = (nexus.get("controller_metrics") or {}).get("solve_seconds_one_pod") or {}
+    return one.get("p99_s") if one.get("count") else None
+
+
+def one_pod_scaling_target(
+    result: Mapping[str, Any], other: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """A one-pod decision's p99 on the larger fleet ≤ 1.5× its p99 on the smaller: this run
+    against another run's JSON (`--compare-with`), on another fleet size."""
+    label = f"1-pod decision p99, larger fleet ≤ {ONE_POD_SCALING_BOUND}× smaller"
+    if other is None:
+        return _target(label, None, None, "not measured: needs --compare-with another size")
+    runs = sorted((result, other), key=lambda r: int(r.get("config", {}).get("nodes") or 0))
+    small, large = (one_pod_p99(r) for r in runs)
+    sizes = " vs ".join(f"{int(r['config']['nodes']):,}" for r in reversed(runs))
+    if small is None or large is None:
+        return _target(label, None, None, f"not measured: no one-pod decisions ({sizes} nodes)")
+    ratio = large / small
+    return _target(label, ratio, ratio <= ONE_POD_SCALING_BOUND,
+                   f"{sizes} nodes: {large * 1000:.1f} ms / {small * 1000:.1f} ms")
+
+
+def targets(
+    result: Mapping[str, Any], other: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Each target of issue 30 with the measured value and whether it is met (None: not
-    measured in this run, `note` says why when it is not plain)."""
+    measured in this run, `note` says why when it is not plain). `other`: a run on another
+    fleet size, for the one-pod decision's scaling."""
     k, n = result["phases"].get("kueue", {}), result["phases"].get("nexus", {})
     soak = result.get("soak") or {}
     out = []
@@ -66,6 +98,7 @@ def targets(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                 bound,
             )
         )
+    out.append(one_pod_scaling_target(result, other))
     out.append(controller_rss_target(n))
     out.append(
         _at_most(
@@ -183,6 +216,17 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         lambda p: (
             " / ".join(
                 _ms((p["controller_metrics"].get("solve_seconds") or {}).get(q))
+                for q in ("p50_s", "p99_s")
+            )
+            if p["controller_metrics"]
+            else "–"
+        ),
+    )
+    row(
+        "one-pod solve p50 / p99",
+        lambda p: (
+            " / ".join(
+                _ms((p["controller_metrics"].get("solve_seconds_one_pod") or {}).get(q))
                 for q in ("p50_s", "p99_s")
             )
             if p["controller_metrics"]

@@ -601,25 +601,30 @@ def summarize(
     policies = _admission_histograms(api, POLICY_METRIC, "policy")
     controller: dict[str, Any] = {}
     if ctl[1]:
-        for metric in (
-            "solve_seconds",
+        for metric, match in (
+            ("solve_seconds", None),
+            # one-pod decisions alone: what should cost the same on any fleet size
+            ("solve_seconds", {"pods": "1"}),
             # the part of each reservation create's round trip that the next solve did not
             # hide: with `solve_seconds`' sum, how a burst's placing time splits
-            "reservation_wait_seconds",
-            "reconcile_seconds",
-            "ungate_seconds",
-            "event_loop_lag_seconds",  # what blocks the webhook and the watches
+            ("reservation_wait_seconds", None),
+            ("reconcile_seconds", None),
+            ("ungate_seconds", None),
+            ("event_loop_lag_seconds", None),  # what blocks the webhook and the watches
         ):
             full = "nexus_admit_" + metric
             d = stats.bucket_delta(
-                stats.histogram_buckets(ctl[1], full), stats.histogram_buckets(ctl[0], full)
+                stats.histogram_buckets(ctl[1], full, match),
+                stats.histogram_buckets(ctl[0], full, match),
             )
-            controller[metric] = {
+            key = metric if match is None else f"{metric}_one_pod"
+            controller[key] = {
                 "count": stats.histogram_count(d),
                 "p50_s": stats.histogram_quantile(0.5, d),
                 "p99_s": stats.histogram_quantile(0.99, d),
                 "sum_s": round(
-                    stats.histogram_sum(ctl[1], full) - stats.histogram_sum(ctl[0], full), 3
+                    stats.histogram_sum(ctl[1], full, match)
+                    - stats.histogram_sum(ctl[0], full, match), 3
                 ),
             }
     ungate = stats.ungate_latencies(ts)
@@ -739,6 +744,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--out", default="reports/bench-e2e")
     ap.add_argument(
+        "--compare-with",
+        metavar="JSON",
+        help="another run's bench-e2e.json on another fleet size: the one-pod decision's "
+        "p99 is compared across the two sizes (a target)",
+    )
+    ap.add_argument(
         "--keep", action="store_true", help="leave the control plane (and background pods) up"
     )
     return ap.parse_args(argv)
@@ -765,9 +776,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "bench-e2e.json"
 
+    other = json.loads(Path(args.compare_with).read_text()) if args.compare_with else None
+
     def save() -> None:
         result["cpu_per_workload"] = cpu_per_workload(result)
-        result["targets"] = targets(result)
+        result["targets"] = targets(result, other)
         json_path.write_text(json.dumps(result, indent=2, default=str))
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]

@@ -149,13 +149,15 @@ def histogram_buckets(text: str, name: str, match: Mapping[str, str] | None = No
     return out
 
 
-def histogram_sum(text: str, name: str) -> float:
-    """The `_sum` of histogram `name` in Prometheus text, over every series."""
+def histogram_sum(text: str, name: str, match: Mapping[str, str] | None = None) -> float:
+    """The `_sum` of histogram `name` in Prometheus text, over every series whose labels
+    include `match`."""
     return sum(
         s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
         if s.name == name + "_sum"
+        and not (match and any(s.labels.get(k) != v for k, v in match.items()))
     )
 
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 __all__ = ["Metrics"]
 
 _P = "nexus_admit_"
-_SOLVE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_SOLVE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -29,8 +29,9 @@ class Metrics:
         """What placing decides and holds: solves, placements, reservations, GPUs, demand."""
         self.solve_seconds = Histogram(
             _P + "solve_seconds",
-            "Engine time per placement, by outcome.",
-            ["outcome"],
+            "Engine time per placement, by outcome and gang size (pods: 1 or several; "
+            "a one-pod decision should cost the same on any fleet size).",
+            ["outcome", "pods"],
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )

@@ -729,3 +729,16 @@ def test_two_compute_domains_placed_in_one_pass_take_two_cliques() -> None:
     assert cliques["one"] != cliques["two"], cliques
     assert by_name["one"]["metadata"]["annotations"][L.ANN_COMPUTE_DOMAIN] == (
         "default/one-channel")
+
+
+def test_the_solve_metric_tells_one_pod_decisions_from_gangs() -> None:
+    """A one-pod decision's time is its own series (what should not grow with the fleet)."""
+    api = two_nodes(
+        pending("w", pods=1, gpus=8), pending("v", pods=2, gpus=4, created="2026-11-25T10:00:01Z")
+    )
+    ctx, _ = controller(api)
+    run(ctx)
+    counts = {(s.labels["outcome"], s.labels["pods"]): s.value
+              for m in ctx.metrics.solve_seconds.collect() for s in m.samples
+              if s.name.endswith("_count")}
+    assert counts == {("feasible", "1"): 1, ("feasible", "several"): 1}

@@ -241,8 +241,8 @@ async def _decide(
                               drains=tuple(live), own_drain=own)
     loop = asyncio.get_running_loop()
     decision = await loop.run_in_executor(ctx.solver, decide, request, capacity)
-    for outcome, seconds in policy.solves:
-        ctx.metrics.solve_seconds.labels(outcome).observe(seconds)
+    for outcome, size, seconds in policy.solves:
+        ctx.metrics.solve_seconds.labels(outcome, size).observe(seconds)
     return decision, running, drains
 
 

@@ -60,7 +60,8 @@ class TimedPolicy:
     the solves run in the solver's thread)."""
 
     engine: PlacementPolicy
-    solves: list[tuple[str, float]] = field(default_factory=list)
+    # (outcome, gang size: "1" or "several", seconds)
+    solves: list[tuple[str, str, float]] = field(default_factory=list)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,7 +71,8 @@ class TimedPolicy:
         started = time.perf_counter()
         placement = self.engine.place(snapshot, gang, config)
         outcome = "feasible" if placement.feasible else placement.status.value
-        self.solves.append((outcome, time.perf_counter() - started))
+        size = "1" if gang.pod_count == 1 else "several"
+        self.solves.append((outcome, size, time.perf_counter() - started))
         return placement
 
 

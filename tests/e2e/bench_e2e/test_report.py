@@ -61,6 +61,7 @@ def test_each_target_of_issue_30_judged_against_kueue_alone() -> None:
         "whole-run throughput: nexus ≥ 0.95× Kueue alone": True,
         "create → all pods Running p50: nexus ≤ 1.3× Kueue alone": True,
         "create → all pods Running p99: nexus ≤ 1.2× Kueue alone": False,
+        "1-pod decision p99, larger fleet ≤ 1.5× smaller": None,
         "controller peak RSS ≤ 1 GiB with ≥ 20,000 pods, MiB": True,
         "first decision ≤ 30 s after the controller's process start": True,
         "controller RSS growth over the soak ≤ 10 %": True,
@@ -98,6 +99,25 @@ def test_missing_the_bounds_is_reported_as_missed() -> None:
         "bound pods on their planned node = 100 %",
         "reservations left after the soak = 0",
     }
+
+
+def _sized(nodes: int, one_pod_p99: float | None, count: int = 40) -> dict[str, Any]:
+    one = {"count": count, "p99_s": one_pod_p99} if one_pod_p99 is not None else {}
+    return {"config": {"nodes": nodes},
+            "phases": {"nexus": nexus_phase(controller_metrics={"solve_seconds_one_pod": one})}}
+
+
+def test_a_one_pod_decision_is_compared_across_two_fleet_sizes() -> None:
+    """The larger fleet's p99 over the smaller's, whichever of the two runs this is."""
+    small, large = _sized(1000, 0.010), _sized(5000, 0.014)
+    for this, other in ((large, small), (small, large)):
+        row = report.one_pod_scaling_target(this, other)
+        assert row["value"] == pytest.approx(1.4) and row["met"] is True
+        assert row["note"] == "5,000 vs 1,000 nodes: 14.0 ms / 10.0 ms"
+    assert report.one_pod_scaling_target(_sized(5000, 0.016), small)["met"] is False
+    assert report.one_pod_scaling_target(large, None)["met"] is None
+    none = report.one_pod_scaling_target(large, _sized(1000, 0.01, count=0))
+    assert none["met"] is None and none["note"].startswith("not measured: no one-pod")
 
 
 def test_rss_not_judged_below_20000_pods_in_the_cluster() -> None:
