@@ -42,6 +42,7 @@ def job(
     annotations: dict[str, str] | None = None,
     indexed: bool = True,
     backoff_limit: int = 0,
+    affinity: client.V1Affinity | None = None,
 ) -> client.V1Job:
     container = client.V1Container(
         name="worker",
@@ -59,7 +60,9 @@ def job(
             backoff_limit=backoff_limit,
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(annotations=annotations or {}),
-                spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
+                spec=client.V1PodSpec(
+                    restart_policy="Never", containers=[container], affinity=affinity
+                ),
             ),
         ),
     )
@@ -169,6 +172,10 @@ def test_gold_training_gang_lands_on_one_h100_rack_pinned_by_rank(
         assert slot == f"main/{index}", (p.metadata.name, slot, index)
         assert p.spec.node_name == slots[slot]["node"], "bound to the reserved node"
         assert p.spec.node_selector["kubernetes.io/hostname"] == p.spec.node_name
+        # the node's name in the required affinity: the scheduler filtered that node alone
+        terms = p.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+        assert [(f.key, f.operator, f.values) for t in terms.node_selector_terms
+                for f in t.match_fields] == [("metadata.name", "In", [p.spec.node_name])]
         assert not [g for g in p.spec.scheduling_gates or [] if g.name == GATE]
     by_rank = [
         p.spec.node_name for p in sorted(pods, key=lambda p: int(p.metadata.annotations[SLOT][5:]))
@@ -190,7 +197,14 @@ def test_bronze_lands_on_l40s_and_vram_and_numa_are_respected(
     nexus_namespace, core_v1, batch_v1, custom_objects
 ):
     ns = nexus_namespace
-    batch_v1.create_namespaced_job(ns, job("bronze", "nexus-bronze", pods=1, gpus=1))
+    # a required node-affinity term of the pod's own: kept, and it takes the node's name
+    products = client.V1NodeSelectorRequirement(key=PRODUCT, operator="In", values=[L40S, H100])
+    own = client.V1Affinity(node_affinity=client.V1NodeAffinity(
+        required_during_scheduling_ignored_during_execution=client.V1NodeSelector(
+            node_selector_terms=[client.V1NodeSelectorTerm(match_expressions=[products])])))
+    batch_v1.create_namespaced_job(
+        ns, job("bronze", "nexus-bronze", pods=1, gpus=1, affinity=own)
+    )
     batch_v1.create_namespaced_job(
         ns,
         job(
@@ -215,6 +229,11 @@ def test_bronze_lands_on_l40s_and_vram_and_numa_are_respected(
     nodes = nodes_by_name(core_v1)
     bronze = wait_for("bronze Running", lambda: running(core_v1, ns, "bronze", 1), timeout=120)
     assert nodes[bronze[0].spec.node_name].metadata.labels[PRODUCT] == L40S
+    required = bronze[0].spec.affinity.node_affinity
+    (term,) = required.required_during_scheduling_ignored_during_execution.node_selector_terms
+    assert [(e.key, e.values) for e in term.match_expressions] == [(PRODUCT, [L40S, H100])]
+    assert [(f.key, f.values) for f in term.match_fields] == [
+        ("metadata.name", [bronze[0].spec.node_name])]
     big = wait_for("bigvram Running", lambda: running(core_v1, ns, "bigvram", 2), timeout=120)
     for p in big:
         memory = int(nodes[p.spec.node_name].metadata.labels["nvidia.com/gpu.memory"])

@@ -13,8 +13,9 @@ import pytest
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.ungating.ungater import sync_ungating
+from nexus_admit.controller.ungating.ungater import node_name_terms, pin_patch, sync_ungating
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.reservations import ReservedSlot
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node, pod, pod_set, reservation, workload
@@ -404,3 +405,40 @@ def test_past_its_ttl_before_any_pod_bound_a_reservation_pins_nothing() -> None:
     ctx, api = expired_setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
     asyncio.run(sync_ungating(ctx))
     assert api.count("patch", "Pod") == 0
+
+
+def test_the_pin_names_the_node_in_the_required_affinity_so_the_scheduler_filters_it_alone(
+) -> None:
+    ctx, api = setup(gated_pod("p-0", 0))
+    asyncio.run(sync_ungating(ctx))
+    p = api.get("Pod", "p-0", "default")
+    assert p is not None
+    terms = p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n0"]}]}]}
+
+
+def test_a_pods_own_affinity_terms_each_keep_their_requirements_and_take_the_node() -> None:
+    """A gated pod's terms may only grow, in place: the apiserver refuses anything else."""
+    name = {"key": "metadata.name", "operator": "In", "values": ["n7"]}
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    theirs = {"key": "metadata.name", "operator": "NotIn", "values": ["n3"]}
+
+    def with_terms(terms: Any) -> dict[str, Any]:
+        return {"spec": {"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms},
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}}}
+
+    assert node_name_terms({"spec": {}}, "n7") == [{"matchFields": [name]}]
+    assert node_name_terms(with_terms([]), "n7") == [{"matchFields": [name]}]
+    assert node_name_terms(with_terms([{"matchExpressions": [zone]}, {"matchFields": [theirs]}]),
+                           "n7") == [{"matchExpressions": [zone], "matchFields": [name]},
+                                     {"matchFields": [theirs, name]}]
+    # an empty term cannot grow (it matches no node anyway); a malformed one is not ours to fix
+    assert node_name_terms(with_terms([{"matchExpressions": [zone]}, {}]), "n7") is None
+    assert node_name_terms(with_terms(["x"]), "n7") is None
+    assert node_name_terms(with_terms({"x": 1}), "n7") is None
+    assert node_name_terms({"spec": {"affinity": "x"}}, "n7") == [{"matchFields": [name]}]
+    patch = pin_patch(ReservedSlot("ps", 0, "n7", (0,), None), "host-7", None)
+    assert "affinity" not in patch["spec"]
+    assert patch["spec"]["nodeSelector"] == {L.HOSTNAME_LABEL: "host-7"}
