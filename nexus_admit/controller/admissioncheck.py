@@ -18,6 +18,7 @@ from typing import Any
 from nexus_admit.controller.context import CheckView, Context
 from nexus_admit.controller.queue_gate import sync_queue_gate
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.kueue import our_check_names
 from nexus_admit.kube.translate import placement_config_from_object
@@ -119,7 +120,8 @@ def _resolved(
 async def sync_checks(ctx: Context) -> None:
     """Refresh `ctx.checks` and write each check's Active condition when it changed."""
     configs = {str(meta(o).get("name")): o for o in ctx.store.items(L.KIND_PLACEMENT_CONFIG)}
-    topologies = ctx.store.dump().kueue_topologies()
+    # the Topologies alone: a dump of the whole store would list every pod for them
+    topologies = ClusterDump(by_kind={"Topology": ctx.store.items("Topology")}).kueue_topologies()
     views: dict[str, CheckView] = {}
     for check in ctx.store.items("AdmissionCheck"):
         spec = child(check, "spec")

@@ -51,6 +51,24 @@ def test_dump_answers_the_same_queries_as_a_cluster_dump() -> None:
     assert s.dump().kind("Node")[0]["metadata"]["name"] == "n1"
 
 
+def test_a_dump_is_the_store_as_it_is_now_and_reuses_the_lists_of_kinds_that_did_not_change(
+) -> None:
+    s = Store()
+    s.upsert("Node", {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "1"}})
+    s.upsert("Pod", obj("p1", 2))
+    first = s.dump()
+    s.upsert("Pod", obj("p2", 3))
+    second = s.dump()
+    assert second.kind("Node") is first.kind("Node")  # no Node changed: not copied again
+    assert [p["metadata"]["name"] for p in first.kind("Pod")] == ["p1"]  # as it was then
+    assert sorted(p["metadata"]["name"] for p in second.kind("Pod")) == ["p1", "p2"]
+    s.delete("Node", {"kind": "Node", "metadata": {"name": "n1", "resourceVersion": "4"}})
+    s.replace("Pod", [obj("p2", 3)], list_version=5)
+    third = s.dump()
+    assert third.kind("Node") == [] and len(first.kind("Node")) == 1
+    assert [p["metadata"]["name"] for p in third.kind("Pod")] == ["p2"]
+
+
 def reserved_pod(name: str, rv: int, rr: str | None, gated: bool) -> dict[str, object]:
     labels = {"scheduling.kubenexus.io/reservation": rr} if rr else {}
     spec = {"schedulingGates": [{"name": "scheduling.kubenexus.io/placement"}]} if gated else {}
