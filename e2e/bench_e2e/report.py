@@ -387,10 +387,10 @@ def _startup_line(nexus: Mapping[str, Any]) -> str:
     return (
         "nexus start-up, s after its process start: webhook serving "
         f"{_fmt(s.get('webhook_serving_s'), '', 1)}, store synced "
-        f"{_fmt(s.get('store_synced_s'), '', 1)}, first Workload created "
-        f"{_fmt(s.get('first_workload_created_s'), '', 1)}, first check Ready "
-        f"{_fmt(s.get('first_check_ready_s'), '', 1)} ("
-        f"{_fmt(s.get('first_decision_after_its_create_s'), ' s', 1)} after its Workload's "
+        f"{_fmt(s.get('store_synced_s'), '', 1)}, the Workload waiting for it created "
+        f"{_fmt(s.get('first_workload_created_s'), '', 1)}, its check Ready (the first "
+        f"decision) {_fmt(s.get('first_check_ready_s'), '', 1)} ("
+        f"{_fmt(s.get('first_decision_after_its_create_s'), ' s', 1)} after its "
         f"create); cluster pods at the phase's start {nexus.get('cluster_pods_at_start')}"
     )
 

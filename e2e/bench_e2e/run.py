@@ -12,10 +12,10 @@ fleet, in one run (what `make bench-e2e` runs).
 2. Phase `kueue`: the generated Workloads (Indexed Jobs) go to the Kueue-alone
    ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
    running and its webhook is not registered. Wait for every pod Running, check, clean up.
-3. Phase `nexus`: nexus-admit starts and, without waiting for it (as after a restart with
-   work waiting), the same Workloads, same arrival pattern, go to nexus-gold/silver/bronze;
-   its start-up is timed (webhook serving, store synced, first decision) and its start-up
-   CPU counts in the phase.
+3. Phase `nexus`: nexus-admit starts with one one-pod Workload already waiting (as after a
+   restart with work queued) and its start-up is timed (webhook serving, store synced, its
+   first decision, on that Workload); then the same Workloads, same arrival pattern, go to
+   nexus-gold/silver/bronze.
 4. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
    the controller's RSS is sampled throughout; afterwards no reservation may be left.
 
@@ -32,7 +32,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -112,35 +111,48 @@ class Bench:
         self.cluster.apply(queues.cluster_queues(self.pools), retries=10)
         log(f"cluster ready with {have} nodes in {time.monotonic() - t:.0f}s")
 
-    def start_controller(self, wait: bool = True) -> dict[str, Any]:
-        """Start the controller; returns when its process started, when its webhook first
-        served (wall clock) and where this run's log begins. `wait`: return once it is
-        ready; else at once, and a thread fills in "serving" (None until then)."""
+    def start_controller(self) -> dict[str, Any]:
+        """Start the controller and wait until it is ready; returns when its process started
+        and its webhook first served (wall clock), and where this run's log begins."""
         assert self.nc is not None
         self.nc.register_admission()
         log_file = self.nc.log_file
         offset = log_file.stat().st_size if log_file.exists() else 0
         started = time.time()
         self.nc.start(wait=False)
-        startup: dict[str, Any] = {"started": started, "serving": None, "log_offset": offset}
-
-        def until_serving() -> None:
-            while time.time() - started < 300:
-                if self.nc is None or self.nc.proc is None or self.nc.proc.poll() is not None:
-                    return  # wait_ready (or the phase's timeout) reports the exit
-                if self.nc.ready():
-                    startup["serving"] = time.time()
-                    return
+        serving = None
+        while serving is None and time.time() - started < 120:
+            if self.nc.proc is not None and self.nc.proc.poll() is not None:
+                break  # wait_ready reports the exit with the log's tail
+            if self.nc.ready():
+                serving = time.time()
+            else:
                 time.sleep(0.05)
-
-        if not wait:
-            threading.Thread(target=until_serving, daemon=True).start()
-            log(f"nexus-admit started (pid {self.nc.proc.pid if self.nc.proc else '?'}), "
-                "not waiting for it")
-            return startup
-        until_serving()
         self.nc.wait_ready()
         log(f"nexus-admit running (pid {self.nc.proc.pid if self.nc.proc else '?'})")
+        return {"started": started, "serving": serving, "log_offset": offset}
+
+    def start_with_waiting_workload(self, ns: str, manifest: Any) -> dict[str, Any]:
+        """Start the controller with a one-pod Workload already created in `ns` (as after a
+        restart with work queued) and wait for its check to be Ready: its first decision
+        after its start ("waiting": that Workload's times). The Workload is deleted before
+        the phase, so the phase's own Workloads go to a ready controller, as before."""
+        waiting = wl_mod.BenchWorkload("first-decision", "silver", 1, 1, 0.0)
+        times = {waiting.name: stats.WorkloadTimes(pods=1)}
+        watcher = WorkloadWatcher(str(self.cluster.kubeconfig), ns, times)
+        watcher.start()
+        watcher.listed.wait(30)
+        self.batch.create_namespaced_job(ns, manifest(waiting), _preload_content=False)
+        times[waiting.name].created = time.time()
+        startup = self.start_controller()
+        deadline = time.time() + 300
+        while times[waiting.name].check_ready is None and time.time() < deadline:
+            time.sleep(0.2)
+        watcher.stop()
+        if times[waiting.name].check_ready is None:
+            log("WARNING: the waiting Workload's check was not Ready after 300 s")
+        self.batch.delete_namespaced_job(waiting.name, ns, propagation_policy="Background")
+        startup["waiting"] = times[waiting.name]
         return startup
 
     def store_synced_at(self, log_offset: int) -> float | None:
@@ -382,15 +394,26 @@ class Bench:
         complete_after: str | None = None,
         controller: bool,
         timeout: float,
-        startup: dict[str, Any] | None = None,
         launch: bool = False,
     ) -> dict[str, Any]:
-        """One phase; `startup` (what start_controller returned) adds the controller's
-        first decision after its start. `launch`: start the controller here, just before
-        the Workloads are submitted, without waiting for it (as after a restart with work
-        waiting); its start-up CPU then counts in the phase."""
+        """One phase. `launch`: start the controller here with one Workload waiting for it
+        (`start_with_waiting_workload`), which times its first decision after its start;
+        the phase's Workloads then go to a controller that is ready."""
         ns = f"bench-{name}"
         self.make_namespace(ns, queue_prefix)
+
+        def manifest(w: wl_mod.BenchWorkload) -> dict[str, Any]:
+            ttl = 0 if complete_after else None  # the soak: finished Jobs go at once
+            m = wl_mod.job_manifest(
+                w,
+                w.tier,
+                rack_preference=rack_preference and w.tier in queues.TAS_TIERS,
+                complete_after=complete_after,
+                ttl_after_finished_s=ttl,
+            )
+            return m
+
+        startup = self.start_with_waiting_workload(ns, manifest) if launch else None
         times = {w.name: stats.WorkloadTimes(pods=w.pods) for w in works}
         kc = str(self.cluster.kubeconfig)
         watchers = [
@@ -403,27 +426,12 @@ class Bench:
         for w in watchers:
             w.listed.wait(30)
         pods_at_start = self.cluster_pods()
-        if launch:
-            startup = self.start_controller(wait=False)
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
         sampler = ProcSampler(pid)
         sampler.start()
         cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
-        # a controller launched just now serves no metrics yet: its counters start at 0
-        api_before = self.apiserver_metrics()
-        ctl_before = "" if launch else self.controller_metrics()
+        api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
         load_start = os.getloadavg()
-
-        def manifest(w: wl_mod.BenchWorkload) -> dict[str, Any]:
-            ttl = 0 if complete_after else None  # the soak: finished Jobs go at once
-            m = wl_mod.job_manifest(
-                w,
-                w.tier,
-                rack_preference=rack_preference and w.tier in queues.TAS_TIERS,
-                complete_after=complete_after,
-                ttl_after_finished_s=ttl,
-            )
-            return m
 
         log(f"{name}: submitting {len(works)} Workloads ({sum(w.pods for w in works)} pods)")
         t_start = time.time()
@@ -465,7 +473,7 @@ class Bench:
                 startup["started"],
                 startup["serving"],
                 self.store_synced_at(startup["log_offset"]),
-                times.values(),
+                [startup["waiting"]],
             )
         result["controller_process"] = process_summary(sampler.samples)
         # where the machine's CPU went: every component, the controller, this benchmark
@@ -804,9 +812,9 @@ def main(argv: list[str] | None = None) -> int:
             # the wait comes first: the controller's start counts towards its first decision
             lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
         if "nexus" in phases:
-            # the Workloads are submitted as the controller starts (a restart with work
-            # waiting): its first decision measures its own start-up, not also Kueue's
-            # admission of Workloads created only once it was ready
+            # started with one Workload waiting (a restart with work queued): its first
+            # decision times its own start-up, not Kueue's admission of a Workload created
+            # only once it was ready
             result["phases"]["nexus"] = bench.run_phase(
                 "nexus",
                 "nexus-",

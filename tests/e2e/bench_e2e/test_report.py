@@ -215,5 +215,5 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
     assert "targets (issue 30)" in out
     assert "CPU seconds per admitted Workload" in out
     assert "nexus − kueue" in out
-    assert "first check Ready 9.5" in out
+    assert "its check Ready (the first decision) 9.5" in out
     assert "not measured: 20,100" not in out  # 20,100 pods: judged
