@@ -211,28 +211,17 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
     row("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"]))
     row("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1))
     row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
-    row(
-        "solve p50 / p99",
-        lambda p: (
-            " / ".join(
-                _ms((p["controller_metrics"].get("solve_seconds") or {}).get(q))
-                for q in ("p50_s", "p99_s")
-            )
-            if p["controller_metrics"]
-            else "–"
-        ),
-    )
-    row(
-        "one-pod solve p50 / p99",
-        lambda p: (
-            " / ".join(
-                _ms((p["controller_metrics"].get("solve_seconds_one_pod") or {}).get(q))
-                for q in ("p50_s", "p99_s")
-            )
-            if p["controller_metrics"]
-            else "–"
-        ),
-    )
+    def p50_p99(metric: str) -> Any:
+        def cell(p: Mapping[str, Any]) -> str:
+            if not p["controller_metrics"]:
+                return "–"
+            h = p["controller_metrics"].get(metric) or {}
+            return " / ".join(_ms(h.get(q)) for q in ("p50_s", "p99_s"))
+
+        return cell
+
+    row("solve p50 / p99", p50_p99("solve_seconds"))
+    row("one-pod solve p50 / p99", p50_p99("solve_seconds_one_pod"))
     row(
         "solving / waiting for reservation creates (total)",
         lambda p: (
