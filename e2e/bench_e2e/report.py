@@ -48,11 +48,12 @@ def _at_most(label: str, value: float | None, bound: float) -> dict[str, Any]:
 ONE_POD_SCALING_BOUND = 1.5
 
 
-def one_pod_p99(result: Mapping[str, Any]) -> float | None:
-    """The nexus phase's p99 of a one-pod decision (the engine's time, from the controller's
-    solve histogram's `pods="1"` series)."""
+def one_pod_p99(result: Mapping[str, Any], series: str = "solve_seconds_one_pod") -> float | None:
+    """The nexus phase's p99 of a one-pod decision (the engine's wall time, from the
+    controller's solve histogram's `pods="1"` series; `solve_cpu_seconds_one_pod`: the
+    solving thread's CPU time)."""
     nexus = result.get("phases", {}).get("nexus") or {}
-    one = (nexus.get("controller_metrics") or {}).get("solve_seconds_one_pod") or {}
+    one = (nexus.get("controller_metrics") or {}).get(series) or {}
     return one.get("p99_s") if one.get("count") else None
 
 
@@ -70,8 +71,12 @@ def one_pod_scaling_target(
     if small is None or large is None:
         return _target(label, None, None, f"not measured: no one-pod decisions ({sizes} nodes)")
     ratio = large / small
-    return _target(label, ratio, ratio <= ONE_POD_SCALING_BOUND,
-                   f"{sizes} nodes: {large * 1000:.1f} ms / {small * 1000:.1f} ms")
+    note = f"{sizes} nodes: {large * 1000:.1f} ms / {small * 1000:.1f} ms"
+    small_cpu, large_cpu = (one_pod_p99(r, "solve_cpu_seconds_one_pod") for r in runs)
+    if small_cpu and large_cpu:
+        note += (f"; CPU time {large_cpu * 1000:.1f} ms / {small_cpu * 1000:.1f} ms "
+                 f"({large_cpu / small_cpu:.2f}×)")
+    return _target(label, ratio, ratio <= ONE_POD_SCALING_BOUND, note)
 
 
 def targets(
@@ -222,6 +227,15 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
 
     row("solve p50 / p99", p50_p99("solve_seconds"))
     row("one-pod solve p50 / p99", p50_p99("solve_seconds_one_pod"))
+    row("  its CPU time p50 / p99", p50_p99("solve_cpu_seconds_one_pod"))
+
+    def full_collections(p: Mapping[str, Any]) -> str:
+        h = (p["controller_metrics"] or {}).get("gc_pause_seconds_full") or {}
+        if not h.get("count"):
+            return "–"
+        return f"{int(h['count'])}, p99 {_ms(h.get('p99_s'))}, {_fmt(h.get('sum_s'), ' s', 1)}"
+
+    row("full collections: count, p99, total", full_collections)
     row(
         "solving / waiting for reservation creates (total)",
         lambda p: (

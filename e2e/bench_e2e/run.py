@@ -609,23 +609,26 @@ def summarize(
     policies = _admission_histograms(api, POLICY_METRIC, "policy")
     controller: dict[str, Any] = {}
     if ctl[1]:
-        for metric, match in (
-            ("solve_seconds", None),
-            # one-pod decisions alone: what should cost the same on any fleet size
-            ("solve_seconds", {"pods": "1"}),
+        for key, metric, match in (
+            ("solve_seconds", "solve_seconds", None),
+            # one-pod decisions alone: what should cost the same on any fleet size; wall
+            # time, and the solving thread's CPU time (without its waits for a core)
+            ("solve_seconds_one_pod", "solve_seconds", {"pods": "1"}),
+            ("solve_cpu_seconds_one_pod", "solve_cpu_seconds", {"pods": "1"}),
             # the part of each reservation create's round trip that the next solve did not
             # hide: with `solve_seconds`' sum, how a burst's placing time splits
-            ("reservation_wait_seconds", None),
-            ("reconcile_seconds", None),
-            ("ungate_seconds", None),
-            ("event_loop_lag_seconds", None),  # what blocks the webhook and the watches
+            ("reservation_wait_seconds", "reservation_wait_seconds", None),
+            ("reconcile_seconds", "reconcile_seconds", None),
+            ("ungate_seconds", "ungate_seconds", None),
+            ("event_loop_lag_seconds", "event_loop_lag_seconds", None),  # blocks the webhook
+            # full collections: every thread of the controller waits while one runs
+            ("gc_pause_seconds_full", "gc_pause_seconds", {"generation": "2"}),
         ):
             full = "nexus_admit_" + metric
             d = stats.bucket_delta(
                 stats.histogram_buckets(ctl[1], full, match),
                 stats.histogram_buckets(ctl[0], full, match),
             )
-            key = metric if match is None else f"{metric}_one_pod"
             controller[key] = {
                 "count": stats.histogram_count(d),
                 "p50_s": stats.histogram_quantile(0.5, d),

@@ -101,6 +101,14 @@ _CreatesInFlight = Annotated[
         "(1: each decision waits for the previous create).",
     ),
 ]
+_HeapFreezeSeconds = Annotated[
+    float,
+    typer.Option(
+        envvar="NEXUS_HEAP_FREEZE_SECONDS",
+        help="How often the store's long-lived objects are re-frozen out of the garbage "
+        "collector's full walks (each a pause of every thread); 0: never.",
+    ),
+]
 _LogLevel = Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")]
 _LeaderElect = Annotated[
     bool,
@@ -191,6 +199,7 @@ def run(
     tick_seconds: _TickSeconds = _D.tick_seconds,
     retry_seconds: _RetrySeconds = _D.retry_seconds,
     creates_in_flight: _CreatesInFlight = _D.creates_in_flight,
+    heap_freeze_seconds: _HeapFreezeSeconds = _D.heap_freeze_seconds,
     log_level: _LogLevel = _D.log_level,
     leader_elect: _LeaderElect = _D.leader_elect,
     lease_name: _LeaseName = _D.lease_name,
@@ -228,6 +237,7 @@ def run(
             tick_seconds=tick_seconds,
             retry_seconds=retry_seconds,
             creates_in_flight=creates_in_flight,
+            heap_freeze_seconds=heap_freeze_seconds,
             log_level=log_level,
             leader_elect=leader_elect,
             lease_name=lease_name,

@@ -35,6 +35,14 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.solve_cpu_seconds = Histogram(
+            _P + "solve_cpu_seconds",
+            "CPU time of the solving thread per placement, by outcome and gang size: the "
+            "decision's own cost, without the time it waited for a core or the GIL.",
+            ["outcome", "pods"],
+            buckets=_SOLVE_BUCKETS,
+            registry=r,
+        )
         self.reservation_wait_seconds = Histogram(
             _P + "reservation_wait_seconds",
             "How long placing waited for a reservation create to come back, once per "
@@ -66,6 +74,29 @@ class Metrics:
             registry=r,
         )
 
+    def _loop_metrics(self, r: CollectorRegistry) -> None:
+        """The event loop's lag, the collector's pauses and the passes."""
+        self.loop_lag_seconds = Histogram(
+            _P + "event_loop_lag_seconds",
+            "How late a 0.25 s timer fires on the event loop.",
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.gc_pause_seconds = Histogram(
+            _P + "gc_pause_seconds",
+            "Garbage collections, by generation: every thread waits while one runs "
+            "(2: a full walk of the heap not frozen, see --heap-freeze-seconds).",
+            ["generation"],
+            buckets=(0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.pass_seconds = Histogram(
+            _P + "reconcile_seconds",
+            "One reconcile pass (releases, placements, ungating).",
+            buckets=_SOLVE_BUCKETS,
+            registry=r,
+        )
+
     def _runtime_metrics(self, r: CollectorRegistry) -> None:
         """The other steps and the runtime: ungating, the webhook, the loop and its passes,
         preemption, relists, leadership, certificates, errors (registered in this order)."""
@@ -78,18 +109,7 @@ class Metrics:
         self.webhook_requests = Counter(
             _P + "webhook_requests", "Pod admission requests, by answer.", ["answer"], registry=r
         )
-        self.loop_lag_seconds = Histogram(
-            _P + "event_loop_lag_seconds",
-            "How late a 0.25 s timer fires on the event loop.",
-            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=r,
-        )
-        self.pass_seconds = Histogram(
-            _P + "reconcile_seconds",
-            "One reconcile pass (releases, placements, ungating).",
-            buckets=_SOLVE_BUCKETS,
-            registry=r,
-        )
+        self._loop_metrics(r)
         self.preemptions = Counter(
             _P + "preemptions",
             "Placement-level preemption: preemptors placed, victims evicted, drains started, "

@@ -34,6 +34,7 @@ from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.degraded import watch_leadership
 from nexus_admit.controller.faults import Faults
+from nexus_admit.controller.heap import keep_heap
 from nexus_admit.controller.informer import run_informers
 from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
@@ -404,6 +405,7 @@ def _start_tasks(
         asyncio.create_task(run_ungater(ctx), name="ungating"),
         asyncio.create_task(watches.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
+        asyncio.create_task(keep_heap(ctx), name="heap"),
     ]
     if elector is not None:
         tasks.append(

@@ -65,6 +65,9 @@ class RunOptions:
     # reservation creates a pass keeps on the wire while it solves the next Workloads
     # (controller/writes.py WritePipeline); 1: each decision waits for the create before it
     creates_in_flight: int = 4
+    # how often the long-lived heap (the store's objects) is re-frozen out of the garbage
+    # collector's full walks (controller/heap.py); 0: never
+    heap_freeze_seconds: float = 300.0
     log_level: str = "INFO"
     # leader election (controller/leader.py): off locally, on in the chart
     leader_elect: bool = False
@@ -171,6 +174,11 @@ class RunOptions:
             raise OptionsError(f"--creates-in-flight {self.creates_in_flight}: between 1 and 64")
         if self.retry_seconds < 1:
             raise OptionsError(f"--retry-seconds {self.retry_seconds}: at least 1")
+        if self.heap_freeze_seconds != 0 and self.heap_freeze_seconds < 10:
+            raise OptionsError(
+                f"--heap-freeze-seconds {self.heap_freeze_seconds}: 0 (never) or at least 10 "
+                "(each refreeze costs one full collection)"
+            )
 
 
 def service_account_namespace(path: str = SERVICE_ACCOUNT_NAMESPACE_FILE) -> str | None:

@@ -241,8 +241,10 @@ async def _decide(
                               drains=tuple(live), own_drain=own)
     loop = asyncio.get_running_loop()
     decision = await loop.run_in_executor(ctx.solver, decide, request, capacity)
-    for outcome, size, seconds in policy.solves:
-        ctx.metrics.solve_seconds.labels(outcome, size).observe(seconds)
+    for solve in policy.solves:
+        ctx.metrics.solve_seconds.labels(solve.outcome, solve.pods).observe(solve.seconds)
+        ctx.metrics.solve_cpu_seconds.labels(solve.outcome, solve.pods).observe(
+            solve.cpu_seconds)
     return decision, running, drains
 
 

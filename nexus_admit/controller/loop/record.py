@@ -24,6 +24,7 @@ from nexus_admit.placement.tracking import TrackedSnapshot
 __all__ = [
     "PassCapacity",
     "PassRecord",
+    "Solve",
     "TimedPolicy",
     "drain_reservation_keys",
     "ledger_holds",
@@ -54,25 +55,33 @@ class PassRecord:
         return self.placer.snapshot
 
 
+@dataclass(frozen=True, slots=True)
+class Solve:
+    outcome: str  # "feasible", else the placement's status
+    pods: str  # the gang's size: "1" or "several"
+    seconds: float  # wall time
+    cpu_seconds: float  # the solving thread's CPU time: without waits for a core or the GIL
+
+
 @dataclass(slots=True)
 class TimedPolicy:
-    """The engine, with each solve's time kept for the solve metric (observed by the loop:
+    """The engine, with each solve's time kept for the solve metrics (observed by the loop:
     the solves run in the solver's thread)."""
 
     engine: PlacementPolicy
-    # (outcome, gang size: "1" or "several", seconds)
-    solves: list[tuple[str, str, float]] = field(default_factory=list)
+    solves: list[Solve] = field(default_factory=list)
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.name = self.engine.name
 
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         placement = self.engine.place(snapshot, gang, config)
         outcome = "feasible" if placement.feasible else placement.status.value
         size = "1" if gang.pod_count == 1 else "several"
-        self.solves.append((outcome, size, time.perf_counter() - started))
+        self.solves.append(Solve(outcome, size, time.perf_counter() - started,
+                                 time.thread_time() - cpu_started))
         return placement
 
 

@@ -101,10 +101,15 @@ def test_missing_the_bounds_is_reported_as_missed() -> None:
     }
 
 
-def _sized(nodes: int, one_pod_p99: float | None, count: int = 40) -> dict[str, Any]:
+def _sized(
+    nodes: int, one_pod_p99: float | None, count: int = 40, cpu_p99: float | None = None
+) -> dict[str, Any]:
     one = {"count": count, "p99_s": one_pod_p99} if one_pod_p99 is not None else {}
+    metrics = {"solve_seconds_one_pod": one}
+    if cpu_p99 is not None:
+        metrics["solve_cpu_seconds_one_pod"] = {"count": count, "p99_s": cpu_p99}
     return {"config": {"nodes": nodes},
-            "phases": {"nexus": nexus_phase(controller_metrics={"solve_seconds_one_pod": one})}}
+            "phases": {"nexus": nexus_phase(controller_metrics=metrics)}}
 
 
 def test_a_one_pod_decision_is_compared_across_two_fleet_sizes() -> None:
@@ -118,6 +123,15 @@ def test_a_one_pod_decision_is_compared_across_two_fleet_sizes() -> None:
     assert report.one_pod_scaling_target(large, None)["met"] is None
     none = report.one_pod_scaling_target(large, _sized(1000, 0.01, count=0))
     assert none["met"] is None and none["note"].startswith("not measured: no one-pod")
+
+
+def test_the_one_pod_target_is_judged_on_wall_time_and_shows_the_cpu_time() -> None:
+    """The solving thread's CPU time says what the decision itself costs on each fleet; the
+    target stays the wall time's (what a Workload waits)."""
+    small, large = _sized(1000, 0.056, cpu_p99=0.002), _sized(5000, 0.246, cpu_p99=0.0025)
+    row = report.one_pod_scaling_target(large, small)
+    assert row["met"] is False and row["value"] == pytest.approx(0.246 / 0.056)
+    assert row["note"].endswith("; CPU time 2.5 ms / 2.0 ms (1.25×)")
 
 
 def test_rss_not_judged_below_20000_pods_in_the_cluster() -> None:
