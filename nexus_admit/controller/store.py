@@ -26,7 +26,15 @@ from types import MappingProxyType
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster.changes import Changes, pod_node, record_change, slot_nodes
+from nexus_admit.kube.cluster.changes import (
+    Changes,
+    claim_pools,
+    pod_node,
+    record_change,
+    slice_node,
+    slice_pool,
+    slot_nodes,
+)
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
 from nexus_admit.kube.reservations import reservation_workload_key
@@ -302,26 +310,49 @@ class Store:
         """The ResourceReservations whose workloadRef names `key` ('namespace/name')."""
         return list(self._fleet.reservations_of_workload.get(key, {}).values())
 
+    def slices_on_node(self, node: str) -> list[dict[str, Any]]:
+        """The ResourceSlices whose `spec.nodeName` is `node` (from the index)."""
+        return list(self._fleet.slices_on_node.get(node, {}).values())
+
+    def nodes_of_pool(self, pool: str) -> set[str]:
+        """The nodes with a ResourceSlice of `pool` (`changes.slice_pool`'s key)."""
+        slices = self._fleet.slices_of_pool.get(pool, {}).values()
+        return {n for sl in slices if (n := slice_node(sl))}
+
+    def claims_in_pool(self, pool: str) -> list[dict[str, Any]]:
+        """The ResourceClaims whose allocation names a device of `pool` (from the index)."""
+        return list(self._fleet.claims_in_pool.get(pool, {}).values())
+
     def order(self, kind: str, key: str) -> int:
-        """Where the object stands in its kind's order (first added first): a snapshot
-        counts pods and reservations in this order."""
+        """Where the object stands in its kind's order (first added first, as the store's
+        own maps hold them): a snapshot reads Nodes, slices, pods and reservations in this
+        order."""
         return self._fleet.order.get((kind, key), 0)
+
+
+# the kinds whose order of insertion is kept (`Store.order`)
+_ORDERED_KINDS = frozenset({"Node", "Pod", "ResourceSlice", "ResourceClaim",
+                            L.KIND_RESOURCE_RESERVATION})
 
 
 @dataclass(slots=True)
 class _FleetIndex:
-    """Pods by node, reservations by node and by Workload, and the order of insertion."""
+    """Pods by node, reservations by node and by Workload, ResourceSlices by node and by
+    pool, ResourceClaims by the pools they hold devices of, and the order of insertion."""
 
     pods_on_node: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     reservations_on_node: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     reservations_of_workload: dict[str, dict[str, dict[str, Any]]] = field(
         default_factory=dict)
+    slices_on_node: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    slices_of_pool: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    claims_in_pool: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     order: dict[tuple[str, str], int] = field(default_factory=dict)
     added: int = 0
 
     def move(self, kind: str, key: str, old: dict[str, Any] | None,
              new: dict[str, Any] | None) -> None:
-        if kind not in ("Pod", L.KIND_RESOURCE_RESERVATION):
+        if kind not in _ORDERED_KINDS:
             return
         if new is None:
             self.order.pop((kind, key), None)
@@ -334,6 +365,11 @@ class _FleetIndex:
             self._file(self.reservations_on_node, key, old, new, slot_nodes)
             self._file(self.reservations_of_workload, key, old, new,
                        lambda rr: {reservation_workload_key(rr)})
+        elif kind == "ResourceSlice":
+            self._file(self.slices_on_node, key, old, new, lambda sl: _one(slice_node(sl)))
+            self._file(self.slices_of_pool, key, old, new, lambda sl: _one(slice_pool(sl)))
+        elif kind == "ResourceClaim":
+            self._file(self.claims_in_pool, key, old, new, claim_pools)
 
     @staticmethod
     def _file(index: dict[str, dict[str, dict[str, Any]]], key: str,

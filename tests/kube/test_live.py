@@ -129,8 +129,52 @@ def workload_event(draw: st.DrawFn, w: World) -> None:
     w.put("Workload", workload(name, [pod_set("main", 3, cpu=draw(st.sampled_from(["3", "7"])))]))
 
 
+SLICES = ["s0", "s1", "s2", "s3"]
+CLAIMS = ["c0", "c1", "c2"]
+POOLS = [*NODES, "shared"]  # "shared": one pool named by slices on several nodes
+
+
+def slice_event(draw: st.DrawFn, w: World) -> None:
+    """A GPU driver's ResourceSlice published, moved to another node or pool, changed,
+    malformed, or withdrawn."""
+    name = draw(st.sampled_from(SLICES))
+    shape = draw(st.integers(0, 5))
+    if shape == 0:
+        w.delete("ResourceSlice", name)
+        return
+    node_name = draw(st.sampled_from(NODES))
+    pool = draw(st.sampled_from([node_name, node_name, "shared"]))
+    devices: Any = [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}}
+                    for i in range(draw(st.integers(1, 3)))]
+    if shape == 1:
+        devices = "malformed"  # the node is left out, the slice listed
+    spec: Any = {"nodeName": node_name, "driver": L.DRA_GPU_DRIVER,
+                 "pool": {"name": pool}, "devices": devices}
+    if shape == 2:
+        spec = "malformed"
+    w.put("ResourceSlice", {"metadata": {"name": name}, "spec": spec})
+
+
+def claim_event(draw: st.DrawFn, w: World) -> None:
+    """A ResourceClaim allocated devices of some pools (or none yet), malformed, or gone."""
+    name = draw(st.sampled_from(CLAIMS))
+    shape = draw(st.integers(0, 4))
+    if shape == 0:
+        w.delete("ResourceClaim", f"default/{name}")
+        return
+    results: Any = [{"request": "gpus", "driver": L.DRA_GPU_DRIVER,
+                     "pool": draw(st.sampled_from(POOLS)),
+                     "device": f"gpu-{draw(st.integers(0, 2))}"}
+                    for _ in range(draw(st.integers(0, 2)))]
+    if shape == 1:
+        results = "malformed"
+    w.put("ResourceClaim", {"metadata": {"name": name, "namespace": "default"},
+                            "spec": {"devices": {"requests": []}},
+                            "status": {"allocation": {"devices": {"results": results}}}})
+
+
 def other_event(draw: st.DrawFn, w: World) -> None:
-    what = draw(st.integers(0, 3))
+    what = draw(st.integers(0, 2))
     if what == 0:
         w.now += timedelta(seconds=draw(st.sampled_from([20, 60, 400])))
     elif what == 1:
@@ -138,18 +182,11 @@ def other_event(draw: st.DrawFn, w: World) -> None:
         w.put("Topology", {"apiVersion": "kueue.x-k8s.io/v1beta2",
                            "metadata": {"name": "fabric"},
                            "spec": {"levels": [{"nodeLabel": lv} for lv in levels]}})
-    elif what == 2:  # a DRA slice: every pass reads the fleet whole while one exists
-        name = draw(st.sampled_from(NODES))
-        if draw(st.booleans()):
-            w.delete("ResourceSlice", f"{name}-gpus")
-        else:
-            w.put("ResourceSlice", {"metadata": {"name": f"{name}-gpus"}, "spec": {
-                "nodeName": name, "driver": L.DRA_GPU_DRIVER, "pool": {"name": name},
-                "devices": [{"name": "gpu-0", "attributes": {}}]}})
 
 
 EVENTS = [node_event, node_event, nrt_event, pod_event, pod_event, pod_event,
-          reservation_event, reservation_event, workload_event, other_event]
+          reservation_event, reservation_event, workload_event, slice_event, claim_event,
+          other_event]
 
 
 def key(s: Skipped) -> tuple[str, ...]:
@@ -181,12 +218,27 @@ def check_without_reservations(w: World) -> None:
     assert list(bound.nodes.items()) == list(full.nodes.items())
 
 
+# DRA fleets: GPUs published as slices, held by claims, among the pods that bind there
+DRA_EVENTS = [node_event, pod_event, pod_event, slice_event, slice_event, claim_event,
+              claim_event, reservation_event]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_live_snapshot_equals_a_full_build_after_any_events(data: st.DataObject) -> None:
+    run_events(data, EVENTS)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_live_snapshot_equals_a_full_build_on_a_dra_fleet(data: st.DataObject) -> None:
+    run_events(data, DRA_EVENTS)
+
+
+def run_events(data: st.DataObject, events: list[Any]) -> None:
     w = World()
     for _ in range(data.draw(st.integers(1, 40), label="events")):
-        data.draw(st.sampled_from(EVENTS), label="event")(data.draw, w)
+        data.draw(st.sampled_from(events), label="event")(data.draw, w)
         if data.draw(st.integers(0, 2), label="pass now") == 0:
             continue
         excluded = frozenset(f"default/{n}" for n in data.draw(
@@ -242,3 +294,48 @@ def test_a_malformed_pod_is_listed_on_every_pass_though_its_node_is_cached() -> 
         w.live.build(w.live.gather(w.store, now=w.now), skipped)
         assert [s.name for s in skipped] == ["bad"]
         w.put("Pod", pod("other", "n1"))  # another node changes; n0 stays cached
+
+
+def dra_slice(name: str, node_name: str, pool: str, devices: int = 3) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {
+        "nodeName": node_name, "driver": L.DRA_GPU_DRIVER, "pool": {"name": pool},
+        "devices": [{"name": f"gpu-{i}", "attributes": {"index": {"int": i}}}
+                    for i in range(devices)]}}
+
+
+def dra_claim(name: str, pool: str, device: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "default"}, "spec": {}, "status": {
+        "allocation": {"devices": {"results": [
+            {"driver": L.DRA_GPU_DRIVER, "pool": pool, "device": device}]}}}}
+
+
+def test_a_claim_marks_only_the_node_of_its_pool_and_stays_counted_there() -> None:
+    w = World()
+    for name in NODES:
+        w.put("Node", node(name))
+        w.put("ResourceSlice", dra_slice(f"{name}-gpus", name, name))
+    w.put("ResourceClaim", dra_claim("c0", "n1", "gpu-1"))
+    assert check(w, frozenset()).nodes["n1"].gpu_free[:3] == [1000, 0, 1000]
+    w.put("ResourceClaim", dra_claim("c1", "n3", "gpu-2"))
+    plan = w.live.gather(w.store, now=w.now)
+    assert plan.base.targets == {"n3"}  # a DRA fleet is no longer read whole
+    assert [c["metadata"]["name"] for c in plan.base.claims] == ["c1"]
+    assert w.live.build(plan, []).nodes["n3"].gpu_free[:3] == [1000, 1000, 0]
+    w.put("Pod", pod("p1", "n1", gpus=1))  # n1 is read again, with the claim it holds
+    assert check(w, frozenset()).nodes["n1"].gpu_free[:3] == [0, 0, 1000]
+
+
+def test_a_pool_named_on_two_nodes_reads_both() -> None:
+    """A device two nodes' slices name is the later node's in a full build: a pass that
+    reads one of them reads the other too, and gets the same answer."""
+    w = World()
+    for name in NODES:
+        w.put("Node", node(name))
+    w.put("ResourceSlice", dra_slice("a", "n0", "shared"))
+    w.put("ResourceSlice", dra_slice("b", "n2", "shared"))
+    w.put("ResourceClaim", dra_claim("c0", "shared", "gpu-0"))
+    check(w, frozenset())
+    w.put("Pod", pod("p1", "n0", gpus=1))
+    check(w, frozenset())
+    w.delete("ResourceSlice", "b")  # the device is n0's now
+    assert check(w, frozenset()).nodes["n0"].gpu_free[:2] == [0, 0]

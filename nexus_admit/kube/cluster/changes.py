@@ -13,7 +13,11 @@ What a node's free capacity reads (`snapshot.build_snapshot`), and so what marks
                                (their devices and zone are read from their slot)
   Workload                     the slots' nodes of its reservations that state no requests
                                (they are read from its pod templates)
-  ResourceSlice, ResourceClaim everything (a claim's devices are found through every slice)
+  ResourceSlice                its old and new node (its GPUs are that node's), and every
+                               node with a slice of its old or new pool (a claim names a
+                               device by driver, pool and name, found through the slices)
+  ResourceClaim                every node with a slice of a pool its old or new allocation
+                               names (the devices it holds are on those nodes)
 Topologies are read whole on every pass (a handful of objects). Time moves capacity too: a
 reservation expires without an event (`live` keeps the expiries).
 """
@@ -30,18 +34,17 @@ from nexus_admit.kube.errors import Obj, meta, object_key
 from nexus_admit.kube.reservations import reservation_slots
 
 __all__ = [
-    "EVERYTHING_KINDS",
     "Changes",
     "FleetSource",
+    "claim_pools",
     "needs_templates",
     "pod_node",
     "pod_reservation",
     "record_change",
+    "slice_node",
+    "slice_pool",
     "slot_nodes",
 ]
-
-# a change of one of these kinds re-reads the whole fleet
-EVERYTHING_KINDS = frozenset({"ResourceSlice", "ResourceClaim"})
 
 
 class FleetSource(Protocol):
@@ -59,6 +62,12 @@ class FleetSource(Protocol):
 
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]: ...
 
+    def slices_on_node(self, node: str) -> Iterable[dict[str, Any]]: ...
+
+    def nodes_of_pool(self, pool: str) -> set[str]: ...
+
+    def claims_in_pool(self, pool: str) -> Iterable[dict[str, Any]]: ...
+
     def order(self, kind: str, key: str) -> int: ...
 
 
@@ -70,14 +79,17 @@ class Changes:
     node_objects: set[str] = field(default_factory=set)  # a Node or NRT of these changed
     pods: dict[str, Obj] = field(default_factory=dict)  # key → newest (the last if gone)
     reservations: dict[str, Obj] = field(default_factory=dict)
-    everything: bool = False
+    slices: dict[str, Obj] = field(default_factory=dict)
+    claims: dict[str, Obj] = field(default_factory=dict)
+    everything: bool = False  # a new subscriber: its first read is a full one
     reordered: bool = False  # a Node was dropped: the store's node order may change
 
     def take(self) -> Changes:
         """What was recorded, and start afresh."""
         out = Changes(self.nodes, self.node_objects, self.pods, self.reservations,
-                      self.everything, self.reordered)
+                      self.slices, self.claims, self.everything, self.reordered)
         self.nodes, self.node_objects, self.pods, self.reservations = set(), set(), {}, {}
+        self.slices, self.claims = {}, {}
         self.everything = self.reordered = False
         return out
 
@@ -100,6 +112,38 @@ def pod_reservation(pod: Obj) -> tuple[str, str] | None:
 def slot_nodes(rr: Obj) -> set[str]:
     """Every node a reservation's slots name, as far as they can be read."""
     return {s.node for s in reservation_slots(rr)}
+
+
+def slice_node(sl: Obj) -> str | None:
+    """The node a ResourceSlice's devices are on, as far as it can be read."""
+    spec = sl.get("spec")
+    name = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return str(name) if name else None
+
+
+def _pool(driver: Any, pool: Any) -> str:
+    # driver names are DNS subdomains, pool names may hold "/": a newline parts them
+    return f"{driver or ''}\n{pool or ''}"
+
+
+def slice_pool(sl: Obj) -> str | None:
+    """The (driver, pool) a ResourceSlice's devices belong to, as one key, if readable."""
+    spec = sl.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("pool"), Mapping):
+        return None
+    return _pool(spec.get("driver"), spec["pool"].get("name"))
+
+
+def claim_pools(claim: Obj) -> set[str]:
+    """The (driver, pool) keys of the devices a ResourceClaim's allocation names, as far as
+    they can be read."""
+    status = claim.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        return set()
+    return {_pool(r.get("driver"), r.get("pool")) for r in results if isinstance(r, Mapping)}
 
 
 def needs_templates(rr: Obj) -> bool:
@@ -130,9 +174,25 @@ def record_change(
     changes: Changes, kind: str, key: str, old: Obj | None, new: Obj | None,
     source: FleetSource,
 ) -> None:
-    """Mark what `old` → `new` (None: absent) of `kind` can move (the module's table)."""
-    if kind in EVERYTHING_KINDS:
-        changes.everything = True
+    """Mark what `old` → `new` (None: absent) of `kind` can move (the module's table).
+    Called before the store's indexes move: `source` still holds `old`."""
+    if kind == "ResourceSlice":
+        for sl in (old, new):
+            if sl is None:
+                continue
+            node = slice_node(sl)
+            if node:  # its node's GPUs, and whether the node is in the fleet at all
+                changes.nodes.add(node)
+                changes.node_objects.add(node)
+            pool = slice_pool(sl)
+            if pool is not None:
+                changes.nodes |= source.nodes_of_pool(pool)
+        changes.slices[key] = new or old or {}
+    elif kind == "ResourceClaim":
+        for claim in (old, new):
+            for pool in claim_pools(claim) if claim is not None else ():
+                changes.nodes |= source.nodes_of_pool(pool)
+        changes.claims[key] = new or old or {}
     elif kind in ("Node", "NodeResourceTopology"):
         name = str(meta(new or old or {}).get("name") or key)
         changes.nodes.add(name)

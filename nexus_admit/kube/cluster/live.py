@@ -25,9 +25,12 @@ changes there), `build` in a worker.
 - Malformed objects: what each object was skipped for is kept with the object (a Node with
   its NRT, a pod, a reservation) and replaced whenever the object is read again; every pass
   lists them all, as a full build would, so nothing is lost because its node did not change.
-- A full build instead: the first pass, a ResourceSlice or ResourceClaim change (a claim's
-  devices are found through every slice), whenever any of them exist (DRA fleets are read
-  whole, as before), a clock that went backwards, or a pass that did not finish its build.
+- DRA: a marked node is read with its ResourceSlices, every node with a slice of the same
+  pool (a full build gives a device named twice to the later node), and the ResourceClaims
+  holding devices of those pools; a changed slice or claim is read too, so a malformed one
+  is listed on the pass that sees it.
+- A full build instead: the first pass, a clock that went backwards, or a pass that did not
+  finish its build.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from nexus_admit.kube.cluster.changes import (
     needs_templates,
     pod_node,
     pod_reservation,
+    slice_pool,
     slot_nodes,
 )
 from nexus_admit.kube.cluster.nodes import topologies_from_objects
@@ -131,7 +135,6 @@ class LiveSnapshot:
         full = (
             self._working is None or self._building or changes.everything
             or (self._now is not None and now < self._now)
-            or bool(source.by_key("ResourceSlice")) or bool(source.by_key("ResourceClaim"))
         )
         self._now, self._building = now, True
         if full:
@@ -156,7 +159,11 @@ class LiveSnapshot:
             pods = [p for k in changes.pods if (p := source.get("Pod", k)) is not None]
             rrs = [r for k in changes.reservations
                    if (r := source.get(L.KIND_RESOURCE_RESERVATION, k)) is not None]
-            base = _closure(source, targets, pods, rrs, frozenset())
+            slices = [sl for k in changes.slices
+                      if (sl := source.get("ResourceSlice", k)) is not None]
+            claims = [c for k in changes.claims
+                      if (c := source.get("ResourceClaim", k)) is not None]
+            base = _closure(source, targets, pods, rrs, frozenset(), slices, claims)
         overlay_targets: set[str] = set()
         for workload in excluded:
             for rr in source.reservations_of_workload(workload):
@@ -166,6 +173,8 @@ class LiveSnapshot:
         gone: list[_Role] = [("pod", k) for k in changes.pods if source.get("Pod", k) is None]
         gone += [("rr", k) for k in changes.reservations
                  if source.get(L.KIND_RESOURCE_RESERVATION, k) is None]
+        gone += [("slice", k) for k in changes.slices if source.get("ResourceSlice", k) is None]
+        gone += [("claim", k) for k in changes.claims if source.get("ResourceClaim", k) is None]
         topologies = [
             o for o in source.by_key("Topology").values()
             if str(o.get("apiVersion", L.KUEUE_API_GROUP)).startswith(L.KUEUE_API_GROUP)
@@ -309,6 +318,15 @@ class WithoutReservations:
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
         return self.source.pods_of_reservation(namespace, name)
 
+    def slices_on_node(self, node: str) -> Iterable[dict[str, Any]]:
+        return self.source.slices_on_node(node)
+
+    def nodes_of_pool(self, pool: str) -> set[str]:
+        return self.source.nodes_of_pool(pool)
+
+    def claims_in_pool(self, pool: str) -> Iterable[dict[str, Any]]:
+        return self.source.claims_in_pool(pool)
+
     def order(self, kind: str, key: str) -> int:
         return self.source.order(kind, key)
 
@@ -341,6 +359,8 @@ def _closure(
     changed_pods: Sequence[Obj],
     changed_reservations: Sequence[Obj],
     excluded: frozenset[str],
+    changed_slices: Sequence[Obj] = (),
+    changed_claims: Sequence[Obj] = (),
 ) -> _Inputs:
     """The objects `targets`' free capacity reads (the module's doc), and the nodes those
     objects name, so each object is read exactly as a full build reads it."""
@@ -362,20 +382,42 @@ def _closure(
         names.update(n for n in (pod_node(pod),) if n)
     for rr in rrs.values():
         names |= slot_nodes(rr)
+    slices, claims = _dra_closure(source, names, changed_slices, changed_claims)
     node_objects, nrts = source.by_key("Node"), source.by_key("NodeResourceTopology")
     workloads = {reservation_workload_key(r) for r in rrs.values() if needs_templates(r)}
     return _Inputs(
         frozenset(targets),
-        [node_objects[n] for n in names if n in node_objects],
+        [node_objects[n] for n in sorted(names, key=lambda n: source.order("Node", n))
+         if n in node_objects],
         [nrts[n] for n in names if n in nrts],
-        list(source.by_key("ResourceSlice").values()),
-        list(source.by_key("ResourceClaim").values()),
+        sorted(slices.values(), key=lambda sl: source.order("ResourceSlice", object_key(sl))),
+        sorted(claims.values(), key=lambda c: source.order("ResourceClaim", object_key(c))),
         sorted(pods.values(), key=lambda p: source.order("Pod", object_key(p))),
         sorted(rrs.values(),
                key=lambda r: source.order(L.KIND_RESOURCE_RESERVATION, object_key(r))),
         [w for k in workloads if (w := source.get("Workload", k)) is not None],
         excluded,
     )
+
+
+def _dra_closure(
+    source: FleetSource, names: set[str], changed_slices: Sequence[Obj],
+    changed_claims: Sequence[Obj],
+) -> tuple[dict[str, Obj], dict[str, Obj]]:
+    """The ResourceSlices and ResourceClaims the translation of `names` reads (the module's
+    doc); `names` grows by the nodes that share a pool with them."""
+    slices: dict[str, Obj] = {object_key(sl): sl for sl in changed_slices}
+    for name in names:
+        slices.update((object_key(sl), sl) for sl in source.slices_on_node(name))
+    pools = {p for sl in slices.values() if (p := slice_pool(sl)) is not None}
+    for pool in pools:
+        for name in source.nodes_of_pool(pool) - names:
+            names.add(name)
+            slices.update((object_key(sl), sl) for sl in source.slices_on_node(name))
+    claims: dict[str, Obj] = {object_key(c): c for c in changed_claims}
+    for pool in pools:
+        claims.update((object_key(c), c) for c in source.claims_in_pool(pool))
+    return slices, claims
 
 
 # ---------------------------------------------------------------- translating

@@ -195,8 +195,8 @@ def _index_dra_devices(fleet: _Fleet, node: Node, slices: Sequence[Obj]) -> None
 def _count_allocations(
     claims: Iterable[Obj], fleet: _Fleet, ledger: _Ledger, skipped: list[Skipped] | None
 ) -> None:
-    if not fleet.dra_devices:
-        return
+    # every claim is read, on any fleet: a malformed one is listed whichever nodes a pass
+    # translates (the live snapshot reads only the claims of the nodes it marked)
     for claim in claims:
         try:
             ledger.allocated.update(allocated_devices(claim, fleet.dra_devices))
