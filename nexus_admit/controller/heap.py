@@ -6,8 +6,8 @@ caches the whole cluster: at 5,000 nodes and 20,000 pods that is millions of dic
 lists, and a full collection takes hundreds of milliseconds on a busy core. Those objects
 live for minutes to hours and hold no reference cycles (decoded JSON), so walking them finds
 nothing. `freeze_long_lived` moves them out of the collector's reach (`gc.freeze`) once the
-store is synced and then every `--heap-freeze-seconds`: a full collection then walks only
-what changed since, which does not grow with the fleet. Each refreeze first collects what an
+store is synced and the fleet's snapshot built, then every `--heap-freeze-seconds`: a full
+collection then walks only what changed since, which does not grow with the fleet. Each refreeze first collects what an
 earlier freeze kept, so a frozen object that later became cyclic garbage is freed within one
 period.
 
@@ -79,22 +79,34 @@ def freeze_long_lived() -> tuple[int, float]:
     return gc.get_freeze_count(), time.perf_counter() - started
 
 
+# how long after the store is synced the first freeze waits at most for the first pass's
+# snapshot of the fleet (a replica with no check to place for builds none)
+FIRST_FREEZE_WAIT_SECONDS = 30.0
+
+
 async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None:
     """Record the collector's pauses every second; freeze the long-lived heap once the store
-    is synced, again once the first pass has built the fleet's snapshot (`ctx.live`), then
-    every `--heap-freeze-seconds` (0: never)."""
+    is synced and the first pass has built the fleet's snapshot (`ctx.live`; a follower, or
+    after `FIRST_FREEZE_WAIT_SECONDS`, without it), then every `--heap-freeze-seconds`
+    (0: never)."""
     pauses = pauses or CollectorPauses()
     pauses.install()
     every = ctx.options.heap_freeze_seconds
+    synced_at: float | None = None
     frozen_at: float | None = None
-    snapshot_frozen = False
     try:
         while True:
             pauses.record(ctx.metrics.gc_pause_seconds)
-            due = (frozen_at is None or time.monotonic() - frozen_at >= every
-                   or (not snapshot_frozen and bool(ctx.live)))
-            if every > 0 and ctx.synced and due:
-                snapshot_frozen = bool(ctx.live)
+            now = time.monotonic()
+            if ctx.synced and synced_at is None:
+                synced_at = now
+            if frozen_at is None:
+                due = synced_at is not None and (
+                    bool(ctx.live) or not ctx.acting()
+                    or now - synced_at >= FIRST_FREEZE_WAIT_SECONDS)
+            else:
+                due = now - frozen_at >= every
+            if every > 0 and due:
                 count, seconds = freeze_long_lived()
                 frozen_at = time.monotonic()
                 log.info("heap: %d long-lived objects frozen, out of the collector's walks "
