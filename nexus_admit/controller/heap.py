@@ -7,9 +7,9 @@ lists, and a full collection takes hundreds of milliseconds on a busy core. Thos
 live for minutes to hours and hold no reference cycles (decoded JSON), so walking them finds
 nothing. `freeze_long_lived` moves them out of the collector's reach (`gc.freeze`) once the
 store is synced and the fleet's snapshot built, then every `--heap-freeze-seconds`: a full
-collection then walks only what changed since, which does not grow with the fleet. Each refreeze first collects what an
-earlier freeze kept, so a frozen object that later became cyclic garbage is freed within one
-period.
+collection then walks only what changed since, which does not grow with the fleet. Each
+refreeze first collects what an earlier freeze kept, so a frozen object that later became
+cyclic garbage is freed within one period.
 
 Who calls it: `operator.py` runs `keep_heap` as one of the controller's tasks.
 `nexus_admit_gc_pause_seconds` times every collection, by generation.
