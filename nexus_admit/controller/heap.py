@@ -6,10 +6,10 @@ caches the whole cluster: at 5,000 nodes and 20,000 pods that is millions of dic
 lists, and a full collection takes hundreds of milliseconds on a busy core. Those objects
 live for minutes to hours and hold no reference cycles (decoded JSON), so walking them finds
 nothing. `freeze_long_lived` moves them out of the collector's reach (`gc.freeze`) once the
-store is synced and the fleet's snapshot built, then every `--heap-freeze-seconds`: a full
-collection then walks only what changed since, which does not grow with the fleet. Each
-refreeze first collects what an earlier freeze kept, so a frozen object that later became
-cyclic garbage is freed within one period.
+store is synced and the fleet's snapshot built, and what survived since every
+`--heap-freeze-seconds`: a full collection then walks only what changed since, which does
+not grow with the fleet. Every `WHOLE_EVERY`th freeze walks the whole heap again, so a
+frozen object that later became cyclic garbage is freed within that many periods.
 
 Who calls it: `operator.py` runs `keep_heap` as one of the controller's tasks.
 `nexus_admit_gc_pause_seconds` times every collection, by generation.
@@ -69,15 +69,24 @@ class CollectorPauses:
             histogram.labels(str(generation)).observe(seconds)
 
 
-def freeze_long_lived() -> tuple[int, float]:
-    """Collect everything, what an earlier freeze kept included, then freeze what survives.
-    Returns (objects frozen, seconds the collection took: the one full pause it costs)."""
+def freeze_long_lived(*, whole: bool = False) -> tuple[int, float]:
+    """Collect, then freeze what survives. `whole`: unfreeze first, so the collection walks
+    every object, frees a frozen one that became cyclic garbage since, and costs one full
+    pause; else it walks only what is not frozen yet (cheap). Returns (objects frozen,
+    seconds the collection took)."""
     started = time.perf_counter()
-    gc.unfreeze()
+    if whole:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count(), time.perf_counter() - started
 
+
+# every this many freezes, one walks the whole heap again (`freeze_long_lived(whole=True)`):
+# a frozen object that became cyclic garbage (an old snapshot's, a finished task's) is
+# freed within this many periods (an hour by default), at the cost of one full pause
+# (up to a second at 5,000 nodes)
+WHOLE_EVERY = 60
 
 # how long after the store is synced the first freeze waits at most for the first pass's
 # snapshot of the fleet (a replica with no check to place for builds none)
@@ -88,12 +97,14 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
     """Record the collector's pauses every second; freeze the long-lived heap once the store
     is synced and the first pass has built the fleet's snapshot (`ctx.live`; a follower, or
     after `FIRST_FREEZE_WAIT_SECONDS`, without it), then every `--heap-freeze-seconds`
-    (0: never)."""
+    (0: never) freeze what survived since, walking the whole heap every `WHOLE_EVERY`th
+    time."""
     pauses = pauses or CollectorPauses()
     pauses.install()
     every = ctx.options.heap_freeze_seconds
     synced_at: float | None = None
     frozen_at: float | None = None
+    freezes = 0
     try:
         while True:
             pauses.record(ctx.metrics.gc_pause_seconds)
@@ -107,7 +118,8 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
             else:
                 due = now - frozen_at >= every
             if every > 0 and due:
-                count, seconds = freeze_long_lived()
+                count, seconds = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0)
+                freezes += 1
                 frozen_at = time.monotonic()
                 log.info("heap: %d long-lived objects frozen, out of the collector's walks "
                          "(the full collection before took %.0f ms)", count, seconds * 1000)

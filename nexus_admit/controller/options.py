@@ -65,9 +65,9 @@ class RunOptions:
     # reservation creates a pass keeps on the wire while it solves the next Workloads
     # (controller/writes.py WritePipeline); 1: each decision waits for the create before it
     creates_in_flight: int = 4
-    # how often the long-lived heap (the store's objects) is re-frozen out of the garbage
+    # how often what survived since the last freeze is frozen out of the garbage
     # collector's full walks (controller/heap.py); 0: never
-    heap_freeze_seconds: float = 300.0
+    heap_freeze_seconds: float = 60.0
     log_level: str = "INFO"
     # leader election (controller/leader.py): off locally, on in the chart
     leader_elect: bool = False

@@ -62,7 +62,7 @@ def test_frozen_objects_are_left_out_of_a_full_collection() -> None:
     assert len(gc.get_objects(2)) < len(cached)  # the next full walk skips them
 
 
-def test_a_refreeze_frees_a_frozen_object_that_became_cyclic_garbage() -> None:
+def test_a_whole_refreeze_frees_a_frozen_object_that_became_cyclic_garbage() -> None:
     class Node:
         other: Any = None
 
@@ -71,9 +71,9 @@ def test_a_refreeze_frees_a_frozen_object_that_became_cyclic_garbage() -> None:
     alive = weakref.ref(a)
     freeze_long_lived()
     del a, b  # a cycle: reference counting cannot free it, and it is frozen
-    gc.collect()
+    freeze_long_lived()  # walks what is not frozen only
     assert alive() is not None
-    freeze_long_lived()
+    freeze_long_lived(whole=True)
     assert alive() is None
 
 
@@ -81,10 +81,10 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     ctx = controller(heap_freeze_seconds=3600)
-    freezes: list[int] = []
+    freezes: list[bool] = []
 
-    def freeze() -> tuple[int, float]:
-        freezes.append(1)
+    def freeze(*, whole: bool = False) -> tuple[int, float]:
+        freezes.append(whole)
         return 0, 0.0
 
     monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
@@ -107,6 +107,7 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
         return seen
 
     assert asyncio.run(scenario()) == [0, 0, 1, 1]
+    assert freezes == [True]  # the first freeze walks the whole heap
 
 
 def test_a_freeze_takes_the_collectors_pauses_out_of_the_walk() -> None:
@@ -142,3 +143,25 @@ def test_no_freeze_when_the_period_is_zero() -> None:
 def test_a_short_period_is_refused() -> None:
     with pytest.raises(OptionsError, match="--heap-freeze-seconds 5"):
         RunOptions(webhook=False, heap_freeze_seconds=5).validate()
+
+
+def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = controller(heap_freeze_seconds=1)  # below the flag's bound: a test's period
+    ctx.synced = True
+    ctx.live["nexus"] = object()  # type: ignore[assignment]
+    freezes: list[bool] = []
+
+    def freeze(*, whole: bool = False) -> tuple[int, float]:
+        freezes.append(whole)
+        return 0, 0.0
+
+    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(keep_heap(ctx))
+        await asyncio.sleep(2.5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert freezes[:3] == [True, False, False]
