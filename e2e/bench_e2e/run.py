@@ -310,8 +310,12 @@ class Bench:
         try:
             self.batch.delete_collection_namespaced_job(ns, propagation_policy="Background")
         except client.ApiException as e:
-            if e.status != 404:
+            # only a head start: the namespace's deletion takes the Jobs anyway. A loaded
+            # apiserver answered 504 after a phase of 300 Jobs, and the run lost its results
+            if e.status != 404 and (e.status or 0) < 500:
                 raise
+            if e.status != 404:
+                log(f"deleting the Jobs of {ns} timed out ({e.status}); the namespace takes them")
         self.core.delete_namespace(ns, propagation_policy="Background")
         # KWOK finishes pod deletions a few per second on a busy machine (2,000 pods took
         # minutes); between phases nothing is measured, so they go at once

@@ -165,9 +165,24 @@ def test_the_feed_marks_the_nodes_a_change_moves() -> None:
     s.upsert("Node", {"kind": "Node", "metadata": {"name": "n4", "resourceVersion": "4"}})
     changes = feed.take()
     assert changes.nodes == changes.node_objects == {"n4"}
-    s.upsert("ResourceSlice", {"kind": "ResourceSlice",
-                               "metadata": {"name": "s", "resourceVersion": "5"}})
-    assert feed.take().everything
+    gpus = {"kind": "ResourceSlice", "metadata": {"name": "s", "resourceVersion": "5"},
+            "spec": {"nodeName": "n5", "driver": "gpu.nvidia.com", "pool": {"name": "p"}}}
+    s.upsert("ResourceSlice", gpus)
+    changes = feed.take()  # its node, not the whole fleet
+    assert not changes.everything and changes.nodes == changes.node_objects == {"n5"}
+    s.upsert("ResourceSlice", {**gpus, "metadata": {"name": "s2", "resourceVersion": "6"},
+                               "spec": {**gpus["spec"], "nodeName": "n6"}})
+    assert feed.take().nodes == {"n5", "n6"}  # a pool shared with n5's slice
+    claim = {"kind": "ResourceClaim",
+             "metadata": {"name": "c", "namespace": "ns", "resourceVersion": "7"},
+             "status": {"allocation": {"devices": {"results": [
+                 {"driver": "gpu.nvidia.com", "pool": "p", "device": "gpu-0"}]}}}}
+    s.upsert("ResourceClaim", claim)
+    changes = feed.take()
+    assert changes.nodes == {"n5", "n6"} and set(changes.claims) == {"ns/c"}
+    assert s.nodes_of_pool("gpu.nvidia.com\np") == {"n5", "n6"}
+    assert [c["metadata"]["name"] for c in s.claims_in_pool("gpu.nvidia.com\np")] == ["c"]
+    assert [sl["metadata"]["name"] for sl in s.slices_on_node("n6")] == ["s2"]
 
 
 def test_a_relist_of_the_same_versions_marks_nothing() -> None:
