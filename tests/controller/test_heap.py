@@ -31,6 +31,18 @@ def observed(ctx: Context, generation: str) -> float:
     return 0.0
 
 
+def run_keep_heap(ctx: Context, seconds: float) -> None:
+    """Run the controller's heap task for `seconds`, then stop it."""
+
+    async def scenario() -> None:
+        task = asyncio.create_task(keep_heap(ctx))
+        await asyncio.sleep(seconds)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
 def controller(**options: Any) -> Context:
     return Context(
         options=RunOptions(webhook=False, **options),
@@ -115,13 +127,7 @@ def test_a_freeze_takes_the_collectors_pauses_out_of_the_walk() -> None:
     ctx.synced = True
     ctx.live["nexus"] = object()  # type: ignore[assignment]
 
-    async def scenario() -> None:
-        task = asyncio.create_task(keep_heap(ctx))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(scenario())
+    run_keep_heap(ctx, 0.05)
     assert gc.get_freeze_count() > 0
     assert observed(ctx, "2") >= 1  # the freeze's own full collection, timed
 
@@ -130,13 +136,7 @@ def test_no_freeze_when_the_period_is_zero() -> None:
     ctx = controller(heap_freeze_seconds=0)
     ctx.synced = True
 
-    async def scenario() -> None:
-        task = asyncio.create_task(keep_heap(ctx))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(scenario())
+    run_keep_heap(ctx, 0.05)
     assert gc.get_freeze_count() == 0
 
 
@@ -157,11 +157,5 @@ def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
 
-    async def scenario() -> None:
-        task = asyncio.create_task(keep_heap(ctx))
-        await asyncio.sleep(2.5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    asyncio.run(scenario())
+    run_keep_heap(ctx, 2.5)
     assert freezes[:3] == [True, False, False]
