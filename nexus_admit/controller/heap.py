@@ -29,7 +29,7 @@ from prometheus_client import Histogram
 
 from nexus_admit.controller.context import Context
 
-__all__ = ["CollectorPauses", "freeze_long_lived", "keep_heap"]
+__all__ = ["CollectorPauses", "collect_young", "freeze_long_lived", "keep_heap"]
 
 log = logging.getLogger("nexus_admit.heap")
 
@@ -94,22 +94,66 @@ WHOLE_EVERY = 60
 FIRST_FREEZE_WAIT_SECONDS = 30.0
 
 
+def collect_young() -> int | None:
+    """A young collection (generation 0, or 1 when 0 has been collected often enough since),
+    when CPython's own thresholds call for one; never a full one. Returns the generation
+    collected, or None."""
+    threshold0, threshold1, _ = gc.get_threshold()
+    count0, count1, _ = gc.get_count()
+    if count0 <= threshold0:
+        return None
+    generation = 1 if count1 > threshold1 else 0
+    gc.collect(generation)
+    return generation
+
+
+# with automatic collection off, the young generations are collected from the event loop
+# this often (what a tenth of a second of a burst keeps is a few milliseconds' walk)
+YOUNG_EVERY_SECONDS = 0.1
+RECORD_EVERY_SECONDS = 1.0
+
+
 async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None:
-    """Record the collector's pauses every second; freeze the long-lived heap once the store
-    is synced and the first pass has built the fleet's snapshot (`ctx.live`; a follower, or
-    after `FIRST_FREEZE_WAIT_SECONDS`, without it), then every `--heap-freeze-seconds`
-    (0: never) freeze what survived since, walking the whole heap every `WHOLE_EVERY`th
-    time."""
+    """Time the collector's pauses; unless `--heap-freeze-seconds` is 0, run the collector
+    from here instead of inside whatever allocation sets it off (a solve, most often):
+    automatic collection off, the young generations collected every `YOUNG_EVERY_SECONDS`,
+    and a full collection only when the heap is frozen, between two passes. The first
+    freeze comes once the store is synced and the first pass has built the fleet's snapshot
+    (`ctx.live`; a follower, or after `FIRST_FREEZE_WAIT_SECONDS`, without it), then one
+    every `--heap-freeze-seconds`, walking the whole heap every `WHOLE_EVERY`th time."""
     pauses = pauses or CollectorPauses()
     pauses.install()
     every = ctx.options.heap_freeze_seconds
+    automatic = gc.isenabled()
+    if every > 0:
+        gc.disable()
     synced_at: float | None = None
     frozen_at: float | None = None
     freezes = 0
+    recorded = float("-inf")
+    waiting_on: asyncio.Task[None] | None = None  # the pass whose end the freeze waits for
+
+    def freeze(_: object = None) -> None:
+        nonlocal freezes, frozen_at, waiting_on
+        waiting_on = None
+        count, seconds = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0)
+        freezes += 1
+        frozen_at = time.monotonic()
+        log.info("heap: %d long-lived objects frozen, out of the collector's walks "
+                 "(the full collection before took %.0f ms)", count, seconds * 1000)
+
     try:
         while True:
-            pauses.record(ctx.metrics.gc_pause_seconds)
+            await asyncio.sleep(YOUNG_EVERY_SECONDS if every > 0 else RECORD_EVERY_SECONDS)
+            if every <= 0:
+                pauses.record(ctx.metrics.gc_pause_seconds)
+                continue
+            collect_young()
             now = time.monotonic()
+            if now - recorded < RECORD_EVERY_SECONDS:
+                continue
+            recorded = now
+            pauses.record(ctx.metrics.gc_pause_seconds)
             if ctx.synced and synced_at is None:
                 synced_at = now
             if frozen_at is None:
@@ -118,13 +162,17 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
                     or now - synced_at >= FIRST_FREEZE_WAIT_SECONDS)
             else:
                 due = now - frozen_at >= every
-            if every > 0 and due:
-                count, seconds = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0)
-                freezes += 1
-                frozen_at = time.monotonic()
-                log.info("heap: %d long-lived objects frozen, out of the collector's walks "
-                         "(the full collection before took %.0f ms)", count, seconds * 1000)
-            await asyncio.sleep(1.0)
+            if not due or waiting_on is not None:
+                continue
+            if ctx.pass_task is None:
+                freeze()
+            else:  # the walk waits for the pass's end, so no solve waits on it
+                waiting_on = ctx.pass_task
+                waiting_on.add_done_callback(freeze)
     finally:
+        if waiting_on is not None:
+            waiting_on.remove_done_callback(freeze)
+        if automatic:
+            gc.enable()
         pauses.uninstall()
         pauses.record(ctx.metrics.gc_pause_seconds)

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.heap import CollectorPauses, freeze_long_lived, keep_heap
+from nexus_admit.controller.heap import (
+    CollectorPauses,
+    collect_young,
+    freeze_long_lived,
+    keep_heap,
+)
 from nexus_admit.controller.options import OptionsError, RunOptions
 from tests.controller.fake_api import FakeApi
 
@@ -127,7 +132,7 @@ def test_a_freeze_takes_the_collectors_pauses_out_of_the_walk() -> None:
     ctx.synced = True
     ctx.live["nexus"] = object()  # type: ignore[assignment]
 
-    run_keep_heap(ctx, 0.05)
+    run_keep_heap(ctx, 0.3)
     assert gc.get_freeze_count() > 0
     assert observed(ctx, "2") >= 1  # the freeze's own full collection, timed
 
@@ -159,3 +164,80 @@ def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPa
 
     run_keep_heap(ctx, 2.5)
     assert freezes[:3] == [True, False, False]
+
+
+def test_a_young_collection_runs_when_the_thresholds_call_for_one_and_is_never_full() -> None:
+    gc.disable()
+    try:
+        gc.collect()
+        assert collect_young() is None  # nothing allocated since
+        threshold0, threshold1, _ = gc.get_threshold()
+        kept: list[list[int]] = []
+        generations = []
+        for _ in range(threshold1 + 2):
+            kept.extend([i] for i in range(threshold0 + 1))  # they survive: counted
+            generations.append(collect_young())
+        assert generations == [0] * (threshold1 + 1) + [1]
+    finally:
+        gc.enable()
+
+
+def test_the_collector_runs_from_the_task_while_it_runs_and_automatically_after() -> None:
+    ctx = controller(heap_freeze_seconds=3600)
+    seen: list[bool] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(keep_heap(ctx))
+        await asyncio.sleep(0.3)
+        seen.append(gc.isenabled())
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert seen == [False]  # no collection sets off inside a solve
+    assert gc.isenabled()
+
+
+def test_with_a_zero_period_the_collector_runs_as_cpython_runs_it() -> None:
+    ctx = controller(heap_freeze_seconds=0)
+    seen: list[bool] = []
+
+    async def scenario() -> None:
+        task = asyncio.create_task(keep_heap(ctx))
+        await asyncio.sleep(0.3)
+        seen.append(gc.isenabled())
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert seen == [True]
+
+
+def test_a_due_freeze_waits_for_the_pass_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = controller(heap_freeze_seconds=3600)
+    ctx.synced = True
+    ctx.live["nexus"] = object()  # type: ignore[assignment]
+    passes_running: list[bool] = []
+
+    def freeze(*, whole: bool = False) -> tuple[int, float]:
+        passes_running.append(ctx.pass_task is not None and not ctx.pass_task.done())
+        return 0, 0.0
+
+    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+
+    async def scenario() -> list[int]:
+        seen = []
+        ctx.pass_task = asyncio.create_task(asyncio.sleep(0.6))
+        task = asyncio.create_task(keep_heap(ctx))
+        await asyncio.sleep(0.4)
+        seen.append(len(passes_running))  # due, but a pass is solving
+        await ctx.pass_task
+        ctx.pass_task = None
+        await asyncio.sleep(0.05)
+        seen.append(len(passes_running))  # frozen as the pass ended
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return seen
+
+    assert asyncio.run(scenario()) == [0, 1]
+    assert passes_running == [False]
