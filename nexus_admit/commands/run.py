@@ -106,7 +106,8 @@ _HeapFreezeSeconds = Annotated[
     typer.Option(
         envvar="NEXUS_HEAP_FREEZE_SECONDS",
         help="How often the store's long-lived objects are re-frozen out of the garbage "
-        "collector's full walks (each a pause of every thread); 0: never.",
+        "collector's full walks (each a pause of every thread), which is then run between "
+        "passes, never inside a solve; 0: never, and the collector runs as CPython runs it.",
     ),
 ]
 _LogLevel = Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")]

@@ -12,6 +12,13 @@ benchmark's plane, what a burst made and kept still took 357 ms p50 at 5,000 nod
 docs/benchmarks.md). Every `WHOLE_EVERY`th freeze walks the whole heap again, so a
 frozen object that later became cyclic garbage is freed within that many periods.
 
+Where a collection runs: CPython sets one off inside whatever allocation crosses its
+thresholds, most often a solve (the thread that allocates most), and a full one counts
+in that decision's time. So `keep_heap` turns automatic collection off and runs it
+itself: the young generations from the event loop every `YOUNG_EVERY_SECONDS`, by
+CPython's own thresholds (`collect_young`), and full collections only as part of a freeze,
+which waits for the pass in progress to end.
+
 Who calls it: `operator.py` runs `keep_heap` as one of the controller's tasks.
 `nexus_admit_gc_pause_seconds` times every collection, by generation.
 """

@@ -66,7 +66,8 @@ class RunOptions:
     # (controller/writes.py WritePipeline); 1: each decision waits for the create before it
     creates_in_flight: int = 4
     # how often what survived since the last freeze is frozen out of the garbage
-    # collector's full walks (controller/heap.py); 0: never
+    # collector's full walks, the controller running the collector between passes
+    # (controller/heap.py); 0: never, and CPython runs it as it does by default
     heap_freeze_seconds: float = 60.0
     log_level: str = "INFO"
     # leader election (controller/leader.py): off locally, on in the chart
