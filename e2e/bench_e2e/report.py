@@ -236,6 +236,14 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         return f"{int(h['count'])}, p99 {_ms(h.get('p99_s'))}, {_fmt(h.get('sum_s'), ' s', 1)}"
 
     row("full collections: count, p99, total", full_collections)
+
+    def renewals(p: Mapping[str, Any]) -> str:
+        by_reason = (p["controller_metrics"] or {}).get("snapshot_renewals")
+        if by_reason is None:
+            return "–"
+        return ", ".join(f"{r} {int(n)}" for r, n in sorted(by_reason.items())) or "0"
+
+    row("snapshot renewals (the engine's fleet facts again)", renewals)
     row(
         "solving / waiting for reservation creates (total)",
         lambda p: (

@@ -642,6 +642,12 @@ def summarize(
                     - stats.histogram_sum(ctl[0], full, match), 3
                 ),
             }
+        # passes whose snapshot dropped the engine's facts about the fleet: each makes the
+        # next solve derive them again, O(fleet) (a one-pod decision's tail)
+        controller["snapshot_renewals"] = {
+            reason: n for (reason,), n in stats.counter_delta(
+                ctl[1], ctl[0], "nexus_admit_snapshot_renewals", ("reason",)).items()
+        }
     ungate = stats.ungate_latencies(ts)
     return {
         "phase": name,

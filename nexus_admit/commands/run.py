@@ -110,6 +110,14 @@ _HeapFreezeSeconds = Annotated[
         "passes, never inside a solve; 0: never, and the collector runs as CPython runs it.",
     ),
 ]
+_HeapCensus = Annotated[
+    bool,
+    typer.Option(
+        envvar="NEXUS_HEAP_CENSUS",
+        help="At each freeze, log the commonest types frozen and freed from reference "
+        "cycles (a diagnostic: it walks the heap not frozen yet).",
+    ),
+]
 _LogLevel = Annotated[str, typer.Option(envvar="NEXUS_LOG_LEVEL")]
 _LeaderElect = Annotated[
     bool,
@@ -201,6 +209,7 @@ def run(
     retry_seconds: _RetrySeconds = _D.retry_seconds,
     creates_in_flight: _CreatesInFlight = _D.creates_in_flight,
     heap_freeze_seconds: _HeapFreezeSeconds = _D.heap_freeze_seconds,
+    heap_census: _HeapCensus = _D.heap_census,
     log_level: _LogLevel = _D.log_level,
     leader_elect: _LeaderElect = _D.leader_elect,
     lease_name: _LeaseName = _D.lease_name,
@@ -239,6 +248,7 @@ def run(
             retry_seconds=retry_seconds,
             creates_in_flight=creates_in_flight,
             heap_freeze_seconds=heap_freeze_seconds,
+            heap_census=heap_census,
             log_level=log_level,
             leader_elect=leader_elect,
             lease_name=lease_name,

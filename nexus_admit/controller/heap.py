@@ -29,14 +29,16 @@ import asyncio
 import gc
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Histogram
 
 from nexus_admit.controller.context import Context
 
-__all__ = ["CollectorPauses", "collect_young", "freeze_long_lived", "keep_heap"]
+__all__ = ["CollectorPauses", "Freeze", "census", "collect_young", "freeze_long_lived", "keep_heap"]
 
 log = logging.getLogger("nexus_admit.heap")
 
@@ -77,17 +79,53 @@ class CollectorPauses:
             histogram.labels(str(generation)).observe(seconds)
 
 
-def freeze_long_lived(*, whole: bool = False) -> tuple[int, float]:
+@dataclass(frozen=True)
+class Freeze:
+    frozen: int  # objects frozen in all, after this freeze
+    seconds: float  # the full collection's pause
+    freed: int  # objects the collection found unreachable (garbage in reference cycles)
+    # with a census: the commonest types among what this freeze froze, and among the
+    # cyclic garbage it freed ("type count, ..."); "" without
+    kept: str = ""
+    garbage: str = ""
+
+
+def census(objects: Iterable[object], top: int = 10) -> str:
+    """The commonest types among `objects`, "module.Type count" by count: the first few
+    built-in ones (how much), then the `top` commonest others (whose: built-in dicts and
+    lists say little of where they came from)."""
+    counts = Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in objects)
+    ranked = counts.most_common()
+    builtin = [(k, n) for k, n in ranked if k.startswith("builtins.")][:4]
+    others = [(k, n) for k, n in ranked if not k.startswith("builtins.")][:top]
+    return ", ".join(f"{name} {n}" for name, n in builtin + others)
+
+
+def freeze_long_lived(*, whole: bool = False, take_census: bool = False) -> Freeze:
     """Collect, then freeze what survives. `whole`: unfreeze first, so the collection walks
     every object, frees a frozen one that became cyclic garbage since, and costs one full
-    pause; else it walks only what is not frozen yet (cheap). Returns (objects frozen,
-    seconds the collection took)."""
+    pause; else it walks only what is not frozen yet (cheap). `take_census`: also count the
+    types of what is frozen now and of the cyclic garbage freed (a walk of the heap not
+    frozen, and the garbage kept until counted: for finding what a pass keeps or leaves in
+    cycles, not for every run)."""
     started = time.perf_counter()
     if whole:
         gc.unfreeze()
-    gc.collect()
+    if take_census:
+        gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        freed = gc.collect()
+    finally:
+        if take_census:
+            gc.set_debug(0)
+    seconds = time.perf_counter() - started
+    kept = garbage = ""
+    if take_census:
+        garbage = census(gc.garbage)
+        gc.garbage.clear()
+        kept = census(gc.get_objects(2))
     gc.freeze()
-    return gc.get_freeze_count(), time.perf_counter() - started
+    return Freeze(gc.get_freeze_count(), seconds, freed, kept, garbage)
 
 
 # every this many freezes, one walks the whole heap again (`freeze_long_lived(whole=True)`):
@@ -143,11 +181,16 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
     def freeze(_: object = None) -> None:
         nonlocal freezes, frozen_at, waiting_on
         waiting_on = None
-        count, seconds = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0)
+        done = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0,
+                                 take_census=ctx.options.heap_census)
         freezes += 1
         frozen_at = time.monotonic()
-        log.info("heap: %d long-lived objects frozen, out of the collector's walks "
-                 "(the full collection before took %.0f ms)", count, seconds * 1000)
+        log.info("heap: %d long-lived objects frozen, out of the collector's walks (the full "
+                 "collection before took %.0f ms and freed %d objects in reference cycles)",
+                 done.frozen, done.seconds * 1000, done.freed)
+        if done.kept or done.garbage:
+            log.info("heap census: frozen now: %s; freed from cycles: %s",
+                     done.kept or "-", done.garbage or "-")
 
     try:
         while True:

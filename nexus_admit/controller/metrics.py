@@ -90,6 +90,15 @@ class Metrics:
             buckets=(0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self.snapshot_renewals = Counter(
+            _P + "snapshot_renewals",
+            "Passes whose snapshot of the fleet dropped what the engine derived from node "
+            "labels (its next solve derives it again, O(fleet)), by reason: first, "
+            "nodes-dropped, log-full, epoch (a placement config), membership (a node joined "
+            "or left), static (a node's labels, taints or allocatable), topologies.",
+            ["reason"],
+            registry=r,
+        )
         self.pass_seconds = Histogram(
             _P + "reconcile_seconds",
             "One reconcile pass (releases, placements, ungating).",

@@ -69,6 +69,9 @@ class RunOptions:
     # collector's full walks, the controller running the collector between passes
     # (controller/heap.py); 0: never, and CPython runs it as it does by default
     heap_freeze_seconds: float = 60.0
+    # log, at each freeze, the commonest types frozen and freed from reference cycles
+    # (a diagnostic: it walks the heap not frozen, and keeps the garbage until counted)
+    heap_census: bool = False
     log_level: str = "INFO"
     # leader election (controller/leader.py): off locally, on in the chart
     leader_elect: bool = False

@@ -14,6 +14,7 @@ import pytest
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.heap import (
     CollectorPauses,
+    Freeze,
     collect_young,
     freeze_long_lived,
     keep_heap,
@@ -73,9 +74,9 @@ def test_each_collection_is_timed_by_generation() -> None:
 
 def test_frozen_objects_are_left_out_of_a_full_collection() -> None:
     cached = [{"metadata": {"name": f"pod-{i}"}, "spec": {}} for i in range(20_000)]
-    count, seconds = freeze_long_lived()
-    assert count >= len(cached)
-    assert seconds >= 0
+    done = freeze_long_lived()
+    assert done.frozen >= len(cached)
+    assert done.seconds >= 0
     assert len(gc.get_objects(2)) < len(cached)  # the next full walk skips them
 
 
@@ -100,9 +101,9 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
     ctx = controller(heap_freeze_seconds=3600)
     freezes: list[bool] = []
 
-    def freeze(*, whole: bool = False) -> tuple[int, float]:
+    def freeze(*, whole: bool = False, take_census: bool = False) -> Freeze:
         freezes.append(whole)
-        return 0, 0.0
+        return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
 
@@ -156,9 +157,9 @@ def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPa
     ctx.live["nexus"] = object()  # type: ignore[assignment]
     freezes: list[bool] = []
 
-    def freeze(*, whole: bool = False) -> tuple[int, float]:
+    def freeze(*, whole: bool = False, take_census: bool = False) -> Freeze:
         freezes.append(whole)
-        return 0, 0.0
+        return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
 
@@ -219,9 +220,9 @@ def test_a_due_freeze_waits_for_the_pass_in_progress(monkeypatch: pytest.MonkeyP
     ctx.live["nexus"] = object()  # type: ignore[assignment]
     passes_running: list[bool] = []
 
-    def freeze(*, whole: bool = False) -> tuple[int, float]:
+    def freeze(*, whole: bool = False, take_census: bool = False) -> Freeze:
         passes_running.append(ctx.pass_task is not None and not ctx.pass_task.done())
-        return 0, 0.0
+        return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
 
@@ -241,3 +242,28 @@ def test_a_due_freeze_waits_for_the_pass_in_progress(monkeypatch: pytest.MonkeyP
 
     assert asyncio.run(scenario()) == [0, 1]
     assert passes_running == [False]
+
+
+def test_a_census_names_what_is_frozen_and_what_was_freed_from_cycles() -> None:
+    class Cached:
+        pass
+
+    class Cyclic:
+        other: Any = None
+
+    gc.disable()  # so no automatic collection frees a cycle before the census counts it
+    try:
+        cached = [Cached() for _ in range(500)]
+        for _ in range(300):
+            a, b = Cyclic(), Cyclic()
+            a.other, b.other = b, a
+        del a, b
+        done = freeze_long_lived(take_census=True)
+    finally:
+        gc.enable()
+    assert f"{__name__}.{Cached.__qualname__} 500" in done.kept
+    assert f"{__name__}.{Cyclic.__qualname__} 600" in done.garbage
+    assert done.freed >= 600
+    assert gc.garbage == [] and gc.get_debug() == 0  # nothing kept past the count
+    assert len(cached) == 500
+    assert freeze_long_lived().kept == ""  # no census unless asked

@@ -339,3 +339,24 @@ def test_a_pool_named_on_two_nodes_reads_both() -> None:
     check(w, frozenset())
     w.delete("ResourceSlice", "b")  # the device is n0's now
     assert check(w, frozenset()).nodes["n0"].gpu_free[:2] == [0, 0]
+
+
+def test_each_pass_says_why_the_engines_fleet_facts_were_dropped() -> None:
+    w = World()
+    for name in NODES[:3]:
+        w.put("Node", node(name))
+
+    def renewed() -> str | None:
+        w.live.build(w.live.gather(w.store, now=w.now), [])
+        return w.live.renewed
+
+    assert renewed() == "first"
+    w.put("Pod", pod("p0", "n0", gpus=1))
+    assert renewed() is None  # free capacity only: the facts carry over
+    w.put("Node", node("n1", labels={"zone": "b"}))
+    assert renewed() == "static"
+    w.put("Node", node("n3"))
+    assert renewed() == "membership"
+    w.delete("Node", "n3")
+    assert renewed() == "nodes-dropped"
+    assert renewed() is None

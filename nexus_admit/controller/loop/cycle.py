@@ -226,6 +226,10 @@ async def place_pending(ctx: Context) -> None:
     live = live_snapshot(ctx, "placing")
     plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now, epoch=_epoch(ctx))
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
+    if live.renewed is not None:  # the next solve derives the fleet's facts again
+        ctx.metrics.snapshot_renewals.labels(live.renewed).inc()
+        log.info("snapshot of %d nodes renewed (%s): the engine derives its facts again",
+                 len(snapshot.nodes), live.renewed)
     report_skipped(ctx, skipped)
     # tracked, and the same object from pass to pass: the engine keeps what it derived of
     # each node and re-reads only the nodes that changed (events, placements, holds)

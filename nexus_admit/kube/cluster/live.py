@@ -39,7 +39,7 @@ import contextlib
 import heapq
 import itertools
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -113,6 +113,12 @@ class LiveSnapshot:
     _now: datetime | None = None
     _building: bool = False  # a gathered plan not built yet: the next one is full
     _epoch: object = None
+    # why the last `build` dropped what the engine derived from the fleet's labels (a new
+    # snapshot object, or its static_cache cleared), so its next solve derives it again:
+    # "first", "nodes-dropped", "log-full", "epoch", "membership" (a node joined or left
+    # the snapshot), "static" (a node's labels, taints or allocatable), "topologies";
+    # None: kept, only the nodes that changed copied again
+    renewed: str | None = None
     # a build left running by a cancelled pass (its thread goes on) must finish before
     # the next pass gathers or builds: its state is this object's
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -270,13 +276,8 @@ class LiveSnapshot:
         # a new snapshot object (a new mapping) when the node set, the order, a node's
         # labels, taints or allocatable, or the epoch change: the engine keeps facts per
         # snapshot object (static_cache) and per mapping (fillOrder's rank)
-        if (
-            w is None or plan.reorder or len(w.change_log) > _LOG_LIMIT
-            or epoch != plan.epoch
-            or any((state(n) is not None) != (n in w.nodes) for n in restore)
-            or any(_static(w.nodes[n]) != _static(s) for n in restore
-                   if n in w.nodes and (s := state(n)) is not None)
-        ):
+        self.renewed = _renewed(w, plan, epoch, restore, state)
+        if w is None or self.renewed is not None:
             members = ((n, state(n)) for n in plan.order)
             w = TrackedSnapshot({n: s.copy() for n, s in members if s is not None}, topologies)
             self._working, self._mark = w, 0
@@ -290,6 +291,7 @@ class LiveSnapshot:
         if w.kueue_topologies != topologies:
             w.kueue_topologies = dict(topologies)
             w.static_cache.clear()
+            self.renewed = "topologies"
         self._mark = len(w.change_log)
         return w
 
@@ -470,6 +472,31 @@ def _expires(rr: Obj) -> datetime | None:
         return parse_time(spec.get("expiresAt")) if isinstance(spec, Mapping) else None
     except (ValueError, TypeError):
         return None
+
+
+def _renewed(
+    w: TrackedSnapshot | None,
+    plan: LivePlan,
+    epoch: object,
+    restore: set[str],
+    state: Callable[[str], Node | None],
+) -> str | None:
+    """Why the working snapshot `w` cannot be kept for `plan` (`LiveSnapshot.renewed`), or
+    None."""
+    if w is None:
+        return "first"
+    if plan.reorder:
+        return "nodes-dropped"
+    if len(w.change_log) > _LOG_LIMIT:
+        return "log-full"
+    if epoch != plan.epoch:
+        return "epoch"
+    if any((state(n) is not None) != (n in w.nodes) for n in restore):
+        return "membership"
+    if any(_static(w.nodes[n]) != _static(s) for n in restore
+           if n in w.nodes and (s := state(n)) is not None):
+        return "static"
+    return None
 
 
 def _static(node: Node) -> tuple[Any, ...]:
