@@ -2,15 +2,15 @@
 
 Why: CPython's full collection (generation 2) walks every container object the process
 holds, while every thread waits (the solver, the watch streams, the webhook). The store
-caches the whole cluster: at 5,000 nodes and 20,000 pods that is millions of dicts and
-lists, and a full collection takes hundreds of milliseconds on a busy core. Those objects
+caches the whole cluster: at 5,000 nodes and 20,000 pods about 600,000 objects once
+stripped, and a full collection of them took 527 ms on the benchmark's plane. Those objects
 live for minutes to hours and hold no reference cycles (decoded JSON), so walking them finds
 nothing. `freeze_long_lived` moves them out of the collector's reach (`gc.freeze`) once the
 store is synced and the fleet's snapshot built, and what survived since every
 `--heap-freeze-seconds`: a full collection then walks only what changed since (on the
-benchmark's plane, what a burst made and kept still took 357 ms p50 at 5,000 nodes;
-docs/benchmarks.md). Every `WHOLE_EVERY`th freeze walks the whole heap again, so a
-frozen object that later became cyclic garbage is freed within that many periods.
+benchmark's plane, tens of thousands of objects a minute in a burst; docs/benchmarks.md).
+Every `WHOLE_EVERY`th freeze walks the whole heap again, so a frozen object that later
+became cyclic garbage is freed within that many periods.
 
 Where a collection runs: CPython sets one off inside whatever allocation crosses its
 thresholds, most often a solve (the thread that allocates most), and a full one counts
