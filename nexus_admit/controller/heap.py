@@ -175,6 +175,7 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
     synced_at: float | None = None
     frozen_at: float | None = None
     freezes = 0
+    started = time.monotonic()
     recorded = float("-inf")
     waiting_on: asyncio.Task[None] | None = None  # the pass whose end the freeze waits for
 
@@ -210,6 +211,9 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
                 due = synced_at is not None and (
                     bool(ctx.live) or not ctx.acting()
                     or now - synced_at >= FIRST_FREEZE_WAIT_SECONDS)
+                # a store that never syncs (the apiserver out of reach) must not leave cyclic
+                # garbage uncollected: with automatic collection off, only a freeze frees it
+                due = due or now - started >= every
             else:
                 due = now - frozen_at >= every
             if not due or waiting_on is not None:

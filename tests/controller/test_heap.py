@@ -267,3 +267,20 @@ def test_a_census_names_what_is_frozen_and_what_was_freed_from_cycles() -> None:
     assert gc.garbage == [] and gc.get_debug() == 0  # nothing kept past the count
     assert len(cached) == 500
     assert freeze_long_lived().kept == ""  # no census unless asked
+
+
+def test_a_controller_that_never_syncs_still_collects_every_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = controller(heap_freeze_seconds=1)  # below the flag's bound: a test's period
+    freezes: list[bool] = []
+
+    def freeze(*, whole: bool = False, take_census: bool = False) -> Freeze:
+        freezes.append(whole)
+        return Freeze(0, 0.0, 0)
+
+    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+
+    run_keep_heap(ctx, 2.5)
+    assert not ctx.synced
+    assert freezes[:2] == [True, False]
