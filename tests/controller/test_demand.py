@@ -94,3 +94,16 @@ def test_the_pending_gpus_metric_forgets_a_tier_that_no_longer_waits() -> None:
     assert gold() == 32
     record_capacity(ClusterDump.of([*queues, wl("w1", "gq", 4, 8, admitted=True)]))
     assert gold() is None
+
+
+def test_the_capacity_step_counts_a_renewal_of_the_passes_snapshot() -> None:
+    ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=None)  # type: ignore[arg-type]
+
+    def renewals(reason: str) -> float | None:
+        return ctx.metrics.registry.get_sample_value(
+            "nexus_admit_snapshot_renewals_total", {"reason": reason})
+
+    _record_capacity(ctx, ClusterDump.of([]), capacity_plans(ctx))
+    assert renewals("first") == 1  # the passes' snapshot, built here first
+    _record_capacity(ctx, ClusterDump.of([]), capacity_plans(ctx))
+    assert renewals("first") == 1  # kept: nothing changed

@@ -167,6 +167,7 @@ def _record_capacity(
 ) -> list[Skipped]:
     skipped: list[Skipped] = []
     with_rr = ctx.live["placing"].build(plans[0], skipped)
+    count_renewal(ctx, ctx.live["placing"], len(with_rr))  # the passes' snapshot too
     pods_only = ctx.live["bound"].build(plans[1], [])
     free = sum(sum(n.gpu_free) for n in with_rr) / 1000
     after_pods = sum(sum(n.gpu_free) for n in pods_only) / 1000
@@ -183,6 +184,15 @@ def _record_capacity(
         sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
     )
     return skipped
+
+
+def count_renewal(ctx: Context, live: LiveSnapshot, nodes: int) -> None:
+    """Count and log a build of the passes' snapshot that dropped the engine's facts about
+    the fleet (its next solve derives them again); the capacity step builds it too."""
+    if live.renewed is not None:
+        ctx.metrics.snapshot_renewals.labels(live.renewed).inc()
+        log.info("snapshot of %d nodes renewed (%s): the engine derives its facts again",
+                 nodes, live.renewed)
 
 
 async def place_pending(ctx: Context) -> None:
@@ -226,10 +236,7 @@ async def place_pending(ctx: Context) -> None:
     live = live_snapshot(ctx, "placing")
     plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now, epoch=_epoch(ctx))
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
-    if live.renewed is not None:  # the next solve derives the fleet's facts again
-        ctx.metrics.snapshot_renewals.labels(live.renewed).inc()
-        log.info("snapshot of %d nodes renewed (%s): the engine derives its facts again",
-                 len(snapshot.nodes), live.renewed)
+    count_renewal(ctx, live, len(snapshot.nodes))
     report_skipped(ctx, skipped)
     # tracked, and the same object from pass to pass: the engine keeps what it derived of
     # each node and re-reads only the nodes that changed (events, placements, holds)
