@@ -92,8 +92,9 @@ class Metrics:
         )
         self.snapshot_renewals = Counter(
             _P + "snapshot_renewals",
-            "Passes whose snapshot of the fleet dropped what the engine derived from node "
-            "labels (its next solve derives it again, O(fleet)), by reason: first, "
+            "Builds of the passes' snapshot of the fleet that dropped what the engine "
+            "derived from node labels (its next solve derives it again, O(fleet)), by "
+            "reason: first, "
             "nodes-dropped, log-full, epoch (a placement config), membership (a node joined "
             "or left), static (a node's labels, taints or allocatable), topologies.",
             ["reason"],
