@@ -440,8 +440,14 @@ def test_deployment_and_statefulset_stay_placed_and_scale(
     sts = _running(core_v1, ns, "app=db", 3)
     _timed("Deployment+StatefulSet", submitted, ready, time.time())
     _each_pinned(custom_objects, core_v1, ns, deploy + sts)
+    # a node each per service: a pair of replicas on one node (spread.node, 2500) costs more
+    # than breaking a pristine island (2000). Not asserted: a rack each. A pair in one rack
+    # costs 100, so reusing nodes another service's replicas already broke wins over a
+    # second rack; which nodes those are depends on what the earlier tests and the sibling
+    # decisions left, so the racks chosen are the fleet's at that moment, not the test's.
     for pods, kind in ((deploy, "Deployment"), (sts, "StatefulSet")):
-        assert len(_racks(core_v1, pods)) >= 2, f"the {kind}'s replicas share one rack"
+        nodes = [p.spec.node_name for p in pods]
+        assert len(set(nodes)) == len(nodes), f"two of the {kind}'s replicas share a node: {nodes}"
     # and they stay: no Retry, no eviction, the same pods on the same nodes (2 minutes)
     before = {p.metadata.uid: p.spec.node_name for p in deploy + sts}
     deadline = time.time() + stay_seconds
