@@ -244,6 +244,16 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         return ", ".join(f"{r} {int(n)}" for r, n in sorted(by_reason.items())) or "0"
 
     row("snapshot renewals (the engine's fleet facts again)", renewals)
+
+    def slow_solves(p: Mapping[str, Any]) -> str:
+        lines = p.get("controller_log")
+        if lines is None:
+            return "–"
+        slow = [line for line in lines if "slow solve of" in line]
+        one_pod = sum("(pods 1," in line for line in slow)
+        return f"{len(slow)} ({one_pod} one-pod)"
+
+    row("solves ≥ 100 ms logged (one-pod among them)", slow_solves)
     row(
         "solving / waiting for reservation creates (total)",
         lambda p: (

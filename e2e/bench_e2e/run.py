@@ -166,6 +166,19 @@ class Bench:
             return None
         return datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
+    def log_size(self) -> int:
+        return self.nc.log_file.stat().st_size if self.nc and self.nc.log_file.exists() else 0
+
+    def controller_log_lines(self, log_offset: int, *patterns: str) -> list[str]:
+        """The lines the controller logged after `log_offset` that contain one of
+        `patterns`: the phase's slow solves and snapshot renewals, read per decision."""
+        if self.nc is None or not self.nc.log_file.exists():
+            return []
+        with open(self.nc.log_file, "rb") as f:
+            f.seek(log_offset)
+            text = f.read().decode(errors="replace")
+        return [line for line in text.splitlines() if any(p in line for p in patterns)]
+
     # -- a large cluster and its heartbeats ------------------------------------------------
     def add_background_pods(self, count: int, timeout: float = 1800) -> dict[str, Any]:
         """`count` bound, non-GPU pods in their own namespace, no Kueue and no scheduler
@@ -435,6 +448,7 @@ class Bench:
         sampler.start()
         cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
         api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
+        log_offset = self.log_size() if controller else 0
         load_start = os.getloadavg()
 
         log(f"{name}: submitting {len(works)} Workloads ({sum(w.pods for w in works)} pods)")
@@ -480,6 +494,12 @@ class Bench:
                 [startup["waiting"]],
             )
         result["controller_process"] = process_summary(sampler.samples)
+        if controller:
+            # each solve over record.SLOW_SOLVE_SECONDS and each renewal, as logged: the
+            # solve histograms' tail, one decision at a time
+            result["controller_log"] = self.controller_log_lines(
+                log_offset, "slow solve of", "renewed ("
+            )
         # where the machine's CPU went: every component, the controller, this benchmark
         result["cpu_by_process"] = stats.cpu_by_process(cpu_before, cpu_after, cpu_wall)
         result["cpu_wall_s"] = round(cpu_wall, 1)

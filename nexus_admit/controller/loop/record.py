@@ -3,6 +3,7 @@ capacity `decide` solves on (the pass's snapshot, or one rebuilt without some dr
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
 
 __all__ = [
+    "SLOW_SOLVE_SECONDS",
     "PassCapacity",
     "PassRecord",
     "Solve",
@@ -29,6 +31,12 @@ __all__ = [
     "drain_reservation_keys",
     "ledger_holds",
 ]
+
+log = logging.getLogger("nexus_admit.loop")
+
+# a solve this long (wall) is logged with how much the engine looked at: the tail of the
+# solve histograms, read per decision (a one-pod decision takes a few milliseconds)
+SLOW_SOLVE_SECONDS = 0.1
 
 
 @dataclass(slots=True)
@@ -78,10 +86,16 @@ class TimedPolicy:
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
         started, cpu_started = time.perf_counter(), time.thread_time()
         placement = self.engine.place(snapshot, gang, config)
+        seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - cpu_started
         outcome = "feasible" if placement.feasible else placement.status.value
         size = "1" if gang.pod_count == 1 else "several"
-        self.solves.append(Solve(outcome, size, time.perf_counter() - started,
-                                 time.thread_time() - cpu_started))
+        self.solves.append(Solve(outcome, size, seconds, cpu_seconds))
+        if seconds >= SLOW_SOLVE_SECONDS:
+            log.info(
+                "slow solve of %s (pods %d, %s, %d nodes): %.0f ms, %.0f ms CPU: %s",
+                gang.name, gang.pod_count, outcome, len(snapshot.nodes), seconds * 1000,
+                cpu_seconds * 1000, "; ".join(placement.explanation[-2:]),
+            )
         return placement
 
 

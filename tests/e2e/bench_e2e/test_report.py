@@ -215,6 +215,11 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
                 "store_synced_s": 3.0,
                 "first_check_ready_s": 9.5,
             },
+            "controller_log": [
+                "... slow solve of ns/a (pods 1, feasible, 96 nodes): 120 ms, 90 ms CPU: ...",
+                "... slow solve of ns/b (pods 8, feasible, 96 nodes): 300 ms, 250 ms CPU: ...",
+                "... snapshot of 96 nodes renewed (static): the engine derives its facts again",
+            ],
         }
     )
     result: dict[str, Any] = {
@@ -230,4 +235,5 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
     assert "CPU seconds per admitted Workload" in out
     assert "nexus − kueue" in out
     assert "its check Ready (the first decision) 9.5" in out
+    assert "2 (1 one-pod)" in out  # the slow solves the controller logged in the phase
     assert "not measured: 20,100" not in out  # 20,100 pods: judged
