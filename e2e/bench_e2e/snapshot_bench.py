@@ -12,6 +12,11 @@ engine (`bench_gang(1)`), which holds its slot on the snapshot as the controller
 
     python e2e/bench_e2e/snapshot_bench.py --nodes 100 1000 5000 --passes 50 \\
         --out docs/data/snapshot-live.json
+
+`--tiers gold bronze` places the passes' one-pod Workloads in those tiers in turn, and
+`--vary-pods` draws each node's bound pods from 0 to twice `--pods-per-node`, so that the
+nodes' free CPU and memory differ as under the load benchmark's background pods (most
+nodes a symmetry class of their own); `--modes live` skips the full rebuilds.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -87,7 +93,9 @@ def reservation(name: str, nodes: list[str]) -> dict[str, Any]:
     }
 
 
-def fleet(nodes: int, pods_per_node: int, nodes_per_reservation: int, seed: int) -> Feed:
+def fleet(
+    nodes: int, pods_per_node: int, nodes_per_reservation: int, seed: int, vary: bool = False
+) -> Feed:
     rng = random.Random(seed)
     spec = fleet_mod.scaled(fleet_mod.load(), nodes)
     feed = Feed()
@@ -98,7 +106,7 @@ def fleet(nodes: int, pods_per_node: int, nodes_per_reservation: int, seed: int)
     for t in fleet_mod.node_resource_topologies(spec):
         feed.put("NodeResourceTopology", t)
     for name in names:
-        for i in range(pods_per_node):
+        for i in range(rng.randint(0, 2 * pods_per_node) if vary else pods_per_node):
             feed.put("Pod", pod(f"{name}-p{i}", name))
     for i in range(max(1, len(names) // nodes_per_reservation)):
         feed.put(RR, reservation(f"rr-{i}", rng.sample(names, 2)))
@@ -110,10 +118,11 @@ def pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
 
 
-def run(mode: str, feed: Feed, passes: int) -> dict[str, Any]:
-    """`passes` passes of one mode; the first (cold) is not counted."""
+def run(mode: str, feed: Feed, passes: int, tiers: list[str] | None = None) -> dict[str, Any]:
+    """`passes` passes of one mode; the first (cold) is not counted. With `tiers`, pass i
+    places its one-pod Workload in tiers[i % len(tiers)]."""
     engine = CpSatEngine(seed=0)
-    config, gang = bench_config(), bench_gang(1)
+    config, one_pod = bench_config(), bench_gang(1)
     live = LiveSnapshot(feed.store.subscribe())
     build: Callable[[], ClusterSnapshot]
     if mode == "full":
@@ -130,6 +139,7 @@ def run(mode: str, feed: Feed, passes: int) -> dict[str, Any]:
         started = time.perf_counter()
         snapshot = build()
         built = time.perf_counter()
+        gang = replace(one_pod, tier=tiers[i % len(tiers)]) if tiers else one_pod
         placement = OrderedPlacer(engine, snapshot).place(gang, config)
         done = time.perf_counter()
         if i:
@@ -154,33 +164,42 @@ def main() -> None:
     ap.add_argument("--pods-per-node", type=int, default=4)
     ap.add_argument("--nodes-per-reservation", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tiers", nargs="+", help="the one-pod Workloads' tiers, in turn")
+    ap.add_argument("--vary-pods", action="store_true",
+                    help="0 to 2× --pods-per-node bound pods per node, drawn per node")
+    ap.add_argument("--modes", nargs="+", choices=("full", "live"), default=["full", "live"])
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     results = []
     for n in args.nodes:
         row: dict[str, Any] = {}
-        for mode in ("full", "live"):
-            feed = fleet(n, args.pods_per_node, args.nodes_per_reservation, args.seed)
-            row[mode] = run(mode, feed, args.passes)
+        for mode in args.modes:
+            feed = fleet(n, args.pods_per_node, args.nodes_per_reservation, args.seed,
+                         args.vary_pods)
+            row[mode] = run(mode, feed, args.passes, args.tiers)
             row[f"{mode}_placements"] = row[mode].pop("placed")
             row["nodes"] = len(feed.store.by_key("Node"))
             row["pods"] = len(feed.store.by_key("Pod"))
             row["reservations"] = len(feed.store.by_key(RR))
         # the same Workloads on the same fleet: the live snapshot must place them alike
-        row["placed"] = len(row["full_placements"])
-        row["same_placements"] = row.pop("full_placements") == row.pop("live_placements")
+        row["placed"] = len(row[f"{args.modes[0]}_placements"])
+        placements = [row.pop(f"{mode}_placements") for mode in args.modes]
+        if len(placements) == 2:
+            row["same_placements"] = placements[0] == placements[1]
         results.append(row)
-        print(f"{row['nodes']:>5} nodes {row['pods']:>6} pods | snapshot p50/p99 ms: "
-              f"full {row['full']['snapshot_ms']['p50']}/{row['full']['snapshot_ms']['p99']}"
-              f"  live {row['live']['snapshot_ms']['p50']}/{row['live']['snapshot_ms']['p99']}"
-              f" | 1-pod decision p50/p99 ms: full {row['full']['decision_ms']['p50']}/"
-              f"{row['full']['decision_ms']['p99']}  live {row['live']['decision_ms']['p50']}/"
-              f"{row['live']['decision_ms']['p99']} | same placements "
-              f"{row['same_placements']}", flush=True)
+        cells = " | ".join(
+            f"{mode}: snapshot p50/p99 ms {row[mode]['snapshot_ms']['p50']}/"
+            f"{row[mode]['snapshot_ms']['p99']}, 1-pod decision p50/p99 ms "
+            f"{row[mode]['decision_ms']['p50']}/{row[mode]['decision_ms']['p99']}"
+            for mode in args.modes
+        )
+        print(f"{row['nodes']:>5} nodes {row['pods']:>6} pods | {cells} | same placements "
+              f"{row.get('same_placements', '-')}", flush=True)
     report = {
         "what": "one pass's snapshot and a one-pod decision (snapshot + engine), full rebuild "
                 "vs live snapshot, after a one-pod change per pass",
         "passes": args.passes, "pods_per_node": args.pods_per_node,
+        "vary_pods": args.vary_pods, "tiers": args.tiers,
         "nodes_per_reservation": args.nodes_per_reservation,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_1m": round(os.getloadavg()[0], 2)},

@@ -18,7 +18,7 @@ of held cliques. Others, and every plain `ClusterSnapshot`, take the full path.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
 from typing import cast
 
@@ -38,7 +38,12 @@ from nexus_admit.placement.reduction import (
 )
 from nexus_admit.placement.tracking import TrackedSnapshot
 
-__all__ = ["LiveReduction", "live_reduction"]
+__all__ = ["KEPT_RANKINGS", "LiveReduction", "live_reduction"]
+
+# one-pod rankings kept per tracker, one per what the lower bound reads of the gang (tier,
+# workload type, GPUs): Workloads of several tiers with one pod shape share a tracker, and
+# one ranking reset at each change of tier ranked the whole fleet again each time
+KEPT_RANKINGS = 8
 
 
 class LiveReduction:
@@ -74,7 +79,8 @@ class LiveReduction:
         if self.rack_level >= 0:
             for name in self.names:
                 self.rack_names[self.paths[name][self.rack_level]].append(name)
-        self.scan = _ScanRanking()
+        # the one-pod scan's rankings by the gang's signature, least recently used first
+        self.scans: OrderedDict[tuple[object, ...], _ScanRanking] = OrderedDict()
         for name in self.names:
             self._add(problem, name, memo)
         self.seen = len(self.log)
@@ -102,12 +108,14 @@ class LiveReduction:
             if name in self.position:
                 self._drop(name)
                 self._add(problem, name, memo)
-        self.scan.dirty.update(n for n in changed if n in self.position)
+        dirty = {n for n in changed if n in self.position}
         if self.rack_level >= 0:
             for name in changed:  # the rack's free GPUs, which its mates' bounds read
-                self.scan.dirty.update(self.rack_names.get(self.paths[name][self.rack_level], ()))
-        if len(self.scan.dirty) > 64 + len(self.names) // 4:
-            self.scan.forget()
+                dirty.update(self.rack_names.get(self.paths[name][self.rack_level], ()))
+        for scan in self.scans.values():
+            scan.dirty |= dirty
+            if len(scan.dirty) > 64 + len(self.names) // 4:
+                scan.forget()
         self.seen = len(self.log)
         return True
 
@@ -127,12 +135,17 @@ class LiveReduction:
             key = lone_class_key(problem, name, cap, memo)
             members = self.classes.setdefault(key, [])
             if members and self.position[name] < members[0]:
-                self.scan.dirty.add(self.names[members[0]])  # no longer its class's first
+                self._dirty(self.names[members[0]])  # no longer its class's first
             insort(members, self.position[name])
         self.entries[name] = (cap, key)
 
+    def _dirty(self, name: str) -> None:
+        for scan in self.scans.values():
+            scan.dirty.add(name)
+
     def _drop(self, name: str) -> None:
-        self.scan.bounds.pop(name, None)
+        for scan in self.scans.values():
+            scan.bounds.pop(name, None)
         entry = self.entries.pop(name, None)
         if entry is None:
             return
@@ -150,7 +163,7 @@ class LiveReduction:
         if not members:
             del self.classes[key]
         elif first:
-            self.scan.dirty.add(self.names[members[0]])  # its class's first now
+            self._dirty(self.names[members[0]])  # its class's first now
 
     def shortfall(self, problem: Problem) -> str:
         """`reduction.shortfall` of the candidates."""
@@ -185,7 +198,18 @@ class LiveReduction:
         """The one-pod scan's `Ranking` of `reduction(problem)` (a gang of one pod), kept
         up to date from the nodes that changed."""
         assert problem.gang.pod_count == 1
-        ranked = self.scan.ranked(problem, self)
+        weights = term_weights(problem)
+        gang = problem.gang
+        signature = (gang.tier, gang.workload_type, _bound_shape(gang.pod_sets[0]),
+                     tuple(weights.items()))
+        scan = self.scans.get(signature)
+        if scan is None:
+            scan = self.scans[signature] = _ScanRanking()
+            if len(self.scans) > KEPT_RANKINGS:
+                self.scans.popitem(last=False)
+        else:
+            self.scans.move_to_end(signature)
+        ranked = scan.ranked(problem, self, weights)
         return Ranking(ranked, len(ranked), self.notes(len(ranked)), True)
 
     def kept(self, name: str) -> bool:
@@ -203,13 +227,13 @@ class LiveReduction:
 
 
 class _ScanRanking:
-    """The one-pod scan's ranked candidates of one tracker, updated for its `dirty` nodes
-    (changed, their rack mates, those that became or stopped being their class's first);
-    every lower bound remembered with what it read of the rest of the snapshot."""
+    """The one-pod scan's ranked candidates of one tracker for one gang signature, updated
+    for its `dirty` nodes (changed, their rack mates, those that became or stopped being
+    their class's first); every lower bound remembered with what it read of the rest of
+    the snapshot."""
 
     def __init__(self) -> None:
         self.dirty: set[str] = set()
-        self.signature: tuple[object, ...] = ()
         self.bounds: dict[str, tuple[tuple[object, ...], float]] = {}
         self.sorted: list[tuple[float, int, str]] | None = None
         self.entry: dict[str, tuple[float, int, str]] = {}
@@ -219,15 +243,9 @@ class _ScanRanking:
         self.sorted = None
         self.dirty.clear()
 
-    def ranked(self, problem: Problem, tracker: LiveReduction) -> list[tuple[float, int, str]]:
-        weights = term_weights(problem)
-        gang = problem.gang
-        signature = (gang.tier, gang.workload_type, _bound_shape(gang.pod_sets[0]),
-                     tuple(weights.items()))
-        if signature != self.signature:
-            self.bounds.clear()
-            self.signature = signature
-            self.forget()
+    def ranked(
+        self, problem: Problem, tracker: LiveReduction, weights: dict[str, int]
+    ) -> list[tuple[float, int, str]]:
         if self.sorted is None:
             names = tracker.kept_names()
             values = self._bounds(problem, names, weights)

@@ -171,3 +171,39 @@ def test_a_tracker_reads_again_only_what_changed_and_starts_over_on_a_new_snapsh
 
 def _one_gpu() -> Gang:
     return Gang("ns/one", (PodSet("main", 1, 1000, 1024, gpus=1),), tier="gold")
+
+
+def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> None:
+    """Gold and bronze one-GPU pods share a tracker (same candidates, same shape); each
+    tier's ranking is kept beside the other's, so after a placement the next decision of
+    either tier bounds only the nodes that changed and their rack mates, not the fleet,
+    and ranks exactly as afresh."""
+    import nexus_admit.placement.live_reduction as live_mod
+
+    bounded: list[str] = []
+    real = live_mod.scan_lower_bound
+
+    def counting(problem, name, weights):  # type: ignore[no-untyped-def]
+        bounded.append(name)
+        return real(problem, name, weights)
+
+    monkeypatch.setattr(live_mod, "scan_lower_bound", counting)
+    # 8 racks of 6 nodes, most nodes a class of their own (free GPUs, rack)
+    tracked = TrackedSnapshot.of(
+        _node(f"n{i}", f"r{i % 8}", [GPU_WHOLE] * (1 + i % 7) + [0] * (7 - i % 7))
+        for i in range(48)
+    )
+    engine = CpSatEngine(seed=0)
+    gold, bronze = _one_gpu(), replace(_one_gpu(), tier="bronze")
+    for gang in (gold, bronze):  # each tier's first decision ranks every candidate
+        placement = engine.place(tracked, gang, CONFIG)
+        tracked.apply(gang, placement.slots)
+    for i in range(4):
+        gang = replace(gold if i % 2 else bronze, name=f"ns/g{i}")
+        bounded.clear()
+        _check_caches(tracked, gang)  # the kept ranking equals a fresh one
+        # two placements since this tier's last decision: their racks' nodes (12) and the
+        # classes whose first node changed, not all 45 ranked again
+        assert 0 < len(bounded) <= 16, bounded
+        placement = engine.place(tracked, gang, CONFIG)
+        tracked.apply(gang, placement.slots)
