@@ -157,10 +157,7 @@ class Bench:
 
     def store_synced_at(self, log_offset: int) -> float | None:
         """When this run's controller logged "store synced in" (its log's own timestamp)."""
-        assert self.nc is not None
-        with open(self.nc.log_file, "rb") as f:
-            f.seek(log_offset)
-            text = f.read().decode(errors="replace")
+        text = self.controller_log_since(log_offset)
         m = re.search(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*store synced in", text, re.M)
         if not m:
             return None
@@ -169,14 +166,18 @@ class Bench:
     def log_size(self) -> int:
         return self.nc.log_file.stat().st_size if self.nc and self.nc.log_file.exists() else 0
 
+    def controller_log_since(self, log_offset: int) -> str:
+        """What this run's controller logged after `log_offset` ("" without a log)."""
+        if self.nc is None or not self.nc.log_file.exists():
+            return ""
+        with open(self.nc.log_file, "rb") as f:
+            f.seek(log_offset)
+            return f.read().decode(errors="replace")
+
     def controller_log_lines(self, log_offset: int, *patterns: str) -> list[str]:
         """The lines the controller logged after `log_offset` that contain one of
         `patterns`: the phase's slow solves and snapshot renewals, read per decision."""
-        if self.nc is None or not self.nc.log_file.exists():
-            return []
-        with open(self.nc.log_file, "rb") as f:
-            f.seek(log_offset)
-            text = f.read().decode(errors="replace")
+        text = self.controller_log_since(log_offset)
         return [line for line in text.splitlines() if any(p in line for p in patterns)]
 
     # -- a large cluster and its heartbeats ------------------------------------------------
