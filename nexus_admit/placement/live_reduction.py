@@ -26,7 +26,7 @@ from nexus_admit.model import Domain, PodSet
 from nexus_admit.placement.live_facts import pending_changes
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.objective import term_weights
-from nexus_admit.placement.onepod import Ranking, bound_contexts, scan_lower_bound
+from nexus_admit.placement.onepod import Ranking, bound_contexts, lower_bounds
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.reduction import (
     Reduction,
@@ -273,15 +273,19 @@ class _ScanRanking:
     ) -> list[float]:
         """`scan_lower_bound` of each node, remembered until the node changes or what
         `bound_contexts` names of the rest of the snapshot does."""
-        out: list[float] = []
         remembered = self.bounds
-        for name, around in zip(names, bound_contexts(problem, names), strict=True):
-            entry = remembered.get(name)
-            if entry is None or entry[0] != around:
-                entry = (around, scan_lower_bound(problem, name, weights))
-                remembered[name] = entry
-            out.append(entry[1])
-        return out
+        contexts = bound_contexts(problem, names)
+        stale = [
+            i for i, (name, around) in enumerate(zip(names, contexts, strict=True))
+            if (entry := remembered.get(name)) is None or entry[0] != around
+        ]
+        if stale:
+            fresh = lower_bounds(
+                problem, [names[i] for i in stale], weights, [contexts[i] for i in stale]
+            )
+            for i, value in zip(stale, fresh, strict=True):
+                remembered[names[i]] = (contexts[i], value)
+        return [remembered[name][1] for name in names]
 
 
 def _bound_shape(ps: PodSet) -> tuple[object, ...]:

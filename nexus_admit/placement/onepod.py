@@ -19,6 +19,8 @@ from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 __all__ = [
     "Ranking",
     "bound_contexts",
+    "bound_inputs",
+    "lower_bounds",
     "scan_lower_bound",
     "scan_ranked",
     "scan_single",
@@ -69,6 +71,40 @@ def bound_contexts(problem: Problem, names: Sequence[str]) -> list[tuple[object,
     return out
 
 
+def bound_inputs(problem: Problem, name: str) -> tuple[object, ...]:
+    """What `scan_lower_bound` reads of the node itself (the gang, the config and the
+    node's `bound_contexts` aside): its hardware class, VRAM per GPU and each GPU's free
+    share (the fragmentation, island and clique terms). Nodes equal in this and in their
+    context have equal bounds. It leaves out free CPU and memory, which the bound never
+    reads: with many small pods bound nearly every node is a symmetry class of its own
+    (the fragmentation key reads free CPU), yet far fewer differ here."""
+    node = problem.snapshot.nodes[name]
+    return (problem.node_class[name], node.gpu_memory_mib, tuple(node.gpu_free))
+
+
+def lower_bounds(
+    problem: Problem,
+    names: Sequence[str],
+    weights: dict[str, int],
+    contexts: Sequence[tuple[object, ...]] | None = None,
+) -> list[float]:
+    """`scan_lower_bound` of each of `names`, computed once per distinct (context,
+    `bound_inputs`) pair: a ranking of thousands of nodes costs a few hundred bounds."""
+    if problem.gang.siblings:  # the spread term reads the node's name: no two alike
+        return [scan_lower_bound(problem, n, weights) for n in names]
+    if contexts is None:
+        contexts = bound_contexts(problem, names)
+    alike: dict[tuple[object, ...], float] = {}
+    out: list[float] = []
+    for name, around in zip(names, contexts, strict=True):
+        key = (around, bound_inputs(problem, name))
+        value = alike.get(key)
+        if value is None:
+            value = alike[key] = scan_lower_bound(problem, name, weights)
+        out.append(value)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Ranking:
     """The one-pod scan's candidates: (lower bound, order, node) sorted, the order being
@@ -87,9 +123,8 @@ def scan_single(
     each costed on its realised slot as `finish` reports it, until no bound can beat
     the best. Ties keep the earlier candidate (the candidate order is the snapshot's)."""
     weights = term_weights(problem)
-    ranked = sorted(
-        (scan_lower_bound(problem, n, weights), i, n) for i, n in enumerate(red.nodes)
-    )
+    bounds = lower_bounds(problem, red.nodes, weights)
+    ranked = sorted(zip(bounds, range(len(red.nodes)), red.nodes, strict=True))
     ranking = Ranking(ranked, len(red.nodes), red.notes, red.exact)
     return scan_ranked(problem, ranking, started, terms, policy)
 

@@ -181,13 +181,13 @@ def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> 
     import nexus_admit.placement.live_reduction as live_mod
 
     bounded: list[str] = []
-    real = live_mod.scan_lower_bound
+    real = live_mod.lower_bounds
 
-    def counting(problem, name, weights):  # type: ignore[no-untyped-def]
-        bounded.append(name)
-        return real(problem, name, weights)
+    def counting(problem, names, weights, contexts=None):  # type: ignore[no-untyped-def]
+        bounded.extend(names)
+        return real(problem, names, weights, contexts)
 
-    monkeypatch.setattr(live_mod, "scan_lower_bound", counting)
+    monkeypatch.setattr(live_mod, "lower_bounds", counting)
     # 8 racks of 6 nodes, most nodes a class of their own (free GPUs, rack)
     tracked = TrackedSnapshot.of(
         _node(f"n{i}", f"r{i % 8}", [GPU_WHOLE] * (1 + i % 7) + [0] * (7 - i % 7))
