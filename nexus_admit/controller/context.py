@@ -82,6 +82,14 @@ class Context:
     skipped_reported: dict[str, None] = field(default_factory=dict)
     # reservation "namespace/name" → monotonic time its status was last written
     status_written: dict[str, float] = field(default_factory=dict)
+    # reservation "namespace/name" → what the lifecycle step last found it quiet on
+    # (`lifecycle.Quiet`): not looked at again until one of those objects changes
+    lifecycle_quiet: dict[str, object] = field(default_factory=dict)
+    # the store's lists (`Store.listed`) a pass last derived its Workload views from, and
+    # those views: nothing is walked again while the lists are the same objects
+    owners_pruned: tuple[list[dict[str, object]], ...] | None = None
+    workload_views: tuple[tuple[object, ...], list[dict[str, object]],
+                          list[dict[str, object]]] | None = None
     # draining reservation "namespace/name" → monotonic time its gang was last solved
     # without it (loop.place: a drain moved off once its gang fits)
     drain_checked: dict[str, float] = field(default_factory=dict)

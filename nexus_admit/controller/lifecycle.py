@@ -14,8 +14,10 @@ and a gang one of whose pods left its slot (its gate lifted by someone else: a t
 cannot unpin a pod to jump a reservation unnoticed). A pinned pod whose ResourceClaims
 kube-scheduler's DRA allocator cannot allocate on its node says so in the Retry message.
 
-`release_reason`, `reservation_status`, `missing_reservation`, `lost_node` and
-`unpinned_pod` are pure; the rest writes through `api.py`.
+`release_reason`, `retry_reason`, `reservation_status`, `missing_reservation`, `lost_node`
+and `unpinned_pod` are pure; the rest writes through `api.py`. A reservation found quiet is
+not read again until one of the objects it was read from changes or a deadline passes
+(`Quiet`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,11 +51,13 @@ from nexus_admit.kube.reservations import (
 )
 
 __all__ = [
+    "Quiet",
     "lost_node",
     "missing_reservation",
     "release",
     "release_reason",
     "reservation_status",
+    "retry_reason",
     "status_due",
     "sync_lifecycle",
     "unpinned_pod",
@@ -222,16 +227,22 @@ def reservation_status(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
     return {"phase": phase, "slots": rows}
 
 
-def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
-    """The scheduler's reason when a pinned pod has been unschedulable past the grace."""
+def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
+    """Since when kube-scheduler has found an unbound pod unschedulable, or None."""
     if (pod.get("spec") or {}).get("nodeName"):
         return None
     cond = _conditions(pod).get("PodScheduled")
     if not cond or cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
         return None
-    since = parse_time(cond.get("lastTransitionTime"))
+    return parse_time(cond.get("lastTransitionTime"))
+
+
+def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
+    """The scheduler's reason when a pinned pod has been unschedulable past the grace."""
+    since = unschedulable_since(pod)
     if since is None or now - since < UNSCHEDULABLE_GRACE:
         return None
+    cond = _conditions(pod)["PodScheduled"]
     return str(cond.get("message") or "unschedulable")
 
 
@@ -262,6 +273,83 @@ def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> boo
     return any((p.get("spec") or {}).get("nodeName") for p in pods)
 
 
+@dataclass(frozen=True, slots=True)
+class Quiet:
+    """A reservation the lifecycle step found with nothing to do (nothing to release, no
+    Retry, no status write due) and every object that answer read. The store replaces an
+    object whenever a reader could see a change (`Store.upsert`), so while each is the very
+    object the store still holds and no deadline has passed, the answer stands: the step
+    skips it. Without this the step re-read every live reservation and every pod of each,
+    once a second: at 5,000 nodes a fifth of the controller's samples after a burst, and
+    growing with the gangs that run."""
+
+    rr: Mapping[str, Any]
+    workload: Mapping[str, Any] | None
+    pods: tuple[Mapping[str, Any], ...]
+    node_names: tuple[str, ...]
+    nodes: tuple[Mapping[str, Any] | None, ...]
+    checks: tuple[str, ...]
+    phase: str
+    # when a check that reads the time could answer otherwise: spec.expiresAt of a gang
+    # never bound, a pinned pod's unschedulable grace (wall clock); the next slot-claims
+    # status write (monotonic)
+    wall_until: datetime | None
+    tick_until: float | None
+
+    @classmethod
+    def of(
+        cls,
+        rr: Mapping[str, Any],
+        workload: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        nodes: Mapping[str, Any],
+        checks: Sequence[str],
+        status: Mapping[str, Any],
+        since: float,
+    ) -> Quiet:
+        names = tuple(s.node for s in reservation_slots(rr))
+        deadlines: list[datetime] = []
+        expires = parse_time(child(rr, "spec").get("expiresAt"))
+        if expires is not None and not _ever_bound(rr, pods):
+            deadlines.append(expires)
+        for pod in pods:
+            waiting = unschedulable_since(pod)
+            if waiting is not None:
+                deadlines.append(waiting + UNSCHEDULABLE_GRACE)
+        have = child(rr, "status")
+        settled = bool(have.get("phase")) and have.get("phase") == status["phase"] and (
+            have.get("slots") == status["slots"])
+        return cls(
+            rr, workload, tuple(pods), names, tuple(nodes.get(n) for n in names),
+            tuple(checks), str(status["phase"]), min(deadlines, default=None),
+            None if settled else since + STATUS_SLOTS_EVERY_SECONDS,
+        )
+
+    def holds(
+        self,
+        rr: Mapping[str, Any],
+        workload: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        nodes: Mapping[str, Any],
+        checks: Sequence[str],
+        now: datetime,
+        tick: float,
+    ) -> bool:
+        """Whether the step would find this reservation as quiet again."""
+        if self.wall_until is not None and now >= self.wall_until:
+            return False
+        if self.tick_until is not None and tick >= self.tick_until:
+            return False
+        return (
+            rr is self.rr
+            and workload is self.workload
+            and tuple(checks) == self.checks
+            and len(pods) == len(self.pods)
+            and all(a is b for a, b in zip(pods, self.pods, strict=True))
+            and all(nodes.get(n) is o for n, o in zip(self.node_names, self.nodes, strict=True))
+        )
+
+
 # reservations looked at between two turns of the event loop: a few milliseconds of work,
 # so a webhook call never waits for a whole pass over hundreds of reservations
 YIELD_EVERY = 16
@@ -276,6 +364,7 @@ async def sync_lifecycle(ctx: Context) -> None:
     tick = time.monotonic()
     live = {object_key(rr) for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     ctx.status_written = {k: t for k, t in ctx.status_written.items() if k in live}
+    ctx.lifecycle_quiet = {k: q for k, q in ctx.lifecycle_quiet.items() if k in live}
     for i, rr in enumerate(ctx.store.items(L.KIND_RESOURCE_RESERVATION)):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # let the webhook and the watches in between
@@ -283,11 +372,20 @@ async def sync_lifecycle(ctx: Context) -> None:
         ns, name = str(m.get("namespace")), str(m.get("name"))
         if m.get("deletionTimestamp"):
             continue
+        key = f"{ns}/{name}"
         workload = ctx.store.get("Workload", reservation_workload_key(rr))
         pods = ctx.store.pods_of_reservation(ns, name)
+        quiet = ctx.lifecycle_quiet.get(key)
+        if isinstance(quiet, Quiet) and quiet.holds(rr, workload, pods, nodes, checks, now, tick):
+            phases[quiet.phase] += 1
+            continue
+        ctx.lifecycle_quiet.pop(key, None)
         reason = release_reason(rr, workload, checks)
-        if reason is None:
-            reason = await _act(ctx, rr, workload, pods, nodes, now, checks)
+        retry_failed = False
+        if reason is None and workload is not None:
+            reason = retry_reason(rr, pods, nodes, now)
+            if reason is not None and not await _retry(ctx, workload, checks, reason):
+                reason, retry_failed = None, True  # tried again next pass
         if reason is not None:
             await release(ctx, rr, workload, reason, now)
             continue
@@ -295,10 +393,12 @@ async def sync_lifecycle(ctx: Context) -> None:
         phases[status["phase"]] += 1
         # a new reservation's first status write waits as a claims change does: a gang that
         # binds within the period gets one write (Bound), not Reserved, Claimed, Bound
-        since = ctx.status_written.setdefault(f"{ns}/{name}", tick)
+        since = ctx.status_written.setdefault(key, tick)
         if status_due(child(rr, "status"), status, since, tick):
-            ctx.status_written[f"{ns}/{name}"] = tick
+            ctx.status_written[key] = tick
             status_writes.append(_write_status(ctx, ns, name, status))
+        elif not retry_failed:
+            ctx.lifecycle_quiet[key] = Quiet.of(rr, workload, pods, nodes, checks, status, since)
     # informational and independent of each other: together, not one round trip each
     await gather_bounded(status_writes)
     for phase, n in phases.items():
@@ -335,19 +435,15 @@ async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, A
         log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
 
 
-async def _act(
-    ctx: Context,
+def retry_reason(
     rr: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
     pods: Sequence[Mapping[str, Any]],
     nodes: Mapping[str, Any],
     now: datetime,
-    checks: Sequence[str],
 ) -> str | None:
-    """Send the gang back through Retry when its reservation cannot serve it any more;
-    returns why (the reservation is then released) or None."""
-    if workload is None:
-        return None
+    """Why the gang must go back through Retry because its reservation cannot serve it any
+    more (expired unbound, a pin unschedulable past the grace, a pod off its slot, a slot's
+    node gone or cordoned), or None."""
     message = None
     expires = parse_time((rr.get("spec") or {}).get("expiresAt"))
     if expires is not None and expires <= now and not _ever_bound(rr, pods):
@@ -375,9 +471,7 @@ async def _act(
                 f"reservation {meta(rr).get('name')} cannot be used: {why}; the gang is "
                 "placed again"
             )
-    if message is None:
-        return None
-    return message if await _retry(ctx, workload, checks, message) else None
+    return message
 
 
 async def _retry(

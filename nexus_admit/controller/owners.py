@@ -110,10 +110,17 @@ async def fetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]])
 
 
 def prune_owner_jobs(ctx: Context) -> None:
-    """Forget the Jobs no Workload in the store refers to any more."""
-    wanted = {f"{ns}/{name}" for w in ctx.store.items("Workload") for ns, name in _job_refs(w)}
+    """Forget the Jobs no Workload in the store refers to any more (not looked at again
+    while neither the Workloads nor the Jobs changed: a pass runs on every event)."""
+    read = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))
+    if ctx.owners_pruned is not None and all(
+        a is b for a, b in zip(read, ctx.owners_pruned, strict=True)
+    ):
+        return
+    wanted = {f"{ns}/{name}" for w in read[0] for ns, name in _job_refs(w)}
     for job in ctx.store.items(OWNER_KIND):
         m = meta(job)
         key = f"{m.get('namespace')}/{m.get('name')}"
         if key not in wanted:
             ctx.store.forget(OWNER_KIND, key)
+    ctx.owners_pruned = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))

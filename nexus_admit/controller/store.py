@@ -252,10 +252,13 @@ class Store:
     def items(self, kind: str) -> list[dict[str, Any]]:
         return list(self.objects.get(kind, {}).values())
 
-    def _listed(self, kind: str) -> list[dict[str, Any]]:
+    def listed(self, kind: str) -> list[dict[str, Any]]:
+        """The objects of `kind` as one list, the same list object until the kind changes
+        (so a reader may keep what it derived from it while `listed(kind) is` its list);
+        shared: readers must not mutate it."""
         listed = self._lists.get(kind)
         if listed is None:
-            listed = self._lists[kind] = list(self.objects[kind].values())
+            listed = self._lists[kind] = list(self.objects.setdefault(kind, {}).values())
         return listed
 
     def dump(self) -> ClusterDump:
@@ -263,7 +266,7 @@ class Store:
         lists of a kind that did not change since the last dump are shared, not copied:
         readers must not mutate them)."""
         return ClusterDump(
-            by_kind={k: self._listed(k) for k in self.objects},
+            by_kind={k: self.listed(k) for k in self.objects},
             keyed=MappingProxyType({k: MappingProxyType(v) for k, v in self.objects.items()}),
         )
 

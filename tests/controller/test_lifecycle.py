@@ -297,3 +297,136 @@ def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
     have: dict[str, Any], want: dict[str, Any], last: float | None, due: bool
 ) -> None:
     assert status_due(have, want, last, now=100.0) is due
+
+
+# ---- the step on a controller: a quiet reservation is not read again ----
+
+
+def _placed(api: Any, clock: datetime) -> tuple[Any, dict[str, Any]]:
+    """A controller that placed one 1-pod Workload; its context and the reservation."""
+    from tests.controller.test_placing import controller, run, watch
+
+    ctx, _ = controller(api)
+    ctx.clock = lambda: clock
+    run(ctx)
+    watch(ctx, api)
+    (rr,) = api.of_kind(L.KIND_RESOURCE_RESERVATION)
+    return ctx, rr
+
+
+def _lifecycle(ctx: Any) -> None:
+    import asyncio
+
+    from nexus_admit.controller.lifecycle import sync_lifecycle
+
+    asyncio.run(sync_lifecycle(ctx))
+
+
+def _counting_retry_reason(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import nexus_admit.controller.lifecycle as lifecycle
+
+    read: list[str] = []
+    real = lifecycle.retry_reason
+
+    def counting(rr, pods, nodes, now):  # type: ignore[no-untyped-def]
+        read.append(rr["metadata"]["name"])
+        return real(rr, pods, nodes, now)
+
+    monkeypatch.setattr(lifecycle, "retry_reason", counting)
+    return read
+
+
+def test_a_quiet_reservation_is_read_again_only_when_an_object_it_read_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.controller.test_placing import cluster, pending, watch
+    from tests.kube.kube_factories import pod as make_pod
+
+    api = cluster(pending("w", pods=1, gpus=8))
+    ctx, rr = _placed(api, datetime(2026, 11, 25, 10, 0, tzinfo=UTC))
+    slot = rr["spec"]["podSets"][0]["slots"][0]
+    bound = make_pod(
+        "w-0", slot["node"], gpus=8,
+        labels={L.LABEL_RESERVATION: rr["metadata"]["name"]},
+        annotations={L.ANN_SLOT: f"main/{slot['index']}"},
+        spec_extra={"nodeSelector": {L.HOSTNAME_LABEL: slot["node"]}},
+    )
+    api.put(bound)
+    watch(ctx, api)
+    read = _counting_retry_reason(monkeypatch)
+    _lifecycle(ctx)  # its pod came: read, Bound written
+    watch(ctx, api)
+    _lifecycle(ctx)  # its status changed: read again, now quiet
+    assert len(read) == 2
+    _lifecycle(ctx)
+    _lifecycle(ctx)
+    assert len(read) == 2, "nothing changed: not read again"
+    assert ctx.metrics.reservations.labels("Bound")._value.get() == 1  # still counted
+    bound["status"]["phase"] = "Failed"  # its pod changed
+    api.put(bound)
+    watch(ctx, api)
+    _lifecycle(ctx)
+    assert len(read) == 3
+    api.delete("Node", slot["node"])  # the node of its slot went
+    watch(ctx, api)
+    _lifecycle(ctx)
+    assert len(read) == 4
+    assert "was deleted" in api.get("Workload", "w", "default")["status"]["admissionChecks"][0][
+        "message"]
+
+
+def test_a_quiet_unbound_reservation_still_expires_and_a_failed_retry_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.controller.test_placing import cluster, pending, watch
+
+    api = cluster(pending("w", pods=1, gpus=8))
+    t0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    ctx, rr = _placed(api, t0)
+    read = _counting_retry_reason(monkeypatch)
+    _lifecycle(ctx)
+    _lifecycle(ctx)
+    assert len(read) == 1, "quiet: no pod yet, not expired"
+    expires = datetime.fromisoformat(rr["spec"]["expiresAt"].replace("Z", "+00:00"))
+    ctx.clock = lambda: expires
+    api.fail[("apply", "Workload")] = 1  # the Retry write fails once
+    _lifecycle(ctx)
+    assert len(read) == 2, "its deadline passed: read again"
+    assert api.of_kind(L.KIND_RESOURCE_RESERVATION), "not released while Retry failed"
+    watch(ctx, api)
+    _lifecycle(ctx)  # the same objects: tried again, not taken for quiet
+    entry = api.get("Workload", "w", "default")["status"]["admissionChecks"][0]
+    assert entry["state"] == "Retry" and "expired" in entry["message"], entry
+    assert api.of_kind(L.KIND_RESOURCE_RESERVATION) == []
+
+
+def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_grace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_admit.controller.lifecycle import UNSCHEDULABLE_GRACE
+    from tests.controller.test_placing import cluster, pending, watch
+    from tests.kube.kube_factories import pod as make_pod
+
+    api = cluster(pending("w", pods=1, gpus=8))
+    t0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    ctx, rr = _placed(api, t0)
+    slot = rr["spec"]["podSets"][0]["slots"][0]
+    stuck = make_pod(
+        "w-0", None, gpus=8, phase="Pending",
+        labels={L.LABEL_RESERVATION: rr["metadata"]["name"]},
+        annotations={L.ANN_SLOT: f"main/{slot['index']}"},
+        spec_extra={"nodeSelector": {L.HOSTNAME_LABEL: slot["node"]}},
+    )
+    stuck["status"]["conditions"] = [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available", "lastTransitionTime": "2026-11-25T10:00:00Z"}]
+    api.put(stuck)
+    watch(ctx, api)
+    read = _counting_retry_reason(monkeypatch)
+    _lifecycle(ctx)
+    _lifecycle(ctx)
+    assert len(read) == 1, "within the grace: quiet"
+    ctx.clock = lambda: t0 + UNSCHEDULABLE_GRACE
+    _lifecycle(ctx)
+    entry = api.get("Workload", "w", "default")["status"]["admissionChecks"][0]
+    assert entry["state"] == "Retry" and "cannot be scheduled" in entry["message"], entry

@@ -203,13 +203,9 @@ async def place_pending(ctx: Context) -> None:
         return
     prune_owner_jobs(ctx)
     dump = ctx.store.dump()
-    pending = dump.pending_workloads(active)
+    pending, waiting = workload_views(ctx, dump, active)
     # the Jobs of Workloads still waiting for quota in our queues are read ahead
-    placing_now = {object_key(w) for w in pending}
-    prefetch_owner_jobs(
-        ctx,
-        (w for w, _ in waiting_workloads(dump, active) if object_key(w) not in placing_now),
-    )
+    prefetch_owner_jobs(ctx, waiting)
     # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
     unread = await fetch_owner_jobs(ctx, pending)
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
@@ -261,6 +257,30 @@ async def place_pending(ctx: Context) -> None:
                 break
     finally:
         await writes.flush(ctx.metrics)
+
+
+# the kinds `pending_workloads` and `waiting_workloads` read (the Kueue index's)
+_VIEWED_KINDS = ("Workload", "ClusterQueue", "LocalQueue", "ResourceFlavor", "AdmissionCheck",
+                 OWNER_KIND)
+
+
+def workload_views(
+    ctx: Context, dump: ClusterDump, active: set[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Workloads waiting on one of our `active` checks, in Kueue's order, and those
+    still waiting for quota in a queue of ours; derived again only when a list they read
+    is another object than last time (the store replaces a kind's list on any change of
+    it), since a pass runs on every event, most of them pods'."""
+    read: tuple[object, ...] = (*(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
+    kept = ctx.workload_views
+    if kept is not None and all(a is b for a, b in zip(read[:-1], kept[0][:-1], strict=True)) \
+            and read[-1] == kept[0][-1]:
+        return kept[1], kept[2]
+    pending = dump.pending_workloads(active)
+    placing_now = {object_key(w) for w in pending}
+    waiting = [w for w, _ in waiting_workloads(dump, active) if object_key(w) not in placing_now]
+    ctx.workload_views = (read, pending, waiting)
+    return pending, waiting
 
 
 async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> None:
