@@ -85,9 +85,14 @@ class Skipped:
         )
 
 
+# `type(x) is dict` / `is list` first: what JSON decodes to, and a plain type check costs a
+# fraction of an ABC `isinstance`, which these hot readers (every pod, every pass) paid
+# about a million times in a 5,000-node fleet's first snapshot
+
+
 def meta(obj: Obj) -> Mapping[str, Any]:
     m = obj.get("metadata")
-    return m if isinstance(m, Mapping) else {}
+    return m if type(m) is dict or isinstance(m, Mapping) else {}
 
 
 def object_ref(obj: Obj) -> str:
@@ -109,6 +114,8 @@ def object_key(obj: Obj) -> str:
 
 def mapping(obj: Obj, value: Any, field: str) -> Mapping[str, Any]:
     """`value` as a mapping; None → {}; anything else is a TranslationError on `field`."""
+    if type(value) is dict:
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -120,6 +127,8 @@ def mapping(obj: Obj, value: Any, field: str) -> Mapping[str, Any]:
 
 def sequence(obj: Obj, value: Any, field: str) -> Sequence[Any]:
     """`value` as a list; None → []; anything else is a TranslationError on `field`."""
+    if type(value) is list:
+        return value
     if value is None:
         return []
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -133,4 +142,4 @@ def child(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     """`obj[key]` when it is a mapping, else {}: for lenient reads of status the controller
     only observes (a malformed value there is someone else's to report)."""
     value = obj.get(key)
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}

@@ -59,6 +59,14 @@ def parse_quantity(value: str | int | float) -> Fraction:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a quantity (expected e.g. 500m, 2, 40Gi)")
+    return _parse_text(value)
+
+
+# a cluster's pods repeat a few quantity strings ("4", "16Gi", "500m") tens of thousands of
+# times, and building the Fraction was most of translating a pod at start-up (a Fraction is
+# immutable, so one can be shared); a refused string raises each time, it is not kept
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
     text = value.strip()
     m = _RE.match(text)
     if not m:

@@ -92,10 +92,80 @@ def effective_requests(obj: Obj, spec: Any, field: str = "spec") -> Resources:
     return _add(total, _resource_list(obj, spec.get("overhead"), f"{field}.overhead"))
 
 
+def _resources_key(spec: Any) -> tuple[object, ...] | None:
+    """Everything `effective_requests` reads of a pod spec, as a hashable key; None when a
+    part of it is not plain JSON of the expected shape (then it is translated, and its
+    error reported, the long way)."""
+    if type(spec) is not dict:
+        return None
+    parts: list[object] = []
+    for field in ("containers", "initContainers"):
+        containers = spec.get(field)
+        if containers is None:
+            parts.append(None)
+            continue
+        if type(containers) is not list:
+            return None
+        for c in containers:
+            if type(c) is not dict:
+                return None
+            res = c.get("resources")
+            if res is None:
+                parts.append((None, None, c.get("restartPolicy")))
+                continue
+            if type(res) is not dict:
+                return None
+            req, lim = res.get("requests"), res.get("limits")
+            if (req is not None and type(req) is not dict) or (
+                lim is not None and type(lim) is not dict
+            ):
+                return None
+            parts.append((_quantities(req), _quantities(lim), c.get("restartPolicy")))
+        parts.append(field)  # where the containers end and the init containers start
+    overhead = spec.get("overhead")
+    if overhead is not None and type(overhead) is not dict:
+        return None
+    parts.append(_quantities(overhead))
+    return tuple(parts)
+
+
+def _quantities(resources: dict[str, Any] | None) -> tuple[tuple[str, str], ...] | None:
+    """A resource list as a key; strings only, as the apiserver writes quantities (a
+    number or a boolean would hash equal to another: `true` to 1)."""
+    if not resources:
+        return None
+    items = tuple(resources.items())
+    for name, qty in items:
+        if type(qty) is not str or type(name) is not str:
+            raise TypeError("not a plain quantity")
+    return items
+
+
+# pods of one cluster repeat a few shapes of requests: each shape is translated once
+_BY_RESOURCES: dict[tuple[object, ...], PodRequests] = {}
+_BY_RESOURCES_MAX = 4096
+
+
 def pod_requests(obj: Obj, spec: Any, field: str = "spec") -> PodRequests:
     """Effective requests in model units: CPU millicores and memory MiB rounded up, GPUs as
     a whole number of `nvidia.com/gpu` units (a fractional GPU request is an error: use the
     `scheduling.kubenexus.io/gpu-fraction` annotation instead)."""
+    try:
+        key = _resources_key(spec)
+        known = _BY_RESOURCES.get(key) if key is not None else None
+    except TypeError:  # not strings throughout: the long way
+        key = known = None
+    if known is not None:
+        return known
+    found = _pod_requests(obj, spec, field)
+    if key is not None:
+        if len(_BY_RESOURCES) >= _BY_RESOURCES_MAX:
+            _BY_RESOURCES.clear()
+        _BY_RESOURCES[key] = found
+    return found
+
+
+def _pod_requests(obj: Obj, spec: Any, field: str) -> PodRequests:
     raw = effective_requests(obj, spec, field)
     gpu = raw.get(L.GPU_RESOURCE, Fraction(0))
     if gpu.denominator != 1:
