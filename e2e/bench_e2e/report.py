@@ -244,6 +244,8 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         return ", ".join(f"{r} {int(n)}" for r, n in sorted(by_reason.items())) or "0"
 
     row("snapshot renewals (the engine's fleet facts again)", renewals)
+    row("shapes warmed while waiting for quota",
+        lambda p: _fmt((p["controller_metrics"] or {}).get("warmed_shapes"), "", 0))
 
     def slow_solves(p: Mapping[str, Any]) -> str:
         lines = p.get("controller_log")

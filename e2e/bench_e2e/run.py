@@ -669,6 +669,9 @@ def summarize(
             reason: n for (reason,), n in stats.counter_delta(
                 ctl[1], ctl[0], "nexus_admit_snapshot_renewals", ("reason",)).items()
         }
+        # pod shapes of Workloads waiting for quota whose facts were derived ahead
+        controller["warmed_shapes"] = sum(
+            stats.counter_delta(ctl[1], ctl[0], "nexus_admit_warmed_shapes", ()).values())
     ungate = stats.ungate_latencies(ts)
     return {
         "phase": name,

@@ -498,6 +498,49 @@ def test_thirty_workloads_of_three_tiers_never_double_book(
     )
 
 
+def counter(metrics: str, name: str) -> float:
+    """A counter's value in a /metrics text (0 when not exported yet)."""
+    for line in metrics.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_a_workload_waiting_for_quota_is_warmed_then_placed_when_kueue_reserves(
+    nexus_namespace, core_v1, batch_v1, custom_objects, nexus_controller
+):
+    """A Job in a held LocalQueue waits for quota: its shape is warmed ahead on the real
+    ClusterQueue's flavor (controller/warm.py); once the queue is released, Kueue reserves,
+    nexus places and the pods run on their planned nodes."""
+    ns = nexus_namespace
+    queue = {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "LocalQueue",
+        "metadata": {"name": "held-gold", "namespace": ns},
+        "spec": {"clusterQueue": "nexus-gold", "stopPolicy": "Hold"},
+    }
+    custom_objects.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues",
+                                                   queue)
+    before = counter(nexus_controller.metrics(), "nexus_admit_warmed_shapes_total")
+    # a one-pod shape no other test asks for, so its tracker is new to the controller
+    batch_v1.create_namespaced_job(ns, job("waits", "held-gold", pods=1, gpus=3, cpu="5"))
+    wait_for("waits' Workload", lambda: workload_of(custom_objects, ns, "waits"))
+    wait_for(
+        "the waiting shape warmed",
+        lambda: counter(nexus_controller.metrics(), "nexus_admit_warmed_shapes_total") > before,
+        timeout=30,
+    )
+    wl = workload_of(custom_objects, ns, "waits")
+    assert condition(wl, "QuotaReserved") != "True", "held: no quota reserved while warmed"
+    custom_objects.patch_namespaced_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", "held-gold",
+        {"spec": {"stopPolicy": "None"}})
+    wl = wait_check(custom_objects, ns, "waits", ("Ready",), timeout=60)
+    (pod,) = wait_for("waits Running", lambda: running(core_v1, ns, "waits", 1), timeout=60)
+    slots = slots_of(reservation_of(custom_objects, ns, wl))
+    assert pod.spec.node_name == slots[pod.metadata.annotations[SLOT]]["node"]
+
+
 def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
     nexus_namespace, core_v1, batch_v1, custom_objects
 ):

@@ -22,6 +22,7 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owner_chain import OwnerChains
 from nexus_admit.controller.store import Store
 from nexus_admit.controller.tasks import Background
+from nexus_admit.controller.warm import WarmShapes
 from nexus_admit.kube.cluster.live import LiveSnapshot
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
@@ -90,6 +91,8 @@ class Context:
     owners_pruned: tuple[list[dict[str, object]], ...] | None = None
     workload_views: tuple[tuple[object, ...], list[dict[str, object]],
                           list[dict[str, object]]] | None = None
+    # the shapes of the Workloads waiting for quota, derived ahead (controller/warm.py)
+    warm_shapes: WarmShapes = field(default_factory=WarmShapes)
     # draining reservation "namespace/name" → monotonic time its gang was last solved
     # without it (loop.place: a drain moved off once its gang fits)
     drain_checked: dict[str, float] = field(default_factory=dict)

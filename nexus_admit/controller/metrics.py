@@ -50,6 +50,12 @@ class Metrics:
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
+        self.warmed_shapes = Counter(
+            _P + "warmed_shapes",
+            "Pod shapes of Workloads waiting for quota whose placement facts were derived "
+            "ahead, so their decision costs only what changed since.",
+            registry=r,
+        )
         self.placements = Counter(
             _P + "placements", "Placement decisions written, by outcome.", ["outcome"], registry=r
         )

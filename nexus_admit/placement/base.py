@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
 
-__all__ = ["PlacementPolicy", "PolicyFactory"]
+__all__ = ["PlacementPolicy", "PolicyFactory", "Warms"]
 
 
 @runtime_checkable
@@ -23,6 +23,14 @@ class PlacementPolicy(Protocol):
     def place(
         self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig
     ) -> Placement: ...
+
+
+@runtime_checkable
+class Warms(Protocol):
+    """A policy that can derive ahead, on a snapshot it keeps facts of, what a later
+    `place` of a gang reads; that `place` then costs only what changed in between."""
+
+    def warm(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> bool: ...
 
 
 PolicyFactory = Callable[[int], PlacementPolicy]  # seed -> policy

@@ -113,6 +113,28 @@ class CpSatEngine:
         held_back.retry_after_seconds = wait.max_wait_seconds - gang.waited_seconds
         return held_back
 
+    def warm(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> bool:
+        """Derive now what `place(snapshot, gang, config)` reads first, without placing: the
+        gang's tracker on a `TrackedSnapshot` and, for one pod, its ranking (one build over
+        the candidates, O(fleet), the first time a shape is seen). A later `place` of that
+        shape syncs them from the change log. False: nothing kept (no tracked snapshot, a
+        gang the trackers do not serve, or one that cannot be placed as asked)."""
+        if not self._reduce:
+            return False
+        self._memo.sync(snapshot, config)
+        try:
+            problem = prepare(snapshot, gang, config)
+        except ValueError:
+            return False
+        if problem.impossible:
+            return False
+        live = live_reduction(problem, self._memo)
+        if live is None:
+            return False
+        if scans(problem) and not live.shortfall(problem):
+            live.ranking(problem)
+        return True
+
     def _locality_hold(self, problem: Problem) -> str | None:
         """The level to keep this gang inside one domain of, if PlacementConfig.localityWait
         holds it back: a packing (or preferred-level) gang of several pods that has waited less

@@ -207,3 +207,34 @@ def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> 
         assert 0 < len(bounded) <= 16, bounded
         placement = engine.place(tracked, gang, CONFIG)
         tracked.apply(gang, placement.slots)
+
+
+def test_a_warmed_shape_is_placed_without_ranking_the_fleet_and_as_without_the_warm(
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """`warm` builds the tracker and the tier's ranking ahead; the decision that follows
+    bounds only what changed since, and answers as an engine that never warmed."""
+    import nexus_admit.placement.live_reduction as live_mod
+
+    bounded: list[str] = []
+    real = live_mod.lower_bounds
+
+    def counting(problem, names, weights, contexts=None):  # type: ignore[no-untyped-def]
+        bounded.extend(names)
+        return real(problem, names, weights, contexts)
+
+    monkeypatch.setattr(live_mod, "lower_bounds", counting)
+    tracked = TrackedSnapshot.of(
+        _node(f"n{i}", f"r{i % 8}", [GPU_WHOLE] * (1 + i % 7) + [0] * (7 - i % 7))
+        for i in range(48)
+    )
+    engine, gang = CpSatEngine(seed=0), _one_gpu()
+    assert engine.warm(tracked, gang, CONFIG)
+    assert len(bounded) > 16, "the warm ranked the fleet"
+    _flip_gpu(tracked, 5, 0, replace_node=True)  # a change between the warm and the decision
+    bounded.clear()
+    placement = engine.place(tracked, gang, CONFIG)
+    assert 0 < len(bounded) <= 8, bounded
+    assert _answer(placement) == _answer(CpSatEngine(seed=0).place(tracked.copy(), gang, CONFIG))
+    assert not engine.warm(tracked.copy(), gang, CONFIG), "nothing kept on a plain snapshot"
+    assert not CpSatEngine(seed=0, reduce=False).warm(tracked, gang, CONFIG)

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from nexus_admit.controller.admissioncheck import sync_checks
@@ -49,7 +50,10 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.reservations import attempt_key, reservation_key
+from nexus_admit.model import ClusterSnapshot
+from nexus_admit.placement.base import Warms
 from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["LIFECYCLE_EVERY_SECONDS", "place_pending", "reconcile", "run_loop"]
@@ -211,11 +215,17 @@ async def place_pending(ctx: Context) -> None:
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
         dump = ctx.store.dump()
     stored = _settle_ledger(ctx, pending)
-    if not any(
+    deciding = any(
         our_pending_check(w, ctx) is not None and needs_decision(ctx, w)
         for w in pending
         if object_key(w) not in unread
-    ):
+    )
+    # the shapes of the Workloads still waiting for quota, derived ahead (controller/warm.py)
+    warms = ctx.engine if isinstance(ctx.engine, Warms) else None
+    if warms is not None:
+        ctx.warm_shapes.plan(waiting, dump, active)
+    warming = warms is not None and ctx.warm_shapes.due(time.monotonic())
+    if not deciding and not warming:
         # every one is answered already (the watch has not shown it) or waits for its Job:
         # a pass for each of their events would rebuild the snapshot of the whole fleet
         return
@@ -234,11 +244,26 @@ async def place_pending(ctx: Context) -> None:
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
     count_renewal(ctx, live, len(snapshot.nodes))
     report_skipped(ctx, skipped)
+    kueue = await asyncio.to_thread(dump.kueue_index)
+    if deciding:
+        await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
+    if warms is not None and warming:
+        configs = {name: view.config for name, view in ctx.checks.items()}
+        warmed = await asyncio.get_running_loop().run_in_executor(
+            ctx.solver, ctx.warm_shapes.step, warms, snapshot, dump, kueue, configs, now)
+        ctx.metrics.warmed_shapes.inc(warmed)
+
+
+async def _place_batch(
+    ctx: Context, dump: ClusterDump, kueue: KueueIndex, snapshot: ClusterSnapshot,
+    pending: list[dict[str, Any]], unread: set[str], unreserved: frozenset[str],
+    now: datetime,
+) -> None:
+    """Place the pass's Workloads in Kueue's order, each on the capacity the earlier left."""
     # tracked, and the same object from pass to pass: the engine keeps what it derived of
     # each node and re-reads only the nodes that changed (events, placements, holds)
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
-    kueue = await asyncio.to_thread(dump.kueue_index)
     demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
     writes = WritePipeline(ctx, placer, ctx.options.creates_in_flight)
     rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)

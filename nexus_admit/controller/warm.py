@@ -1,0 +1,259 @@
+"""Ahead of quota: what the engine derives per pod shape, derived for the Workloads still
+waiting in our queues, so the decision when Kueue reserves costs only what changed since.
+
+Why: the first decision of a pod shape on a flavor builds that shape's tracker over every
+candidate node (placement/live_reduction.py), O(fleet): about 100 ms at 5,000 nodes against
+20 ms at 1,000 (docs/benchmarks.md). Before Kueue reserves quota, a Workload waits in its
+queue; the build fits in that wait, on the pass's snapshot (`Warms.warm`).
+
+Kueue picks the flavor only when it reserves, so a waiting Workload is translated as if
+admitted on each flavor (up to `FLAVORS_PER_SHAPE`, in the ClusterQueue's order, as Kueue
+tries them) of the resource group that covers its GPUs. Workloads of one shape share one
+warm: the key is what the translation reads of the Workload less its pod templates' labels,
+which carry a Job's own name; a key that joins two shapes only leaves one of them unwarmed.
+Warmed shapes are synced again every `RESYNC_SECONDS`, so a long wait does not let the
+change log outgrow what a sync reads (a tracker that falls that far behind is rebuilt).
+
+Each pass spends at most `BUDGET_SECONDS` here, after its decisions. A Workload that cannot
+be translated is skipped (it is told where it is placed, when Kueue reserves). Who calls
+it: `loop/cycle.place_pending`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.kube.queues import cluster_queue_checks
+from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
+from nexus_admit.placement.base import Warms
+
+__all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "RESYNC_SECONDS", "WarmShapes",
+           "assumed_admissions"]
+
+log = logging.getLogger("nexus_admit.placing")
+
+BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
+RESYNC_SECONDS = 10.0
+FLAVORS_PER_SHAPE = 3
+MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in the waiting list)
+
+_CONTAINER_LISTS = ("containers", "initContainers")
+_QUEUE_KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor")
+
+
+@dataclass(slots=True)
+class _Todo:
+    key: str
+    workload: dict[str, Any]
+    cluster_queue: Mapping[str, Any]
+    check: str
+
+
+@dataclass(slots=True)
+class WarmShapes:
+    """The shapes of the Workloads waiting for quota, warmed or still to warm."""
+
+    waiting: object = None  # the waiting list `todo` and `done` were derived from
+    todo: list[_Todo] = field(default_factory=list)
+    # shape -> its assumed gangs the engine kept facts for, with their check
+    done: dict[str, tuple[tuple[Gang, str], ...]] = field(default_factory=dict)
+    resync: list[str] = field(default_factory=list)  # warmed shapes left to sync this round
+    synced: float = 0.0  # when the last round of syncs started (monotonic)
+    epoch: tuple[object, ...] | None = None  # what `shapes` were derived with
+    # id of a waiting Workload -> (that object, its shape to warm; None: not ours to warm)
+    shapes: dict[int, tuple[dict[str, Any], _Todo | None]] = field(default_factory=dict)
+
+    def plan(self, waiting: list[dict[str, Any]], dump: ClusterDump, active: set[str]) -> None:
+        """Derive the shapes to warm from `waiting` (the Workloads waiting for quota in our
+        queues), again only when it is another list than last time; a Workload's shape is
+        derived again only when it is another object (the store replaces a changed one)."""
+        if waiting is self.waiting:
+            return
+        self.waiting = waiting
+        # the queues and flavors a shape was derived from (the store replaces a changed list)
+        epoch = (*(dump.kind(k) for k in _QUEUE_KINDS), frozenset(active))
+        if self.epoch is None or any(a is not b for a, b in zip(epoch[:-1], self.epoch[:-1],
+                                                                   strict=True)) \
+                or epoch[-1] != self.epoch[-1]:
+            self.shapes, self.epoch = {}, epoch
+        index = dump.kueue_index() if waiting else KueueIndex()
+        todo: list[_Todo] = []
+        seen: set[str] = set()
+        shapes: dict[int, tuple[dict[str, Any], _Todo | None]] = {}
+        for wl in waiting:
+            if len(seen) >= MAX_SHAPES:
+                break
+            kept = self.shapes.get(id(wl))
+            todo_of = kept[1] if kept is not None and kept[0] is wl else _todo(wl, index, active)
+            shapes[id(wl)] = (wl, todo_of)
+            if todo_of is None or todo_of.key in seen:
+                continue
+            seen.add(todo_of.key)
+            if todo_of.key not in self.done:
+                todo.append(todo_of)
+        self.shapes = shapes
+        self.todo = todo
+        self.done = {k: v for k, v in self.done.items() if k in seen}
+
+    def due(self, tick: float) -> bool:
+        """Something to warm, or syncs left or due."""
+        if self.todo or self.resync:
+            return True
+        return bool(self.done) and tick - self.synced >= RESYNC_SECONDS
+
+    def step(
+        self,
+        engine: Warms,
+        snapshot: ClusterSnapshot,
+        dump: ClusterDump,
+        kueue: KueueIndex,
+        configs: Mapping[str, PlacementConfig | None],
+        now: datetime,
+    ) -> int:
+        """Warm new shapes, then sync warmed ones, within the budget (in the solver's
+        thread: the engine's facts are the solves'). The number of shapes warmed (the engine
+        kept facts for at least one of its flavors)."""
+        started = time.perf_counter()
+        tick = time.monotonic()
+        warmed = 0
+        while self.todo and time.perf_counter() - started < BUDGET_SECONDS:
+            todo = self.todo.pop(0)
+            kept = self.done[todo.key] = _warm_new(engine, snapshot, dump, kueue, configs, now,
+                                                   todo)
+            warmed += bool(kept)
+        if not self.synced:  # the first round of syncs is due that long after the first warm
+            self.synced = tick
+        if self.done and not self.resync and tick - self.synced >= RESYNC_SECONDS:
+            self.resync, self.synced = list(self.done), tick
+        while self.resync and time.perf_counter() - started < BUDGET_SECONDS:
+            for gang, check in self.done.get(self.resync.pop(), ()):
+                config = configs.get(check)
+                if config is not None:
+                    engine.warm(snapshot, gang, config)
+        return warmed
+
+
+def _todo(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _Todo | None:
+    """What to warm for a waiting Workload; None for one of no queue of ours, or malformed
+    (told where it is placed)."""
+    try:
+        cq_name = kueue.cluster_queue_name(wl)
+        cq = kueue.cluster_queues.get(cq_name) if cq_name else None
+        checks = sorted(cluster_queue_checks(cq) & active)
+        if cq is None or not checks:
+            return None
+        return _Todo(shape_key(wl, cq_name or ""), wl, cq, checks[0])
+    except Exception:
+        return None
+
+
+def _warm_new(
+    engine: Warms, snapshot: ClusterSnapshot, dump: ClusterDump, kueue: KueueIndex,
+    configs: Mapping[str, PlacementConfig | None], now: datetime, todo: _Todo,
+) -> tuple[tuple[Gang, str], ...]:
+    config = configs.get(todo.check)
+    if config is None:
+        return ()
+    kept: list[tuple[Gang, str]] = []
+    try:
+        for assumed in assumed_admissions(todo.workload, todo.cluster_queue, kueue):
+            gang = dump.gang(assumed, config, snapshot, kueue, now=now)
+            if engine.warm(snapshot, gang, config):
+                kept.append((gang, todo.check))
+    except Exception as e:  # a warm is never needed: the decision derives it anyway
+        log.debug("Workload %s: not warmed ahead of quota: %s", object_key(todo.workload), e)
+    return tuple(kept)
+
+
+def shape_key(workload: Mapping[str, Any], cluster_queue: str) -> str:
+    """What the translation reads of a waiting Workload, less its pod templates' labels."""
+    meta = workload.get("metadata") or {}
+    spec = workload.get("spec") or {}
+    sets = []
+    for ps in spec.get("podSets") or []:
+        template = ps.get("template") or {}
+        sets.append({
+            **{k: v for k, v in ps.items() if k not in ("name", "template")},
+            "annotations": (template.get("metadata") or {}).get("annotations"),
+            "spec": template.get("spec"),
+        })
+    owners = sorted(str(r.get("kind")) for r in meta.get("ownerReferences") or [])
+    return json.dumps(
+        [cluster_queue, meta.get("annotations"), owners, spec.get("priority"), sets],
+        sort_keys=True, default=str,
+    )
+
+
+def assumed_admissions(
+    workload: Mapping[str, Any], cluster_queue: Mapping[str, Any], kueue: KueueIndex
+) -> list[dict[str, Any]]:
+    """Copies of a Workload waiting for quota, each as if Kueue had reserved it on one
+    flavor of the ClusterQueue's resource group covering its GPUs (the first
+    `FLAVORS_PER_SHAPE`; flavors of Kueue's Topology-Aware Scheduling are left out: Kueue
+    chooses those hosts); every other resource on its group's first flavor. None when no
+    group covers a GPU resource the Workload asks for."""
+    spec = workload.get("spec") or {}
+    groups = [g for g in (cluster_queue.get("spec") or {}).get("resourceGroups") or []
+              if isinstance(g, Mapping)]
+    pod_sets = [ps for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
+    asked = [_resources(ps) for ps in pod_sets]
+    gpu_group = next((g for g in groups
+                      if any(_is_gpu(r) and any(r in a for a in asked)
+                             for r in g.get("coveredResources") or [])), None)
+    if gpu_group is None:
+        return []
+    options = [str(f.get("name")) for f in gpu_group.get("flavors") or []
+               if isinstance(f, Mapping) and f.get("name")]
+    options = [f for f in options if not _topology_flavor(kueue, f)][:FLAVORS_PER_SHAPE]
+    out = []
+    for flavor in options:
+        assignments = []
+        for ps, resources in zip(pod_sets, asked, strict=True):
+            flavors: dict[str, str] = {}
+            for group in groups:
+                covered = [str(r) for r in group.get("coveredResources") or []
+                           if r in resources]
+                names = [str(f.get("name")) for f in group.get("flavors") or []
+                         if isinstance(f, Mapping) and f.get("name")]
+                if covered and names:
+                    chosen = flavor if group is gpu_group else names[0]
+                    flavors.update(dict.fromkeys(covered, chosen))
+            assignments.append(
+                {"name": ps.get("name") or "main", "flavors": flavors, "count": ps.get("count", 1)}
+            )
+        status = dict(workload.get("status") or {})
+        status["admission"] = {"clusterQueue": (cluster_queue.get("metadata") or {}).get("name"),
+                               "podSetAssignments": assignments}
+        out.append({**workload, "status": status})
+    return out
+
+
+def _resources(pod_set: Mapping[str, Any]) -> set[str]:
+    """The resource names a pod set's containers request or limit."""
+    pod_spec = (pod_set.get("template") or {}).get("spec") or {}
+    out: set[str] = set()
+    for kind in _CONTAINER_LISTS:
+        for c in pod_spec.get(kind) or []:
+            res = c.get("resources") or {}
+            out.update(res.get("requests") or {})
+            out.update(res.get("limits") or {})
+    return out
+
+
+def _is_gpu(resource: object) -> bool:
+    return resource == L.GPU_RESOURCE or str(resource).endswith("/gpu")
+
+
+def _topology_flavor(kueue: KueueIndex, flavor: str) -> bool:
+    rf = kueue.resource_flavors.get(flavor)
+    return bool(((rf or {}).get("spec") or {}).get("topologyName"))

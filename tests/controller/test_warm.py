@@ -1,0 +1,217 @@
+"""The shapes of Workloads waiting for quota, warmed ahead: their decision then builds
+nothing over the fleet, answers as without the warm, and a malformed Workload warms
+nothing and stops no one."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.warm import assumed_admissions, shape_key
+from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.placement import live_reduction as live_mod
+from nexus_admit.placement.base import Warms
+from nexus_admit.placement.policies import make_policy
+from tests.controller.fake_api import FakeApi
+from tests.controller.test_placing import (
+    QR,
+    CountingEngine,
+    check_of,
+    run,
+    slot_nodes,
+    watch,
+)
+from tests.kube.kube_factories import (
+    admission_check,
+    flavor,
+    local_queue,
+    node,
+    pod_set,
+    workload,
+)
+
+GPU = "nvidia.com/gpu"
+
+
+def gpu_queue(*flavors: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "cq", "labels": {"scheduling.kubenexus.io/tier": "gold"}},
+        "spec": {
+            "admissionChecksStrategy": {"admissionChecks": [{"name": "nexus"}]},
+            "resourceGroups": [
+                {"coveredResources": ["cpu", "memory", GPU],
+                 "flavors": [{"name": f, "resources": []} for f in flavors]},
+            ],
+        },
+    }
+
+
+def waiting(name: str, gpus: int = 1, job: str | None = None) -> dict[str, Any]:
+    """A Workload in our queue that Kueue has not reserved quota for yet."""
+    labels = {"batch.kubernetes.io/job-name": job or name}
+    return workload(name, [pod_set(count=1, gpus=gpus, labels=labels)], cluster_queue=None,
+                    conditions={}, created=QR)
+
+
+def reserved(wl: dict[str, Any], on: str) -> dict[str, Any]:
+    """`wl` once Kueue reserved its quota on flavor `on`."""
+    out = copy.deepcopy(wl)
+    out["status"]["conditions"] = [
+        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": QR}]
+    out["status"]["admission"] = {
+        "clusterQueue": "cq",
+        "podSetAssignments": [
+            {"name": ps["name"], "count": ps["count"],
+             "flavors": {"cpu": on, "memory": on, GPU: on}}
+            for ps in out["spec"]["podSets"]],
+    }
+    return out
+
+
+def fleet(*workloads: dict[str, Any]) -> FakeApi:
+    api = FakeApi()
+    for i in range(12):
+        pool = "h100" if i < 8 else "a100"
+        api.put(node(f"n{i}", labels={"pool": pool}))
+    api.put(flavor("h100", {"pool": "h100"}))
+    api.put(flavor("a100", {"pool": "a100"}))
+    tas = flavor("tas")
+    tas["spec"]["topologyName"] = "default"
+    api.put(tas)
+    api.put(gpu_queue("h100", "a100", "tas"))
+    api.put(local_queue("default", "q", "cq"))
+    api.put(admission_check("nexus"))
+    for w in workloads:
+        api.put(w)
+    return api
+
+
+class Builds:
+    """Counts the trackers built over the fleet."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = live_mod.LiveReduction.__init__
+
+        def counting(tracker: Any, *args: Any) -> None:
+            self.count += 1
+            real(tracker, *args)
+
+        monkeypatch.setattr(live_mod.LiveReduction, "__init__", counting)
+
+
+def controller(api: FakeApi) -> Context:
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    watch(ctx, api)
+    ctx.synced = True
+    return ctx
+
+
+def test_a_waiting_workload_is_assumed_on_each_flavor_but_kueues_topology_ones() -> None:
+    api = fleet()
+    kueue = KueueIndex.of(resource_flavors=api.of_kind("ResourceFlavor"))
+    wl = waiting("w")
+    assumed = assumed_admissions(wl, gpu_queue("h100", "a100", "tas"), kueue)
+    on = [a["status"]["admission"]["podSetAssignments"][0]["flavors"] for a in assumed]
+    assert on == [dict.fromkeys(("cpu", "memory", GPU), f) for f in ("h100", "a100")]
+    assert "admission" not in wl["status"], "the Workload itself is left as it is"
+    cpu_only = workload("c", [pod_set(gpus=0)], cluster_queue=None, conditions={})
+    assert assumed_admissions(cpu_only, gpu_queue("h100"), kueue) == []
+
+
+def test_one_jobs_shape_is_one_key_whatever_the_jobs_name() -> None:
+    assert shape_key(waiting("a", job="a"), "cq") == shape_key(waiting("b", job="b"), "cq")
+    assert shape_key(waiting("a", gpus=1), "cq") != shape_key(waiting("a", gpus=2), "cq")
+    assert shape_key(waiting("a"), "cq") != shape_key(waiting("a"), "other-cq")
+
+
+def test_a_shape_warmed_while_waiting_is_decided_without_a_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = fleet(waiting("w"), waiting("twin"))
+    ctx = controller(api)
+    assert isinstance(ctx.engine, Warms)
+    builds = Builds(monkeypatch)
+    run(ctx)
+    assert builds.count == 2, "the one shape, on each of its two flavors"
+    assert ctx.metrics.warmed_shapes._value.get() == 1
+    run(ctx)
+    assert builds.count == 2, "warmed once"
+    api.put(reserved(api.get("Workload", "w", "default"), "a100"))
+    watch(ctx, api)
+    run(ctx)
+    watch(ctx, api)
+    assert check_of(api, "w")["state"] == "Ready"
+    assert builds.count == 2, "the decision synced the warmed tracker"
+    assert slot_nodes(api.of_kind("ResourceReservation")[0]) <= {"n8", "n9", "n10", "n11"}
+
+
+def test_a_warmed_decision_is_the_decision_without_the_warm() -> None:
+    wl = waiting("w", gpus=2)
+    cold, warm = fleet(wl), fleet(wl)
+    cold_ctx, warm_ctx = controller(cold), controller(warm)
+    cold_ctx.engine = CountingEngine()  # the same engine, without its warm
+    assert not isinstance(cold_ctx.engine, Warms)
+    run(cold_ctx)
+    run(warm_ctx)
+    assert warm_ctx.metrics.warmed_shapes._value.get() == 1
+    for api, ctx in ((cold, cold_ctx), (warm, warm_ctx)):
+        api.put(reserved(api.get("Workload", "w", "default"), "h100"))
+        watch(ctx, api)
+        run(ctx)
+    rrs = [api.of_kind("ResourceReservation")[0]["spec"]["podSets"] for api in (cold, warm)]
+    assert rrs[0] == rrs[1]
+
+
+def test_a_malformed_waiting_workload_warms_nothing_and_stops_no_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    broken = waiting("broken")
+    broken["spec"]["podSets"][0]["template"]["spec"]["containers"] = "not a list"
+    worse = waiting("worse")
+    worse["spec"]["podSets"] = {"not": "a list"}
+    api = fleet(broken, worse, waiting("fine", gpus=4))
+    ctx = controller(api)
+    builds = Builds(monkeypatch)
+    run(ctx)
+    assert builds.count == 2, "the well-formed shape is warmed on both flavors"
+    api.put(reserved(api.get("Workload", "fine", "default"), "h100"))
+    watch(ctx, api)
+    run(ctx)
+    watch(ctx, api)
+    assert check_of(api, "fine")["state"] == "Ready"
+
+
+def test_warmed_shapes_are_synced_again_while_they_wait_and_dropped_once_none_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nexus_admit.controller import warm as warm_mod
+
+    api = fleet(waiting("w"))
+    ctx = controller(api)
+    engine = ctx.engine
+    calls: list[str] = []
+    real = engine.warm  # type: ignore[attr-defined]
+
+    def counting(snapshot: Any, gang: Any, config: Any) -> bool:
+        calls.append(gang.name)
+        return bool(real(snapshot, gang, config))
+
+    monkeypatch.setattr(engine, "warm", counting)
+    run(ctx)
+    assert len(calls) == 2
+    run(ctx)
+    assert len(calls) == 2, "nothing new, no sync due: no warm"
+    monkeypatch.setattr(warm_mod, "RESYNC_SECONDS", 0.0)
+    run(ctx)
+    assert len(calls) == 4, "a sync round: each warmed gang again"
+    api.put(reserved(api.get("Workload", "w", "default"), "h100"))
+    watch(ctx, api)
+    run(ctx)
+    assert ctx.warm_shapes.done == {} and ctx.warm_shapes.shapes == {}
