@@ -188,30 +188,49 @@ def test_a_malformed_waiting_workload_warms_nothing_and_stops_no_one(
     assert check_of(api, "fine")["state"] == "Ready"
 
 
-def test_warmed_shapes_are_synced_again_while_they_wait_and_dropped_once_none_does(
+def test_warmed_shapes_are_synced_while_they_wait_and_a_node_joining_warms_them_anew(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from nexus_admit.controller import warm as warm_mod
+    from nexus_admit.kube.dump import ClusterDump
 
     api = fleet(waiting("w"))
     ctx = controller(api)
     engine = ctx.engine
     calls: list[str] = []
-    real = engine.warm  # type: ignore[attr-defined]
+    translations: list[str] = []
+    real_warm, real_gang = engine.warm, ClusterDump.gang  # type: ignore[attr-defined]
 
     def counting(snapshot: Any, gang: Any, config: Any) -> bool:
         calls.append(gang.name)
-        return bool(real(snapshot, gang, config))
+        return bool(real_warm(snapshot, gang, config))
+
+    def translating(self: ClusterDump, wl: Any, *args: Any, **kwargs: Any) -> Any:
+        translations.append(wl["metadata"]["name"])
+        return real_gang(self, wl, *args, **kwargs)
 
     monkeypatch.setattr(engine, "warm", counting)
+    monkeypatch.setattr(ClusterDump, "gang", translating)
     run(ctx)
-    assert len(calls) == 2
+    assert (len(calls), len(translations)) == (2, 2)
     run(ctx)
     assert len(calls) == 2, "nothing new, no sync due: no warm"
     monkeypatch.setattr(warm_mod, "RESYNC_SECONDS", 0.0)
     run(ctx)
-    assert len(calls) == 4, "a sync round: each warmed gang again"
+    assert (len(calls), len(translations)) == (4, 2), "a sync round: no translation"
+    monkeypatch.setattr(warm_mod, "RESYNC_SECONDS", 3600.0)
     api.put(reserved(api.get("Workload", "w", "default"), "h100"))
     watch(ctx, api)
+    run(ctx)  # w is placed; none of its shape waits
+    assert ctx.warm_shapes.current == set()
+    done = len(calls)
+    api.put(waiting("again"))  # the same shape waits again: synced at once, not translated
+    watch(ctx, api)
     run(ctx)
-    assert ctx.warm_shapes.done == {} and ctx.warm_shapes.shapes == {}
+    assert len(calls) == done + 2 and translations.count("again") == 0
+    api.put(node("n12", labels={"pool": "a100"}))  # a node joins: the snapshot is renewed
+    watch(ctx, api)
+    ctx.capacity_recorded = 0.0  # by the next build, here the capacity step's
+    run(ctx)
+    run(ctx)
+    assert translations.count("again") == 2, "translated anew against the new fleet"

@@ -142,6 +142,8 @@ async def record_capacity(ctx: Context) -> None:
         _record_capacity, ctx, ctx.store.dump(), capacity_plans(ctx)
     )
     report_skipped(ctx, skipped, count=False)
+    if ctx.live["placing"].renewed is not None:  # the passes' snapshot too
+        ctx.warm_shapes.forget()
 
 
 def capacity_plans(ctx: Context) -> tuple[LivePlan, LivePlan]:
@@ -244,6 +246,10 @@ async def place_pending(ctx: Context) -> None:
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
     count_renewal(ctx, live, len(snapshot.nodes))
     report_skipped(ctx, skipped)
+    if warms is not None and live.renewed is not None:
+        ctx.warm_shapes.forget()  # translated against other nodes: warmed again
+        ctx.warm_shapes.plan(waiting, dump, active)
+        warming = True
     kueue = await asyncio.to_thread(dump.kueue_index)
     if deciding:
         await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
