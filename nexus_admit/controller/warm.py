@@ -47,7 +47,7 @@ __all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "RESYNC_SECONDS", "WarmShapes"
 log = logging.getLogger("nexus_admit.placing")
 
 BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
-RESYNC_SECONDS = 2.0
+RESYNC_SECONDS = 10.0
 FLAVORS_PER_SHAPE = 3
 MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in the waiting list)
 KEPT_SHAPES = 4 * MAX_SHAPES  # shapes remembered as warmed (their gangs), waiting or not
