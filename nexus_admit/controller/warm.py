@@ -57,7 +57,7 @@ _QUEUE_KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor")
 
 
 @dataclass(slots=True)
-class _Todo:
+class _ToWarm:
     key: str
     workload: dict[str, Any]
     cluster_queue: Mapping[str, Any]
@@ -68,8 +68,8 @@ class _Todo:
 class WarmShapes:
     """The shapes of the Workloads waiting for quota, warmed or still to warm."""
 
-    waiting: object = None  # the waiting list `todo` and `current` were derived from
-    todo: list[_Todo] = field(default_factory=list)
+    waiting: object = None  # the waiting list `to_warm` and `current` were derived from
+    to_warm: list[_ToWarm] = field(default_factory=list)
     # shape -> its assumed gangs the engine kept facts for, with their check
     # (least recently waiting first; kept after its Workloads stop waiting, so the next
     # Workload of a shape seen before is not translated again)
@@ -79,7 +79,7 @@ class WarmShapes:
     synced: float = 0.0  # when the last round of syncs started (monotonic)
     epoch: tuple[object, ...] | None = None  # what `shapes` were derived with
     # id of a waiting Workload -> (that object, its shape to warm; None: not ours to warm)
-    shapes: dict[int, tuple[dict[str, Any], _Todo | None]] = field(default_factory=dict)
+    shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = field(default_factory=dict)
 
     def plan(self, waiting: list[dict[str, Any]], dump: ClusterDump, active: set[str]) -> None:
         """Derive the shapes to warm from `waiting` (the Workloads waiting for quota in our
@@ -96,24 +96,24 @@ class WarmShapes:
             self.shapes, self.epoch = {}, epoch
             self.done.clear()  # gangs translated against other queues or flavors
         index = dump.kueue_index() if waiting else KueueIndex()
-        todo: list[_Todo] = []
+        to_warm: list[_ToWarm] = []
         seen: set[str] = set()
-        shapes: dict[int, tuple[dict[str, Any], _Todo | None]] = {}
+        shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = {}
         for wl in waiting:
             if len(seen) >= MAX_SHAPES:
                 break
             kept = self.shapes.get(id(wl))
-            todo_of = kept[1] if kept is not None and kept[0] is wl else _todo(wl, index, active)
-            shapes[id(wl)] = (wl, todo_of)
-            if todo_of is None or todo_of.key in seen:
+            shape = kept[1] if kept is not None and kept[0] is wl else _to_warm(wl, index, active)
+            shapes[id(wl)] = (wl, shape)
+            if shape is None or shape.key in seen:
                 continue
-            seen.add(todo_of.key)
-            if todo_of.key in self.done:
-                self.done.move_to_end(todo_of.key)
+            seen.add(shape.key)
+            if shape.key in self.done:
+                self.done.move_to_end(shape.key)
             else:
-                todo.append(todo_of)
+                to_warm.append(shape)
         self.shapes = shapes
-        self.todo = todo
+        self.to_warm = to_warm
         # a shape warmed before that waits again is synced at once (it may be far behind)
         self.resync += [k for k in seen - self.current if k in self.done and k not in self.resync]
         self.current = seen
@@ -130,7 +130,7 @@ class WarmShapes:
 
     def due(self, tick: float) -> bool:
         """Something to warm, or syncs left or due."""
-        if self.todo or self.resync:
+        if self.to_warm or self.resync:
             return True
         return bool(self.current) and tick - self.synced >= RESYNC_SECONDS
 
@@ -149,10 +149,10 @@ class WarmShapes:
         started = time.perf_counter()
         tick = time.monotonic()
         warmed = 0
-        while self.todo and time.perf_counter() - started < BUDGET_SECONDS:
-            todo = self.todo.pop(0)
-            kept = self.done[todo.key] = _warm_new(engine, snapshot, dump, kueue, configs, now,
-                                                   todo)
+        while self.to_warm and time.perf_counter() - started < BUDGET_SECONDS:
+            shape = self.to_warm.pop(0)
+            kept = self.done[shape.key] = _warm_new(engine, snapshot, dump, kueue, configs, now,
+                                                    shape)
             warmed += bool(kept)
         if not self.synced:  # the first round of syncs is due that long after the first warm
             self.synced = tick
@@ -161,12 +161,15 @@ class WarmShapes:
         while self.resync and time.perf_counter() - started < BUDGET_SECONDS:
             for gang, check in self.done.get(self.resync.pop(), ()):
                 config = configs.get(check)
-                if config is not None:
-                    engine.warm(snapshot, gang, config)
+                try:
+                    if config is not None:
+                        engine.warm(snapshot, gang, config)
+                except Exception as e:  # never needed (above); the pass goes on
+                    log.debug("shape of %s: not synced ahead of quota: %s", gang.name, e)
         return warmed
 
 
-def _todo(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _Todo | None:
+def _to_warm(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _ToWarm | None:
     """What to warm for a waiting Workload; None for one Kueue reserved quota for already
     (decided, or being decided), one of no queue of ours, or a malformed one (told where it
     is placed)."""
@@ -178,26 +181,26 @@ def _todo(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _Todo | No
         checks = sorted(cluster_queue_checks(cq) & active)
         if cq is None or not checks:
             return None
-        return _Todo(shape_key(wl, cq_name or ""), wl, cq, checks[0])
+        return _ToWarm(shape_key(wl, cq_name or ""), wl, cq, checks[0])
     except Exception:
         return None
 
 
 def _warm_new(
     engine: Warms, snapshot: ClusterSnapshot, dump: ClusterDump, kueue: KueueIndex,
-    configs: Mapping[str, PlacementConfig | None], now: datetime, todo: _Todo,
+    configs: Mapping[str, PlacementConfig | None], now: datetime, shape: _ToWarm,
 ) -> tuple[tuple[Gang, str], ...]:
-    config = configs.get(todo.check)
+    config = configs.get(shape.check)
     if config is None:
         return ()
     kept: list[tuple[Gang, str]] = []
     try:
-        for assumed in assumed_admissions(todo.workload, todo.cluster_queue, kueue):
+        for assumed in assumed_admissions(shape.workload, shape.cluster_queue, kueue):
             gang = dump.gang(assumed, config, snapshot, kueue, now=now)
             if engine.warm(snapshot, gang, config):
-                kept.append((gang, todo.check))
+                kept.append((gang, shape.check))
     except Exception as e:  # a warm is never needed: the decision derives it anyway
-        log.debug("Workload %s: not warmed ahead of quota: %s", object_key(todo.workload), e)
+        log.debug("Workload %s: not warmed ahead of quota: %s", object_key(shape.workload), e)
     return tuple(kept)
 
 

@@ -173,11 +173,8 @@ def _one_gpu() -> Gang:
     return Gang("ns/one", (PodSet("main", 1, 1000, 1024, gpus=1),), tier="gold")
 
 
-def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> None:
-    """Gold and bronze one-GPU pods share a tracker (same candidates, same shape); each
-    tier's ranking is kept beside the other's, so after a placement the next decision of
-    either tier bounds only the nodes that changed and their rack mates, not the fleet,
-    and ranks exactly as afresh."""
+def _count_bounds(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """The names the one-pod scan computes a lower bound for, from now on."""
     import nexus_admit.placement.live_reduction as live_mod
 
     bounded: list[str] = []
@@ -188,11 +185,24 @@ def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> 
         return real(problem, names, weights, contexts)
 
     monkeypatch.setattr(live_mod, "lower_bounds", counting)
-    # 8 racks of 6 nodes, most nodes a class of their own (free GPUs, rack)
-    tracked = TrackedSnapshot.of(
+    return bounded
+
+
+def _racks_of_classes() -> TrackedSnapshot:
+    """8 racks of 6 nodes, most nodes a class of their own (free GPUs, rack)."""
+    return TrackedSnapshot.of(
         _node(f"n{i}", f"r{i % 8}", [GPU_WHOLE] * (1 + i % 7) + [0] * (7 - i % 7))
         for i in range(48)
     )
+
+
+def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> None:
+    """Gold and bronze one-GPU pods share a tracker (same candidates, same shape); each
+    tier's ranking is kept beside the other's, so after a placement the next decision of
+    either tier bounds only the nodes that changed and their rack mates, not the fleet,
+    and ranks exactly as afresh."""
+    bounded = _count_bounds(monkeypatch)
+    tracked = _racks_of_classes()
     engine = CpSatEngine(seed=0)
     gold, bronze = _one_gpu(), replace(_one_gpu(), tier="bronze")
     for gang in (gold, bronze):  # each tier's first decision ranks every candidate
@@ -214,20 +224,8 @@ def test_a_warmed_shape_is_placed_without_ranking_the_fleet_and_as_without_the_w
 ) -> None:
     """`warm` builds the tracker and the tier's ranking ahead; the decision that follows
     bounds only what changed since, and answers as an engine that never warmed."""
-    import nexus_admit.placement.live_reduction as live_mod
-
-    bounded: list[str] = []
-    real = live_mod.lower_bounds
-
-    def counting(problem, names, weights, contexts=None):  # type: ignore[no-untyped-def]
-        bounded.extend(names)
-        return real(problem, names, weights, contexts)
-
-    monkeypatch.setattr(live_mod, "lower_bounds", counting)
-    tracked = TrackedSnapshot.of(
-        _node(f"n{i}", f"r{i % 8}", [GPU_WHOLE] * (1 + i % 7) + [0] * (7 - i % 7))
-        for i in range(48)
-    )
+    bounded = _count_bounds(monkeypatch)
+    tracked = _racks_of_classes()
     engine, gang = CpSatEngine(seed=0), _one_gpu()
     assert engine.warm(tracked, gang, CONFIG)
     assert len(bounded) > 16, "the warm ranked the fleet"
