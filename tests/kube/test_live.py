@@ -273,6 +273,25 @@ def test_a_pass_translates_only_the_nodes_an_event_marked() -> None:
     assert second.nodes["n2"].gpu_free.count(0) == 3
 
 
+def test_events_that_move_no_capacity_leave_the_change_log_as_it_was() -> None:
+    w = World()
+    for name in NODES:
+        w.put("Node", node(name))
+    w.put("Pod", pod("p0", "n0", gpus=1, phase="Pending"))
+    first = check(w, frozenset())
+    logged = len(first.change_log)
+    heartbeat = node("n1")
+    heartbeat["status"]["conditions"] = [
+        {"type": "Ready", "status": "True", "lastHeartbeatTime": "2025-05-01T12:00:10Z"}]
+    w.put("Node", heartbeat)  # a node's heartbeat
+    w.put("Pod", pod("p0", "n0", gpus=1, phase="Running"))  # a bound pod starting
+    second = check(w, frozenset())
+    assert second is first and len(second.change_log) == logged
+    w.put("Pod", pod("p1", "n2", gpus=2))  # capacity moves on n2 only
+    third = check(w, frozenset())
+    assert third.change_log[logged:] == ["n2"]
+
+
 def test_a_reservation_expiring_frees_its_node_without_an_event() -> None:
     w = World()
     w.put("Node", node("n0"))

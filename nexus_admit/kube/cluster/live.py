@@ -12,11 +12,13 @@ changes there), `build` in a worker.
 
 - Each node's free capacity is kept (`_base`, never handed out) and the pass gets a
   `TrackedSnapshot` of copies that lives from pass to pass: nodes the last pass changed
-  (its placements, the ledger's holds) and nodes the events marked are copied again, the
-  rest are untouched, and the change log names them all, so the engine's node memo and its
-  label-derived facts (`static_cache`) carry over between passes. A node added, removed or
-  left out, or a Node deleted, rebuilds the mapping in the store's order (as a full build
-  has it); a node whose labels, taints or allocatable changed clears `static_cache`.
+  (its placements, the ledger's holds) and nodes the events marked are copied again when
+  their state differs, the rest are untouched, and the change log names only the copied
+  ones, so the engine's node memo, its trackers and its label-derived facts
+  (`static_cache`) carry over between passes and sync what moved, not what was marked.
+  A node added, removed or left out, or a Node deleted, rebuilds the mapping in the
+  store's order (as a full build has it); a node whose labels, taints or allocatable
+  changed clears `static_cache`.
 - The pass's `exclude_workloads` (Workloads being placed again) are an overlay: the nodes
   their reservations name are translated without them for this pass only, and copied back
   from `_base` on the next.
@@ -282,12 +284,19 @@ class LiveSnapshot:
             w = TrackedSnapshot({n: s.copy() for n, s in members if s is not None}, topologies)
             self._working, self._mark = w, 0
             return w
-        kept = [n for n in restore if n in w.nodes]
-        for name in kept:
+        moved = []
+        for name in restore:
+            if name not in w.nodes:
+                continue
             node = state(name)
             assert node is not None  # membership is unchanged (checked above)
-            w.nodes[name] = node.copy()
-        w.touch(kept)
+            # most marks move nothing (a node's heartbeat, a pod turning Running, a
+            # reservation's status): logged, they would have every tracker of the engine
+            # sync them, so a decision's cost would grow with the fleet's event rate
+            if w.nodes[name] != node:
+                w.nodes[name] = node.copy()
+                moved.append(name)
+        w.touch(moved)
         if w.kueue_topologies != topologies:
             w.kueue_topologies = dict(topologies)
             w.static_cache.clear()
