@@ -58,6 +58,7 @@ __all__ = [
     "release_reason",
     "reservation_status",
     "retry_reason",
+    "settled",
     "status_due",
     "sync_lifecycle",
     "unpinned_pod",
@@ -316,13 +317,10 @@ class Quiet:
             waiting = unschedulable_since(pod)
             if waiting is not None:
                 deadlines.append(waiting + UNSCHEDULABLE_GRACE)
-        have = child(rr, "status")
-        settled = bool(have.get("phase")) and have.get("phase") == status["phase"] and (
-            have.get("slots") == status["slots"])
         return cls(
             rr, workload, tuple(pods), names, tuple(nodes.get(n) for n in names),
             tuple(checks), str(status["phase"]), min(deadlines, default=None),
-            None if settled else since + STATUS_SLOTS_EVERY_SECONDS,
+            None if settled(child(rr, "status"), status) else since + STATUS_SLOTS_EVERY_SECONDS,
         )
 
     def holds(
@@ -418,13 +416,29 @@ def status_due(
     """Write the reservation's status now? At once when its phase changes to Bound or
     Released, or from one phase to another; when only the slot claims changed, and for a
     reservation never written (no phase yet: it is Reserved), at most every
-    `STATUS_SLOTS_EVERY_SECONDS` after `since` (its last write, or when it was first seen)."""
+    `STATUS_SLOTS_EVERY_SECONDS` after `since` (its last write, or when it was first seen);
+    never for a Bound reservation's pods leaving their slots (`settled`)."""
     first_reserved = not have.get("phase") and want["phase"] == PHASE_RESERVED
     if have.get("phase") != want["phase"] and not first_reserved:
         return True
-    if have.get("phase") and have.get("slots") == want["slots"]:
+    if settled(have, want):
         return False
     return since is None or now - since >= STATUS_SLOTS_EVERY_SECONDS
+
+
+def settled(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Nothing in `want` worth a write over `have`: the same phase and slot claims, or a
+    Bound reservation whose only change is pods that left their slots. At the end of a run
+    every pod leaves its slot and the Workload finishes seconds later, which releases the
+    reservation: that write told no one anything (one per gang on the load benchmark). A
+    pod that takes a slot again (a restart) is a new claim, written as before."""
+    if not have.get("phase") or have.get("phase") != want["phase"]:
+        return False
+    rows = have.get("slots")
+    if rows == want["slots"]:
+        return True
+    return (want["phase"] == PHASE_BOUND and isinstance(rows, list)
+            and all(row in rows for row in want["slots"]))
 
 
 async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, Any]) -> None:

@@ -291,6 +291,15 @@ def test_unpinned_pod(the_pod, says) -> None:
                      id="never-written-reserved-waits"),
         pytest.param({}, {"phase": "Reserved", "slots": []}, 89.0, True,
                      id="never-written-reserved-after-the-period"),
+        pytest.param({"phase": "Bound", "slots": [{"slot": "main/0"}, {"slot": "main/1"}]},
+                     {"phase": "Bound", "slots": [{"slot": "main/1"}]}, 10.0, False,
+                     id="bound-pods-leaving-not-written"),
+        pytest.param({"phase": "Bound", "slots": [{"slot": "main/0"}]},
+                     {"phase": "Bound", "slots": [{"slot": "main/0", "pod": "again"}]}, 10.0,
+                     True, id="bound-slot-taken-again"),
+        pytest.param({"phase": "Reserved", "slots": [{"slot": "main/0"}, {"slot": "main/1"}]},
+                     {"phase": "Reserved", "slots": [{"slot": "main/1"}]}, 10.0, True,
+                     id="reserved-pods-leaving-written"),
     ],
 )
 def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
