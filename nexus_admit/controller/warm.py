@@ -17,9 +17,11 @@ shape warmed before waits again: a decision after a thousand node changes costs 
 quarter of the fleet is rebuilt. A node joining or leaving (a renewed snapshot) has every
 waiting shape translated and warmed anew.
 
-Each pass spends at most `BUDGET_SECONDS` here, after its decisions. A Workload that cannot
-be translated is skipped (it is told where it is placed, when Kueue reserves). Who calls
-it: `loop/cycle.place_pending`.
+Shapes are warmed in the order Kueue will reserve their Workloads' quota (`kueue_order`).
+Each pass spends at most `BUDGET_SECONDS` here, after its decisions, or
+`IDLE_BUDGET_SECONDS` when it decided nothing. A Workload that cannot be translated is
+skipped (it is told where it is placed, when Kueue reserves). Who calls it:
+`loop/cycle.place_pending`.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ from nexus_admit.kube.queues import cluster_queue_checks
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 from nexus_admit.placement.base import Warms
 
-__all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "RESYNC_SECONDS", "WarmShapes",
-           "assumed_admissions"]
+__all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "IDLE_BUDGET_SECONDS", "RESYNC_SECONDS",
+           "WarmShapes", "assumed_admissions", "kueue_order"]
 
 log = logging.getLogger("nexus_admit.placing")
 
 BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
+# per pass that decided nothing: the solver's thread is idle, and a burst's first shapes
+# are reserved within a second of their creation, often before a 50-ms pass reached them
+IDLE_BUDGET_SECONDS = 0.25
 RESYNC_SECONDS = 10.0
 FLAVORS_PER_SHAPE = 3
 MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in the waiting list)
@@ -99,7 +104,7 @@ class WarmShapes:
         to_warm: list[_ToWarm] = []
         seen: set[str] = set()
         shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = {}
-        for wl in waiting:
+        for wl in kueue_order(waiting, index):
             if len(seen) >= MAX_SHAPES:
                 break
             kept = self.shapes.get(id(wl))
@@ -142,14 +147,15 @@ class WarmShapes:
         kueue: KueueIndex,
         configs: Mapping[str, PlacementConfig | None],
         now: datetime,
+        budget: float = BUDGET_SECONDS,
     ) -> int:
-        """Warm new shapes, then sync warmed ones, within the budget (in the solver's
-        thread: the engine's facts are the solves'). The number of shapes warmed (the engine
-        kept facts for at least one of its flavors)."""
+        """Warm new shapes, then sync warmed ones, within `budget` seconds (in the
+        solver's thread: the engine's facts are the solves'). The number of shapes warmed
+        (the engine kept facts for at least one of its flavors)."""
         started = time.perf_counter()
         tick = time.monotonic()
         warmed = 0
-        while self.to_warm and time.perf_counter() - started < BUDGET_SECONDS:
+        while self.to_warm and time.perf_counter() - started < budget:
             shape = self.to_warm.pop(0)
             kept = self.done[shape.key] = _warm_new(engine, snapshot, dump, kueue, configs, now,
                                                     shape)
@@ -158,7 +164,7 @@ class WarmShapes:
             self.synced = tick
         if self.current and not self.resync and tick - self.synced >= RESYNC_SECONDS:
             self.resync, self.synced = [k for k in self.done if k in self.current], tick
-        while self.resync and time.perf_counter() - started < BUDGET_SECONDS:
+        while self.resync and time.perf_counter() - started < budget:
             for gang, check in self.done.get(self.resync.pop(), ()):
                 config = configs.get(check)
                 try:
@@ -167,6 +173,36 @@ class WarmShapes:
                 except Exception as e:  # never needed (above); the pass goes on
                     log.debug("shape of %s: not synced ahead of quota: %s", gang.name, e)
         return warmed
+
+
+def kueue_order(waiting: list[dict[str, Any]], kueue: KueueIndex) -> list[dict[str, Any]]:
+    """`waiting` in the order Kueue reserves quota, as near as the store shows it: each
+    scheduling cycle takes the head of every ClusterQueue, a queue's by priority, then age.
+    So the n-th of every queue comes before the (n+1)-th of any: the shapes warmed first
+    are the ones decided first (in a burst, Kueue reserves within a second of creation)."""
+    queues: dict[str, list[dict[str, Any]]] = {}
+    for wl in waiting:
+        try:
+            cq = kueue.cluster_queue_name(wl) or ""
+        except Exception:  # malformed: last, and skipped where it is translated
+            cq = ""
+        queues.setdefault(cq, []).append(wl)
+    ranked: list[tuple[int, tuple[int, str], int, dict[str, Any]]] = []
+    for members in queues.values():
+        positions = sorted((_queue_position(wl), i) for i, wl in enumerate(members))
+        ranked += [(rank, position, i, members[i])
+                   for rank, (position, i) in enumerate(positions)]
+    ranked.sort(key=lambda r: r[:2])
+    return [r[3] for r in ranked]
+
+
+def _queue_position(wl: Mapping[str, Any]) -> tuple[int, str]:
+    """A Workload's place in its ClusterQueue: higher priority first, then older."""
+    spec, m = wl.get("spec"), wl.get("metadata")
+    priority = spec.get("priority") if isinstance(spec, Mapping) else None
+    created = m.get("creationTimestamp") if isinstance(m, Mapping) else None
+    return (-priority if isinstance(priority, int) else 0,
+            created if isinstance(created, str) else "")
 
 
 def _to_warm(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _ToWarm | None:

@@ -11,7 +11,7 @@ import pytest
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.warm import assumed_admissions, shape_key
+from nexus_admit.controller.warm import assumed_admissions, kueue_order, shape_key
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.placement import live_reduction as live_mod
 from nexus_admit.placement.base import Warms
@@ -129,6 +129,31 @@ def test_one_jobs_shape_is_one_key_whatever_the_jobs_name() -> None:
     assert shape_key(waiting("a", job="a"), "cq") == shape_key(waiting("b", job="b"), "cq")
     assert shape_key(waiting("a", gpus=1), "cq") != shape_key(waiting("a", gpus=2), "cq")
     assert shape_key(waiting("a"), "cq") != shape_key(waiting("a"), "other-cq")
+
+
+def test_shapes_are_warmed_in_the_order_kueue_reserves_quota() -> None:
+    def queued(name: str, queue: str, priority: int | None, created: str) -> dict[str, Any]:
+        wl = waiting(name)
+        wl["spec"]["queueName"] = queue
+        wl["metadata"]["creationTimestamp"] = created
+        if priority is not None:
+            wl["spec"]["priority"] = priority
+        return wl
+
+    kueue = KueueIndex.of(local_queues=[local_queue("default", "q", "cq"),
+                                        local_queue("default", "other", "cq2")])
+    wls = [
+        queued("old-low", "q", None, "2026-01-01T00:00:00Z"),
+        queued("new-high", "q", 100, "2026-01-01T00:00:09Z"),
+        queued("other-old", "other", None, "2026-01-01T00:00:01Z"),
+        queued("other-new", "other", None, "2026-01-01T00:00:05Z"),
+        queued("new-low", "q", None, "2026-01-01T00:00:07Z"),
+        queued("broken", "q", "high", None),  # type: ignore[arg-type]
+    ]
+    order = [w["metadata"]["name"] for w in kueue_order(wls, kueue)]
+    # each scheduling cycle takes every queue's head: first the heads, then the seconds...
+    # (a priority or time that cannot be read counts as none)
+    assert order == ["new-high", "other-old", "broken", "other-new", "old-low", "new-low"]
 
 
 def test_a_shape_warmed_while_waiting_is_decided_without_a_build(

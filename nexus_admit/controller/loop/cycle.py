@@ -46,6 +46,7 @@ from nexus_admit.controller.owners import (
     prune_owner_jobs,
 )
 from nexus_admit.controller.skipped import report_skipped
+from nexus_admit.controller.warm import BUDGET_SECONDS, IDLE_BUDGET_SECONDS
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
@@ -255,8 +256,10 @@ async def place_pending(ctx: Context) -> None:
         await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
     if warms is not None and warming:
         configs = {name: view.config for name, view in ctx.checks.items()}
+        budget = BUDGET_SECONDS if deciding else IDLE_BUDGET_SECONDS
         warmed = await asyncio.get_running_loop().run_in_executor(
-            ctx.solver, ctx.warm_shapes.step, warms, snapshot, dump, kueue, configs, now)
+            ctx.solver, ctx.warm_shapes.step, warms, snapshot, dump, kueue, configs, now,
+            budget)
         ctx.metrics.warmed_shapes.inc(warmed)
 
 
