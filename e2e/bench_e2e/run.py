@@ -31,6 +31,8 @@ import datetime
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -283,6 +285,27 @@ class Bench:
         resp.read()
         return resp.data.decode()
 
+    def apiserver_profile(self, seconds: int, into: Path) -> None:
+        """A CPU profile of kube-apiserver over the next `seconds` (its /debug/pprof,
+        on by default, read with the admin client certificate) into `into`, and, where `go`
+        is installed, its top functions by cumulative time next to it (`.txt`)."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET", "/debug/pprof/profile", query_params=[("seconds", str(seconds))],
+            auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(method, url, headers, _request_timeout=seconds + 60)
+        resp.read()
+        into.write_bytes(resp.data)
+        go = shutil.which("go")
+        if go is None:
+            return
+        top = subprocess.run(
+            [go, "tool", "pprof", "-top", "-cum", "-nodecount=60", str(into)],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "GOTOOLCHAIN": "local"},
+        )
+        into.with_suffix(".txt").write_text(top.stdout + top.stderr)
+
     def controller_metrics(self) -> str:
         return self.nc.metrics() if self.nc and self.nc.proc else ""
 
@@ -452,6 +475,11 @@ class Bench:
         log_offset = self.log_size() if controller else 0
         load_start = os.getloadavg()
 
+        profile = None
+        if self.args.profile_apiserver > 0:
+            into = Path(self.args.out) / f"apiserver-{name}.pprof"
+            profile = cf.ThreadPoolExecutor(1).submit(
+                self.apiserver_profile, self.args.profile_apiserver, into)
         log(f"{name}: submitting {len(works)} Workloads ({sum(w.pods for w in works)} pods)")
         t_start = time.time()
         submitter = cf.ThreadPoolExecutor(1)
@@ -469,6 +497,11 @@ class Bench:
             time.sleep(0.5)
         submitted.result()
         t_end = time.time()
+        if profile is not None:
+            try:
+                profile.result()
+            except Exception as e:  # a profile is a study aid: the phase's figures stand
+                log(f"{name}: no kube-apiserver profile: {e}")
         api_after, ctl_after = self.apiserver_metrics(), self.controller_metrics()
         cpu_after, cpu_wall = self.process_cpu(pid), time.monotonic() - cpu_t0
         load_end = os.getloadavg()
@@ -786,6 +819,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         help="bound non-GPU pods (no Kueue, no scheduler) kept in the cluster through both "
         "phases, so that the controller's store holds a large cluster",
+    )
+    ap.add_argument(
+        "--profile-apiserver",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="profile kube-apiserver's CPU for this long from each phase's start, into "
+        "OUT/apiserver-<phase>.pprof (and .txt: its top functions) (0: do not)",
     )
     ap.add_argument("--out", default="reports/bench-e2e")
     ap.add_argument(
