@@ -826,7 +826,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0,
         metavar="SECONDS",
         help="profile kube-apiserver's CPU for this long from each phase's start, into "
-        "OUT/apiserver-<phase>.pprof (and .txt: its top functions) (0: do not)",
+        "OUT/apiserver-<phase>.pprof (and .txt: its top functions) (0: do not); the plane "
+        "it starts serves /debug/pprof",
     )
     ap.add_argument("--out", default="reports/bench-e2e")
     ap.add_argument(
@@ -845,6 +846,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     burst = args.workloads // 3 if args.burst is None else args.burst
 
+    if args.profile_apiserver > 0:
+        os.environ["NEXUS_E2E_PROFILING"] = "1"  # the plane serves /debug/pprof (components.py)
     bench = Bench(args)
     tier_gpus = queues.tier_pool_gpus(bench.pools)
     works = wl_mod.generate(
