@@ -96,6 +96,17 @@ def create_to_running(times: Iterable[WorkloadTimes]) -> list[float]:
     ]
 
 
+def create_to_bound(times: Iterable[WorkloadTimes]) -> list[float]:
+    """Create → its last pod bound: the last step the real stack takes (Running is KWOK's
+    play of the kubelet, which has lagged by tens of seconds in either phase)."""
+    out = []
+    for t in times:
+        bound = t._last(t.pod_bound)
+        if t.created is not None and bound is not None:
+            out.append(bound - t.created)
+    return out
+
+
 def ungate_latencies(times: Iterable[WorkloadTimes]) -> list[float]:
     """Per pod that was seen gated: first seen (created) to its gates seen gone."""
     return [

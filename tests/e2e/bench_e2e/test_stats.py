@@ -76,6 +76,7 @@ def test_create_to_running_is_the_last_pod_and_needs_all():
     half = stats.WorkloadTimes(pods=2, created=10.0, pod_running={"p0": 12.0})
     assert stats.create_to_running([done, half]) == [6.0]
     assert half.all_running() is None
+    assert stats.create_to_bound([done, half]) == [4.0], "the last pod bound at 14.0"
 
 
 def test_throughput_counts_what_reached_the_end():
