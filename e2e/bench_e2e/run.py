@@ -872,6 +872,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.profile_apiserver > 0:
         os.environ["NEXUS_E2E_PROFILING"] = "1"  # the plane serves /debug/pprof (components.py)
+    # KWOK's pod-ready stage with one pod IP: its refused replays stalled every pod's status
+    # in a phase (plane/components.one_pod_ip); the plane it starts only
+    os.environ.setdefault("NEXUS_E2E_KWOK_ONE_POD_IP", "1")
     bench = Bench(args)
     tier_gpus = queues.tier_pool_gpus(bench.pools)
     works = wl_mod.generate(
