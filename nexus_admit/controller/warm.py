@@ -54,7 +54,7 @@ BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
 IDLE_BUDGET_SECONDS = 0.25
 RESYNC_SECONDS = 10.0
 FLAVORS_PER_SHAPE = 3
-MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in the waiting list)
+MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in Kueue's order)
 KEPT_SHAPES = 4 * MAX_SHAPES  # shapes remembered as warmed (their gangs), waiting or not
 
 _CONTAINER_LISTS = ("containers", "initContainers")
@@ -184,7 +184,7 @@ def kueue_order(waiting: list[dict[str, Any]], kueue: KueueIndex) -> list[dict[s
     for wl in waiting:
         try:
             cq = kueue.cluster_queue_name(wl) or ""
-        except Exception:  # malformed: last, and skipped where it is translated
+        except Exception:  # malformed: a group of its own, skipped where it is translated
             cq = ""
         queues.setdefault(cq, []).append(wl)
     ranked: list[tuple[int, tuple[int, str], int, dict[str, Any]]] = []
