@@ -40,6 +40,10 @@ class WorkloadTimes:
         """When the last of its pods was seen Running (None until all were)."""
         return self._last(self.pod_running)
 
+    def all_bound(self) -> float | None:
+        """When the last of its pods was seen bound (None until all were)."""
+        return self._last(self.pod_bound)
+
     def _first(self, stamps: Mapping[str, float]) -> float | None:
         return min(stamps.values(), default=None)
 
@@ -82,8 +86,8 @@ class WorkloadTimes:
                 self._last(self.pod_created),
                 self._last(self.pod_ungated),
             ),
-            ("all ungated→all bound", self._last(self.pod_ungated), self._last(self.pod_bound)),
-            ("all bound→all Running", self._last(self.pod_bound), self.all_running()),
+            ("all ungated→all bound", self._last(self.pod_ungated), self.all_bound()),
+            ("all bound→all Running", self.all_bound(), self.all_running()),
         ]
         return {name: b - a for name, a, b in marks if a is not None and b is not None}
 
@@ -99,12 +103,11 @@ def create_to_running(times: Iterable[WorkloadTimes]) -> list[float]:
 def create_to_bound(times: Iterable[WorkloadTimes]) -> list[float]:
     """Create → its last pod bound: the last step the real stack takes (Running is KWOK's
     play of the kubelet, which has lagged by tens of seconds in either phase)."""
-    out = []
-    for t in times:
-        bound = t._last(t.pod_bound)
-        if t.created is not None and bound is not None:
-            out.append(bound - t.created)
-    return out
+    return [
+        t.all_bound() - t.created  # type: ignore[operator]
+        for t in times
+        if t.created is not None and t.all_bound() is not None
+    ]
 
 
 def ungate_latencies(times: Iterable[WorkloadTimes]) -> list[float]:
