@@ -289,8 +289,10 @@ def test_unpinned_pod(the_pod, says) -> None:
                      id="never-written-bound-at-once"),
         pytest.param({}, {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 95.0, False,
                      id="never-written-reserved-waits"),
-        pytest.param({}, {"phase": "Reserved", "slots": []}, 89.0, True,
-                     id="never-written-reserved-after-the-period"),
+        pytest.param({}, {"phase": "Reserved", "slots": []}, 89.0, False,
+                     id="never-written-unclaimed-not-written"),
+        pytest.param({}, {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 89.0, True,
+                     id="never-written-claims-after-the-period"),
         pytest.param({"phase": "Bound", "slots": [{"slot": "main/0"}, {"slot": "main/1"}]},
                      {"phase": "Bound", "slots": [{"slot": "main/1"}]}, 10.0, False,
                      id="bound-pods-leaving-not-written"),
@@ -439,3 +441,44 @@ def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_gra
     _lifecycle(ctx)
     entry = api.get("Workload", "w", "default")["status"]["admissionChecks"][0]
     assert entry["state"] == "Retry" and "cannot be scheduled" in entry["message"], entry
+
+
+def test_a_new_reservation_is_first_written_a_period_after_its_first_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import types
+
+    import nexus_admit.controller.lifecycle as lifecycle
+    from tests.controller.test_placing import cluster, pending, watch
+    from tests.kube.kube_factories import pod as make_pod
+
+    tick = [1000.0]
+    monkeypatch.setattr(lifecycle, "time", types.SimpleNamespace(monotonic=lambda: tick[0]))
+    api = cluster(pending("w", pods=1, gpus=8))
+    ctx, rr = _placed(api, datetime(2026, 11, 25, 10, 0, tzinfo=UTC))
+    ns, name = rr["metadata"]["namespace"], rr["metadata"]["name"]
+
+    def status() -> dict[str, Any]:
+        return dict(api.get(L.KIND_RESOURCE_RESERVATION, name, ns).get("status") or {})
+
+    _lifecycle(ctx)
+    tick[0] += 3 * lifecycle.STATUS_SLOTS_EVERY_SECONDS  # its Job waits for Kueue
+    _lifecycle(ctx)
+    assert status() == {}, "no pod has claimed a slot: nothing to write"
+    slot = rr["spec"]["podSets"][0]["slots"][0]
+    pinned = make_pod(
+        "w-0", None, gpus=8, phase="Pending",
+        labels={L.LABEL_RESERVATION: name},
+        annotations={L.ANN_SLOT: f"main/{slot['index']}"},
+        spec_extra={"nodeSelector": {L.HOSTNAME_LABEL: slot["node"]}},
+    )
+    api.put(pinned)
+    watch(ctx, api)
+    _lifecycle(ctx)
+    assert status() == {}, "the period starts at the first claim"
+    pinned["spec"]["nodeName"] = slot["node"]
+    api.put(pinned)
+    watch(ctx, api)
+    tick[0] += 1.0
+    _lifecycle(ctx)
+    assert status()["phase"] == "Bound", "bound within the period: one write, Bound"
