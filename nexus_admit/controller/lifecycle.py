@@ -424,7 +424,7 @@ def status_due(
     """Write the reservation's status now? At once when its phase changes to Bound or
     Released, or from one phase to another; when only the slot claims changed, and for a
     reservation never written (no phase yet: it is Reserved), at most every
-    `STATUS_SLOTS_EVERY_SECONDS` after `since` (its last write, or when it was first seen);
+    `STATUS_SLOTS_EVERY_SECONDS` after `since` (its last write, or its first claim);
     never for a Bound reservation's pods leaving their slots (`settled`), nor for one never
     written that no pod has claimed yet (`unclaimed`)."""
     first_reserved = not have.get("phase") and want["phase"] == PHASE_RESERVED
