@@ -104,9 +104,9 @@ def create_to_bound(times: Iterable[WorkloadTimes]) -> list[float]:
     """Create → its last pod bound: the last step the real stack takes (Running is KWOK's
     play of the kubelet, which has lagged by tens of seconds in either phase)."""
     return [
-        t.all_bound() - t.created  # type: ignore[operator]
+        bound - t.created
         for t in times
-        if t.created is not None and t.all_bound() is not None
+        if t.created is not None and (bound := t.all_bound()) is not None
     ]
 
 
