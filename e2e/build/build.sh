@@ -201,10 +201,53 @@ recipe_kuberay() {
   copy_tree "$(module_dir "$module@$KUBERAY_VERSION")/config/crd/bases" "$out/manifests/kuberay/crd"
 }
 
+# The MPI operator's health server listens on :8080 on every interface, a port set in a
+# package variable with no flag (cmd/mpi-operator/app/server.go, healthCheckPort), so two
+# planes on one machine (a worktree's and CI's) could not both run it. Our main is
+# upstream's cmd/mpi-operator/main.go with one flag more, --health-port, which sets that
+# variable before app.Run; the controller itself is upstream's, unchanged.
 recipe_mpi_operator() {
-  local out="$1" module=github.com/kubeflow/mpi-operator
-  go_build "$2/mpi-operator" "$module" "$MPI_OPERATOR_VERSION" "$module/cmd/mpi-operator" \
-    "$out/mpi-operator" "-X $module/pkg/version.Version=$MPI_OPERATOR_VERSION"
+  local out="$1" mod="$2/mpi-operator" module=github.com/kubeflow/mpi-operator
+  # the wrapper module go_build makes: upstream's go.mod decides every dependency version
+  mkdir -p "$mod/health-port"
+  printf 'module nexus-admit.local/e2e/mpi-operator\ngo 1.26.0\nrequire %s %s\n' \
+    "$module" "$MPI_OPERATOR_VERSION" > "$mod/go.mod"
+  cp "$(module_dir "$module@$MPI_OPERATOR_VERSION")/go.sum" "$mod/go.sum"
+  chmod u+w "$mod/go.sum"
+  cat > "$mod/health-port/main.go" <<'GO'
+package main
+
+import (
+	"flag"
+	_ "unsafe" // go:linkname
+
+	"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app"
+	"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app/options"
+	"k8s.io/klog/v2"
+)
+
+//go:linkname healthCheckPort github.com/kubeflow/mpi-operator/cmd/mpi-operator/app.healthCheckPort
+var healthCheckPort int
+
+func main() {
+	s := options.NewServerOption()
+	s.AddFlags(flag.CommandLine)
+	port := flag.Int("health-port", healthCheckPort, "port of the health server (/healthz)")
+	flag.Parse()
+	healthCheckPort = *port
+	if s.MonitoringPort != 0 {
+		klog.Fatalf("--monitoring-port is not served by this build; leave it 0")
+	}
+	if err := app.Run(s); err != nil {
+		klog.Fatalf("%v\n", err)
+	}
+}
+GO
+  log "compiling mpi-operator with --health-port"
+  (cd "$mod" && go build -trimpath \
+    -ldflags "-s -w -X $module/pkg/version.Version=$MPI_OPERATOR_VERSION" \
+    -o "$out/mpi-operator.tmp" ./health-port) || die "mpi-operator (health-port main)"
+  mv "$out/mpi-operator.tmp" "$out/mpi-operator"
   mkdir -p "$out/manifests/mpi-operator/crd"
   cp "$(module_dir "$module@$MPI_OPERATOR_VERSION")/manifests/base/kubeflow.org_mpijobs.yaml" \
     "$out/manifests/mpi-operator/crd/"

@@ -1,6 +1,7 @@
 """What runs on the plane and how it is configured: the core components, Kueue's and KWOK's
 configuration, and the workload controllers Kueue integrates with (JobSet,
-LeaderWorkerSet, Kubeflow Trainer, KubeRay), each started as a process outside any cluster.
+LeaderWorkerSet, Kubeflow Trainer, KubeRay, MPI operator), each started as a process outside
+any cluster.
 
 A workload controller runs when build.sh built it (its binary is in the binary
 directory, i.e. its version is pinned in versions.env); Kueue's `integrations.frameworks`
@@ -182,6 +183,21 @@ def _kuberay(launch: Launch) -> tuple[list[str], dict[str, str]]:
     ], {"KUBECONFIG": str(launch.kubeconfig), "ENABLE_WEBHOOKS": "false"}
 
 
+def _mpi_operator(launch: Launch) -> tuple[list[str], dict[str, str]]:
+    # --health-port is our build's (e2e/build/build.sh, recipe_mpi_operator): upstream's
+    # health server is fixed on :8080. It always runs a leader election, on a Lease in
+    # --lock-namespace (upstream's default namespace, mpi-operator, is not made here)
+    return [
+        str(launch.bin / "mpi-operator"),
+        f"--kubeConfig={launch.kubeconfig}",
+        f"--health-port={launch.health_port}",
+        "--lock-namespace=kube-system",
+        "--monitoring-port=0",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
+    ], {"KUBECONFIG": str(launch.kubeconfig)}
+
+
 # In the order they start. Trainer drives its TrainJobs through JobSets, so it needs JobSet.
 WORKLOAD_CONTROLLERS = [
     WorkloadController("jobset", "jobset-controller", ("jobset.x-k8s.io/jobset",), True, _jobset),
@@ -202,6 +218,10 @@ WORKLOAD_CONTROLLERS = [
         ("ray.io/rayjob", "ray.io/raycluster", "ray.io/rayservice"),
         False,
         _kuberay,
+    ),
+    WorkloadController(
+        "mpi-operator", "mpi-operator", ("kubeflow.org/mpijob",), False, _mpi_operator,
+        readyz="/healthz",
     ),
 ]
 COMPONENTS = CORE_COMPONENTS + [c.name for c in WORKLOAD_CONTROLLERS]

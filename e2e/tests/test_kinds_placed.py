@@ -1,10 +1,10 @@
 """Every workload kind Kueue integrates, placed by nexus-admit on the real control plane.
 
-Each kind's real controller (JobSet, Kubeflow Trainer, LeaderWorkerSet, KubeRay, and
-kube-controller-manager's Deployment and StatefulSet controllers) creates the pods; Kueue
-reserves quota on a nexus-checked ClusterQueue; nexus-admit places the gang, the queue gate
-policy or the reservation gate holds the pods, the ungater pins each to its slot and
-kube-scheduler binds it there. Everything is checked against the cluster's own objects:
+Each kind's real controller (JobSet, Kubeflow Trainer, LeaderWorkerSet, KubeRay, the MPI
+operator, and kube-controller-manager's Deployment and StatefulSet controllers) creates the
+pods; Kueue reserves quota on a nexus-checked ClusterQueue; nexus-admit places the gang, the
+queue gate policy or the reservation gate holds the pods, the ungater pins each to its slot
+and kube-scheduler binds it there. Everything is checked against the cluster's own objects:
 each pod runs on the node of the slot its annotation names, ranks follow the slots (which
 `kube.reservations` numbers in topology order), and a queue without the check is never
 touched. Per-kind timings (submit → check Ready → all pods Running) are printed and written
@@ -312,6 +312,61 @@ def test_rayjob_head_workers_and_submitter_placed(nexus_namespace, core_v1, cust
     workers = [p for p in pods if p.metadata.labels["ray.io/node-type"] == "worker"]
     assert sorted(held[p.metadata.name].split("/")[0] for p in workers) == ["workers", "workers"]
     assert len(_racks(core_v1, workers)) == 1
+
+
+MPI_JOB_NAME = "training.kubeflow.org/job-name"
+MPI_ROLE = "training.kubeflow.org/job-role"
+MPI_RANK = "training.kubeflow.org/replica-index"
+
+
+def test_mpijob_launcher_off_gpu_nodes_workers_in_one_rack_by_rank(
+    nexus_namespace, core_v1, custom_objects
+):
+    """The MPI operator makes the workers itself and the launcher through a batch Job of
+    its own, so the launcher pod's owner chain is Pod → Job → MPIJob."""
+    require_controller("MPI_OPERATOR_VERSION", "mpi-operator", "mpijobs.kubeflow.org",
+                       custom_objects)
+    ns, name = nexus_namespace, f"mpi-{uuid.uuid4().hex[:5]}"
+
+    def replica(count: int, gpus: int) -> dict[str, Any]:
+        return {"replicas": count, "template": {"spec": {"containers": [
+            {**_container("main", gpus), "command": ["mpirun", "hostname"]}]}}}
+
+    submitted = time.time()
+    mj = _create(
+        custom_objects,
+        ns,
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": name, "labels": {QUEUE_LABEL: "nexus-gold"}},
+            "spec": {
+                "slotsPerWorker": 8,
+                "runPolicy": {"cleanPodPolicy": "Running"},
+                "mpiReplicaSpecs": {"Launcher": replica(1, 0), "Worker": replica(3, 8)},
+            },
+        },
+    )
+    (wl,) = _ready(custom_objects, ns, mj["metadata"]["uid"])
+    ready = time.time()
+    pods = _running(core_v1, ns, f"{MPI_JOB_NAME}={name}", 4)
+    _timed("MPIJob", submitted, ready, time.time())
+    held = _pinned(custom_objects, ns, wl, pods)
+    workers = [p for p in pods if p.metadata.labels[MPI_ROLE] == "worker"]
+    (launcher,) = [p for p in pods if p not in workers]
+    (job_ref,) = launcher.metadata.owner_references
+    assert job_ref.kind == "Job", "the launcher pod is its Job's, not the MPIJob's"
+    assert held[launcher.metadata.name] == "launcher/0"
+    # rank i takes worker slot i, numbered in topology order
+    order = _rank_order(workers, lambda p: int(p.metadata.labels[MPI_RANK]))
+    assert [held[n] for n in order] == [f"worker/{i}" for i in range(3)]
+    assert len(_racks(core_v1, workers)) == 1, "the workers share one rack"
+    assert GPU not in core_v1.read_node(launcher.spec.node_name).status.allocatable, (
+        f"the GPU-less launcher took GPU node {launcher.spec.node_name}"
+    )
 
 
 # ---------------------------------------------------------------- serving

@@ -291,3 +291,33 @@ def test_rayjob_admitted_and_running(e2e_namespace, core_v1, custom_objects):
         f"ray.io/cluster={cluster},ray.io/node-type in (head,worker)",
         2,
     )
+
+
+def test_mpijob_admitted_and_running(e2e_namespace, core_v1, custom_objects):
+    require_controller("MPI_OPERATOR_VERSION", "mpi-operator", "mpijobs.kubeflow.org",
+                       custom_objects)
+    name = f"mpi-{uuid.uuid4().hex[:5]}"
+
+    def replica(count: int) -> dict[str, Any]:
+        spec = _pod_spec()
+        spec["containers"][0]["command"] = ["mpirun", "hostname"]
+        return {"replicas": count, "template": {"spec": spec}}
+
+    mj = _create(
+        custom_objects,
+        e2e_namespace,
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": name},
+            "spec": {"mpiReplicaSpecs": {"Launcher": replica(1), "Worker": replica(1)}},
+        },
+    )
+    assert mj["spec"]["runPolicy"]["suspend"] is True  # an MPIJob's suspend is in runPolicy
+    # the launcher (through a batch Job the operator makes) and the worker
+    _admitted_and_running(
+        custom_objects, core_v1, e2e_namespace, mj, f"training.kubeflow.org/job-name={name}", 2
+    )
