@@ -12,8 +12,8 @@ etcd -> kube-apiserver (secure serving, RBAC+Node authz, service-account keys) -
 kube-controller-manager + kube-scheduler -> KWOK controller (fake GPU nodes from
 e2e/fleet.yaml, plus their NodeResourceTopology objects) -> Kueue (webhooks on 127.0.0.1
 with a generated CA, the cluster's webhook configurations rewritten to URLs) and the
-workload controllers that were built (JobSet, LeaderWorkerSet, Kubeflow Trainer, KubeRay:
-plane/components.py), Kueue's frameworks list naming exactly those.
+workload controllers that were built (JobSet, LeaderWorkerSet, Kubeflow Trainer, KubeRay,
+MPI operator: plane/components.py), Kueue's frameworks list naming exactly those.
 
 Binaries come from e2e/build/build.sh (Go modules, cached per component). State (PKI,
 configs, etcd data, logs, PIDs, kubeconfig) lives in $NEXUS_E2E_STATE, default

@@ -201,24 +201,28 @@ recipe_kuberay() {
   copy_tree "$(module_dir "$module@$KUBERAY_VERSION")/config/crd/bases" "$out/manifests/kuberay/crd"
 }
 
-# The MPI operator's health server listens on :8080 on every interface, a port set in a
-# package variable with no flag (cmd/mpi-operator/app/server.go, healthCheckPort), so two
-# planes on one machine (a worktree's and CI's) could not both run it. Our main is
-# upstream's cmd/mpi-operator/main.go with one flag more, --health-port, which sets that
-# variable before app.Run; the controller itself is upstream's, unchanged.
+# The MPI operator fixes two things in package variables, with no flag
+# (cmd/mpi-operator/app/server.go): its health server's port, :8080 on every interface, so
+# two planes on one machine (a worktree's and CI's) could not both run it; and its leader
+# election's timings (15-s lease, 5-s renew deadline, and it exits when a renewal fails),
+# so an apiserver or etcd restart of a few seconds (e2e/tests/test_faults.py) killed it,
+# where a cluster would restart its pod and the plane does not. Our main is upstream's
+# cmd/mpi-operator/main.go with flags for those variables, set before app.Run
+# (go:linkname); the controller itself is upstream's, unchanged.
 recipe_mpi_operator() {
   local out="$1" mod="$2/mpi-operator" module=github.com/kubeflow/mpi-operator
   # the wrapper module go_build makes: upstream's go.mod decides every dependency version
-  mkdir -p "$mod/health-port"
+  mkdir -p "$mod/main"
   printf 'module nexus-admit.local/e2e/mpi-operator\ngo 1.26.0\nrequire %s %s\n' \
     "$module" "$MPI_OPERATOR_VERSION" > "$mod/go.mod"
   cp "$(module_dir "$module@$MPI_OPERATOR_VERSION")/go.sum" "$mod/go.sum"
   chmod u+w "$mod/go.sum"
-  cat > "$mod/health-port/main.go" <<'GO'
+  cat > "$mod/main/main.go" <<'GO'
 package main
 
 import (
 	"flag"
+	"time"
 	_ "unsafe" // go:linkname
 
 	"github.com/kubeflow/mpi-operator/cmd/mpi-operator/app"
@@ -229,12 +233,23 @@ import (
 //go:linkname healthCheckPort github.com/kubeflow/mpi-operator/cmd/mpi-operator/app.healthCheckPort
 var healthCheckPort int
 
+//go:linkname leaseDuration github.com/kubeflow/mpi-operator/cmd/mpi-operator/app.leaseDuration
+var leaseDuration time.Duration
+
+//go:linkname renewDuration github.com/kubeflow/mpi-operator/cmd/mpi-operator/app.renewDuration
+var renewDuration time.Duration
+
+//go:linkname retryPeriod github.com/kubeflow/mpi-operator/cmd/mpi-operator/app.retryPeriod
+var retryPeriod time.Duration
+
 func main() {
 	s := options.NewServerOption()
 	s.AddFlags(flag.CommandLine)
-	port := flag.Int("health-port", healthCheckPort, "port of the health server (/healthz)")
+	flag.IntVar(&healthCheckPort, "health-port", healthCheckPort, "port of the health server (/healthz)")
+	flag.DurationVar(&leaseDuration, "leader-elect-lease-duration", leaseDuration, "leader election lease")
+	flag.DurationVar(&renewDuration, "leader-elect-renew-deadline", renewDuration, "how long the leader retries renewing before it gives up (and exits)")
+	flag.DurationVar(&retryPeriod, "leader-elect-retry-period", retryPeriod, "wait between tries")
 	flag.Parse()
-	healthCheckPort = *port
 	if s.MonitoringPort != 0 {
 		klog.Fatalf("--monitoring-port is not served by this build; leave it 0")
 	}
@@ -243,10 +258,10 @@ func main() {
 	}
 }
 GO
-  log "compiling mpi-operator with --health-port"
+  log "compiling mpi-operator with --health-port and the leader election's timings"
   (cd "$mod" && go build -trimpath \
     -ldflags "-s -w -X $module/pkg/version.Version=$MPI_OPERATOR_VERSION" \
-    -o "$out/mpi-operator.tmp" ./health-port) || die "mpi-operator (health-port main)"
+    -o "$out/mpi-operator.tmp" ./main) || die "mpi-operator (our main)"
   mv "$out/mpi-operator.tmp" "$out/mpi-operator"
   mkdir -p "$out/manifests/mpi-operator/crd"
   cp "$(module_dir "$module@$MPI_OPERATOR_VERSION")/manifests/base/kubeflow.org_mpijobs.yaml" \

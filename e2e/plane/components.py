@@ -184,13 +184,19 @@ def _kuberay(launch: Launch) -> tuple[list[str], dict[str, str]]:
 
 
 def _mpi_operator(launch: Launch) -> tuple[list[str], dict[str, str]]:
-    # --health-port is our build's (e2e/build/build.sh, recipe_mpi_operator): upstream's
-    # health server is fixed on :8080. It always runs a leader election, on a Lease in
-    # --lock-namespace (upstream's default namespace, mpi-operator, is not made here)
+    # --health-port and --leader-elect-* are our build's (e2e/build/build.sh,
+    # recipe_mpi_operator): upstream fixes its health server on :8080 and its leader
+    # election at a 5-s renew deadline, after which it exits. It always runs that election,
+    # on a Lease in --lock-namespace (upstream's default namespace, mpi-operator, is not
+    # made here); one replica on a fresh etcd, so a long lease never delays a start, and a
+    # 60-s deadline outlasts the fault tests' apiserver and etcd restarts
     return [
         str(launch.bin / "mpi-operator"),
         f"--kubeConfig={launch.kubeconfig}",
         f"--health-port={launch.health_port}",
+        "--leader-elect-lease-duration=90s",
+        "--leader-elect-renew-deadline=60s",
+        "--leader-elect-retry-period=2s",
         "--lock-namespace=kube-system",
         "--monitoring-port=0",
         "--kube-api-qps=50",
