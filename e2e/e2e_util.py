@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,3 +109,31 @@ def all_running(pods: list[client.V1Pod], count: int) -> bool:
     return len(pods) == count and all(
         p.status.phase == "Running" and p.spec.node_name for p in pods
     )
+
+
+MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+@contextlib.contextmanager
+def mpijob_deleted_after(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str, name: str
+) -> Iterator[None]:
+    """Delete the MPIJob at the end of the block and wait until its pods are gone, before
+    the test's namespace is deleted.
+
+    Why: the MPI operator's launcher Job has `podReplacementPolicy: Failed`, so the Job
+    controller keeps the launcher pod's tracking finalizer until the pod is terminal, and
+    KWOK deletes a pod without ever making it terminal, as a kubelet would. A namespace's
+    deletion takes its pods first (Kubernetes' ordered namespace deletion), so the
+    launcher would stay Terminating and the namespace with it, and the tests after it
+    that wait for other namespaces to settle would fail. Deleted first, the MPIJob takes
+    its Job with it, and the Job controller frees the pods of a Job that is gone."""
+    try:
+        yield
+    finally:
+        with contextlib.suppress(client.ApiException):
+            custom.delete_namespaced_custom_object(
+                "kubeflow.org", "v2beta1", namespace, "mpijobs", name,
+                propagation_policy="Background")
+        wait_for(f"MPIJob {name}'s pods gone", lambda: not core.list_namespaced_pod(
+            namespace, label_selector=f"{MPI_JOB_NAME_LABEL}={name}").items, timeout=90)

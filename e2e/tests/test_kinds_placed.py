@@ -22,7 +22,16 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, require_controller, wait_for
+from e2e_util import (
+    GPU,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    MPI_JOB_NAME_LABEL,
+    QUEUE_LABEL,
+    mpijob_deleted_after,
+    require_controller,
+    wait_for,
+)
 from kubernetes import client
 from nexus_controller import GATED_QUEUES_CONFIGMAP, GATED_QUEUES_NAMESPACE
 from test_controller import (
@@ -314,7 +323,6 @@ def test_rayjob_head_workers_and_submitter_placed(nexus_namespace, core_v1, cust
     assert len(_racks(core_v1, workers)) == 1
 
 
-MPI_JOB_NAME = "training.kubeflow.org/job-name"
 MPI_ROLE = "training.kubeflow.org/job-role"
 MPI_RANK = "training.kubeflow.org/replica-index"
 
@@ -333,28 +341,29 @@ def test_mpijob_launcher_off_gpu_nodes_workers_in_one_rack_by_rank(
             {**_container("main", gpus), "command": ["mpirun", "hostname"]}]}}}
 
     submitted = time.time()
-    mj = _create(
-        custom_objects,
-        ns,
-        "kubeflow.org",
-        "v2beta1",
-        "mpijobs",
-        {
-            "apiVersion": "kubeflow.org/v2beta1",
-            "kind": "MPIJob",
-            "metadata": {"name": name, "labels": {QUEUE_LABEL: "nexus-gold"}},
-            "spec": {
-                "slotsPerWorker": 8,
-                "runPolicy": {"cleanPodPolicy": "Running"},
-                "mpiReplicaSpecs": {"Launcher": replica(1, 0), "Worker": replica(3, 8)},
+    with mpijob_deleted_after(custom_objects, core_v1, ns, name):
+        mj = _create(
+            custom_objects,
+            ns,
+            "kubeflow.org",
+            "v2beta1",
+            "mpijobs",
+            {
+                "apiVersion": "kubeflow.org/v2beta1",
+                "kind": "MPIJob",
+                "metadata": {"name": name, "labels": {QUEUE_LABEL: "nexus-gold"}},
+                "spec": {
+                    "slotsPerWorker": 8,
+                    "runPolicy": {"cleanPodPolicy": "Running"},
+                    "mpiReplicaSpecs": {"Launcher": replica(1, 0), "Worker": replica(3, 8)},
+                },
             },
-        },
-    )
-    (wl,) = _ready(custom_objects, ns, mj["metadata"]["uid"])
-    ready = time.time()
-    pods = _running(core_v1, ns, f"{MPI_JOB_NAME}={name}", 4)
-    _timed("MPIJob", submitted, ready, time.time())
-    held = _pinned(custom_objects, ns, wl, pods)
+        )
+        (wl,) = _ready(custom_objects, ns, mj["metadata"]["uid"])
+        ready = time.time()
+        pods = _running(core_v1, ns, f"{MPI_JOB_NAME_LABEL}={name}", 4)
+        _timed("MPIJob", submitted, ready, time.time())
+        held = _pinned(custom_objects, ns, wl, pods)
     workers = [p for p in pods if p.metadata.labels[MPI_ROLE] == "worker"]
     (launcher,) = [p for p in pods if p not in workers]
     (job_ref,) = launcher.metadata.owner_references

@@ -16,9 +16,11 @@ from typing import Any
 import pytest
 import yaml
 from e2e_util import (
+    MPI_JOB_NAME_LABEL,
     QUEUE_LABEL,
     all_running,
     condition,
+    mpijob_deleted_after,
     require_controller,
     wait_for,
     workload_owned_by,
@@ -303,21 +305,21 @@ def test_mpijob_admitted_and_running(e2e_namespace, core_v1, custom_objects):
         spec["containers"][0]["command"] = ["mpirun", "hostname"]
         return {"replicas": count, "template": {"spec": spec}}
 
-    mj = _create(
-        custom_objects,
-        e2e_namespace,
-        "kubeflow.org",
-        "v2beta1",
-        "mpijobs",
-        {
-            "apiVersion": "kubeflow.org/v2beta1",
-            "kind": "MPIJob",
-            "metadata": {"name": name},
-            "spec": {"mpiReplicaSpecs": {"Launcher": replica(1), "Worker": replica(1)}},
-        },
-    )
-    assert mj["spec"]["runPolicy"]["suspend"] is True  # an MPIJob's suspend is in runPolicy
-    # the launcher (through a batch Job the operator makes) and the worker
-    _admitted_and_running(
-        custom_objects, core_v1, e2e_namespace, mj, f"training.kubeflow.org/job-name={name}", 2
-    )
+    with mpijob_deleted_after(custom_objects, core_v1, e2e_namespace, name):
+        mj = _create(
+            custom_objects,
+            e2e_namespace,
+            "kubeflow.org",
+            "v2beta1",
+            "mpijobs",
+            {
+                "apiVersion": "kubeflow.org/v2beta1",
+                "kind": "MPIJob",
+                "metadata": {"name": name},
+                "spec": {"mpiReplicaSpecs": {"Launcher": replica(1), "Worker": replica(1)}},
+            },
+        )
+        assert mj["spec"]["runPolicy"]["suspend"] is True  # an MPIJob's suspend: runPolicy
+        # the launcher (through a batch Job the operator makes) and the worker
+        _admitted_and_running(custom_objects, core_v1, e2e_namespace, mj,
+                              f"{MPI_JOB_NAME_LABEL}={name}", 2)
