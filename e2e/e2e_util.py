@@ -112,6 +112,28 @@ def all_running(pods: list[client.V1Pod], count: int) -> bool:
 
 
 MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+MPIJOBS = ("kubeflow.org", "v2beta1", "mpijobs")  # group, version, plural
+
+
+def mpijob(
+    name: str, launcher: dict[str, Any], worker: dict[str, Any], workers: int,
+    labels: dict[str, str] | None = None, **spec: Any,
+) -> dict[str, Any]:
+    """An MPIJob of one launcher and `workers` workers from two pod specs; their first
+    container runs `mpirun` (never run: KWOK fakes the kubelet)."""
+
+    def replica(count: int, pod: dict[str, Any]) -> dict[str, Any]:
+        containers = [{**pod["containers"][0], "command": ["mpirun", "hostname"]},
+                      *pod["containers"][1:]]
+        return {"replicas": count, "template": {"spec": {**pod, "containers": containers}}}
+
+    return {
+        "apiVersion": f"{MPIJOBS[0]}/{MPIJOBS[1]}",
+        "kind": "MPIJob",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {**spec, "mpiReplicaSpecs": {"Launcher": replica(1, launcher),
+                                             "Worker": replica(workers, worker)}},
+    }
 
 
 @contextlib.contextmanager
@@ -133,7 +155,6 @@ def mpijob_deleted_after(
     finally:
         with contextlib.suppress(client.ApiException):
             custom.delete_namespaced_custom_object(
-                "kubeflow.org", "v2beta1", namespace, "mpijobs", name,
-                propagation_policy="Background")
+                *MPIJOBS[:2], namespace, MPIJOBS[2], name, propagation_policy="Background")
         wait_for(f"MPIJob {name}'s pods gone", lambda: not core.list_namespaced_pod(
             namespace, label_selector=f"{MPI_JOB_NAME_LABEL}={name}").items, timeout=90)

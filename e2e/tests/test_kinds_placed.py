@@ -27,7 +27,9 @@ from e2e_util import (
     KUEUE_GROUP,
     KUEUE_VERSION,
     MPI_JOB_NAME_LABEL,
+    MPIJOBS,
     QUEUE_LABEL,
+    mpijob,
     mpijob_deleted_after,
     require_controller,
     wait_for,
@@ -336,29 +338,11 @@ def test_mpijob_launcher_off_gpu_nodes_workers_in_one_rack_by_rank(
                        custom_objects)
     ns, name = nexus_namespace, f"mpi-{uuid.uuid4().hex[:5]}"
 
-    def replica(count: int, gpus: int) -> dict[str, Any]:
-        return {"replicas": count, "template": {"spec": {"containers": [
-            {**_container("main", gpus), "command": ["mpirun", "hostname"]}]}}}
-
     submitted = time.time()
     with mpijob_deleted_after(custom_objects, core_v1, ns, name):
-        mj = _create(
-            custom_objects,
-            ns,
-            "kubeflow.org",
-            "v2beta1",
-            "mpijobs",
-            {
-                "apiVersion": "kubeflow.org/v2beta1",
-                "kind": "MPIJob",
-                "metadata": {"name": name, "labels": {QUEUE_LABEL: "nexus-gold"}},
-                "spec": {
-                    "slotsPerWorker": 8,
-                    "runPolicy": {"cleanPodPolicy": "Running"},
-                    "mpiReplicaSpecs": {"Launcher": replica(1, 0), "Worker": replica(3, 8)},
-                },
-            },
-        )
+        mj = _create(custom_objects, ns, *MPIJOBS, mpijob(
+            name, _pod_spec(), _pod_spec(gpus=8), 3, {QUEUE_LABEL: "nexus-gold"},
+            slotsPerWorker=8, runPolicy={"cleanPodPolicy": "Running"}))
         (wl,) = _ready(custom_objects, ns, mj["metadata"]["uid"])
         ready = time.time()
         pods = _running(core_v1, ns, f"{MPI_JOB_NAME_LABEL}={name}", 4)

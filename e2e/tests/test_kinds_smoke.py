@@ -17,9 +17,11 @@ import pytest
 import yaml
 from e2e_util import (
     MPI_JOB_NAME_LABEL,
+    MPIJOBS,
     QUEUE_LABEL,
     all_running,
     condition,
+    mpijob,
     mpijob_deleted_after,
     require_controller,
     wait_for,
@@ -300,25 +302,9 @@ def test_mpijob_admitted_and_running(e2e_namespace, core_v1, custom_objects):
                        custom_objects)
     name = f"mpi-{uuid.uuid4().hex[:5]}"
 
-    def replica(count: int) -> dict[str, Any]:
-        spec = _pod_spec()
-        spec["containers"][0]["command"] = ["mpirun", "hostname"]
-        return {"replicas": count, "template": {"spec": spec}}
-
     with mpijob_deleted_after(custom_objects, core_v1, e2e_namespace, name):
-        mj = _create(
-            custom_objects,
-            e2e_namespace,
-            "kubeflow.org",
-            "v2beta1",
-            "mpijobs",
-            {
-                "apiVersion": "kubeflow.org/v2beta1",
-                "kind": "MPIJob",
-                "metadata": {"name": name},
-                "spec": {"mpiReplicaSpecs": {"Launcher": replica(1), "Worker": replica(1)}},
-            },
-        )
+        mj = _create(custom_objects, e2e_namespace, *MPIJOBS,
+                     mpijob(name, _pod_spec(), _pod_spec(), 1))
         assert mj["spec"]["runPolicy"]["suspend"] is True  # an MPIJob's suspend: runPolicy
         # the launcher (through a batch Job the operator makes) and the worker
         _admitted_and_running(custom_objects, core_v1, e2e_namespace, mj,
