@@ -207,14 +207,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="module")
-def nexus_controller(e2e_cluster: Any, gate_mode: str) -> Iterator[Any]:
+def pin_at_creation() -> bool:
+    """Whether the pin hook is registered (the chart's `webhook.pinAtCreation`): off, as the
+    chart ships, unless NEXUS_E2E_PIN_AT_CREATION=1; `test_pin_at_creation.py` turns it on."""
+    return os.environ.get("NEXUS_E2E_PIN_AT_CREATION", "") == "1"
+
+
+@pytest.fixture(scope="module")
+def nexus_controller(e2e_cluster: Any, gate_mode: str, pin_at_creation: bool) -> Iterator[Any]:
     """nexus-admit installed (CRDs, PlacementConfig, AdmissionCheck, nexus ClusterQueues,
     pod webhook, gate policies in `gate_mode` policy) and running against the control
     plane; stopped after the module, so the tests that stand in for the controller
     (test_plan_live) run without it."""
     from nexus_controller import NexusController
 
-    nc = NexusController(e2e_cluster, gate_mode=gate_mode)
+    nc = NexusController(e2e_cluster, gate_mode=gate_mode, pin_at_creation=pin_at_creation)
     nc.install()
     try:
         nc.start()

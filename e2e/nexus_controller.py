@@ -45,6 +45,7 @@ import cluster as cluster_mod  # noqa: E402
 from nexus_admit.kube.labels import GATE_PLACEMENT as GATE  # noqa: E402
 from nexus_admit.kube.pod_gate_policy import (  # noqa: E402
     TRUSTED_POD_CREATORS,
+    pin_hook_condition,
     pod_gate_binding,
     pod_gate_policy,
     queue_gate_binding,
@@ -93,11 +94,14 @@ class NexusController:
         name: str = "nexus-admit",
         extra_args: Sequence[str] = (),
         gate_mode: str = "policy",
+        pin_at_creation: bool = False,
     ):
         if gate_mode not in GATE_MODES:
             raise ValueError(f"gate_mode must be one of {GATE_MODES}, not {gate_mode!r}")
         self.cluster = cluster
         self.gate_mode = gate_mode
+        # the chart's webhook.pinAtCreation: the pin hook registered (policy mode only)
+        self.pin_at_creation = pin_at_creation and gate_mode == "policy"
         self.name = name
         self.extra_args = list(extra_args)
         self.webhook_config_name = WEBHOOK_CONFIG
@@ -196,6 +200,20 @@ class NexusController:
             # pods queued in Kueue by the queue gate policy, in the apiserver: no webhook
             # call, so pods of queues without our check never depend on us
             hooks = [{**reserved, "matchConditions": [untrusted_creator_condition()]}]
+            if self.pin_at_creation:
+                # the Job controller's pods, gated by the policy: pinned in the same request
+                # when their slot is known, else left gated; never refused
+                hooks.append({
+                    **reserved,
+                    "name": "pod-pin.scheduling.kubenexus.io",
+                    "clientConfig": {
+                        **hook["clientConfig"],
+                        "url": f"https://127.0.0.1:{self.webhook_port}/pod-pin",
+                    },
+                    "failurePolicy": "Ignore",
+                    "reinvocationPolicy": "Never",
+                    "matchConditions": [pin_hook_condition()],
+                })
         else:
             no_reservation = {"key": RESERVATION_LABEL, "operator": "DoesNotExist"}
             hooks = [
@@ -267,7 +285,7 @@ class NexusController:
         if self.gate_mode == "webhook":
             return [self.webhook_configuration()]
         return [
-            pod_gate_policy(self.policy_name),
+            pod_gate_policy(self.policy_name, pin_at_creation=self.pin_at_creation),
             pod_gate_binding(self.policy_name, SYSTEM_NAMESPACES_EXCLUDED),
             {
                 "apiVersion": "v1",

@@ -32,6 +32,7 @@ __all__ = [
     "POLICY_API_VERSION",
     "QUEUE_GATE_CONDITION",
     "TRUSTED_POD_CREATORS",
+    "pin_hook_condition",
     "pod_gate_binding",
     "pod_gate_policy",
     "queue_gate_binding",
@@ -56,16 +57,18 @@ _ADD_GATE = (
 )
 
 
-def pod_gate_policy(name: str) -> dict[str, Any]:
+def pod_gate_policy(name: str, *, pin_at_creation: bool = False) -> dict[str, Any]:
     """Gate each pod created with a reservation label (scheduling gates are a map keyed by
-    name, so the apply merges ours with the pod's own)."""
+    name, so the apply merges ours with the pod's own). `pin_at_creation`: the pin hook
+    (`pin_hook_condition`) may take the gate off again in the same request, so the policy
+    is not reinvoked after it (it would put the gate back)."""
     return {
         "apiVersion": POLICY_API_VERSION,
         "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
-            "reinvocationPolicy": "IfNeeded",
+            "reinvocationPolicy": "Never" if pin_at_creation else "IfNeeded",
             "matchConstraints": {
                 "resourceRules": [
                     {
@@ -175,3 +178,10 @@ def untrusted_creator_condition(trusted: Sequence[str] = TRUSTED_POD_CREATORS) -
         "name": "untrusted-creator",
         "expression": f"!(request.userInfo.username in [{names}])",
     }
+
+
+def pin_hook_condition(trusted: Sequence[str] = TRUSTED_POD_CREATORS) -> dict[str, str]:
+    """The pin hook's matchCondition (`controller/ungating/at_creation.py`): only pods the trusted
+    controllers create, which the pod gate policy has gated and no other hook reviews."""
+    names = ", ".join(f"'{t}'" for t in trusted)
+    return {"name": "trusted-creator", "expression": f"request.userInfo.username in [{names}]"}

@@ -372,7 +372,7 @@ def test_lease_timings_that_cannot_work_fail_the_render(tmp_path: Path) -> None:
     assert "retrySeconds < renewDeadlineSeconds < leaseSeconds" in r.stderr
 
 
-def harness_webhooks(tmp_path: Path, gate_mode: str) -> list[dict[str, Any]]:
+def harness_webhooks(tmp_path: Path, gate_mode: str, pin: bool = False) -> list[dict[str, Any]]:
     """The webhooks e2e/nexus_controller.py registers by URL on the local control plane."""
     sys.path.insert(0, str(ROOT / "e2e"))
     try:
@@ -385,38 +385,46 @@ def harness_webhooks(tmp_path: Path, gate_mode: str) -> list[dict[str, Any]]:
         webhook_port=1,
         webhook_config_name="harness",
         gate_mode=gate_mode,
+        pin_at_creation=pin,
     )
     hooks: list[dict[str, Any]] = NexusController.webhook_configuration(stub)["webhooks"]
     return hooks
 
 
 @pytest.mark.parametrize(
-    ("api_versions", "gate_mode"),
+    ("api_versions", "gate_mode", "pin"),
     [
-        ([POLICY_API], "policy"),  # a 1.36 cluster: `auto` picks the policies
-        ([], "webhook"),  # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py)
+        ([POLICY_API], "policy", False),  # a 1.36 cluster: `auto` picks the policies
+        ([POLICY_API], "policy", True),  # webhook.pinAtCreation: the pin hook too
+        # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py), and
+        # pinAtCreation has no hook to add (it is for the policy's pods)
+        ([], "webhook", True),
     ],
-    ids=["policy", "webhook"],
+    ids=["policy", "policy-pin", "webhook"],
 )
 def test_webhooks_are_the_harness_webhooks_behind_a_service(
-    api_versions: list[str], gate_mode: str, tmp_path: Path
+    api_versions: list[str], gate_mode: str, pin: bool, tmp_path: Path
 ) -> None:
-    objects = render(api_versions=api_versions, tmp=tmp_path)
+    values = {"webhook": {"pinAtCreation": pin}}
+    objects = render(values, api_versions=api_versions, tmp=tmp_path)
     mwc = one(objects, "MutatingWebhookConfiguration")
     secret = one(objects, "Secret")
     service = one(objects, "Service")
-    expected = harness_webhooks(tmp_path, gate_mode)
+    expected = harness_webhooks(tmp_path, gate_mode, pin)
     assert [h["name"] for h in mwc["webhooks"]] == [h["name"] for h in expected]
     for hook, want in zip(mwc["webhooks"], expected, strict=True):
         skip = {"clientConfig", "namespaceSelector"}
         assert {k: v for k, v in hook.items() if k not in skip} == {
             k: v for k, v in want.items() if k not in skip
         }
-        assert hook["failurePolicy"] == "Fail" and hook["timeoutSeconds"] == 5
+        pins = hook["name"].startswith("pod-pin.")
+        # the pin hook never refuses a pod: without it the policy's gate stays
+        assert hook["failurePolicy"] == ("Ignore" if pins else "Fail")
+        assert hook["timeoutSeconds"] == 5
         assert hook["clientConfig"]["service"] == {
             "name": service["metadata"]["name"],
             "namespace": NS,
-            "path": "/pod-gate",
+            "path": "/pod-pin" if pins else "/pod-gate",
             "port": 443,
         }
         assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
@@ -427,8 +435,13 @@ def test_webhooks_are_the_harness_webhooks_behind_a_service(
     assert ports == {"webhook": (443, "webhook"), "metrics": (8080, "health")}
 
 
-def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces() -> None:
-    objects = render(api_versions=[POLICY_API])
+@pytest.mark.parametrize("pin", [False, True], ids=["gate", "pin-at-creation"])
+def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces(
+    pin: bool, tmp_path: Path
+) -> None:
+    objects = render(
+        {"webhook": {"pinAtCreation": pin}}, api_versions=[POLICY_API], tmp=tmp_path
+    )
     policies = {o["metadata"]["name"]: o for o in by_kind(objects, "MutatingAdmissionPolicy")}
     bindings = {
         o["metadata"]["name"]: o for o in by_kind(objects, "MutatingAdmissionPolicyBinding")
@@ -438,7 +451,9 @@ def test_gate_policies_are_the_controllers_own_and_see_the_webhooks_namespaces()
         "namespaceSelector"
     ]
     name = f"{FULLNAME}-pod-gate"
-    assert policies[name]["spec"] == pod_gate_policy(name)["spec"]
+    assert policies[name]["spec"] == pod_gate_policy(name, pin_at_creation=pin)["spec"]
+    # reinvoked after the pin hook, the policy would put back the gate the hook took off
+    assert policies[name]["spec"]["reinvocationPolicy"] == ("Never" if pin else "IfNeeded")
     assert bindings[name]["spec"] == pod_gate_binding(name, webhook_namespaces)["spec"]
     name = f"{FULLNAME}-queue-gate"
     configmap = one(objects, "ConfigMap")

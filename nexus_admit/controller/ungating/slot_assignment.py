@@ -32,7 +32,15 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.kube.reservations import ReservedSlot, parse_slot_key
 
-__all__ = ["INDEX_LABELS", "PodView", "RankRule", "assign_slots", "pod_view", "rank_rules"]
+__all__ = [
+    "INDEX_LABELS",
+    "PodView",
+    "RankRule",
+    "assign_slots",
+    "creation_slot",
+    "pod_view",
+    "rank_rules",
+]
 
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
 
@@ -206,3 +214,28 @@ def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict
 def _fits(pod: PodView, slot: ReservedSlot) -> bool:
     """A pod asking for more GPUs than the slot holds would take devices nobody reserved."""
     return pod.gpus <= len(slot.gpus)
+
+
+def creation_slot(
+    slots: Iterable[ReservedSlot], pod: PodView, others: Iterable[PodView]
+) -> ReservedSlot | None:
+    """The slot a pod being created can be pinned to at once, or None: then it stays
+    gated and `assign_slots` gives it one later, on the leader.
+
+    Only the slot of the pod's own rank, and only where `assign_slots` would choose the
+    same for it whatever the order: the pod has a rank, that slot is free and fits it, and
+    no other pod of the reservation waits gated (a gated pod without its own slot free
+    takes the lowest free one, which may be this one). Any doubt leaves the pod to the
+    ungater, so the answer needs no claim shared between replicas: a rank names one slot.
+    """
+    if pod.rank is None or not pod.gated or not pod.active:
+        return None
+    for other in others:
+        if not other.active:
+            continue
+        if other.gated or other.slot == (pod.pod_set, pod.rank):
+            return None
+    for s in slots:
+        if s.pod_set == pod.pod_set and s.index == pod.rank:
+            return s if _fits(pod, s) else None
+    return None

@@ -58,7 +58,15 @@ from nexus_admit.kube.reservations import (
     reservation_workload_key,
 )
 
-__all__ = ["node_name_terms", "pin_patch", "run_ungater", "sync_ungating"]
+__all__ = [
+    "node_name_terms",
+    "pin_patch",
+    "pinned_hostname",
+    "pod_set_names",
+    "run_ungater",
+    "slot_annotations",
+    "sync_ungating",
+]
 
 log = logging.getLogger("nexus_admit.ungater")
 
@@ -101,9 +109,6 @@ def pin_patch(
     """The one patch that pins a gated pod to its slot and lifts our gate: the hostname
     nodeSelector (what `kubectl describe pod` shows), and `terms` (`node_name_terms`) as
     its required node affinity, so the scheduler looks at that node alone."""
-    annotations = {L.ANN_SLOT: slot.key}
-    if slot.numa_zone is not None:
-        annotations[L.ANN_NUMA_ZONE] = str(slot.numa_zone)
     spec: dict[str, Any] = {
         "nodeSelector": {L.HOSTNAME_LABEL: hostname},
         "schedulingGates": [{"$patch": "delete", "name": L.GATE_PLACEMENT}],
@@ -112,10 +117,26 @@ def pin_patch(
         # nodeSelectorTerms has no merge key: the patch carries the whole list
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": terms}}}
-    return {"metadata": {"annotations": annotations}, "spec": spec}
+    return {"metadata": {"annotations": slot_annotations(slot)}, "spec": spec}
 
 
-def _pod_sets(rr: Mapping[str, Any]) -> list[str]:
+def slot_annotations(slot: ReservedSlot) -> dict[str, str]:
+    """The annotations that say which slot (and NUMA zone) a pinned pod holds."""
+    annotations = {L.ANN_SLOT: slot.key}
+    if slot.numa_zone is not None:
+        annotations[L.ANN_NUMA_ZONE] = str(slot.numa_zone)
+    return annotations
+
+
+def pinned_hostname(node: Mapping[str, Any] | None, name: str) -> str:
+    """The value of the hostname nodeSelector that pins a pod to the node `name` (its
+    hostname label, which may differ from its name)."""
+    labels = (meta(node).get("labels") or {}) if node else {}
+    return str(labels.get(L.HOSTNAME_LABEL) or name)
+
+
+def pod_set_names(rr: Mapping[str, Any]) -> list[str]:
+    """The names of the reservation's pod sets, in its order."""
     spec = child(rr, "spec")
     return [str(ps.get("name")) for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
 
@@ -130,7 +151,7 @@ def _views(
     out = []
     for p in pods:
         try:
-            view = pod_view(p, _pod_sets(rr), rules)
+            view = pod_view(p, pod_set_names(rr), rules)
         except Exception as e:
             _skip_gated_pod(p, e, skipped)  # a pod off the gate may hold a slot: raises
             continue
@@ -398,9 +419,7 @@ def _gates(pod: Mapping[str, Any]) -> list[str]:
 
 async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None:
     m = meta(pod)
-    node = ctx.store.get("Node", slot.node)
-    labels = (meta(node).get("labels") or {}) if node else {}
-    hostname = str(labels.get(L.HOSTNAME_LABEL) or slot.node)
+    hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)
     uid = str(m.get("uid") or "")
     ctx.ungating[uid] = slot.key
     # before the patch goes out: a pass's patches run concurrently, so after one returned

@@ -9,7 +9,8 @@ pass's synchronous steps (p99 0.83 s on the 1,000-node load benchmark). Here it 
 the GIL at most, not for the loop.
 
 What runs here: the `GuardedWebhookServer` (kopf's TLS server, every request checked
-first), which hands each review to `answer` (`review.answer_review`): kopf's own admission
+first), which hands each review to the answer of its path (`review.answer_review` at
+/pod-gate, `ungating.at_creation.answer_pin_review` at /pod-pin): kopf's own admission
 machinery is not in the path, since it cost ~5 ms of CPU per pod for what is one JSON patch;
 and the certificate watch, so that reloading the certificate and TLS handshakes happen on
 the same thread. The answer reads the store (plain dict reads) and hands anything it
@@ -42,19 +43,18 @@ class WebhookStartError(RuntimeError):
 
 
 class WebhookThread:
-    """Serves `answer` at /`webhook_id` with `server`; any other path is answered 404."""
+    """Serves each answer of `answers` at /<its id> with `server`; any other path is
+    answered 404."""
 
     def __init__(
         self,
         server: kopf.WebhookServer,
-        webhook_id: str,
-        answer: Answer,
+        answers: Mapping[str, Answer],
         cert: ServingCertificate | None = None,
         cert_check_seconds: float = 10.0,
     ) -> None:
         self.server = server
-        self.webhook_id = webhook_id
-        self.answer = answer
+        self.answers = dict(answers)
         self.cert = cert
         self.cert_check_seconds = cert_check_seconds
         self.listening = threading.Event()
@@ -95,9 +95,10 @@ class WebhookThread:
         self._stop = asyncio.Event()
 
         async def serve(review: Mapping[str, Any], *, webhook: str | None, **_: Any) -> Any:
-            if webhook != self.webhook_id:
+            answer = self.answers.get(webhook or "")
+            if answer is None:
                 raise admission.UnknownResourceError(f"no webhook at /{webhook}")
-            return await self.answer(review)
+            return await answer(review)
 
         serving: Any = self.server(cast(Any, serve))  # kopf's WebhookFn, loosely typed
         await serving.__anext__()  # bound and listening

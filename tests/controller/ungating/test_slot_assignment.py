@@ -6,11 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nexus_admit.controller.ungating.slot_assignment import (
     PodView,
     RankRule,
     assign_slots,
+    creation_slot,
     pod_view,
     rank_rules,
 )
@@ -194,3 +197,65 @@ def test_a_rank_is_ascii_digits_of_bounded_length_anything_else_no_rank(
     assert pod_view(p, ["main"]).rank == rank
     p["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": value}
     assert pod_view(p, ["main"]).rank == rank
+
+
+# -- creation_slot: the pin given in a pod's create request (controller/ungating/at_creation.py)
+
+
+@pytest.mark.parametrize(
+    ("new", "others", "expected"),
+    [
+        pytest.param(pod("p3", 3), [pod("p0", 0, gated=False, slot=0)], 3, id="own-rank"),
+        pytest.param(pod("p3", None), [], None, id="no-rank"),
+        pytest.param(pod("p3", 3), [pod("old", 3, gated=False, slot=3)], None, id="slot-held"),
+        pytest.param(
+            pod("p3", 3), [pod("old", 3, gated=False, slot=3, active=False)], 3,
+            id="slot-of-a-finished-pod",
+        ),
+        # a gated pod whose own slot is taken takes the lowest free one: maybe this one
+        pytest.param(pod("p3", 3), [pod("p1", 1)], None, id="another-waits"),
+        pytest.param(pod("p3", 3), [pod("p1", 1, active=False)], 3, id="a-finished-one-waits"),
+        pytest.param(pod("p9", 9), [], None, id="no-such-slot"),
+        pytest.param(pod("p3", 3, pod_set="other"), [], None, id="another-pod-set"),
+        pytest.param(pod("p3", 3, gated=False), [], None, id="not-gated"),
+    ],
+)
+def test_creation_slot(new: PodView, others: list[PodView], expected: int | None) -> None:
+    slot = creation_slot(slots(4), new, others)
+    assert (slot.index if slot is not None else None) == expected
+
+
+def test_creation_slot_needs_a_slot_the_pod_fits() -> None:
+    greedy = PodView("p0", "main", 0, True, None, True, gpus=2)
+    assert creation_slot(slots(2), greedy, []) is None
+
+
+_views = st.builds(
+    PodView,
+    name=st.sampled_from([f"p{i}" for i in range(6)]),
+    pod_set=st.just("main"),
+    rank=st.one_of(st.none(), st.integers(0, 5)),
+    gated=st.booleans(),
+    slot=st.one_of(st.none(), st.tuples(st.just("main"), st.integers(0, 5))),
+    active=st.booleans(),
+    gpus=st.integers(0, 2),
+)
+
+
+@given(new=_views, others=st.lists(_views, max_size=6, unique_by=lambda v: v.name))
+def test_creation_slot_is_the_slot_assign_slots_would_give_whatever_comes_next(
+    new: PodView, others: list[PodView]
+) -> None:
+    """What the webhook pins at creation, the ungater would have chosen too; and the pods
+    that still wait get from it what they would have got without the pin."""
+    others = [o for o in others if o.name != new.name]
+    new = PodView(new.name, new.pod_set, new.rank, True, None, True, new.gpus)
+    slot = creation_slot(slots(4), new, others)
+    if slot is None:
+        return
+    without_pin = assign_slots(slots(4), [*others, new])
+    assert without_pin.get(new.name) == slot
+    pinned = PodView(new.name, new.pod_set, new.rank, False, (slot.pod_set, slot.index), True)
+    assert assign_slots(slots(4), [*others, pinned]) == {
+        k: v for k, v in without_pin.items() if k != new.name
+    }

@@ -1,0 +1,177 @@
+"""Pin at creation: a pod whose slot is already known gets it in its create request, so it
+needs no pin patch afterwards.
+
+Why: the ungater pins each gated pod with a patch of its own, a write that every pod
+watcher receives and that Kueue's pod webhook reviews again; on the load benchmark those
+were the largest share of the requests nexus adds per Workload (docs/benchmarks.md). For a
+Job's pods the reservation exists before the pods do (Kueue unsuspends the Job only after
+our check is Ready), and a ranked pod's slot is the one of its rank, so the answer can be
+given at creation.
+
+Who calls it: the `pod-pin` hook of the MutatingWebhookConfiguration (chart value
+`webhook.pinAtCreation`), registered only with the gate policies and only for pods the
+trusted controllers create with a reservation label. The policy has already gated such a
+pod (policies run before webhooks); this answer adds the pin and takes our gate off, or
+leaves the pod as it came, gated, for the ungater. It never refuses a pod: the hook's
+`failurePolicy` is Ignore, so with nexus-admit down or slow the pod is created gated, as
+without the hook. For the same reason the gate policy is not reinvoked after the hook
+(`reinvocationPolicy: Never` when pinning at creation), which would put the gate back.
+
+The decision is `slot_assignment.creation_slot`: only the slot of the pod's own rank, and
+only where no other pod of the reservation waits for one, so every replica answers the same
+without a shared claim. The leader reads the pin back from the pod as for a pod it pinned
+itself (its slot annotation). It runs on the webhook's thread, reads the store and writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.ungating.slot_assignment import creation_slot, pod_view, rank_rules
+from nexus_admit.controller.ungating.ungater import (
+    node_name_terms,
+    pinned_hostname,
+    pod_set_names,
+    slot_annotations,
+)
+from nexus_admit.controller.webhook.review import foreign_reason, malformed_gates
+from nexus_admit.kube import labels as L
+from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.reservations import (
+    ReservedSlot,
+    reservation_is_live,
+    reservation_slots,
+    reservation_workload_key,
+)
+
+__all__ = ["PIN_WEBHOOK_ID", "answer_pin_review", "creation_pin", "pin_ops"]
+
+log = logging.getLogger("nexus_admit.webhook")
+
+PIN_WEBHOOK_ID = "pod-pin"
+
+
+async def creation_pin(
+    ctx: Context, pod: Mapping[str, Any], namespace: str
+) -> tuple[ReservedSlot, str] | None:
+    """(slot, hostname) for a pod being created, or None to leave it gated. Reads only the
+    store and the owner chains already cached or read for the pod gate; a reservation or
+    Workload the watch has not brought yet means None."""
+    m = meta(pod)
+    rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
+    if not rr_name or malformed_gates(pod) is not None or child(pod, "spec").get("nodeName"):
+        return None
+    rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
+    if rr is None or meta(rr).get("deletionTimestamp"):
+        return None
+    workload = ctx.store.get("Workload", reservation_workload_key(rr))
+    if workload is None:
+        return None
+    with_ns = {**pod, "metadata": {**m, "namespace": namespace}}
+    await ctx.webhook_owner_chains.resolve([with_ns])
+    ancestors = ctx.webhook_owner_chains.ancestor_uids(with_ns)
+    if foreign_reason(with_ns, namespace, rr, workload, ancestors) is not None:
+        return None  # the ungater refuses it and says why, on the pod
+    members = ctx.store.pods_of_reservation(namespace, rr_name)
+    bound = any(child(p, "spec").get("nodeName") for p in members)
+    if not reservation_is_live(rr, ctx.clock(), bound=bound):
+        return None
+    pod_sets = pod_set_names(rr)
+    rules = rank_rules(workload)
+    slot = creation_slot(
+        reservation_slots(rr),
+        pod_view(with_ns, pod_sets, rules),
+        [pod_view(p, pod_sets, rules) for p in members],
+    )
+    if slot is None:
+        return None
+    hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)
+    selector = child(pod, "spec").get("nodeSelector") or {}
+    if selector.get(L.HOSTNAME_LABEL, hostname) != hostname:
+        return None  # the pod asks for another host: the ungater's patch would be refused
+    return slot, hostname
+
+
+def pin_ops(pod: Mapping[str, Any], slot: ReservedSlot, hostname: str) -> list[dict[str, Any]]:
+    """The JSON patch that pins the pod being created to `slot` and takes our gate off: the
+    same fields as the ungater's pin patch (`ungater.pin_patch`), each written whole."""
+    m = meta(pod)
+    spec = child(pod, "spec")
+    ours = L.GATE_PLACEMENT
+    gates = [dict(g) for g in spec.get("schedulingGates") or [] if g.get("name") != ours]
+    ops: list[dict[str, Any]] = [
+        {
+            "op": "add",
+            "path": "/metadata/annotations",
+            "value": {**(m.get("annotations") or {}), **slot_annotations(slot)},
+        },
+        {
+            "op": "add",
+            "path": "/spec/nodeSelector",
+            "value": {**(spec.get("nodeSelector") or {}), L.HOSTNAME_LABEL: hostname},
+        },
+        {
+            "op": "add",
+            "path": "/spec/schedulingGates",
+            "value": gates,
+        },
+    ]
+    terms = node_name_terms(pod, slot.node)
+    if terms is not None:
+        affinity = spec.get("affinity") or {}
+        node_affinity = affinity.get("nodeAffinity") or {}
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        ops.append({
+            "op": "add",
+            "path": "/spec/affinity",
+            "value": {
+                **affinity,
+                "nodeAffinity": {
+                    **node_affinity,
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        **required, "nodeSelectorTerms": terms,
+                    },
+                },
+            },
+        })
+    return ops
+
+
+def _allowed(uid: str, patch: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+async def answer_pin_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
+    """Allowed always: with the pin and our gate off when `creation_pin` finds the slot,
+    else as it came (gated by the policy; the ungater pins it)."""
+    request = review["request"]
+    uid = str(request["uid"])
+    pod = request["object"]
+    if request.get("operation") != "CREATE":
+        return _allowed(uid)
+    namespace = str(request.get("namespace") or meta(pod).get("namespace") or "default")
+    try:
+        pin = await creation_pin(ctx, pod, namespace)
+        ops = pin_ops(pod, *pin) if pin is not None else None
+    except Exception as e:  # anything unreadable: the ungater takes it, as without the hook
+        log.debug("no pin at creation for a pod of %s: %s", namespace, e, exc_info=e)
+        pin, ops = None, None
+    if pin is None or ops is None:
+        ctx.metrics.webhook_requests.labels("left-gated").inc()
+        return _allowed(uid)
+    ctx.metrics.webhook_requests.labels("pinned").inc()
+    log.info(
+        "pod %s/%s → %s (slot %s) at creation",
+        namespace, meta(pod).get("name") or meta(pod).get("generateName"), pin[0].node, pin[0].key,
+    )
+    return _allowed(uid, ops)
