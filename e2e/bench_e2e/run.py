@@ -107,7 +107,7 @@ class Bench:
                 f"the cluster in {self.cluster.state} has {have} nodes, not {len(self.fleet)}: "
                 "take it down first (e2e/cluster.py down) or pick another NEXUS_E2E_STATE"
             )
-        self.nc = NexusController(self.cluster)
+        self.nc = NexusController(self.cluster, pin_at_creation=self.args.pin_at_creation)
         self.nc.install()
         self.nc.uninstall_webhook()  # the Kueue-alone phase runs without nexus in the path
         self.cluster.apply(queues.cluster_queues(self.pools), retries=10)
@@ -852,6 +852,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="profile kube-apiserver's CPU for this long from each phase's start, into "
         "OUT/apiserver-<phase>.pprof (and .txt: its top functions) (0: do not); the plane "
         "it starts serves /debug/pprof",
+    )
+    ap.add_argument(
+        "--pin-at-creation",
+        action="store_true",
+        help="register the pod-pin hook (the chart's webhook.pinAtCreation): the Job "
+        "controller's pods pinned in their create request instead of by a patch",
     )
     ap.add_argument("--out", default="reports/bench-e2e")
     ap.add_argument(

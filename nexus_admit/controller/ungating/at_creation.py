@@ -60,8 +60,9 @@ PIN_WEBHOOK_ID = "pod-pin"
 async def creation_pin(
     ctx: Context, pod: Mapping[str, Any], namespace: str
 ) -> tuple[ReservedSlot, str] | None:
-    """(slot, hostname) for a pod being created, or None to leave it gated. Reads only the
-    store and the owner chains already cached or read for the pod gate; a reservation or
+    """(slot, hostname) for a pod being created, or None to leave it gated. Reads the
+    store, and the owners above the pod only when its own do not prove it the Workload's
+    (a JobSet's pod: its Job, then the JobSet; cached per replica); a reservation or
     Workload the watch has not brought yet means None."""
     m = meta(pod)
     rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
@@ -74,10 +75,12 @@ async def creation_pin(
     if workload is None:
         return None
     with_ns = {**pod, "metadata": {**m, "namespace": namespace}}
-    await ctx.webhook_owner_chains.resolve([with_ns])
-    ancestors = ctx.webhook_owner_chains.ancestor_uids(with_ns)
-    if foreign_reason(with_ns, namespace, rr, workload, ancestors) is not None:
-        return None  # the ungater refuses it and says why, on the pod
+    # a Job's pod is proven the Workload's by its own owner (the Job owns both): no read
+    if foreign_reason(with_ns, namespace, rr, workload) is not None:
+        await ctx.webhook_owner_chains.resolve([with_ns])
+        ancestors = ctx.webhook_owner_chains.ancestor_uids(with_ns)
+        if foreign_reason(with_ns, namespace, rr, workload, ancestors) is not None:
+            return None  # the ungater refuses it and says why, on the pod
     members = ctx.store.pods_of_reservation(namespace, rr_name)
     bound = any(child(p, "spec").get("nodeName") for p in members)
     if not reservation_is_live(rr, ctx.clock(), bound=bound):

@@ -191,3 +191,20 @@ def test_the_hostname_label_of_the_node_is_the_selector() -> None:
 def test_a_context_without_the_workload_leaves_it_gated() -> None:
     ctx = Context(options=RunOptions(webhook=False), api=FakeApi(), engine=make_policy("nexus"))  # type: ignore[arg-type]
     _unpinned(ctx, gated_pod("p-0", 0))
+
+
+def test_a_jobs_pod_is_proven_the_workloads_by_its_own_owner_without_a_read() -> None:
+    ctx, api = setup()
+    reads: list[str] = []
+    get = api.get
+
+    def counting_get(kind: str, name: str, namespace: str | None = None) -> Any:
+        reads.append(kind)
+        return get(kind, name, namespace)
+
+    api.get = counting_get  # type: ignore[method-assign]
+    assert answer(ctx, gated_pod("p-0", 0))["patched"]
+    assert reads == []
+    # another Job's pod: its owners are read (this Job may sit under the Workload's owner)
+    assert not answer(ctx, gated_pod("p-1", 1, owner_uid="other"))["patched"]
+    assert reads == ["Job"]
