@@ -13,6 +13,7 @@ from rich.table import Table
 from bench_e2e import stats
 
 NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
+PIN_WEBHOOK = "pod-pin.scheduling.kubenexus.io"  # --pin-at-creation
 CONTROLLER = "nexus-admit"
 BENCH_PROCESS = "bench-e2e (this script)"
 # the controller's memory target holds for a cluster of at least this many pods
@@ -281,6 +282,14 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         ),
     )
     row(
+        "pin-at-creation hook calls, p50 / p99",
+        lambda p: (
+            f"{int(h['calls'])}, {_ms(h.get('p50_s'))} / {_ms(h.get('p99_s'))}"
+            if (h := p["webhooks"].get(PIN_WEBHOOK))
+            else "–"
+        ),
+    )
+    row(
         "pod gating p99 (nexus webhook, policy / Kueue's webhooks)",
         lambda p: " / ".join(
             [
@@ -299,7 +308,8 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
         lambda p: (
             " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
             if p["pods_gated"]
-            else "no gates"
+            # pinned at creation: gated and ungated inside the create request
+            else "no gates seen"
         ),
     )
     row(

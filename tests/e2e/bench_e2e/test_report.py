@@ -215,6 +215,8 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
                 "store_synced_s": 3.0,
                 "first_check_ready_s": 9.5,
             },
+            "webhooks": {report.PIN_WEBHOOK: {"calls": 240.0, "p50_s": 0.012, "p99_s": 0.09}},
+            "pods_gated": 0,
             "controller_log": [
                 "... slow solve of ns/a (pods 1, feasible, 96 nodes): 120 ms, 90 ms CPU: ...",
                 "... slow solve of ns/b (pods 8, feasible, 96 nodes): 300 ms, 250 ms CPU: ...",
@@ -236,4 +238,7 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
     assert "nexus − kueue" in out
     assert "its check Ready (the first decision) 9.5" in out
     assert "2 (1 one-pod)" in out  # the slow solves the controller logged in the phase
+    # pinned at creation (--pin-at-creation): the hook's calls, and no gate the watch saw
+    assert "240, 12 ms / 90 ms" in out
+    assert "no gates seen" in out
     assert "not measured: 20,100" not in out  # 20,100 pods: judged
