@@ -94,7 +94,7 @@ class NexusController:
         name: str = "nexus-admit",
         extra_args: Sequence[str] = (),
         gate_mode: str = "policy",
-        pin_at_creation: bool = False,
+        pin_at_creation: bool = True,
     ):
         if gate_mode not in GATE_MODES:
             raise ValueError(f"gate_mode must be one of {GATE_MODES}, not {gate_mode!r}")

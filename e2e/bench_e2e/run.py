@@ -855,9 +855,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--pin-at-creation",
-        action="store_true",
-        help="register the pod-pin hook (the chart's webhook.pinAtCreation): the Job "
-        "controller's pods pinned in their create request instead of by a patch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="register the pod-pin hook (the chart's webhook.pinAtCreation, on by default): "
+        "the Job controller's pods pinned in their create request; --no-pin-at-creation: "
+        "pinned by a patch each, as before 2026-11-29",
     )
     ap.add_argument("--out", default="reports/bench-e2e")
     ap.add_argument(

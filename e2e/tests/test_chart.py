@@ -236,10 +236,17 @@ def test_helm_install_creates_the_objects_and_prints_the_cluster_queue_line(
 
 
 def assert_gated_by_policies(cluster: Any, mwc: dict[str, Any]) -> None:
-    # with the gate policies (this 1.36 apiserver serves them) the webhook keeps one hook:
-    # pods created with a reservation label by others than the Job controller; queued pods
-    # are gated by the queue gate policy, never sent to the webhook
-    assert [h["clientConfig"]["service"]["name"] for h in mwc["webhooks"]] == [FULLNAME]
+    # with the gate policies (this 1.36 apiserver serves them) the webhook keeps two hooks:
+    # pods created with a reservation label by others than the Job controller, and the Job
+    # controller's, pinned at creation (webhook.pinAtCreation, on by default; never
+    # refused); queued pods are gated by the queue gate policy, never sent to the webhook
+    hooks = {h["name"]: h for h in mwc["webhooks"]}
+    assert list(hooks) == ["pod-gate.scheduling.kubenexus.io", "pod-pin.scheduling.kubenexus.io"]
+    assert {h["clientConfig"]["service"]["name"] for h in hooks.values()} == {FULLNAME}
+    pin = hooks["pod-pin.scheduling.kubenexus.io"]
+    assert pin["clientConfig"]["service"]["path"] == "/pod-pin"
+    assert (pin["failurePolicy"], pin["matchConditions"][0]["name"]) == (
+        "Ignore", "trusted-creator")
     queue_policy = kubectl_json(cluster, "get", "mutatingadmissionpolicy", f"{FULLNAME}-queue-gate")
     assert queue_policy and queue_policy["spec"]["paramKind"]["kind"] == "ConfigMap"
     # helm asked this 1.36 apiserver what it serves: the policy gates the Job controller's pods
@@ -247,6 +254,8 @@ def assert_gated_by_policies(cluster: Any, mwc: dict[str, Any]) -> None:
     binding = kubectl_json(cluster, "get", "mutatingadmissionpolicybinding", f"{FULLNAME}-pod-gate")
     assert policy and binding
     assert binding["spec"]["matchResources"]["namespaceSelector"] == NO_NAMESPACE
+    # not reinvoked after the pin hook, which takes the gate off a pod it pins
+    assert policy["spec"]["reinvocationPolicy"] == "Never"
     assert mwc["webhooks"][0]["matchConditions"][0]["name"] == "untrusted-creator"
 
 

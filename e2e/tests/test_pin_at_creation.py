@@ -1,12 +1,13 @@
-"""Pin at creation (`webhook.pinAtCreation`, `controller/ungating/at_creation.py`) on the
-real control plane: the Job controller's pods get their slot's pin in their create request
-from the `pod-pin` hook, after the gate policy gated them, so no pin patch follows; with
-nexus-admit down the hook (failurePolicy Ignore) refuses nothing, the pod is created gated
-and the ungater pins it once nexus-admit is back.
+"""Pin at creation (`webhook.pinAtCreation`, on by default; `controller/ungating/
+at_creation.py`) on the real control plane: the Job controller's pods get their slot's pin
+in their create request from the `pod-pin` hook, after the gate policy gated them, so no pin
+patch follows; with nexus-admit down the hook (failurePolicy Ignore) refuses nothing, the pod
+is created gated and the ungater pins it once nexus-admit is back.
 
-The gold gang and JobSet tests of the other modules run here again with the hook on: their
-checks (each pod's slot is its rank, bound to the slot's node, pinned by hostname and node
-name, no gate left) hold for pods pinned at creation.
+Every other module runs with the hook on too (e2e/conftest.py's `pin_at_creation`), but
+test_faults.py, whose ungating faults need gated Job pods: their checks (each pod's slot is
+its rank, bound to the slot's node, pinned by hostname and node name, no gate left) hold for
+pods pinned at creation. This module shows that the pin came in the create request.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import signal
 
 import pytest
 from e2e_util import wait_for
-
-# imported, so collected here too and run with this module's `pin_at_creation`
-from test_controller import (  # noqa: F401
+from test_controller import (
     GATE,
     INDEX,
     SLOT,
@@ -27,11 +26,7 @@ from test_controller import (  # noqa: F401
     reservation_of,
     running,
     slots_of,
-    test_gold_training_gang_lands_on_one_h100_rack_pinned_by_rank,
     wait_check,
-)
-from test_kinds_placed import (  # noqa: F401
-    test_jobset_driver_off_gpu_nodes_workers_in_one_rack_by_rank,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]

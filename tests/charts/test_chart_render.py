@@ -372,6 +372,15 @@ def test_lease_timings_that_cannot_work_fail_the_render(tmp_path: Path) -> None:
     assert "retrySeconds < renewDeadlineSeconds < leaseSeconds" in r.stderr
 
 
+def test_pods_are_pinned_at_creation_by_default(tmp_path: Path) -> None:
+    objects = render(api_versions=[POLICY_API], tmp=tmp_path)
+    hooks = [h["name"] for h in one(objects, "MutatingWebhookConfiguration")["webhooks"]]
+    assert hooks == ["pod-gate.scheduling.kubenexus.io", "pod-pin.scheduling.kubenexus.io"]
+    policy = next(p for p in by_kind(objects, "MutatingAdmissionPolicy")
+                  if p["metadata"]["name"].endswith("-pod-gate"))
+    assert policy["spec"]["reinvocationPolicy"] == "Never"
+
+
 def harness_webhooks(tmp_path: Path, gate_mode: str, pin: bool = False) -> list[dict[str, Any]]:
     """The webhooks e2e/nexus_controller.py registers by URL on the local control plane."""
     sys.path.insert(0, str(ROOT / "e2e"))
@@ -394,8 +403,10 @@ def harness_webhooks(tmp_path: Path, gate_mode: str, pin: bool = False) -> list[
 @pytest.mark.parametrize(
     ("api_versions", "gate_mode", "pin"),
     [
-        ([POLICY_API], "policy", False),  # a 1.36 cluster: `auto` picks the policies
-        ([POLICY_API], "policy", True),  # webhook.pinAtCreation: the pin hook too
+        # a 1.36 cluster: `auto` picks the policies; webhook.pinAtCreation (the default)
+        # adds the pin hook
+        ([POLICY_API], "policy", False),
+        ([POLICY_API], "policy", True),
         # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py), and
         # pinAtCreation has no hook to add (it is for the policy's pods)
         ([], "webhook", True),
