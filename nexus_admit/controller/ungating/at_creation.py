@@ -20,8 +20,12 @@ without the hook. For the same reason the gate policy is not reinvoked after the
 The decision is `slot_assignment.creation_slot`: only the slot of the pod's own rank, and
 only where no other pod of the reservation waits for one, so every replica answers the same
 without a shared claim. The leader reads the pin back from the pod as for a pod it pinned
-itself (its slot annotation). It runs on the webhook's thread, reads the store and writes
-nothing.
+itself (its slot annotation). What it cannot see is a pod its replica's watch has not
+brought yet: were the ungater pinning such a pod to this slot at that moment (only a pod
+whose own slot is held, a replacement created while its predecessor still runs), the two
+would share a node; kube-scheduler never binds beyond the node's allocatable, so the later
+one waits unschedulable, as any pod that cannot fit its slot. It runs on the webhook's
+thread, reads the store and writes nothing.
 """
 
 from __future__ import annotations
