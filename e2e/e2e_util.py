@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -158,3 +159,14 @@ def mpijob_deleted_after(
                 *MPIJOBS[:2], namespace, MPIJOBS[2], name, propagation_policy="Background")
         wait_for(f"MPIJob {name}'s pods gone", lambda: not core.list_namespaced_pod(
             namespace, label_selector=f"{MPI_JOB_NAME_LABEL}={name}").items, timeout=90)
+
+
+def metric(nc: Any, name: str, labels: str = "") -> float:
+    """The sum of a metric's samples on a controller's /metrics (a `NexusController`),
+    those whose labels contain `labels` (e.g. 'answer="pinned"')."""
+    total = 0.0
+    for line in nc.metrics().splitlines():
+        m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
+        if m and labels in (m.group(1) or ""):
+            total += float(m.group(2))
+    return total

@@ -13,7 +13,6 @@ show that both serve it. Handover times are printed (run with -s).
 from __future__ import annotations
 
 import json
-import re
 import signal
 import ssl
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import demo
 import pytest
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, metric, wait_for
 from kubernetes import client
 from nexus_controller import NexusController
 from test_controller import GATE
@@ -43,16 +42,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420, func_only=True)]
 LEASE_SECONDS = 15  # the defaults of `nexus-admit run`
 RETRY_SECONDS = 2
 LEASE_NS = "default"
-
-
-def metric(nc: NexusController, name: str) -> float:
-    """The sum of a metric's samples on a replica's /metrics."""
-    total = 0.0
-    for line in nc.metrics().splitlines():
-        m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
-        if m:
-            total += float(m.group(2))
-    return total
 
 
 def is_leader(nc: NexusController) -> bool:

@@ -12,11 +12,10 @@ pods pinned at creation. This module shows that the pin came in the create reque
 
 from __future__ import annotations
 
-import re
 import signal
 
 import pytest
-from e2e_util import wait_for
+from e2e_util import metric, wait_for
 from test_controller import (
     GATE,
     INDEX,
@@ -35,16 +34,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 @pytest.fixture(scope="module")
 def pin_at_creation() -> bool:
     return True
-
-
-def metric(nc, name: str, labels: str = "") -> float:
-    """The sum of a metric's samples whose labels contain `labels`."""
-    total = 0.0
-    for line in nc.metrics().splitlines():
-        m = re.match(rf"^{name}(\{{[^}}]*\}})? (\S+)$", line)
-        if m and labels in (m.group(1) or ""):
-            total += float(m.group(2))
-    return total
 
 
 PINNED = ("nexus_admit_webhook_requests_total", 'answer="pinned"')
