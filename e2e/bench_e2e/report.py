@@ -178,6 +178,22 @@ def cpu_per_workload(result: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"per_phase": per}
     if per.get("kueue") and per.get("nexus"):
         out["nexus_share"] = stats.cpu_share(per["kueue"], per["nexus"])
+    # the same beyond each process's idle rate, where the phase measured it (--idle-seconds)
+    beyond = {
+        name: stats.cpu_per_workload_beyond_idle(
+            ph.get("cpu_by_process") or {},
+            ph["idle_cpu_by_process"],
+            ph.get("cpu_wall_s") or 0.0,
+            ph.get("admitted") or 0,
+            BENCH_PROCESS,
+        )
+        for name, ph in result["phases"].items()
+        if ph.get("idle_cpu_by_process")
+    }
+    if beyond:
+        out["per_phase_beyond_idle"] = beyond
+        if beyond.get("kueue") and beyond.get("nexus"):
+            out["nexus_share_beyond_idle"] = stats.cpu_share(beyond["kueue"], beyond["nexus"])
     return out
 
     return out
@@ -397,9 +413,24 @@ def _cpu_table(phases: Mapping[str, Any]) -> Table:
     )
 
 
-def _cpu_per_workload_table(cpu: Mapping[str, Any]) -> Table:
-    per, share = cpu.get("per_phase") or {}, cpu.get("nexus_share") or {}
-    c = Table(title="CPU seconds per admitted Workload, by process")
+def _idle_table(phases: Mapping[str, Any]) -> Table:
+    return _by_phase_table(
+        "idle rate (% of a core)",
+        "process",
+        phases,
+        lambda ph: ph.get("idle_cpu_by_process", {}),
+        lambda u: f"{u['core_percent']:.1f} %" if u else "–",
+    )
+
+
+def _cpu_per_workload_table(
+    cpu: Mapping[str, Any],
+    per_key: str = "per_phase",
+    share_key: str = "nexus_share",
+    title: str = "CPU seconds per admitted Workload, by process",
+) -> Table:
+    per, share = cpu.get(per_key) or {}, cpu.get(share_key) or {}
+    c = Table(title=title)
     c.add_column("process")
     for name in per:
         c.add_column(name, justify="right")
@@ -455,7 +486,18 @@ def print_report(result: Mapping[str, Any]) -> None:
     if phases:
         console.print(_stage_table(phases))
         console.print(_cpu_table(phases))
-        console.print(_cpu_per_workload_table(result.get("cpu_per_workload") or {}))
+        cpu = result.get("cpu_per_workload") or {}
+        console.print(_cpu_per_workload_table(cpu))
+        if cpu.get("per_phase_beyond_idle"):
+            console.print(
+                _cpu_per_workload_table(
+                    cpu,
+                    "per_phase_beyond_idle",
+                    "nexus_share_beyond_idle",
+                    "CPU seconds per Workload, beyond idle",
+                )
+            )
+            console.print(_idle_table(result["phases"]))
     if "nexus" in phases:
         console.print(_startup_line(phases["nexus"]), soft_wrap=True)
     soak = result.get("soak")

@@ -294,6 +294,16 @@ class Bench:
                 out[name] = None
         return out
 
+    def idle_cpu(self, controller_pid: int | None, seconds: float) -> dict[str, dict[str, float]]:
+        """Every process's CPU over `seconds` of quiet just before a phase (nothing
+        submitted; no node lease round: the wait before the phase covers this spell too):
+        its idle rate, which the report takes off the phase's CPU per Workload."""
+        log(f"measuring every process's idle CPU for {seconds:g}s")
+        before, t0 = self.process_cpu(controller_pid), time.monotonic()
+        time.sleep(seconds)
+        after = self.process_cpu(controller_pid)
+        return stats.cpu_by_process(before, after, time.monotonic() - t0)
+
     def apiserver_metrics(self) -> str:
         """kube-apiserver's /metrics, read with the admin client certificate."""
         method, url, headers, _, _ = self.api.param_serialize(
@@ -486,6 +496,7 @@ class Bench:
             w.listed.wait(30)
         pods_at_start = self.cluster_pods()
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
+        idle = self.idle_cpu(pid, self.args.idle_seconds) if self.args.idle_seconds > 0 else None
         sampler = ProcSampler(pid)
         sampler.start()
         cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
@@ -556,6 +567,8 @@ class Bench:
             )
         # where the machine's CPU went: every component, the controller, this benchmark
         result["cpu_by_process"] = stats.cpu_by_process(cpu_before, cpu_after, cpu_wall)
+        if idle is not None:
+            result["idle_cpu_by_process"] = idle
         result["cpu_wall_s"] = round(cpu_wall, 1)
         result["load"] = {
             "loadavg_start": load_start,
@@ -838,6 +851,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "next round of node lease renewals is this far away (0: do not wait)",
     )
     ap.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=20,
+        help="before each phase, read every process's CPU over this many seconds of quiet: "
+        "the report also gives the CPU per Workload beyond each process's idle rate (0: do "
+        "not)",
+    )
+    ap.add_argument(
         "--background-pods",
         type=int,
         default=0,
@@ -913,7 +934,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.background_pods > 0:
             result["background"] = bench.add_background_pods(args.background_pods)
         if "kueue" in phases:
-            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
+            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds + args.idle_seconds)
             result["phases"]["kueue"] = bench.run_phase(
                 "kueue",
                 "",
@@ -926,7 +947,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
         if "nexus" in phases or args.soak_minutes > 0:
             # the wait comes first: the controller's start counts towards its first decision
-            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds)
+            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds + args.idle_seconds)
         if "nexus" in phases:
             # started with one Workload waiting (a restart with work queued): its first
             # decision times its own start-up, not Kueue's admission of a Workload created

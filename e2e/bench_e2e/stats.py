@@ -271,6 +271,32 @@ def cpu_per_workload(
     return out
 
 
+def cpu_per_workload_beyond_idle(
+    cpu: Mapping[str, Mapping[str, float]],
+    idle: Mapping[str, Mapping[str, float]],
+    wall_s: float,
+    admitted: int,
+    leave_out: str,
+) -> dict[str, float]:
+    """`cpu_per_workload` less what each process would have used over the phase's `wall_s`
+    at its idle rate (`idle`: `cpu_by_process` over a quiet spell just before the phase):
+    the work the Workloads made, apart from what a longer phase costs by itself (periodic
+    resyncs, watch bookmarks, lease renewals). A process without an idle reading is left
+    out; a negative value is what it is (noise), not clipped."""
+    if admitted <= 0:
+        return {}
+    beyond = {
+        name: {"cpu_s": u["cpu_s"] - idle[name]["core_percent"] / 100 * wall_s}
+        for name, u in cpu.items()
+        if name in idle
+    }
+    out = {name: round(u["cpu_s"] / admitted, 4) for name, u in beyond.items()}
+    out[ALL_BUT_BENCH] = round(
+        sum(u["cpu_s"] for name, u in beyond.items() if name != leave_out) / admitted, 4
+    )
+    return out
+
+
 def cpu_share(without: Mapping[str, float], with_: Mapping[str, float]) -> dict[str, float | None]:
     """Per process, CPU seconds per Workload with nexus minus without: what nexus adds, its
     controller's own and what it makes the others do. A process absent without nexus (the

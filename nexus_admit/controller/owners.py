@@ -5,7 +5,8 @@ translation needs one field of a Job, `spec.completionMode` (an Indexed Job's po
 their rank), and it never changes after creation; a watch would bring every Job status
 change (one per pod created, ready, finished) to the controller and the apiserver would
 serialise each for it. So a Workload's Job is read once, trimmed to that field, and kept in
-the store while a Workload refers to it.
+the store while a Workload refers to it; a one-pod Workload's is not read at all (its
+translation does not depend on the field: `kube.workload.reads_job_completion_mode`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.workload import reads_job_completion_mode
 
 __all__ = [
     "OWNER_KIND",
@@ -43,6 +45,9 @@ def trimmed_job(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _job_refs(workload: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The Jobs of `workload` its translation reads (none for a one-pod Workload)."""
+    if not reads_job_completion_mode(workload):
+        return []
     ns = str(meta(workload).get("namespace") or "default")
     refs = meta(workload).get("ownerReferences")
     return [

@@ -65,7 +65,7 @@ from nexus_admit.model import (
     with_clique_level,
 )
 
-__all__ = ["OWNER_KINDS", "classify_workload", "workload_to_gang"]
+__all__ = ["OWNER_KINDS", "classify_workload", "reads_job_completion_mode", "workload_to_gang"]
 
 
 # ---------------------------------------------------------------- classification
@@ -235,6 +235,17 @@ def _pod_total(workload: Obj) -> int:
     return total
 
 
+def reads_job_completion_mode(workload: Obj) -> bool:
+    """Whether the translation of `workload` reads its Job's `spec.completionMode`: only
+    for more than one pod (an Indexed Job's pod sets are `indexed` and, with GPUs, it is
+    `training`); a one-pod Workload translates alike either way, so its Job need not be
+    read. A malformed Workload says yes: its translation reports what is wrong with it."""
+    try:
+        return _pod_total(workload) > 1
+    except TranslationError:
+        return True
+
+
 def _waited_seconds(workload: Obj, now: datetime | None) -> float:
     """Seconds from metadata.creationTimestamp (set by the API server, RFC 3339) to `now`;
     0 without `now` or a readable timestamp."""
@@ -384,7 +395,8 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
     indexed = (
         bool(ctx.owner_kinds & _INDEXED_OWNERS)
         or bool(topo.get("podIndexLabel"))
-        or ("Job" in ctx.owner_kinds and _job_indexed(ctx.owner))
+        # a one-pod set's rank says nothing: the Job is not read for a one-pod Workload
+        or ("Job" in ctx.owner_kinds and count > 1 and _job_indexed(ctx.owner))
     )
     try:
         return PodSet(

@@ -61,6 +61,16 @@ def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
     assert dump.kueue_index().owner_of(wl) == kept
 
 
+def test_a_one_pod_workloads_job_is_not_read() -> None:
+    ctx, api, _ = setup()
+    one = api.put(workload("one", [pod_set("main", 1)]))
+    api.put(job("one"))
+    reads = count_reads(api)
+    prefetch_owner_jobs(ctx, [one])
+    assert asyncio.run(fetch_owner_jobs(ctx, [one])) == set()
+    assert reads == [] and ctx.store.items("Job") == []
+
+
 def test_a_job_the_api_cannot_return_holds_its_workload_back() -> None:
     ctx, api, wl = setup()
 

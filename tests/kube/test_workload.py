@@ -16,7 +16,11 @@ from kube_factories import (
 from nexus_admit.kube.cluster import node_from_object
 from nexus_admit.kube.errors import TranslationError
 from nexus_admit.kube.kueue import KueueIndex, is_pending_on_check, our_check_names
-from nexus_admit.kube.workload import classify_workload, workload_to_gang
+from nexus_admit.kube.workload import (
+    classify_workload,
+    reads_job_completion_mode,
+    workload_to_gang,
+)
 from nexus_admit.model import (
     Gang,
     NodeSelectorRequirement,
@@ -203,6 +207,23 @@ def test_indexed_job_with_gpus_is_training() -> None:
     assert g.workload_type is WorkloadType.TRAINING
     assert g.pod_sets[0].indexed
     assert not _gang(wl).pod_sets[0].indexed  # Job unknown: not indexed
+
+
+def test_a_one_pod_workload_translates_alike_with_or_without_its_job() -> None:
+    # the controller does not read a one-pod Workload's Job (controller/owners.py)
+    wl = workload("w", [pod_set(count=1, gpus=8)], owner_kind="Job", namespace="ns")
+    job = {
+        "kind": "Job",
+        "metadata": {"name": "w", "namespace": "ns"},
+        "spec": {"completionMode": "Indexed"},
+    }
+    assert not reads_job_completion_mode(wl)
+    assert _gang(wl, _kueue(owners=[job])) == _gang(wl)
+    assert reads_job_completion_mode(workload("w", [pod_set(count=2)], owner_kind="Job"))
+    assert reads_job_completion_mode(workload("w", [pod_set(), pod_set("b")], owner_kind="Job"))
+    malformed = workload("w", [pod_set()], owner_kind="Job")
+    malformed["spec"]["podSets"] = {"not": "a list"}
+    assert reads_job_completion_mode(malformed)  # read as before; the translation says why
 
 
 def test_workload_type_annotation_overrides() -> None:

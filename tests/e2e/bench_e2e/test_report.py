@@ -181,6 +181,31 @@ def test_cpu_per_workload_by_phase_and_what_nexus_adds() -> None:
         stats.ALL_BUT_BENCH: pytest.approx(0.6),
     }
     assert "nexus_share" not in report.cpu_per_workload({"phases": {"nexus": nexus}})
+    assert "per_phase_beyond_idle" not in got  # no idle spell measured (--idle-seconds 0)
+
+
+def test_cpu_per_workload_beyond_idle_where_both_phases_measured_it() -> None:
+    def with_idle(ph: dict[str, Any], rate: float) -> dict[str, Any]:
+        idle = {p: {"cpu_s": 0.0, "core_percent": rate} for p in ph["cpu_by_process"]}
+        return {**ph, "cpu_wall_s": 100.0, "idle_cpu_by_process": idle}
+
+    kueue = with_idle(
+        phase(
+            admitted=100, cpu_by_process={"kube-apiserver": {"cpu_s": 50.0, "core_percent": 50.0}}
+        ),
+        10.0,
+    )
+    nexus = with_idle(
+        nexus_phase(
+            admitted=100, cpu_by_process={"kube-apiserver": {"cpu_s": 80.0, "core_percent": 80.0}}
+        ),
+        20.0,
+    )
+    got = report.cpu_per_workload({"phases": {"kueue": kueue, "nexus": nexus}})
+    assert got["per_phase"]["nexus"]["kube-apiserver"] == 0.8
+    assert got["per_phase_beyond_idle"]["kueue"]["kube-apiserver"] == 0.4  # (50 - 10) / 100
+    assert got["per_phase_beyond_idle"]["nexus"]["kube-apiserver"] == 0.6  # (80 - 20) / 100
+    assert got["nexus_share_beyond_idle"]["kube-apiserver"] == pytest.approx(0.2)
 
 
 def full_phase(**over: Any) -> dict[str, Any]:
@@ -210,6 +235,8 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
             **nexus_phase(),
             "controller_process": {"cpu_percent_mean": 20.0, "cpu_s": 6.0, "rss_peak_mib": 300.0},
             "cpu_by_process": {report.CONTROLLER: {"cpu_s": 6.0, "core_percent": 20.0}},
+            "cpu_wall_s": 30.0,
+            "idle_cpu_by_process": {report.CONTROLLER: {"cpu_s": 0.2, "core_percent": 1.0}},
             "startup": {
                 "webhook_serving_s": 2.1,
                 "store_synced_s": 3.0,
@@ -236,6 +263,7 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
     assert "targets (issue 30)" in out
     assert "CPU seconds per admitted Workload" in out
     assert "nexus − kueue" in out
+    assert "CPU seconds per Workload, beyond idle" in out and "idle rate (% of a core)" in out
     assert "its check Ready (the first decision) 9.5" in out
     assert "2 (1 one-pod)" in out  # the slow solves the controller logged in the phase
     # pinned at creation (--pin-at-creation): the hook's calls, and no gate the watch saw

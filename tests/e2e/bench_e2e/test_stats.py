@@ -157,6 +157,28 @@ def test_cpu_per_workload_divides_by_admitted_and_totals_without_the_bench() -> 
     assert stats.cpu_per_workload(cpu, admitted=0, leave_out="bench") == {}
 
 
+def test_cpu_per_workload_beyond_idle_takes_off_each_idle_rate_over_the_phase() -> None:
+    cpu = {
+        "kube-apiserver": {"cpu_s": 30.0, "core_percent": 50.0},
+        "kwok": {"cpu_s": 1.0, "core_percent": 1.7},
+        "bench": {"cpu_s": 12.0, "core_percent": 20.0},
+        "nexus-admit": {"cpu_s": 6.0, "core_percent": 10.0},  # no idle reading: left out
+    }
+    idle = {
+        "kube-apiserver": {"cpu_s": 2.0, "core_percent": 10.0},
+        "kwok": {"cpu_s": 0.6, "core_percent": 3.0},
+        "bench": {"cpu_s": 0.0, "core_percent": 0.0},
+    }
+    got = stats.cpu_per_workload_beyond_idle(cpu, idle, wall_s=60.0, admitted=60, leave_out="bench")
+    assert got == {
+        "kube-apiserver": 0.4,  # (30 - 0.10 * 60) / 60
+        "kwok": -0.0133,  # used less than its idle rate: noise, shown as it is
+        "bench": 0.2,
+        stats.ALL_BUT_BENCH: 0.3867,
+    }
+    assert stats.cpu_per_workload_beyond_idle(cpu, idle, 60.0, 0, "bench") == {}
+
+
 def test_cpu_share_counts_a_process_absent_without_nexus_as_zero() -> None:
     without = {"kube-apiserver": 0.5, "etcd": 0.2, stats.ALL_BUT_BENCH: 0.7}
     with_ = {"kube-apiserver": 0.8, "nexus-admit": 0.3, stats.ALL_BUT_BENCH: 1.3}
