@@ -208,9 +208,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="module")
 def pin_at_creation() -> bool:
-    """Whether the pin hook is registered (the chart's `webhook.pinAtCreation`, policy mode
-    only): on, as the chart ships, unless NEXUS_E2E_PIN_AT_CREATION=0. `test_faults.py`
-    turns it off: its ungating faults need the Job controller's pods gated."""
+    """Whether pods are pinned at creation (the chart's `webhook.pinAtCreation`: the pin
+    hook in policy mode, the gate hook at /pod-gate-pin in webhook mode): on, as the chart
+    ships, unless NEXUS_E2E_PIN_AT_CREATION=0. `test_faults.py` turns it off: its ungating
+    faults need the Job controller's pods gated."""
     return os.environ.get("NEXUS_E2E_PIN_AT_CREATION", "1") != "0"
 
 

@@ -100,8 +100,9 @@ class NexusController:
             raise ValueError(f"gate_mode must be one of {GATE_MODES}, not {gate_mode!r}")
         self.cluster = cluster
         self.gate_mode = gate_mode
-        # the chart's webhook.pinAtCreation: the pin hook registered (policy mode only)
-        self.pin_at_creation = pin_at_creation and gate_mode == "policy"
+        # the chart's webhook.pinAtCreation: the pin hook registered (policy mode), or the
+        # gate hook answering at /pod-gate-pin (webhook mode)
+        self.pin_at_creation = pin_at_creation
         self.name = name
         self.extra_args = list(extra_args)
         self.webhook_config_name = WEBHOOK_CONFIG
@@ -216,6 +217,10 @@ class NexusController:
                 })
         else:
             no_reservation = {"key": RESERVATION_LABEL, "operator": "DoesNotExist"}
+            if self.pin_at_creation:
+                # a pod it would gate gets its slot's pin instead where the slot is certain
+                url = f"https://127.0.0.1:{self.webhook_port}/pod-gate-pin"
+                reserved = {**reserved, "clientConfig": {**hook["clientConfig"], "url": url}}
             hooks = [
                 reserved,
                 {

@@ -9,7 +9,9 @@ chart renders, checked equal in tests/charts): the test functions are the ones o
 own modules, imported, so they run once per gate mode without being copied (on the 1.36
 plane they run in policy mode, this module is skipped there). The rest of the suite
 (placement, leader election...) does not depend on who adds the gate and runs on 1.36 only;
-the gating faults of test_faults.py run on both planes. Two tests of this mode's own: every
+the gating faults of test_faults.py run on both planes. With `webhook.pinAtCreation` (on,
+as the chart ships) the gate hook answers at `/pod-gate-pin`: a Job's gang is created
+pinned, never patched (test_pin_at_creation's first test). Two tests of this mode's own: every
 gate above was the webhook's (no policy exists, its counter), and what an outage refuses in
 this mode.
 
@@ -36,6 +38,9 @@ from test_kinds_placed import (  # noqa: F401
     test_deployment_and_statefulset_stay_placed_and_scale,
 )
 from test_outage import _gates, _pod
+from test_pin_at_creation import (  # noqa: F401
+    test_a_gangs_pods_are_created_pinned_and_never_patched,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.gate_webhook, pytest.mark.timeout(360, func_only=True)]
 

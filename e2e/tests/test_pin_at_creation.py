@@ -7,7 +7,9 @@ is created gated and the ungater pins it once nexus-admit is back.
 Every other module runs with the hook on too (e2e/conftest.py's `pin_at_creation`), but
 test_faults.py, whose ungating faults need gated Job pods: their checks (each pod's slot is
 its rank, bound to the slot's node, pinned by hostname and node name, no gate left) hold for
-pods pinned at creation. This module shows that the pin came in the create request.
+pods pinned at creation. This module shows that the pin came in the create request. Its
+first test also runs in webhook gate mode on the oldest plane (test_gate_webhook.py), where
+the gate hook gives the pin instead of the gate (`/pod-gate-pin`).
 """
 
 from __future__ import annotations

@@ -42,7 +42,12 @@ from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.metrics_auth import MetricsAuthorizer, bearer_token
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import WATCHED_KINDS
-from nexus_admit.controller.ungating.at_creation import PIN_WEBHOOK_ID, answer_pin_review
+from nexus_admit.controller.ungating.at_creation import (
+    PIN_GATE_WEBHOOK_ID,
+    PIN_WEBHOOK_ID,
+    answer_gate_or_pin_review,
+    answer_pin_review,
+)
 from nexus_admit.controller.ungating.ungater import run_ungater
 from nexus_admit.controller.webhook.review import answer_review
 from nexus_admit.controller.webhook.server import GuardedWebhookServer
@@ -190,6 +195,7 @@ def webhook_thread(
         {
             WEBHOOK_ID: functools.partial(answer_review, ctx),
             PIN_WEBHOOK_ID: functools.partial(answer_pin_review, ctx),
+            PIN_GATE_WEBHOOK_ID: functools.partial(answer_gate_or_pin_review, ctx),
         },
         cert,
         options.webhook_cert_check_seconds,

@@ -407,11 +407,12 @@ def harness_webhooks(tmp_path: Path, gate_mode: str, pin: bool = False) -> list[
         # adds the pin hook
         ([POLICY_API], "policy", False),
         ([POLICY_API], "policy", True),
-        # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py), and
-        # pinAtCreation has no hook to add (it is for the policy's pods)
+        # before 1.36: `auto` picks the webhook (e2e/tests/test_gate_webhook.py); with
+        # pinAtCreation its reservation hook answers at /pod-gate-pin (no hook added)
+        ([], "webhook", False),
         ([], "webhook", True),
     ],
-    ids=["policy", "policy-pin", "webhook"],
+    ids=["policy", "policy-pin", "webhook", "webhook-pin"],
 )
 def test_webhooks_are_the_harness_webhooks_behind_a_service(
     api_versions: list[str], gate_mode: str, pin: bool, tmp_path: Path
@@ -429,13 +430,14 @@ def test_webhooks_are_the_harness_webhooks_behind_a_service(
             k: v for k, v in want.items() if k not in skip
         }
         pins = hook["name"].startswith("pod-pin.")
+        gate_pins = pin and gate_mode == "webhook" and hook["name"].startswith("pod-gate.")
         # the pin hook never refuses a pod: without it the policy's gate stays
         assert hook["failurePolicy"] == ("Ignore" if pins else "Fail")
         assert hook["timeoutSeconds"] == 5
         assert hook["clientConfig"]["service"] == {
             "name": service["metadata"]["name"],
             "namespace": NS,
-            "path": "/pod-pin" if pins else "/pod-gate",
+            "path": "/pod-pin" if pins else "/pod-gate-pin" if gate_pins else "/pod-gate",
             "port": 443,
         }
         assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]

@@ -16,6 +16,9 @@ leaves the pod as it came, gated, for the ungater. It never refuses a pod: the h
 `failurePolicy` is Ignore, so with nexus-admit down or slow the pod is created gated, as
 without the hook. For the same reason the gate policy is not reinvoked after the hook
 (`reinvocationPolicy: Never` when pinning at creation), which would put the gate back.
+Where no gate policy runs (Kubernetes before 1.36), the gate hook itself answers at
+`/pod-gate-pin` (`answer_gate_or_pin_review`): the pin instead of the gate, for every pod
+with a reservation label it would gate, with the gate hook's own failure policy.
 
 The decision is `slot_assignment.creation_slot`: only the slot of the pod's own rank, and
 only where no other pod of the reservation waits for one, so every replica answers the same
@@ -34,6 +37,7 @@ import base64
 import json
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from nexus_admit.controller.context import Context
@@ -44,7 +48,12 @@ from nexus_admit.controller.ungating.ungater import (
     pod_set_names,
     slot_annotations,
 )
-from nexus_admit.controller.webhook.review import foreign_reason, malformed_gates
+from nexus_admit.controller.webhook.review import (
+    answer_review,
+    foreign_reason,
+    gated_spec,
+    malformed_gates,
+)
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.reservations import (
@@ -54,11 +63,21 @@ from nexus_admit.kube.reservations import (
     reservation_workload_key,
 )
 
-__all__ = ["PIN_WEBHOOK_ID", "answer_pin_review", "creation_pin", "pin_ops"]
+__all__ = [
+    "PIN_GATE_WEBHOOK_ID",
+    "PIN_WEBHOOK_ID",
+    "answer_gate_or_pin_review",
+    "answer_pin_review",
+    "creation_pin",
+    "creation_pin_ops",
+    "pin_ops",
+]
 
 log = logging.getLogger("nexus_admit.webhook")
 
 PIN_WEBHOOK_ID = "pod-pin"
+# the gate hook's path where no gate policy runs and pods are pinned at creation
+PIN_GATE_WEBHOOK_ID = "pod-gate-pin"
 
 
 async def creation_pin(
@@ -158,6 +177,27 @@ def _allowed(uid: str, patch: list[dict[str, Any]] | None = None) -> dict[str, A
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+async def creation_pin_ops(
+    ctx: Context, pod: Mapping[str, Any], namespace: str
+) -> list[dict[str, Any]] | None:
+    """`pin_ops` for the slot `creation_pin` finds, counted as `pinned`; None (the pod is
+    left to be gated) where it finds none or anything is unreadable."""
+    try:
+        pin = await creation_pin(ctx, pod, namespace)
+        ops = pin_ops(pod, *pin) if pin is not None else None
+    except Exception as e:  # anything unreadable: the ungater takes it, as without the hook
+        log.debug("no pin at creation for a pod of %s: %s", namespace, e, exc_info=e)
+        return None
+    if pin is None or ops is None:
+        return None
+    ctx.metrics.webhook_requests.labels("pinned").inc()
+    log.info(
+        "pod %s/%s → %s (slot %s) at creation",
+        namespace, meta(pod).get("name") or meta(pod).get("generateName"), pin[0].node, pin[0].key,
+    )
+    return ops
+
+
 async def answer_pin_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
     """Allowed always: with the pin and our gate off when `creation_pin` finds the slot,
     else as it came (gated by the policy; the ungater pins it)."""
@@ -167,18 +207,25 @@ async def answer_pin_review(ctx: Context, review: Mapping[str, Any]) -> dict[str
     if request.get("operation") != "CREATE":
         return _allowed(uid)
     namespace = str(request.get("namespace") or meta(pod).get("namespace") or "default")
-    try:
-        pin = await creation_pin(ctx, pod, namespace)
-        ops = pin_ops(pod, *pin) if pin is not None else None
-    except Exception as e:  # anything unreadable: the ungater takes it, as without the hook
-        log.debug("no pin at creation for a pod of %s: %s", namespace, e, exc_info=e)
-        pin, ops = None, None
-    if pin is None or ops is None:
+    ops = await creation_pin_ops(ctx, pod, namespace)
+    if ops is None:
         ctx.metrics.webhook_requests.labels("left-gated").inc()
         return _allowed(uid)
-    ctx.metrics.webhook_requests.labels("pinned").inc()
-    log.info(
-        "pod %s/%s → %s (slot %s) at creation",
-        namespace, meta(pod).get("name") or meta(pod).get("generateName"), pin[0].node, pin[0].key,
-    )
     return _allowed(uid, ops)
+
+
+async def answer_gate_or_pin_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
+    """Webhook gate mode (no gate policy: Kubernetes before 1.36) with pin at creation: the
+    gate hook's own answer (`webhook.review.answer_review`: a tenant's pod that names
+    another Workload's reservation is still denied), except that a pod it would gate gets
+    its slot's pin instead where `creation_pin` finds it. Reinvoked after another
+    webhook's change, it gives the same pin again (the pod asks for the slot's host)."""
+    return await answer_review(ctx, review, pin=partial(_pin_instead_of_gate, ctx))
+
+
+async def _pin_instead_of_gate(
+    ctx: Context, pod: Mapping[str, Any], namespace: str
+) -> list[dict[str, Any]] | None:
+    # decided on the pod as the gate would leave it, as under the policy
+    gated = {**pod, "spec": {**child(pod, "spec"), "schedulingGates": gated_spec(pod)}}
+    return await creation_pin_ops(ctx, gated, namespace)

@@ -99,7 +99,8 @@ def node_name_terms(pod: Mapping[str, Any], node: str) -> list[dict[str, Any]] |
         fields = term.get("matchFields") or []
         if not isinstance(fields, list) or not (term.get("matchExpressions") or fields):
             return None
-        out.append({**term, "matchFields": [*fields, want]})
+        # a term that already requires the node keeps it once (a webhook reinvoked)
+        out.append({**term, "matchFields": fields if want in fields else [*fields, want]})
     return out
 
 

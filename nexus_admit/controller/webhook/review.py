@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ from nexus_admit.kube.reservations import reservation_workload_key, reservation_
 
 __all__ = [
     "GateAnswer",
+    "Pin",
     "answer_review",
     "decide",
     "foreign_reason",
@@ -280,10 +281,18 @@ def gate_patch(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"op": "add", "path": "/spec/schedulingGates", "value": gated_spec(pod)}]
 
 
-async def answer_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, Any]:
+# (pod, namespace) → the JSON patch that pins the pod instead of gating it, or None
+Pin = Callable[[Mapping[str, Any], str], Awaitable[list[dict[str, Any]] | None]]
+
+
+async def answer_review(
+    ctx: Context, review: Mapping[str, Any], pin: Pin | None = None
+) -> dict[str, Any]:
     """The AdmissionReview response to a pod review that `server.review_problem`
     passed: allowed, allowed with our gate added (a JSON patch), or denied with a message
-    that starts with the pod and says why. Only CREATE is gated; an UPDATE passes."""
+    that starts with the pod and says why. Only CREATE is gated; an UPDATE passes. `pin`
+    (webhook gate mode with pin at creation, `ungating/at_creation.py`): a pod with a
+    reservation label that would be gated gets `pin`'s patch instead where it gives one."""
     request = review["request"]
     uid = str(request["uid"])
     pod = request["object"]
@@ -301,5 +310,8 @@ async def answer_review(ctx: Context, review: Mapping[str, Any]) -> dict[str, An
         return _review(uid, {"allowed": False, "status": {"code": 403, "message": message}})
     if not answer.add_gate:
         return _review(uid, {"allowed": True})
-    patch = base64.b64encode(json.dumps(gate_patch(pod)).encode()).decode("ascii")
+    ops = None
+    if pin is not None and child(meta(pod), "labels").get(L.LABEL_RESERVATION):
+        ops = await pin(pod, namespace)
+    patch = base64.b64encode(json.dumps(ops or gate_patch(pod)).encode()).decode("ascii")
     return _review(uid, {"allowed": True, "patchType": "JSONPatch", "patch": patch})

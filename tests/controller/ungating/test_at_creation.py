@@ -16,7 +16,10 @@ import pytest
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.ungating.at_creation import answer_pin_review
+from nexus_admit.controller.ungating.at_creation import (
+    answer_gate_or_pin_review,
+    answer_pin_review,
+)
 from nexus_admit.controller.ungating.ungater import sync_ungating
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
@@ -208,3 +211,49 @@ def test_a_jobs_pod_is_proven_the_workloads_by_its_own_owner_without_a_read() ->
     # another Job's pod: its owners are read (this Job may sit under the Workload's owner)
     assert not answer(ctx, gated_pod("p-1", 1, owner_uid="other"))["patched"]
     assert reads == ["Job"]
+
+
+# ---------------------------------------------------------------- webhook gate mode
+
+
+def gate_or_pin(ctx: Context, pod: dict[str, Any], **request: Any) -> dict[str, Any]:
+    """`/pod-gate-pin`'s answer to a pod created without any gate (no gate policy runs),
+    as the apiserver would apply it: {"allowed", "pod", "message"}."""
+    rv = review(pod)
+    rv["request"]["object"]["spec"]["schedulingGates"] = []
+    rv["request"].update(request)
+    response = asyncio.run(answer_gate_or_pin_review(ctx, rv))["response"]
+    obj = rv["request"]["object"]
+    if "patch" in response:
+        obj = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    message = (response.get("status") or {}).get("message", "")
+    return {"allowed": response["allowed"], "pod": obj, "message": message}
+
+
+def test_without_a_gate_policy_the_gate_hook_pins_instead_of_gating() -> None:
+    ctx, _ = setup()
+    got = gate_or_pin(ctx, gated_pod("p-1", 1))
+    assert got["allowed"]
+    assert got["pod"]["spec"]["schedulingGates"] == []
+    assert got["pod"]["spec"]["nodeSelector"] == {L.HOSTNAME_LABEL: "n1"}
+    assert got["pod"]["metadata"]["annotations"][L.ANN_SLOT] == "main/1"
+    assert counted(ctx, "pinned") == 1
+    # reinvoked after another webhook's change: the same pin again
+    again = gate_or_pin(ctx, {**got["pod"], "metadata": {**got["pod"]["metadata"],
+                                                        "name": "p-1"}})
+    assert again["pod"]["spec"] == got["pod"]["spec"]
+
+
+def test_without_a_gate_policy_a_pod_it_cannot_pin_is_gated_and_a_foreign_one_denied() -> None:
+    holder = gated_pod("old-1", 1)
+    holder["spec"]["schedulingGates"] = []
+    holder["metadata"]["annotations"] = {L.ANN_SLOT: "main/1"}
+    ctx, _ = setup(holder)
+    got = gate_or_pin(ctx, gated_pod("p-1", 1))  # its slot is held: gated, not pinned
+    assert got["allowed"]
+    assert got["pod"]["spec"]["schedulingGates"] == [{"name": L.GATE_PLACEMENT}]
+    assert L.HOSTNAME_LABEL not in (got["pod"]["spec"].get("nodeSelector") or {})
+    assert counted(ctx, "pinned") == 0
+    foreign = gated_pod("t-0", 0, owner_uid="not-the-jobs")
+    denied = gate_or_pin(setup()[0], foreign, userInfo={"username": "tenant"})
+    assert not denied["allowed"] and "is not part of Workload" in denied["message"]
