@@ -251,6 +251,12 @@ def cpu_by_process(
     return out
 
 
+def busy_percent(used: Mapping[str, Mapping[str, float]], leave_out: str) -> float:
+    """The share of one core the processes of `used` (`cpu_by_process`'s result) took
+    together, without `leave_out` (the benchmark's own process)."""
+    return sum(u["core_percent"] for name, u in used.items() if name != leave_out)
+
+
 # ------------------------------------------------------------------ per Workload, start-up
 
 ALL_BUT_BENCH = "total (all but this benchmark)"

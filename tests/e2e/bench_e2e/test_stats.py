@@ -179,6 +179,16 @@ def test_cpu_per_workload_beyond_idle_takes_off_each_idle_rate_over_the_phase() 
     assert stats.cpu_per_workload_beyond_idle(cpu, idle, 60.0, 0, "bench") == {}
 
 
+def test_busy_percent_adds_every_process_but_the_bench() -> None:
+    used = {
+        "kube-apiserver": {"cpu_s": 3.0, "core_percent": 30.0},
+        "kwok": {"cpu_s": 1.0, "core_percent": 10.0},
+        "bench": {"cpu_s": 5.0, "core_percent": 50.0},
+    }
+    assert stats.busy_percent(used, "bench") == 40.0
+    assert stats.busy_percent({}, "bench") == 0.0
+
+
 def test_cpu_share_counts_a_process_absent_without_nexus_as_zero() -> None:
     without = {"kube-apiserver": 0.5, "etcd": 0.2, stats.ALL_BUT_BENCH: 0.7}
     with_ = {"kube-apiserver": 0.8, "nexus-admit": 0.3, stats.ALL_BUT_BENCH: 1.3}
