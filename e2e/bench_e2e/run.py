@@ -230,8 +230,8 @@ class Bench:
         self, limit_s: float, below_percent: float = 50.0, window_s: float = 10.0
     ) -> float:
         """Wait until the plane's processes together use less than `below_percent` of one
-        core over a `window_s` window, at most `limit_s`: KWOK goes on playing stages of
-        the background pods for minutes after they are Running (a run once had it at 68 %
+        core over a `window_s` window, at most `limit_s`: KWOK may go on working on the
+        background pods for a while after they are all Running (a run once had it at 68 %
         of a core, and the apiserver at 61 %, just before the first phase, and another
         had that stretch inside the Kueue phase). Returns the seconds waited."""
         t = time.monotonic()
