@@ -218,9 +218,11 @@ class NexusController:
         else:
             no_reservation = {"key": RESERVATION_LABEL, "operator": "DoesNotExist"}
             if self.pin_at_creation:
-                # a pod it would gate gets its slot's pin instead where the slot is certain
+                # a pod it would gate gets its slot's pin instead where the slot is certain;
+                # called once, so it never judges a pod it has already pinned
                 url = f"https://127.0.0.1:{self.webhook_port}/pod-gate-pin"
-                reserved = {**reserved, "clientConfig": {**hook["clientConfig"], "url": url}}
+                reserved = {**reserved, "clientConfig": {**hook["clientConfig"], "url": url},
+                            "reinvocationPolicy": "Never"}
             hooks = [
                 reserved,
                 {

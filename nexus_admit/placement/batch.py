@@ -184,7 +184,7 @@ class BatchEngine(CpSatEngine):
             return _timed(kept, started)
         terms = OrderTerms(memo, self.workload)
         sequential = {j.index: _slots(answers[j.index]) for j in members}
-        one_by_one = _evaluate(work, config, sequential, joined, members, self.workload)
+        one_by_one = _evaluate(snapshot, config, burst, sequential, joined, self.workload)
         kept.terms_one_by_one = one_by_one.terms
         kept.objective_one_by_one = one_by_one.objective
         if not _bounds(members, terms, self._seed):
@@ -196,7 +196,7 @@ class BatchEngine(CpSatEngine):
             kept.reason = "no joint answer within the time limit"
             return _timed(kept, started)
         chosen, placed = found
-        joint = _evaluate(work, config, chosen, joined, members, self.workload)
+        joint = _evaluate(snapshot, config, burst, chosen, joined, self.workload)
         kept.terms_joint, kept.objective_joint = joint.terms, joint.objective
         worse = [t for t, v in joint.terms.items() if v > one_by_one.terms.get(t, 0.0) + _EPS]
         more = len(placed) > len(members)
@@ -469,25 +469,33 @@ def _solve_joint(
     return status, out
 
 
-def _evaluate(work: ClusterSnapshot, config: PlacementConfig, slots: dict[int, list[Slot]],
-              joined: Sequence[_Joined], members: Sequence[_Joined],
+def _evaluate(snapshot: ClusterSnapshot, config: PlacementConfig, burst: Sequence[BurstEntry],
+              slots: dict[int, list[Slot]], joined: Sequence[_Joined],
               workload: WorkloadDistribution) -> _Evaluated:
-    """Each gang's terms on the capacity the burst's earlier gangs left, weighted as its
-    objective weighs them (a term the gang's objective leaves out counts 0), summed over the
-    `members` (the gangs placed one by one)."""
-    scratch = work.copy()
+    """The burst in Kueue's order on `snapshot` (the capacity before any of its gangs): the
+    gangs of the model on `slots`, the others on their one-by-one answers. Each gang placed
+    one by one is charged its terms on the capacity the earlier gangs left, weighted as its
+    objective weighs them (a term the gang's objective leaves out counts 0), summed; a gang
+    that stayed out of the model counts too, since a joined gang before it that moves
+    changes what it sees."""
+    scratch = snapshot.copy()
     by_index = {j.index: j for j in joined}
-    counted = {j.index for j in members}
     total: dict[str, float] = dict.fromkeys(TERMS, 0.0)
     objective = 0.0
     per_gang: dict[int, tuple[Problem, dict[str, tuple[float, int]]]] = {}
-    for k in sorted(slots):
-        gang = by_index[k].problem.gang
+    for k, entry in enumerate(burst):
+        if k in slots:
+            gang, taken = by_index[k].problem.gang, slots[k]
+        elif entry.placement.feasible and k not in by_index:
+            gang, taken = entry.gang, entry.placement.slots
+        else:
+            continue  # not placed, or a joined gang left out of this answer
         problem = prepare(scratch, gang, config)
-        order = OrderTerms(NodeMemo(), workload).values(problem, slots[k])
-        per_gang[k] = (problem, order)
-        if k in counted:
-            values = evaluate_terms(problem, slots[k])
+        order = OrderTerms(NodeMemo(), workload).values(problem, taken)
+        if k in slots:
+            per_gang[k] = (problem, order)
+        if entry.placement.feasible:
+            values = evaluate_terms(problem, taken)
             objective += weighted_objective(problem, values)
             weights = term_weights(problem)
             for name, value in values.items():
@@ -495,5 +503,5 @@ def _evaluate(work: ClusterSnapshot, config: PlacementConfig, slots: dict[int, l
             for name, (value, weight) in order.items():
                 objective += weight * value
                 total[name] = total.get(name, 0.0) + weight * value
-        apply_slots(scratch, gang, slots[k])
+        apply_slots(scratch, gang, taken)
     return _Evaluated(slots, total, objective, per_gang)

@@ -434,6 +434,8 @@ def test_webhooks_are_the_harness_webhooks_behind_a_service(
         # the pin hook never refuses a pod: without it the policy's gate stays
         assert hook["failurePolicy"] == ("Ignore" if pins else "Fail")
         assert hook["timeoutSeconds"] == 5
+        # a hook that pins is never called twice for one pod
+        assert hook["reinvocationPolicy"] == ("Never" if pins or gate_pins else "IfNeeded")
         assert hook["clientConfig"]["service"] == {
             "name": service["metadata"]["name"],
             "namespace": NS,

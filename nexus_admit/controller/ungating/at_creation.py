@@ -218,8 +218,8 @@ async def answer_gate_or_pin_review(ctx: Context, review: Mapping[str, Any]) -> 
     """Webhook gate mode (no gate policy: Kubernetes before 1.36) with pin at creation: the
     gate hook's own answer (`webhook.review.answer_review`: a tenant's pod that names
     another Workload's reservation is still denied), except that a pod it would gate gets
-    its slot's pin instead where `creation_pin` finds it. Reinvoked after another
-    webhook's change, it gives the same pin again (the pod asks for the slot's host)."""
+    its slot's pin instead where `creation_pin` finds it. The chart does not reinvoke this
+    hook; were it called again, it gives the same pin (the pod asks for the slot's host)."""
     return await answer_review(ctx, review, pin=partial(_pin_instead_of_gate, ctx))
 
 
