@@ -731,6 +731,11 @@ def summarize(
             # time, and the solving thread's CPU time (without its waits for a core)
             ("solve_seconds_one_pod", "solve_seconds", {"pods": "1"}),
             ("solve_cpu_seconds_one_pod", "solve_cpu_seconds", {"pods": "1"}),
+            # those that reused the engine's kept facts (not the first of their pod shape,
+            # nor the first after a snapshot renewal: those derive them over the fleet)
+            ("solve_seconds_one_pod_kept", "solve_seconds", {"pods": "1", "facts": "kept"}),
+            ("solve_cpu_seconds_one_pod_kept", "solve_cpu_seconds",
+             {"pods": "1", "facts": "kept"}),
             # the part of each reservation create's round trip that the next solve did not
             # hide: with `solve_seconds`' sum, how a burst's placing time splits
             ("reservation_wait_seconds", "reservation_wait_seconds", None),

@@ -32,17 +32,19 @@ class Metrics:
         """What placing decides and holds: solves, placements, reservations, GPUs, demand."""
         self.solve_seconds = Histogram(
             _P + "solve_seconds",
-            "Engine time per placement, by outcome and gang size (pods: 1 or several; "
-            "a one-pod decision should cost the same on any fleet size).",
-            ["outcome", "pods"],
+            "Engine time per placement, by outcome, gang size (pods: 1 or several; a "
+            "one-pod decision should cost the same on any fleet size) and facts (kept: "
+            "reused from earlier decisions; fleet: derived over every candidate node, as "
+            "the first decision of a pod shape or one after a snapshot renewal does).",
+            ["outcome", "pods", "facts"],
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )
         self.solve_cpu_seconds = Histogram(
             _P + "solve_cpu_seconds",
-            "CPU time of the solving thread per placement, by outcome and gang size: the "
-            "decision's own cost, without the time it waited for a core or the GIL.",
-            ["outcome", "pods"],
+            "CPU time of the solving thread per placement, by outcome, gang size and facts: "
+            "the decision's own cost, without the time it waited for a core or the GIL.",
+            ["outcome", "pods", "facts"],
             buckets=_SOLVE_BUCKETS,
             registry=r,
         )

@@ -74,6 +74,10 @@ class Placement:
     # an infeasible placement that is a deliberate hold (PlacementConfig.localityWait): ask
     # again after this long at the latest, when the hold ends
     retry_after_seconds: float | None = None
+    # whether deciding derived the gang's facts over every candidate node, O(fleet), for
+    # want of facts kept from earlier decisions (the first of a pod shape, or after the
+    # snapshot was renewed); None: a policy that keeps no facts
+    fleet_scan: bool | None = None
 
     @property
     def retryable(self) -> bool:

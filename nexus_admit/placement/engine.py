@@ -68,6 +68,8 @@ class CpSatEngine:
         self._time_limit = time_limit
         # node views and pod capacities, kept between solves on a TrackedSnapshot
         self._memo = NodeMemo()
+        # the decisions' derivations over every candidate node (Placement.fleet_scan)
+        self._fleet_scans = 0
         self._terms = OrderTerms(self._memo, workload or WorkloadDistribution.default())
 
     @property
@@ -80,6 +82,12 @@ class CpSatEngine:
 
     # ------------------------------------------------------------------ public
     def place(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
+        scans_before = self._fleet_scans
+        placement = self._decide(snapshot, gang, config)
+        placement.fleet_scan = self._fleet_scans > scans_before
+        return placement
+
+    def _decide(self, snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Placement:
         started = time.perf_counter()
         self._memo.sync(snapshot, config)
         try:
@@ -162,13 +170,18 @@ class CpSatEngine:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
         live = live_reduction(problem, self._memo) if self._reduce else None
         if live is not None:  # kept on the snapshot from its change log: the same answers
+            if live.fresh:
+                self._fleet_scans += 1
             short = live.shortfall(problem)
             if short:
                 return infeasible(gang, self.name, short, started)
             if scans(problem):
                 ranking = live.ranking(problem)
+                if ranking.fresh:
+                    self._fleet_scans += 1
                 return scan_ranked(problem, ranking, started, self._terms, self.name)
             return self._reduced(problem, live.reduction(problem), started)
+        self._fleet_scans += 1
         reduction = candidates(problem, self._memo)
         short = shortfall(problem, reduction)
         if short:

@@ -84,6 +84,8 @@ class LiveReduction:
         for name in self.names:
             self._add(problem, name, memo)
         self.seen = len(self.log)
+        # built by the last `live_reduction` call, over every candidate (not synced)
+        self.fresh = True
 
     def fits(self, problem: Problem) -> bool:
         """Whether this tracker answers for `problem` (the same snapshot, config, labels)."""
@@ -209,8 +211,9 @@ class LiveReduction:
                 self.scans.popitem(last=False)
         else:
             self.scans.move_to_end(signature)
+        fresh = scan.sorted is None
         ranked = scan.ranked(problem, self, weights)
-        return Ranking(ranked, len(ranked), self.notes(len(ranked)), True)
+        return Ranking(ranked, len(ranked), self.notes(len(ranked)), True, fresh)
 
     def kept(self, name: str) -> bool:
         """Whether the reduction of a one-pod gang keeps `name`."""
@@ -314,4 +317,6 @@ def live_reduction(problem: Problem, memo: NodeMemo) -> LiveReduction | None:
     if tracker is None or not tracker.fits(problem) or not tracker.sync(problem, memo):
         tracker = LiveReduction(problem, memo)
         snapshot.static_cache[key] = tracker
+    else:
+        tracker.fresh = False
     return tracker

@@ -114,6 +114,7 @@ class Ranking:
     units: int  # candidate nodes left after the symmetry reduction
     notes: list[str]
     exact: bool
+    fresh: bool = False  # every candidate ranked anew, none kept from an earlier decision
 
 
 def scan_single(

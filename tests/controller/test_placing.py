@@ -732,13 +732,22 @@ def test_two_compute_domains_placed_in_one_pass_take_two_cliques() -> None:
 
 
 def test_the_solve_metric_tells_one_pod_decisions_from_gangs() -> None:
-    """A one-pod decision's time is its own series (what should not grow with the fleet)."""
+    """A one-pod decision's time is its own series (what should not grow with the fleet),
+    and so is a decision that reused the engine's kept facts (`facts="kept"`) rather than
+    deriving them over the fleet, as the first decision of each pod shape does."""
     api = two_nodes(
-        pending("w", pods=1, gpus=8), pending("v", pods=2, gpus=4, created="2026-11-25T10:00:01Z")
+        pending("w", pods=1, gpus=2),
+        pending("v", pods=2, gpus=4, created="2026-11-25T10:00:01Z"),
+        pending("u", pods=1, gpus=2, created="2026-11-25T10:00:02Z"),
     )
     ctx, _ = controller(api)
     run(ctx)
-    counts = {(s.labels["outcome"], s.labels["pods"]): s.value
+    counts = {(s.labels["outcome"], s.labels["pods"], s.labels["facts"]): s.value
               for m in ctx.metrics.solve_seconds.collect() for s in m.samples
               if s.name.endswith("_count")}
-    assert counts == {("feasible", "1"): 1, ("feasible", "several"): 1}
+    assert counts == {("feasible", "1", "fleet"): 1, ("feasible", "several", "fleet"): 1,
+                      ("feasible", "1", "kept"): 1}, counts
+    cpu = {(s.labels["pods"], s.labels["facts"]): s.value
+           for m in ctx.metrics.solve_cpu_seconds.collect() for s in m.samples
+           if s.name.endswith("_count")}
+    assert cpu == {("1", "fleet"): 1, ("several", "fleet"): 1, ("1", "kept"): 1}, cpu

@@ -207,6 +207,7 @@ def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> 
     gold, bronze = _one_gpu(), replace(_one_gpu(), tier="bronze")
     for gang in (gold, bronze):  # each tier's first decision ranks every candidate
         placement = engine.place(tracked, gang, CONFIG)
+        assert placement.fleet_scan is True  # gold builds the tracker, bronze its ranking
         tracked.apply(gang, placement.slots)
     for i in range(4):
         gang = replace(gold if i % 2 else bronze, name=f"ns/g{i}")
@@ -216,6 +217,7 @@ def test_alternating_tiers_of_one_pod_shape_keep_their_rankings(monkeypatch) -> 
         # classes whose first node changed, not all 45 ranked again
         assert 0 < len(bounded) <= 16, bounded
         placement = engine.place(tracked, gang, CONFIG)
+        assert placement.fleet_scan is False
         tracked.apply(gang, placement.slots)
 
 
@@ -233,6 +235,28 @@ def test_a_warmed_shape_is_placed_without_ranking_the_fleet_and_as_without_the_w
     bounded.clear()
     placement = engine.place(tracked, gang, CONFIG)
     assert 0 < len(bounded) <= 8, bounded
-    assert _answer(placement) == _answer(CpSatEngine(seed=0).place(tracked.copy(), gang, CONFIG))
+    assert placement.fleet_scan is False, "the warm derived what the decision reads"
+    fresh = CpSatEngine(seed=0).place(tracked.copy(), gang, CONFIG)
+    assert _answer(placement) == _answer(fresh)
+    assert fresh.fleet_scan is True, "a plain snapshot keeps nothing: every decision scans"
     assert not engine.warm(tracked.copy(), gang, CONFIG), "nothing kept on a plain snapshot"
     assert not CpSatEngine(seed=0, reduce=False).warm(tracked, gang, CONFIG)
+
+
+def test_a_decision_says_whether_it_derived_its_facts_over_the_fleet() -> None:
+    """`Placement.fleet_scan`: True for the first decision of a shape on a snapshot (and
+    again on a renewed one), False while a later one reuses the kept facts; the flag never
+    changes the answer."""
+    tracked = _racks_of_classes()
+    engine = CpSatEngine(seed=0)
+    pair = Gang("ns/pair", (PodSet("w", 2, cpu_milli=1000, memory_mib=1024, gpus=1),))
+    for gang in (_one_gpu(), pair):
+        first = engine.place(tracked, gang, CONFIG)
+        tracked.apply(gang, first.slots)
+        again = engine.place(tracked, replace(gang, name=gang.name + "-2"), CONFIG)
+        assert (first.fleet_scan, again.fleet_scan) == (True, False), gang.name
+    renewed = TrackedSnapshot(tracked.copy().nodes, tracked.kueue_topologies)
+    placement = engine.place(renewed, _one_gpu(), CONFIG)
+    assert placement.fleet_scan is True, "a renewed snapshot keeps none of the old facts"
+    assert _answer(placement) == _answer(CpSatEngine(seed=0).place(renewed.copy(), _one_gpu(),
+                                                                   CONFIG))

@@ -242,9 +242,9 @@ async def _decide(
     loop = asyncio.get_running_loop()
     decision = await loop.run_in_executor(ctx.solver, decide, request, capacity)
     for solve in policy.solves:
-        ctx.metrics.solve_seconds.labels(solve.outcome, solve.pods).observe(solve.seconds)
-        ctx.metrics.solve_cpu_seconds.labels(solve.outcome, solve.pods).observe(
-            solve.cpu_seconds)
+        labels = (solve.outcome, solve.pods, solve.facts)
+        ctx.metrics.solve_seconds.labels(*labels).observe(solve.seconds)
+        ctx.metrics.solve_cpu_seconds.labels(*labels).observe(solve.cpu_seconds)
     return decision, running, drains
 
 

@@ -69,6 +69,9 @@ class Solve:
     pods: str  # the gang's size: "1" or "several"
     seconds: float  # wall time
     cpu_seconds: float  # the solving thread's CPU time: without waits for a core or the GIL
+    # "fleet": the engine derived the gang's facts over every candidate node, O(fleet) (the
+    # first decision of a pod shape, or after a snapshot renewal); "kept": it reused them
+    facts: str = "kept"
 
 
 @dataclass(slots=True)
@@ -89,11 +92,12 @@ class TimedPolicy:
         seconds, cpu_seconds = time.perf_counter() - started, time.thread_time() - cpu_started
         outcome = "feasible" if placement.feasible else placement.status.value
         size = "1" if gang.pod_count == 1 else "several"
-        self.solves.append(Solve(outcome, size, seconds, cpu_seconds))
+        facts = "kept" if placement.fleet_scan is False else "fleet"
+        self.solves.append(Solve(outcome, size, seconds, cpu_seconds, facts))
         if seconds >= SLOW_SOLVE_SECONDS:
             log.info(
-                "slow solve of %s (pods %d, %s, %d nodes): %.0f ms, %.0f ms CPU: %s",
-                gang.name, gang.pod_count, outcome, len(snapshot.nodes), seconds * 1000,
+                "slow solve of %s (pods %d, %s, %d nodes, facts %s): %.0f ms, %.0f ms CPU: %s",
+                gang.name, gang.pod_count, outcome, len(snapshot.nodes), facts, seconds * 1000,
                 cpu_seconds * 1000, "; ".join(placement.explanation[-2:]),
             )
         return placement

@@ -102,12 +102,15 @@ def test_missing_the_bounds_is_reported_as_missed() -> None:
 
 
 def _sized(
-    nodes: int, one_pod_p99: float | None, count: int = 40, cpu_p99: float | None = None
+    nodes: int, one_pod_p99: float | None, count: int = 40, cpu_p99: float | None = None,
+    kept: tuple[int, float] | None = None,
 ) -> dict[str, Any]:
     one = {"count": count, "p99_s": one_pod_p99} if one_pod_p99 is not None else {}
     metrics = {"solve_seconds_one_pod": one}
     if cpu_p99 is not None:
         metrics["solve_cpu_seconds_one_pod"] = {"count": count, "p99_s": cpu_p99}
+    if kept is not None:  # (count, p99) of the decisions that reused kept facts
+        metrics["solve_seconds_one_pod_kept"] = {"count": kept[0], "p99_s": kept[1]}
     return {"config": {"nodes": nodes},
             "phases": {"nexus": nexus_phase(controller_metrics=metrics)}}
 
@@ -132,6 +135,19 @@ def test_the_one_pod_target_is_judged_on_wall_time_and_shows_the_cpu_time() -> N
     row = report.one_pod_scaling_target(large, small)
     assert row["met"] is False and row["value"] == pytest.approx(0.246 / 0.056)
     assert row["note"].endswith("; CPU time 2.5 ms / 2.0 ms (1.25×)")
+
+
+def test_the_one_pod_target_shows_the_decisions_that_reused_kept_facts() -> None:
+    """The first decision of a pod shape derives its facts over the fleet (O(fleet) by
+    construction); the note sets those apart, and the target still counts every decision."""
+    small = _sized(1000, 0.008, count=162, kept=(158, 0.004))
+    large = _sized(5000, 0.060, count=162, kept=(157, 0.005))
+    row = report.one_pod_scaling_target(large, small)
+    assert row["met"] is False and row["value"] == pytest.approx(7.5)
+    assert row["note"].endswith(
+        "; with facts kept 5.0 ms / 4.0 ms (1.25×), 5 and 4 derived over the fleet")
+    assert report.fleet_scans(large) == 5
+    assert report.fleet_scans(_sized(5000, 0.06)) is None, "a run from before the label"
 
 
 def test_rss_not_judged_below_20000_pods_in_the_cluster() -> None:
