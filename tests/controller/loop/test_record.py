@@ -23,10 +23,12 @@ def _solve(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sl
 def test_a_slow_solve_is_logged_with_what_the_engine_looked_at(monkeypatch, caplog):
     policy, placement, lines = _solve(monkeypatch, caplog, 0.0)
     (solve,) = policy.solves
-    assert (solve.outcome, solve.pods) == ("feasible", "1")
+    # a plain snapshot keeps nothing between decisions: the facts are derived over the fleet
+    assert (solve.outcome, solve.pods, solve.facts) == ("feasible", "1", "fleet")
     assert placement.feasible
     (line,) = lines
-    assert line.startswith("slow solve of bench/") and "(pods 1, feasible, 16 nodes)" in line
+    assert line.startswith("slow solve of bench/")
+    assert "(pods 1, feasible, 16 nodes, facts fleet)" in line, line
     # the one-pod scan says how many candidates it ranked and costed
     assert "candidate nodes ranked by cost" in line, line
 
