@@ -10,6 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from cachetools import TTLCache
 
@@ -20,14 +21,22 @@ from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owner_chain import OwnerChains
-from nexus_admit.controller.store import Store
+from nexus_admit.controller.store import PerObject, Store
 from nexus_admit.controller.tasks import Background
 from nexus_admit.controller.warm import WarmShapes
 from nexus_admit.kube.cluster.live import LiveSnapshot
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 
-__all__ = ["CheckView", "Context", "utc_now"]
+__all__ = ["CheckView", "Context", "Promised", "WorkloadView", "utc_now"]
+
+# a reservation a Workload's Ready check names ("namespace/name", name, when the check
+# turned Ready; lifecycle.promised_reservations)
+Promised = tuple[str, str, datetime | None]
+
+# a Workload, its place in Kueue's order when it waits on our check (else None), and
+# whether it waits for quota in a queue of ours (loop/cycle.workload_views)
+WorkloadView = tuple[dict[str, Any], tuple[int, str, str] | None, bool]
 
 
 def utc_now() -> datetime:
@@ -91,6 +100,12 @@ class Context:
     owners_pruned: tuple[list[dict[str, object]], ...] | None = None
     workload_views: tuple[tuple[object, ...], list[dict[str, object]],
                           list[dict[str, object]]] | None = None
+    # each Workload's view (loop/cycle.workload_views), kept while the store holds it
+    workload_view_memo: PerObject[WorkloadView] = field(default_factory=PerObject)
+    # each Workload's Jobs (owners.prune_owner_jobs) and the reservations its Ready checks
+    # name (lifecycle.sync_missing), kept while the store holds it
+    job_refs_memo: PerObject[list[tuple[str, str]]] = field(default_factory=PerObject)
+    promised_memo: PerObject[list[list[Promised]]] = field(default_factory=PerObject)
     # the shapes of the Workloads waiting for quota, derived ahead (controller/warm.py)
     warm_shapes: WarmShapes = field(default_factory=WarmShapes)
     # draining reservation "namespace/name" → monotonic time its gang was last solved

@@ -16,10 +16,12 @@ from typing import Any
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.model import GPU_WHOLE
 
-__all__ = ["pending_demands", "pending_gpus_by_tier", "waiting_workloads"]
+__all__ = ["pending_demands", "pending_gpus_by_tier", "queues_using", "waiting_queue",
+           "waiting_workloads"]
 
 
 def _uses_check(cq: Mapping[str, Any], checks: Collection[str]) -> bool:
@@ -44,13 +46,32 @@ def waiting_workloads(
     kueue = dump.kueue_index()
     out = []
     for wl in dump.kind("Workload"):
-        if _done(wl) or child(wl, "spec").get("active") is False:
-            continue
-        cq_name = kueue.cluster_queue_name(wl)
-        cq = kueue.cluster_queues.get(cq_name) if cq_name else None
-        if cq is not None and _uses_check(cq, checks):
+        cq = waiting_queue(wl, kueue, checks)
+        if cq is not None:
             out.append((wl, cq))
     return out
+
+
+def waiting_queue(
+    workload: Mapping[str, Any], kueue: KueueIndex, checks: Collection[str]
+) -> Mapping[str, Any] | None:
+    """The ClusterQueue of an active Workload not yet admitted or finished, when that
+    queue uses one of `checks`; else None."""
+    if _done(workload) or child(workload, "spec").get("active") is False:
+        return None
+    cq_name = kueue.cluster_queue_name(workload)
+    cq = kueue.cluster_queues.get(cq_name) if cq_name else None
+    return cq if cq is not None and _uses_check(cq, checks) else None
+
+
+def queues_using(kueue: KueueIndex, checks: Collection[str]) -> tuple[object, ...]:
+    """What `waiting_queue` reads besides the Workload: each LocalQueue's ClusterQueue and
+    whether each ClusterQueue uses one of `checks` (not their status, which Kueue writes
+    on every admission)."""
+    return (
+        tuple((k, child(lq, "spec").get("clusterQueue")) for k, lq in kueue.local_queues.items()),
+        tuple((name, _uses_check(cq, checks)) for name, cq in kueue.cluster_queues.items()),
+    )
 
 
 def pending_demands(dump: ClusterDump, checks: Collection[str]) -> list[tuple[str, int]]:

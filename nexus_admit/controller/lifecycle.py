@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nexus_admit.controller.checks import current_entry, write_check
-from nexus_admit.controller.context import Context
+from nexus_admit.controller.context import Context, Promised
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.tasks import gather_bounded
@@ -128,21 +128,39 @@ def missing_reservation(
     """The reservation our Ready check entry promised the Workload's pods, when it is gone
     (deleted by hand, or lost to a watch gap) while the Workload still runs on it; None
     otherwise. `reservations`: the "namespace/name" of every reservation that exists."""
+    return first_missing(promised_reservations(workload, check), reservations, now)
+
+
+def promised_reservations(workload: Mapping[str, Any], check: str) -> list[Promised]:
+    """The reservations our Ready check entry names for the Workload's pods while it still
+    runs on them ("namespace/name", name, when the entry turned Ready): what
+    `missing_reservation` reads of the Workload."""
     entry = current_entry(workload, check)
     if entry.get("state") != CheckState.READY.value or _attempt_over(workload) is not None:
-        return None
+        return []
     if meta(workload).get("deletionTimestamp"):
-        return None
+        return []
     ns = str(meta(workload).get("namespace") or "default")
+    since = parse_time(entry.get("lastTransitionTime"))
+    out: list[Promised] = []
     for update in entry.get("podSetUpdates") or []:
         labels = update.get("labels") if isinstance(update, Mapping) else None
         name = labels.get(L.LABEL_RESERVATION) if isinstance(labels, Mapping) else None
-        if not name or f"{ns}/{name}" in reservations:
+        if name:
+            out.append((f"{ns}/{name}", str(name), since))
+    return out
+
+
+def first_missing(
+    promised: Sequence[Promised], reservations: Collection[str], now: datetime
+) -> str | None:
+    """The first promised reservation that is gone, once the grace has passed."""
+    for key, name, since in promised:
+        if key in reservations:
             continue
-        since = parse_time(entry.get("lastTransitionTime"))
         if since is None or now - since < MISSING_GRACE:
             return None
-        return str(name)
+        return name
     return None
 
 
@@ -531,9 +549,18 @@ async def sync_missing(ctx: Context) -> None:
     now = ctx.clock()
     existing = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     existing |= set(ctx.ledger.assumed)
-    for workload in ctx.store.items("Workload"):
-        for check in sorted(ctx.checks):
-            name = missing_reservation(workload, check, existing, now)
+    checks = sorted(ctx.checks)
+    workloads = ctx.store.listed("Workload")
+
+    def promised(workload: dict[str, Any]) -> list[list[Promised]]:
+        return [promised_reservations(workload, check) for check in checks]
+
+    # what each Workload promises is read again only when the store holds a new object
+    for workload, by_check in zip(
+        workloads, ctx.promised_memo.values(workloads, promised, (tuple(checks),)), strict=True
+    ):
+        for check, promises in zip(checks, by_check, strict=True):
+            name = first_missing(promises, existing, now) if promises else None
             if name is None:
                 continue
             message = (

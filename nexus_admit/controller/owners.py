@@ -122,7 +122,9 @@ def prune_owner_jobs(ctx: Context) -> None:
         a is b for a, b in zip(read, ctx.owners_pruned, strict=True)
     ):
         return
-    wanted = {f"{ns}/{name}" for w in read[0] for ns, name in _job_refs(w)}
+    # a Workload's Jobs are read again only when the store holds a new object for it
+    wanted = {f"{ns}/{name}" for refs in ctx.job_refs_memo.values(read[0], _job_refs)
+              for ns, name in refs}
     for job in ctx.store.items(OWNER_KIND):
         m = meta(job)
         key = f"{m.get('namespace')}/{m.get('name')}"

@@ -20,10 +20,10 @@ the pods that carry our scheduling gate (the ungater's whole work list), and pod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.changes import (
@@ -40,7 +40,9 @@ from nexus_admit.kube.errors import meta
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
 
-__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "Store", "resource_version"]
+__all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "PerObject", "Store", "resource_version"]
+
+T = TypeVar("T")
 
 # every kind the controller watches; the names are the `kind` of the objects (as in a dump)
 WATCHED_KINDS = (
@@ -391,3 +393,45 @@ class _FleetIndex:
 
 def _one(name: str | None) -> set[str]:
     return {name} if name else set()
+
+
+class PerObject(Generic[T]):
+    """What a pass derives from each object of a store list, kept while the store holds
+    that very object: the store puts a new object in place of one that changed, so a pass
+    after one Workload event derives one value and looks up the others, where deriving
+    them all grew with the Workloads (19 ms a pass with 5,000 waiting, offline). Values are
+    derived afresh for all when `context` (what `derive` reads besides the object: lists
+    compared by identity, other values by equality) is not what it was."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[dict[str, Any], T]] = {}
+        self._context: tuple[object, ...] | None = None
+
+    def __len__(self) -> int:
+        """How many objects' values are held (at most about twice those last listed)."""
+        return len(self._kept)
+
+    def values(
+        self,
+        objects: Sequence[dict[str, Any]],
+        derive: Callable[[dict[str, Any]], T],
+        context: tuple[object, ...] = (),
+    ) -> list[T]:
+        """`derive(o)` for each of `objects`, in their order."""
+        if self._context is None or len(context) != len(self._context) or not all(
+            a is b or (not isinstance(a, list) and a == b)
+            for a, b in zip(context, self._context, strict=True)
+        ):
+            self._kept = {}
+        self._context = context
+        kept = self._kept
+        out: list[T] = []
+        for obj in objects:
+            entry = kept.get(id(obj))
+            if entry is None or entry[0] is not obj:  # new, or the id of an object let go
+                entry = kept[id(obj)] = (obj, derive(obj))
+            out.append(entry[1])
+        if len(kept) > 2 * len(objects) + 64:  # let go of the objects no longer listed
+            self._kept = {id(o): kept[id(o)] for o in objects}
+        return out
+

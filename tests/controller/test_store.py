@@ -3,7 +3,9 @@ nothing; a re-list drops what it no longer holds unless an event newer than the 
 
 from __future__ import annotations
 
-from nexus_admit.controller.store import Store
+from typing import Any
+
+from nexus_admit.controller.store import PerObject, Store
 
 
 def obj(name: str, rv: int, ns: str | None = "ns", **extra: object) -> dict[str, object]:
@@ -233,3 +235,35 @@ def test_a_pod_changed_only_in_its_version_stays_as_it_was_in_every_index() -> N
              "spec": {"nodeName": "n1"}}
     assert s.upsert("Pod", bound)
     assert s.gated_pods() == [] and s.pods_on_node("n1") == [s.get("Pod", "ns/p")]
+
+
+def test_per_object_derives_only_what_the_store_holds_anew() -> None:
+    """A value is derived once per stored object: again for an object the store replaced,
+    for all when the context is not what it was, and objects no longer listed are let go."""
+    store = Store()
+    for i in range(100):
+        store.upsert("Workload", {"metadata": {"name": f"w{i}", "namespace": "d",
+                                               "resourceVersion": "1"}})
+    derived: list[str] = []
+
+    def name(obj: dict[str, Any]) -> str:
+        derived.append(obj["metadata"]["name"])
+        return str(obj["metadata"]["name"])
+
+    memo: PerObject[str] = PerObject()
+    first = memo.values(store.listed("Workload"), name, ("nexus",))
+    assert first == [f"w{i}" for i in range(100)] and len(derived) == 100
+    derived.clear()
+    store.upsert("Workload", {"metadata": {"name": "w7", "namespace": "d",
+                                           "resourceVersion": "2"}, "spec": {"x": 1}})
+    assert memo.values(store.listed("Workload"), name, ("nexus",)) == first
+    assert derived == ["w7"], "only the object the store replaced"
+    derived.clear()
+    assert memo.values(store.listed("Workload"), name, ("other",)) == first
+    assert len(derived) == 100, "another context: every value derived again"
+    for i in range(90):
+        store.delete("Workload", {"metadata": {"name": f"w{i}", "namespace": "d"}})
+    assert memo.values(store.listed("Workload"), name, ("other",)) == [
+        f"w{i}" for i in range(90, 100)]
+    assert len(memo) == 10, "the objects no longer listed were let go"
+    assert memo.values([], name, ("nexus",)) == [] and len(memo) == 0, "a new context"

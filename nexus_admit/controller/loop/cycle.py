@@ -30,11 +30,16 @@ import contextlib
 import logging
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from nexus_admit.controller.admissioncheck import sync_checks
-from nexus_admit.controller.context import Context
-from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier, waiting_workloads
+from nexus_admit.controller.context import Context, WorkloadView
+from nexus_admit.controller.demand import (
+    pending_demands,
+    pending_gpus_by_tier,
+    queues_using,
+    waiting_queue,
+)
 from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
@@ -51,7 +56,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
-from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.kube.kueue import KueueIndex, admission_order_key, is_pending_on_check
 from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.model import ClusterSnapshot
 from nexus_admit.placement.base import Warms
@@ -304,15 +309,28 @@ def workload_views(
     """The Workloads waiting on one of our `active` checks, in Kueue's order, and those
     still waiting for quota in a queue of ours; derived again only when a list they read
     is another object than last time (the store replaces a kind's list on any change of
-    it), since a pass runs on every event, most of them pods'."""
+    it), since a pass runs on every event, most of them pods'. Then only the Workloads
+    that changed are looked at again (`Store.PerObject`): one Workload's event no longer
+    walks every Workload in the store."""
     read: tuple[object, ...] = (*(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
     kept = ctx.workload_views
     if kept is not None and all(a is b for a, b in zip(read[:-1], kept[0][:-1], strict=True)) \
             and read[-1] == kept[0][-1]:
         return kept[1], kept[2]
-    pending = dump.pending_workloads(active)
-    placing_now = {object_key(w) for w in pending}
-    waiting = [w for w, _ in waiting_workloads(dump, active) if object_key(w) not in placing_now]
+    kueue = dump.kueue_index()
+
+    def view(wl: dict[str, Any]) -> WorkloadView:
+        """Kueue's order of a Workload waiting on our check (None: not waiting on it), and
+        whether it waits for quota in a queue of ours."""
+        order = admission_order_key(wl) if is_pending_on_check(wl, active) else None
+        return wl, order, order is None and waiting_queue(wl, kueue, active) is not None
+
+    views = ctx.workload_view_memo.values(
+        dump.kind("Workload"), view, (frozenset(active), *queues_using(kueue, active))
+    )
+    pending = [v[0] for v in sorted((v for v in views if v[1] is not None),
+                                    key=lambda v: cast(tuple[int, str, str], v[1]))]
+    waiting = [v[0] for v in views if v[2]]
     ctx.workload_views = (read, pending, waiting)
     return pending, waiting
 

@@ -6,38 +6,93 @@ from typing import Any
 
 import pytest
 
+from nexus_admit.controller.demand import waiting_workloads
 from nexus_admit.controller.loop import cycle
 from nexus_admit.kube.dump import ClusterDump
 from tests.controller.test_placing import check_of, cluster, controller, pending, run, watch
-from tests.kube.kube_factories import pod
+from tests.kube.kube_factories import cluster_queue, local_queue, pod, pod_set, workload
 
 
 def test_a_pass_on_a_pod_event_walks_no_workload_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    walks: list[int] = []
-    real = ClusterDump.pending_workloads
+    """A pod's event leaves the Workload views as they were; a Workload's event has only
+    that Workload looked at again, not every one in the store."""
+    looked_at: list[str] = []
+    real = cycle.is_pending_on_check
 
-    def counting(self: ClusterDump, checks: Any = None) -> Any:
-        walks.append(len(self.kind("Workload")))
-        return real(self, checks)
+    def counting(wl: dict[str, Any], checks: Any) -> bool:
+        looked_at.append(wl["metadata"]["name"])
+        return real(wl, checks)
 
-    monkeypatch.setattr(ClusterDump, "pending_workloads", counting)
+    monkeypatch.setattr(cycle, "is_pending_on_check", counting)
     api = cluster(pending("a", pods=1, gpus=8))
     ctx, _ = controller(api)
     run(ctx)
     watch(ctx, api)
     assert check_of(api, "a")["state"] == "Ready"
     run(ctx)
-    seen = len(walks)
+    looked_at.clear()
     api.put(pod("someone-else", "n2"))  # a pod's event: the Workloads did not change
     watch(ctx, api)
     run(ctx)
-    assert len(walks) == seen, "the same Workload list: its views are kept"
+    assert looked_at == [], "the same Workload list: its views are kept"
     api.put(pending("b", pods=1, gpus=8))  # a Workload's event
     watch(ctx, api)
     run(ctx)
-    assert len(walks) == seen + 1
+    assert looked_at == ["b"], "only the Workload that changed"
     watch(ctx, api)
     assert check_of(api, "b")["state"] == "Ready", "the new Workload was placed"
+
+
+def _fresh_views(dump: ClusterDump, active: set[str]) -> tuple[list[str], list[str]]:
+    """The views walked afresh, as every pass did before they were kept per Workload."""
+    pending = dump.pending_workloads(active)
+    placing = {w["metadata"]["name"] for w in pending}
+    waiting = [w for w, _ in waiting_workloads(dump, active)
+               if w["metadata"]["name"] not in placing]
+    return ([w["metadata"]["name"] for w in pending],
+            [w["metadata"]["name"] for w in waiting])
+
+
+def test_views_kept_per_workload_are_those_a_fresh_walk_gives() -> None:
+    """Through changes of Workloads (new, changed, gone), of a queue's status (kept) and of
+    the checks a queue uses (all walked again), the kept views equal a fresh walk."""
+    waiting_for_quota = workload("q1", [pod_set(count=1, gpus=1)], conditions={},
+                                 cluster_queue=None, check_state="Pending")
+    api = cluster(pending("a", pods=1, gpus=8, created="2026-11-25T10:00:05Z"),
+                  pending("b", pods=2, gpus=4, created="2026-11-25T10:00:01Z"),
+                  waiting_for_quota)
+    cq = cluster_queue("cq", "gold")
+    cq["spec"] = {"admissionChecksStrategy": {"admissionChecks": [{"name": "nexus"}]}}
+    api.put(cq)
+    api.put(local_queue("default", "q", "cq"))
+    ctx, _ = controller(api)
+    active = {"nexus"}
+
+    def names() -> tuple[list[str], list[str]]:
+        pending, waiting = cycle.workload_views(ctx, ctx.store.dump(), active)
+        return ([w["metadata"]["name"] for w in pending],
+                [w["metadata"]["name"] for w in waiting])
+
+    def step() -> tuple[list[str], list[str]]:
+        watch(ctx, api)
+        got = names()
+        assert got == _fresh_views(ctx.store.dump(), active)
+        return got
+
+    assert step() == (["b", "a"], ["q1"])
+    urgent = pending("a", pods=1, gpus=8, created="2026-11-25T10:00:05Z")
+    urgent["spec"]["priority"] = 100
+    api.put(urgent)  # a new object for a: ahead of b now
+    assert step() == (["a", "b"], ["q1"])
+    api.put(pending("c", pods=1, gpus=1, created="2026-11-25T10:00:00Z"))
+    api.delete("Workload", "b", "default")
+    assert step() == (["a", "c"], ["q1"])
+    cq["status"] = {"admittedWorkloads": 2}  # Kueue's own counters: nothing to walk again
+    api.put(cq)
+    assert step() == (["a", "c"], ["q1"])
+    cq = dict(cq, spec={})  # the queue no longer uses the check: its waiting Workload goes
+    api.put(cq)
+    assert step() == (["a", "c"], [])
 
 
 def test_views_kept_are_those_a_fresh_walk_gives() -> None:
