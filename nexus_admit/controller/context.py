@@ -46,6 +46,8 @@ def utc_now() -> datetime:
 # a name the apiserver just said does not exist is not asked again for this long: a flood
 # of pod reviews naming made-up queues or reservations costs one GET per name, not per pod
 WEBHOOK_MISS_SECONDS = 2.0
+# a Job the apiserver said does not exist is not read again for this long (owners.py)
+JOB_MISS_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +104,15 @@ class Context:
                           list[dict[str, object]]] | None = None
     # each Workload's view (loop/cycle.workload_views), kept while the store holds it
     workload_view_memo: PerObject[WorkloadView] = field(default_factory=PerObject)
-    # each Workload's Jobs (owners.prune_owner_jobs) and the reservations its Ready checks
-    # name (lifecycle.sync_missing), kept while the store holds it
-    job_refs_memo: PerObject[list[tuple[str, str]]] = field(default_factory=PerObject)
+    # each Workload's Jobs (owners.prune_owner_jobs over every Workload, and the read ahead
+    # over those waiting for quota) and the reservations its Ready checks name
+    # (lifecycle.sync_missing), kept while the store holds it
+    job_refs_memo: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
+    waiting_job_refs: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
     promised_memo: PerObject[list[list[Promised]]] = field(default_factory=PerObject)
+    # each waiting Workload's (tier, GPU milli) demand (demand.pending_demands; the passes'
+    # backfill and the capacity metrics, one after the other), kept while the store holds it
+    demand_memo: PerObject[tuple[str, int] | None] = field(default_factory=PerObject)
     # the shapes of the Workloads waiting for quota, derived ahead (controller/warm.py)
     warm_shapes: WarmShapes = field(default_factory=WarmShapes)
     # draining reservation "namespace/name" → monotonic time its gang was last solved
@@ -132,6 +139,12 @@ class Context:
     lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
     # Job reads in flight ("namespace/name"), shared by the passes that wait on them
     job_reads: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
+    # Jobs the apiserver just answered NotFound ("namespace/name/uid"): not read again for a
+    # while, so a Workload naming a Job that is gone (or never was) costs one GET per
+    # interval, not one per pass (a pass runs on every event)
+    jobs_missing: TTLCache[str, bool] = field(
+        default_factory=lambda: TTLCache(maxsize=4096, ttl=JOB_MISS_SECONDS)
+    )
     synced: bool = False  # every kind listed once: only then may the loop decide anything
     faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
     elector: LeaseElector | None = None  # None: no leader election, this process acts

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from nexus_admit.controller.store import PerObject
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
@@ -21,7 +22,7 @@ from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.model import GPU_WHOLE
 
 __all__ = ["pending_demands", "pending_gpus_by_tier", "queues_using", "waiting_queue",
-           "waiting_workloads"]
+           "waiting_workloads", "workload_demand"]
 
 
 def _uses_check(cq: Mapping[str, Any], checks: Collection[str]) -> bool:
@@ -74,27 +75,59 @@ def queues_using(kueue: KueueIndex, checks: Collection[str]) -> tuple[object, ..
     )
 
 
-def pending_demands(dump: ClusterDump, checks: Collection[str]) -> list[tuple[str, int]]:
-    """(tier, GPUs in milli-GPUs) of every waiting Workload, one entry each."""
-    out: list[tuple[str, int]] = []
-    for wl, cq in waiting_workloads(dump, checks):
-        tier = str((meta(cq).get("labels") or {}).get(L.LABEL_TIER) or "default")
-        try:
-            per_pod = workload_template_requests(wl)
-        except TranslationError:
-            continue  # reported where it is placed
-        counts = {
-            str(ps.get("name") or "main"): int(ps.get("count") or 1)
-            for ps in child(wl, "spec").get("podSets") or []
-            if isinstance(ps, Mapping) and isinstance(ps.get("count", 1), int)
-        }
-        gpus = sum(g * counts.get(pod_set, 1) for (_, pod_set), (_, _, g) in per_pod.items())
-        out.append((tier, gpus * GPU_WHOLE))
-    return out
+def pending_demands(
+    dump: ClusterDump, checks: Collection[str],
+    memo: PerObject[tuple[str, int] | None] | None = None,
+) -> list[tuple[str, int]]:
+    """(tier, GPUs in milli-GPUs) of every waiting Workload, one entry each. With `memo`,
+    a Workload's demand is derived again only when the store holds a new object for it."""
+    kueue = dump.kueue_index()
+    workloads = dump.kind("Workload")
+
+    def demand(wl: dict[str, Any]) -> tuple[str, int] | None:
+        return workload_demand(wl, kueue, checks)
+
+    if memo is None:
+        demands = [demand(wl) for wl in workloads]
+    else:
+        tiers = tuple((name, _tier(cq)) for name, cq in kueue.cluster_queues.items())
+        demands = memo.values(
+            workloads, demand, (frozenset(checks), *queues_using(kueue, checks), tiers)
+        )
+    return [d for d in demands if d is not None]
 
 
-def pending_gpus_by_tier(dump: ClusterDump, checks: Collection[str]) -> dict[str, int]:
+def workload_demand(
+    workload: Mapping[str, Any], kueue: KueueIndex, checks: Collection[str]
+) -> tuple[str, int] | None:
+    """(its ClusterQueue's tier, GPUs in milli-GPUs) of a waiting Workload; None for one
+    that does not wait in a queue of ours, or whose pod templates cannot be read (that is
+    reported where it is placed)."""
+    cq = waiting_queue(workload, kueue, checks)
+    if cq is None:
+        return None
+    try:
+        per_pod = workload_template_requests(workload)
+    except TranslationError:
+        return None
+    counts = {
+        str(ps.get("name") or "main"): int(ps.get("count") or 1)
+        for ps in child(workload, "spec").get("podSets") or []
+        if isinstance(ps, Mapping) and isinstance(ps.get("count", 1), int)
+    }
+    gpus = sum(g * counts.get(pod_set, 1) for (_, pod_set), (_, _, g) in per_pod.items())
+    return (_tier(cq), gpus * GPU_WHOLE)
+
+
+def _tier(cluster_queue: Mapping[str, Any]) -> str:
+    return str((meta(cluster_queue).get("labels") or {}).get(L.LABEL_TIER) or "default")
+
+
+def pending_gpus_by_tier(
+    dump: ClusterDump, checks: Collection[str],
+    memo: PerObject[tuple[str, int] | None] | None = None,
+) -> dict[str, int]:
     out: dict[str, int] = defaultdict(int)
-    for tier, milli in pending_demands(dump, checks):
+    for tier, milli in pending_demands(dump, checks, memo):
         out[tier] += milli // GPU_WHOLE
     return dict(out)

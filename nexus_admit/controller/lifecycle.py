@@ -556,18 +556,14 @@ async def sync_missing(ctx: Context) -> None:
         return [promised_reservations(workload, check) for check in checks]
 
     # what each Workload promises is read again only when the store holds a new object
-    for workload, by_check in zip(
-        workloads, ctx.promised_memo.values(workloads, promised, (tuple(checks),)), strict=True
-    ):
+    kept = ctx.promised_memo.values(workloads, promised, (tuple(checks),))
+    for workload, by_check in zip(workloads, kept, strict=True):
         for check, promises in zip(checks, by_check, strict=True):
             name = first_missing(promises, existing, now) if promises else None
-            if name is None:
-                continue
-            message = (
-                f"reservation {name} was deleted while the Workload was admitted on it: its "
-                "pods' capacity is no longer held; the gang is placed again"
-            )
-            await _retry(ctx, workload, [check], message)
+            if name is not None:
+                await _retry(ctx, workload, [check], (
+                    f"reservation {name} was deleted while the Workload was admitted on it: "
+                    "its pods' capacity is no longer held; the gang is placed again"))
 
 
 async def release(

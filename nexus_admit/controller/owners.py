@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.store import PerObject
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.workload import reads_job_completion_mode
 
@@ -44,29 +45,41 @@ def trimmed_job(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _job_refs(workload: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The Jobs of `workload` its translation reads (none for a one-pod Workload)."""
+def _job_refs(workload: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The Jobs of `workload` its translation reads (none for a one-pod Workload): their
+    namespace, name and the uid its owner reference names."""
     if not reads_job_completion_mode(workload):
         return []
     ns = str(meta(workload).get("namespace") or "default")
     refs = meta(workload).get("ownerReferences")
     return [
-        (ns, str(r.get("name")))
+        (ns, str(r.get("name")), str(r.get("uid") or ""))
         for r in (refs if isinstance(refs, list) else [])
         if isinstance(r, Mapping) and r.get("kind") == OWNER_KIND and r.get("name")
     ]
 
 
-async def _read_job(ctx: Context, ns: str, name: str) -> bool:
+async def _read_job(ctx: Context, ns: str, name: str, uid: str) -> bool:
     try:
         job = await asyncio.to_thread(ctx.api.get, OWNER_KIND, name, ns)
     except Exception as e:  # ApiException, OSError, urllib3's own errors
         ctx.metrics.errors.labels("owner").inc()
         log.warning("could not read Job %s/%s; its Workload waits a pass: %s", ns, name, e)
         return False
-    if job is not None:  # gone: the Workload is translated without it
+    if job is None:  # gone: the Workload is translated without it
+        ctx.jobs_missing[f"{ns}/{name}/{uid}"] = True
+    else:
         ctx.store.upsert(OWNER_KIND, trimmed_job(job))
     return True
+
+
+def _known(ctx: Context, key: str, uid: str) -> bool:
+    """The store holds the Job its owner reference names (a Job deleted and made again
+    under its name is another uid: read again), or the apiserver just said it is gone."""
+    stored = ctx.store.get(OWNER_KIND, key)
+    if stored is not None and (not uid or str(meta(stored).get("uid") or "") == uid):
+        return True
+    return f"{key}/{uid}" in ctx.jobs_missing
 
 
 def _forget_read(ctx: Context, key: str, _: object) -> None:
@@ -76,19 +89,25 @@ def _forget_read(ctx: Context, key: str, _: object) -> None:
 _Reads = dict[str, tuple[asyncio.Task[bool], list[str]]]
 
 
-def _reads(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> _Reads:
-    """A read of every Job of `workloads` the store lacks ("ns/name" → the read and the
-    Workloads that wait on it); a read already in flight is shared, not sent twice."""
+def _reads(
+    ctx: Context, workloads: Sequence[dict[str, Any]],
+    memo: PerObject[list[tuple[str, str, str]]] | None = None,
+) -> _Reads:
+    """A read of every Job of `workloads` the store lacks and the apiserver did not just
+    answer NotFound ("ns/name" → the read and the Workloads that wait on it); a read
+    already in flight is shared, not sent twice. `memo`: each Workload's Jobs, kept."""
     out: _Reads = {}
-    for w in workloads:
-        for ns, name in _job_refs(w):
+    refs = [_job_refs(w) for w in workloads] if memo is None else memo.values(
+        workloads, _job_refs)
+    for w, jobs in zip(workloads, refs, strict=True):
+        for ns, name, uid in jobs:
             key = f"{ns}/{name}"
-            if ctx.store.get(OWNER_KIND, key) is not None:
+            if _known(ctx, key, uid):
                 continue
             if key not in out:
                 task = ctx.job_reads.get(key)
                 if task is None:
-                    task = asyncio.create_task(_read_job(ctx, ns, name), name="read-job")
+                    task = asyncio.create_task(_read_job(ctx, ns, name, uid), name="read-job")
                     ctx.job_reads[key] = task
                     task.add_done_callback(partial(_forget_read, ctx, key))
                 out[key] = (task, [])
@@ -96,14 +115,14 @@ def _reads(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> _Reads:
     return out
 
 
-def prefetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> None:
+def prefetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> None:
     """Start reading the Jobs of Workloads still waiting for quota, without waiting: by the
     time Kueue reserves it, the pass that places the Workload finds its Job in the store
     instead of waiting a round trip for it."""
-    _reads(ctx, workloads)
+    _reads(ctx, workloads, ctx.waiting_job_refs)
 
 
-async def fetch_owner_jobs(ctx: Context, workloads: Iterable[Mapping[str, Any]]) -> set[str]:
+async def fetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> set[str]:
     """Read the Jobs of `workloads` the store lacks. Returns the keys ("ns/name") of the
     Workloads whose Job could not be read (an API error, not a missing Job): they wait for
     the next pass rather than be placed as if their Job were not Indexed."""
@@ -124,7 +143,7 @@ def prune_owner_jobs(ctx: Context) -> None:
         return
     # a Workload's Jobs are read again only when the store holds a new object for it
     wanted = {f"{ns}/{name}" for refs in ctx.job_refs_memo.values(read[0], _job_refs)
-              for ns, name in refs}
+              for ns, name, _ in refs}
     for job in ctx.store.items(OWNER_KIND):
         m = meta(job)
         key = f"{m.get('namespace')}/{m.get('name')}"

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nexus_admit.controller.store import PerObject
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.queues import cluster_queue_checks
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
@@ -85,6 +86,8 @@ class WarmShapes:
     epoch: tuple[object, ...] | None = None  # what `shapes` were derived with
     # id of a waiting Workload -> (that object, its shape to warm; None: not ours to warm)
     shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = field(default_factory=dict)
+    # each waiting Workload's ClusterQueue and place in it (`kueue_order`)
+    order: PerObject[tuple[str, tuple[int, str]]] = field(default_factory=PerObject)
 
     def plan(self, waiting: list[dict[str, Any]], dump: ClusterDump, active: set[str]) -> None:
         """Derive the shapes to warm from `waiting` (the Workloads waiting for quota in our
@@ -93,18 +96,18 @@ class WarmShapes:
         if waiting is self.waiting:
             return
         self.waiting = waiting
-        # the queues and flavors a shape was derived from (the store replaces a changed list)
-        epoch = (*(dump.kind(k) for k in _QUEUE_KINDS), frozenset(active))
-        if self.epoch is None or any(a is not b for a, b in zip(epoch[:-1], self.epoch[:-1],
-                                                                   strict=True)) \
-                or epoch[-1] != self.epoch[-1]:
+        # the queues and flavors a shape was derived from: their labels and specs, not their
+        # status, which Kueue writes at every admission (each write translated every
+        # waiting Workload again, and a shape's key serialises its pod templates)
+        epoch = (*(_labels_and_specs(dump.kind(k)) for k in _QUEUE_KINDS), frozenset(active))
+        if self.epoch != epoch:
             self.shapes, self.epoch = {}, epoch
             self.done.clear()  # gangs translated against other queues or flavors
         index = dump.kueue_index() if waiting else KueueIndex()
         to_warm: list[_ToWarm] = []
         seen: set[str] = set()
         shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = {}
-        for wl in kueue_order(waiting, index):
+        for wl in kueue_order(waiting, index, self.order, epoch):
             if len(seen) >= MAX_SHAPES:
                 break
             kept = self.shapes.get(id(wl))
@@ -175,25 +178,40 @@ class WarmShapes:
         return warmed
 
 
-def kueue_order(waiting: list[dict[str, Any]], kueue: KueueIndex) -> list[dict[str, Any]]:
+def kueue_order(
+    waiting: list[dict[str, Any]], kueue: KueueIndex,
+    memo: PerObject[tuple[str, tuple[int, str]]] | None = None, context: object = None,
+) -> list[dict[str, Any]]:
     """`waiting` in the order Kueue reserves quota, as near as the store shows it: each
     scheduling cycle takes the head of every ClusterQueue, a queue's by priority, then age.
     So the n-th of every queue comes before the (n+1)-th of any: the shapes warmed first
-    are the ones decided first (in a burst, Kueue reserves within a second of creation)."""
-    queues: dict[str, list[dict[str, Any]]] = {}
-    for wl in waiting:
+    are the ones decided first (in a burst, Kueue reserves within a second of creation).
+    `memo` keeps each Workload's queue and place while the store holds it and `context`
+    (what its queue name reads of the LocalQueues) is the same."""
+    def place(wl: dict[str, Any]) -> tuple[str, tuple[int, str]]:
         try:
             cq = kueue.cluster_queue_name(wl) or ""
         except Exception:  # malformed: a group of its own, skipped where it is translated
             cq = ""
-        queues.setdefault(cq, []).append(wl)
+        return cq, _queue_position(wl)
+
+    places = ([place(wl) for wl in waiting] if memo is None
+              else memo.values(waiting, place, (context,)))
+    queues: dict[str, list[tuple[tuple[int, str], int]]] = {}
+    for i, (cq, position) in enumerate(places):
+        queues.setdefault(cq, []).append((position, i))
     ranked: list[tuple[int, tuple[int, str], int, dict[str, Any]]] = []
     for members in queues.values():
-        positions = sorted((_queue_position(wl), i) for i, wl in enumerate(members))
-        ranked += [(rank, position, i, members[i])
-                   for rank, (position, i) in enumerate(positions)]
+        ranked += [(rank, position, i, waiting[i])
+                   for rank, (position, i) in enumerate(sorted(members))]
     ranked.sort(key=lambda r: r[:2])
     return [r[3] for r in ranked]
+
+
+def _labels_and_specs(objects: list[dict[str, Any]]) -> tuple[object, ...]:
+    """What translating a shape reads of queue or flavor objects (compared by equality)."""
+    return tuple((meta(o).get("name"), meta(o).get("namespace"), meta(o).get("labels"),
+                  o.get("spec")) for o in objects)
 
 
 def _queue_position(wl: Mapping[str, Any]) -> tuple[int, str]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_admit.controller.context import CheckView, Context
-from nexus_admit.controller.demand import pending_gpus_by_tier
+from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier
 from nexus_admit.controller.loop.cycle import _record_capacity, capacity_plans
 from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.store import PerObject
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from tests.controller.fake_api import FakeApi
@@ -73,6 +74,31 @@ def test_pending_gpus_by_tier() -> None:
         ]
     )
     assert pending_gpus_by_tier(dump, {"nexus"}) == {"gold": 32, "bronze": 2}
+
+
+def test_demands_kept_per_workload_are_those_derived_afresh() -> None:
+    """With a memo, a Workload's demand is derived again only for a new object, and all of
+    them when a queue's tier or checks change; the answer is always the fresh one."""
+    queues: list[dict[str, Any]] = [
+        cq("g", "gold", ["nexus"]),
+        {"kind": "LocalQueue", "metadata": {"name": "gq", "namespace": "t"},
+         "spec": {"clusterQueue": "g"}},
+    ]
+    workloads = [wl("w1", "gq", 4, 8), wl("w2", "gq", 1, 2)]
+    memo: PerObject[tuple[str, int] | None] = PerObject()
+
+    def both(dump: ClusterDump) -> list[tuple[str, int]]:
+        kept = pending_demands(dump, {"nexus"}, memo)
+        assert kept == pending_demands(dump, {"nexus"})
+        return kept
+
+    assert both(ClusterDump.of([*queues, *workloads])) == [("gold", 32_000), ("gold", 2_000)]
+    workloads[1] = wl("w2", "gq", 1, 2, admitted=True)  # a new object for w2
+    assert both(ClusterDump.of([*queues, *workloads])) == [("gold", 32_000)]
+    queues[0] = cq("g", "silver", ["nexus"])  # the queue's tier relabelled by its admin
+    assert both(ClusterDump.of([*queues, *workloads])) == [("silver", 32_000)]
+    queues[0] = cq("g", "silver", [])  # the queue no longer uses the check
+    assert both(ClusterDump.of([*queues, *workloads])) == []
 
 
 def test_the_pending_gpus_metric_forgets_a_tier_that_no_longer_waits() -> None:

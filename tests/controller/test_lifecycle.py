@@ -482,3 +482,28 @@ def test_a_new_reservation_is_first_written_a_period_after_its_first_claim(
     tick[0] += 1.0
     _lifecycle(ctx)
     assert status()["phase"] == "Bound", "bound within the period: one write, Bound"
+
+
+def test_a_reservation_deleted_under_a_workload_that_did_not_change_is_found() -> None:
+    """What a Workload's Ready check promises is kept while the Workload is the same object;
+    whether the reservation still exists is asked at every step, so its deletion is found
+    without any event of the Workload's."""
+    from tests.controller.test_placing import cluster, pending, run, watch
+
+    clock = datetime(2026, 11, 25, 10, 0, 0, tzinfo=UTC)
+    api = cluster(pending("w", pods=1, gpus=8))
+    ctx, rr = _placed(api, clock)
+    run(ctx)  # the pass sees the reservation: the ledger's assumption of it ends
+    assert not ctx.ledger.assumed
+    _lifecycle(ctx)  # the promise is read and kept
+    assert len(ctx.promised_memo) > 0
+    entry = next(c for c in api.get("Workload", "w", "default")["status"]["admissionChecks"])
+    assert entry["state"] == "Ready"
+    api.delete(L.KIND_RESOURCE_RESERVATION, rr["metadata"]["name"], "default")
+    ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)
+    ctx.clock = lambda: clock + timedelta(minutes=5)  # past the watch's grace
+    _lifecycle(ctx)
+    watch(ctx, api)
+    entry = next(c for c in api.get("Workload", "w", "default")["status"]["admissionChecks"])
+    assert entry["state"] == "Retry", entry
+    assert "was deleted while the Workload was admitted on it" in entry["message"]

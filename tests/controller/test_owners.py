@@ -5,6 +5,7 @@ test over `FakeApi`; the e2e tests place Indexed Jobs on the real control plane)
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from nexus_admit.controller.context import Context
@@ -82,11 +83,22 @@ def test_a_job_the_api_cannot_return_holds_its_workload_back() -> None:
     assert ctx.store.items("Job") == []
 
 
-def test_a_deleted_job_is_not_waited_for() -> None:
+def test_a_deleted_job_is_not_waited_for_nor_read_at_every_pass() -> None:
+    """A Job the apiserver answers NotFound for (gone, or a tenant's Workload naming one
+    that never was) is not read again for `JOB_MISS_SECONDS`: one GET per interval, not one
+    per pass, whether its Workload is placed or still waits for quota."""
     ctx, api, wl = setup()
     del api.objects[("Job", "default/w")]
+    reads = count_reads(api)
     assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
     assert ctx.store.items("Job") == []
+    for _ in range(3):
+        prefetch_owner_jobs(ctx, [wl])
+        assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert reads == [("Job", "w", "default")]
+    ctx.jobs_missing.clear()  # as when the interval has passed
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert len(reads) == 2
 
 
 def test_a_job_no_workload_refers_to_is_forgotten() -> None:
@@ -141,3 +153,28 @@ def test_a_pass_reads_the_jobs_of_workloads_still_waiting_for_quota() -> None:
     asyncio.run(scenario())
     (kept,) = ctx.store.items("Job")
     assert kept["spec"] == {"completionMode": "Indexed"}
+
+
+def test_a_job_made_again_under_its_name_is_read_again() -> None:
+    """A Job deleted and made again under the same name is another uid: the Workload that
+    names the new one has its Job read, whether the store holds the old one or the
+    apiserver just answered NotFound for the old one."""
+    ctx, api, wl = setup()
+    asyncio.run(fetch_owner_jobs(ctx, [wl]))  # the first Job, uid "u"
+    reads = count_reads(api)
+    api.put({**job("w", mode="NonIndexed"), "metadata": {
+        "name": "w", "namespace": "default", "uid": "u2"}})
+    again = copy.deepcopy(wl)
+    again["metadata"]["ownerReferences"][0]["uid"] = "u2"
+    ctx.store.upsert("Workload", again)
+    assert asyncio.run(fetch_owner_jobs(ctx, [again])) == set()
+    assert reads == [("Job", "w", "default")]
+    (kept,) = ctx.store.items("Job")
+    assert kept["metadata"]["uid"] == "u2" and kept["spec"]["completionMode"] == "NonIndexed"
+    del api.objects[("Job", "default/w")]
+    third = copy.deepcopy(again)
+    third["metadata"]["ownerReferences"][0]["uid"] = "u3"
+    ctx.store.forget("Job", "default/w")
+    assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()  # NotFound, remembered
+    assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()
+    assert len(reads) == 2

@@ -575,6 +575,10 @@ def test_a_pass_that_starts_while_a_check_write_is_in_flight_does_not_answer_aga
 
     async def scenario() -> None:
         await reconcile(ctx, drain=False)
+        for _ in range(500):  # until the write is in flight (its thread is started)
+            if applies:
+                break
+            await asyncio.sleep(0.01)
         watch(ctx, api)  # the reservation is seen, the check is still Pending
         await reconcile(ctx, drain=False)
         assert applies == ["Workload"]

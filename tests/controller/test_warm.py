@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from nexus_admit.controller import warm as warm_mod
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.warm import assumed_admissions, kueue_order, shape_key
@@ -259,3 +260,38 @@ def test_warmed_shapes_are_synced_while_they_wait_and_a_node_joining_warms_them_
     run(ctx)
     run(ctx)
     assert translations.count("again") == 2, "translated anew against the new fleet"
+
+
+def test_kueues_own_queue_status_writes_keep_the_warmed_shapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kueue writes a ClusterQueue's status at every admission; what a shape's translation
+    reads of it (labels, spec) did not change, so nothing is translated or warmed again.
+    A change of its spec warms the waiting shapes anew."""
+    api = fleet(waiting("w"))
+    ctx = controller(api)
+    builds = Builds(monkeypatch)
+    run(ctx)
+    assert builds.count == 2 and len(ctx.warm_shapes.done) == 1
+    translated: list[str] = []
+    real = warm_mod._to_warm
+
+    def counting(wl: dict[str, Any], *args: Any) -> Any:
+        translated.append(wl["metadata"]["name"])
+        return real(wl, *args)
+
+    monkeypatch.setattr(warm_mod, "_to_warm", counting)
+    queue = api.get("ClusterQueue", "cq")
+    assert queue is not None
+    api.put({**queue, "status": {"admittedWorkloads": 3}})
+    api.put(waiting("w2", gpus=2))  # a new waiting list, the queues' statuses changed
+    watch(ctx, api)
+    run(ctx)
+    assert translated == ["w2"], "only the new Workload"
+    assert len(ctx.warm_shapes.done) == 2
+    api.put(gpu_queue("a100", "h100", "tas"))  # the flavors' order: Kueue tries a100 first
+    api.put(waiting("w3", gpus=4))
+    watch(ctx, api)
+    run(ctx)
+    assert sorted(translated) == ["w", "w2", "w2", "w3"], "every waiting shape anew"
+

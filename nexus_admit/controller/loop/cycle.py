@@ -190,7 +190,7 @@ def _record_capacity(
     # only the tiers that wait now: a tier whose last Workload was admitted (or a tier no
     # longer configured) must not keep its last figure, nor a label set for ever
     ctx.metrics.pending_gpus.clear()
-    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks).items():
+    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks, ctx.demand_memo).items():
         ctx.metrics.pending_gpus.labels(tier).set(gpus)
     ctx.metrics.pristine_islands.set(
         sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
@@ -278,7 +278,7 @@ async def _place_batch(
     # each node and re-reads only the nodes that changed (events, placements, holds)
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
-    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks)
+    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks, ctx.demand_memo)
     writes = WritePipeline(ctx, placer, ctx.options.creates_in_flight)
     rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)
     try:
