@@ -310,7 +310,7 @@ def workload_views(
     still waiting for quota in a queue of ours; derived again only when a list they read
     is another object than last time (the store replaces a kind's list on any change of
     it), since a pass runs on every event, most of them pods'. Then only the Workloads
-    that changed are looked at again (`Store.PerObject`): one Workload's event no longer
+    that changed are looked at again (`store.PerObject`): one Workload's event no longer
     walks every Workload in the store."""
     read: tuple[object, ...] = (*(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
     kept = ctx.workload_views
