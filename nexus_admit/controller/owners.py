@@ -66,10 +66,12 @@ async def _read_job(ctx: Context, ns: str, name: str, uid: str) -> bool:
         ctx.metrics.errors.labels("owner").inc()
         log.warning("could not read Job %s/%s; its Workload waits a pass: %s", ns, name, e)
         return False
-    if job is None:  # gone: the Workload is translated without it
-        ctx.jobs_missing[f"{ns}/{name}/{uid}"] = True
-    else:
+    if job is not None:
         ctx.store.upsert(OWNER_KIND, trimmed_job(job))
+    if job is None or (uid and str(meta(job).get("uid") or "") != uid):
+        # the Job the owner reference names is gone (or never was: another Job has its
+        # name): the Workload is translated without it, and it is not asked for each pass
+        ctx.jobs_missing[f"{ns}/{name}/{uid}"] = True
     return True
 
 

@@ -178,3 +178,17 @@ def test_a_job_made_again_under_its_name_is_read_again() -> None:
     assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()  # NotFound, remembered
     assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()
     assert len(reads) == 2
+
+
+def test_an_owner_reference_naming_another_uid_is_not_read_at_every_pass() -> None:
+    """A Workload whose owner reference names a Job by a uid no Job of that name has (the
+    tenant's to write) costs one read per interval, not one per pass."""
+    ctx, api, wl = setup()
+    bogus = copy.deepcopy(wl)
+    bogus["metadata"]["ownerReferences"][0]["uid"] = "not-the-jobs"
+    ctx.store.upsert("Workload", bogus)
+    reads = count_reads(api)
+    for _ in range(3):
+        assert asyncio.run(fetch_owner_jobs(ctx, [bogus])) == set()
+    assert reads == [("Job", "w", "default")]
+
