@@ -25,7 +25,15 @@ from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction, holds, restrict
 
-__all__ = ["dense_racks", "greedy", "greedy_counts", "lower_bound", "pod_cost", "prune_domains"]
+__all__ = [
+    "dense_racks",
+    "greedy",
+    "greedy_counts",
+    "lower_bound",
+    "pod_cost",
+    "pod_costs",
+    "prune_domains",
+]
 
 _GREEDY_PROBES = 16  # domains given a greedy fill while pruning
 _COVER_CHILDREN = 6  # roomiest child domains (blocks) whose singles and pairs cover a parent
@@ -51,6 +59,26 @@ def pod_cost(problem: Problem, name: str, weights: dict[str, int]) -> float:
         left -= ps.gpu_milli_per_pod if ps.gpus else 0
         costs = [c + weights["domainFragmentation"] * left / 1000 for c in costs]
     return min(costs, default=0.0)
+
+
+def pod_costs(problem: Problem, names: Iterable[str], weights: dict[str, int]) -> dict[str, float]:
+    """`pod_cost` of each of `names`, computed once per distinct value of what it reads of a
+    node: its hardware class and VRAM per GPU, and for a one-pod gang its rack (the GPUs the
+    rack keeps free). Pruning costs every candidate of a gang, thousands at 5,000 nodes, of a
+    few classes."""
+    rack_level = len(problem.levels) - 2
+    by_rack = problem.gang.pod_count == 1 and weights["domainFragmentation"] and rack_level >= 0
+    nodes, node_class, paths = problem.snapshot.nodes, problem.node_class, problem.paths
+    alike: dict[tuple[object, ...], float] = {}
+    out: dict[str, float] = {}
+    for name in names:
+        key = (node_class[name], nodes[name].gpu_memory_mib,
+               paths[name][rack_level] if by_rack else None)
+        value = alike.get(key)
+        if value is None:
+            value = alike[key] = pod_cost(problem, name, weights)
+        out[name] = value
+    return out
 
 
 def lower_bound(
@@ -132,7 +160,7 @@ def prune_domains(problem: Problem, red: Reduction) -> Reduction:
     room: dict[str, int] = defaultdict(int)
     for (_, n), c in red.caps.items():
         room[n] = min(need, room[n] + c)
-    costing = _Costing(room, {n: pod_cost(problem, n, weights) for n in red.nodes}, weights)
+    costing = _Costing(room, pod_costs(problem, red.nodes, weights), weights)
     for level in _levels_to_try(problem):
         ranked = _rank_domains(problem, red, level, costing)
         if ranked:
@@ -163,10 +191,9 @@ def _prune_around(problem: Problem, red: Reduction, outside: list[PodSet]) -> Re
     taken = set(kept)
     weights = term_weights(problem)
     for ps in outside:
-        own = sorted(
-            ((n, c) for (p, n), c in red.caps.items() if p == ps.name),
-            key=lambda nc: (pod_cost(problem, nc[0], weights), -nc[1]),
-        )
+        own = [(n, c) for (p, n), c in red.caps.items() if p == ps.name]
+        costs = pod_costs(problem, (n for n, _ in own), weights)
+        own.sort(key=lambda nc: (costs[nc[0]], -nc[1]))
         level = problem.gang.level_of(ps)
         if level is not None:
             li = problem.level_index(level)
@@ -368,6 +395,11 @@ def _rank_parents(
     need = problem.gang.pod_count
     room = costing.room
     child = parent_level + 1
+    # each rack's room and pods per pod set, by its first node (summed for every cover)
+    racks = [ms for group in by_parent.values() for ms in group]
+    totals = {ms[0]: sum(room[m] for m in ms) for ms in racks}
+    sets = [(ps.name, ps.count) for ps in problem.gang.pod_sets]
+    caps = {ms[0]: [sum(red.caps.get((p, m), 0) for m in ms) for p, _ in sets] for ms in racks}
     ranked: list[tuple[float, int, Domain]] = []  # (cover bound, first seen, parent)
     for i, (parent, group) in enumerate(by_parent.items()):
         if parent is None:
@@ -376,13 +408,17 @@ def _rank_parents(
         for members in group:  # densest racks first within each child
             children[problem.paths[members[0]][child]].append(members)
         roomiest = sorted(
-            children, key=lambda c: -sum(room[m] for ms in children[c] for m in ms)
+            children, key=lambda c: -sum(totals[ms[0]] for ms in children[c])
         )[:_COVER_CHILDREN]
+        child_of = [problem.paths[ms[0]][child] for ms in group]
         orders = [group] + [
-            [ms for ms in group if problem.paths[ms[0]][child] in pick]
+            [ms for ms, c in zip(group, child_of, strict=True) if c in pick]
             for k in (1, 2)
             for pick in combinations(roomiest, k)
         ]
+        # several orders often take the same racks: a cover is bounded once (an equal
+        # entry again would not move the parent's place)
+        covers: set[tuple[str, ...]] = set()
         for racks_order in orders:
             cover: list[list[str]] = []
             covered = 0
@@ -390,9 +426,13 @@ def _rank_parents(
                 if covered >= need:
                     break
                 cover.append(members)
-                covered += sum(room[m] for m in members)
-            nodes = [m for members in cover for m in members]
-            if holds(problem, red.caps, nodes):
+                covered += totals[members[0]]
+            key = tuple(members[0] for members in cover)
+            if key in covers:
+                continue
+            covers.add(key)
+            if all(sum(caps[r][j] for r in key) >= count for j, (_, count) in enumerate(sets)):
+                nodes = [m for members in cover for m in members]  # `holds`, rack by rack
                 ranked.append((costing.bound(problem, nodes, parent_level), i, parent))
     ranked.sort(key=lambda r: (r[0], r[1]))
     return list(dict.fromkeys(parent for _, _, parent in ranked))
@@ -404,8 +444,7 @@ def greedy(
     """The best of Kueue-TAS-style greedy fills restricted to the nodes whose per-pod
     cost is at most each distinct cost level (so cheap hardware is used first):
     (objective, counts), or None when no fill succeeds."""
-    weights = term_weights(problem)
-    cost = {m: pod_cost(problem, m, weights) for m in members}
+    cost = pod_costs(problem, members, term_weights(problem))
     best: tuple[float, Counts] | None = None
     for level in sorted(set(cost.values())):
         subset = [m for m in members if cost[m] <= level]
