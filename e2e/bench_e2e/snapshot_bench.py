@@ -15,7 +15,9 @@ engine's facts derived over the fleet) is reported apart, as `first_decisions_ms
     python e2e/bench_e2e/snapshot_bench.py --nodes 100 1000 5000 --passes 50 \\
         --out docs/data/snapshot-live.json
 
-`--tiers gold bronze` places the passes' one-pod Workloads in those tiers in turn, and
+`--gang 8x1` places a gang of the load benchmark instead (8 pods of 1 GPU, no topology
+asked: the decision prunes the fleet's domains), its pods bound after each pass.
+`--tiers gold bronze` places the passes' Workloads in those tiers in turn, and
 `--vary-pods` draws each node's bound pods from 0 to twice `--pods-per-node`, so that the
 nodes' free CPU and memory differ as under the load benchmark's background pods (most
 nodes a symmetry class of their own); `--modes live` skips the full rebuilds.
@@ -45,7 +47,7 @@ from nexus_admit.bench.fleet import bench_config, bench_gang
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LiveSnapshot
-from nexus_admit.model import ClusterSnapshot
+from nexus_admit.model import ClusterSnapshot, Gang, PodSet
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
@@ -120,12 +122,24 @@ def pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
 
 
-def run(mode: str, feed: Feed, passes: int, tiers: list[str] | None = None) -> dict[str, Any]:
+def load_gang(pods: int, gpus: int) -> Gang:
+    """An Indexed Job of the load benchmark (`workloads.py`): `pods` pods of `gpus` GPUs,
+    4 CPUs and 16 GiB per GPU, no topology asked."""
+    ps = PodSet("main", pods, cpu_milli=4000 * gpus, memory_mib=16384 * gpus, gpus=gpus,
+                indexed=True)
+    return replace(bench_gang(8), name=f"bench/load-{pods}x{gpus}", pod_sets=(ps,),
+                   preferred_level=None)
+
+
+def run(
+    mode: str, feed: Feed, passes: int, tiers: list[str] | None = None,
+    shape: tuple[int, int] | None = None,
+) -> dict[str, Any]:
     """`passes` passes of one mode; the first (cold) is not counted. With `tiers`, pass i
-    places its one-pod Workload in tiers[i % len(tiers)], and each tier's first pass is
-    the cold one."""
+    places its Workload in tiers[i % len(tiers)], and each tier's first pass is the cold
+    one. `shape`: (pods, GPUs per pod) of a `load_gang` placed instead of the one-pod one."""
     engine = CpSatEngine(seed=0)
-    config, one_pod = bench_config(), bench_gang(1)
+    config, one_pod = bench_config(), bench_gang(1) if shape is None else load_gang(*shape)
     live = LiveSnapshot(feed.store.subscribe())
     build: Callable[[], ClusterSnapshot]
     if mode == "full":
@@ -152,9 +166,10 @@ def run(mode: str, feed: Feed, passes: int, tiers: list[str] | None = None) -> d
             decision_s.append(done - started)
         else:
             first_s.append(done - built)
-        if placement.feasible:  # its pod binds before the next pass: the one change
-            placed.append((placement.slots[0].node, placement.slots[0].gpu_indices))
-            feed.put("Pod", pod(f"{mode}-placed-{i}", placement.slots[0].node))
+        if placement.feasible:  # its pods bind before the next pass: the changes
+            for j, slot in enumerate(placement.slots):
+                placed.append((slot.node, slot.gpu_indices))
+                feed.put("Pod", pod(f"{mode}-placed-{i}-{j}", slot.node, len(slot.gpu_indices)))
     return {
         "snapshot_ms": {"p50": pct(snapshot_s, 0.5), "p99": pct(snapshot_s, 0.99),
                         "mean": round(statistics.fmean(snapshot_s) * 1000, 2)},
@@ -173,19 +188,26 @@ def main() -> None:
     ap.add_argument("--pods-per-node", type=int, default=4)
     ap.add_argument("--nodes-per-reservation", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--tiers", nargs="+", help="the one-pod Workloads' tiers, in turn")
+    ap.add_argument("--tiers", nargs="+", help="the Workloads' tiers, in turn")
+    ap.add_argument("--gang", help="PODSxGPUS: the gang each pass places (default: one pod)")
     ap.add_argument("--vary-pods", action="store_true",
                     help="0 to 2× --pods-per-node bound pods per node, drawn per node")
     ap.add_argument("--modes", nargs="+", choices=("full", "live"), default=["full", "live"])
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    shape: tuple[int, int] | None = None
+    if args.gang:
+        pods, _, gpus = args.gang.partition("x")
+        if not (pods.isdigit() and gpus.isdigit()):
+            ap.error("--gang: PODSxGPUS, e.g. 8x1")
+        shape = (int(pods), int(gpus))
     results = []
     for n in args.nodes:
         row: dict[str, Any] = {}
         for mode in args.modes:
             feed = fleet(n, args.pods_per_node, args.nodes_per_reservation, args.seed,
                          args.vary_pods)
-            row[mode] = run(mode, feed, args.passes, args.tiers)
+            row[mode] = run(mode, feed, args.passes, args.tiers, shape)
             row[f"{mode}_placements"] = row[mode].pop("placed")
             row["nodes"] = len(feed.store.by_key("Node"))
             row["pods"] = len(feed.store.by_key("Pod"))
@@ -198,7 +220,7 @@ def main() -> None:
         results.append(row)
         cells = " | ".join(
             f"{mode}: snapshot p50/p99 ms {row[mode]['snapshot_ms']['p50']}/"
-            f"{row[mode]['snapshot_ms']['p99']}, 1-pod decision p50/p99 ms "
+            f"{row[mode]['snapshot_ms']['p99']}, {args.gang or '1-pod'} decision p50/p99 ms "
             f"{row[mode]['decision_ms']['p50']}/{row[mode]['decision_ms']['p99']}, "
             f"first decisions ms {row[mode]['first_decisions_ms']}"
             for mode in args.modes
@@ -206,9 +228,9 @@ def main() -> None:
         print(f"{row['nodes']:>5} nodes {row['pods']:>6} pods | {cells} | same placements "
               f"{row.get('same_placements', '-')}", flush=True)
     report = {
-        "what": "one pass's snapshot and a one-pod decision (snapshot + engine), full rebuild "
-                "vs live snapshot, after a one-pod change per pass",
-        "passes": args.passes, "pods_per_node": args.pods_per_node,
+        "what": "one pass's snapshot and a decision (snapshot + engine), full rebuild vs live "
+                "snapshot, after the pods of the pass before bound",
+        "passes": args.passes, "gang": args.gang, "pods_per_node": args.pods_per_node,
         "vary_pods": args.vary_pods, "tiers": args.tiers,
         "nodes_per_reservation": args.nodes_per_reservation,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

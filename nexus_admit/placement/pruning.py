@@ -103,17 +103,19 @@ def lower_bound(
             count += 1
         return count
 
-    bound = weights["nodesUsed"] * fewest(room[m] for m in members)
+    rooms = list(map(room.__getitem__, members))
+    bound = weights["nodesUsed"] * fewest(rooms)
+    paths = problem.paths
     for below in range(level + 1, len(problem.levels) - 1):
         sub: dict[Domain | None, int] = defaultdict(int)
-        for m in members:
-            sub[problem.paths[m][below]] += room[m]
+        for m, r in zip(members, rooms, strict=True):
+            sub[paths[m][below]] += r
         least = fewest(sub.values())
         bound += level_weight(problem, below) * (
             weights["domainSpread"] * (least - 1) + weights["gangSplit"] * (least > 1)
         )
     filled, cost = 0, 0.0
-    for m in sorted(members, key=lambda m: pod_costs[m]):
+    for m in sorted(members, key=pod_costs.__getitem__):
         take = min(room[m], need - filled)
         cost += take * pod_costs[m]
         filled += take
