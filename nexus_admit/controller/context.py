@@ -100,15 +100,16 @@ class Context:
     # the store's lists (`Store.listed`) a pass last derived its Workload views from, and
     # those views: nothing is walked again while the lists are the same objects
     owners_pruned: tuple[list[dict[str, object]], ...] | None = None
+    owners_pruned_at: float = float("-inf")  # monotonic; Jobs are let go every so often
     workload_views: tuple[tuple[object, ...], list[dict[str, object]],
                           list[dict[str, object]]] | None = None
     # each Workload's view (loop/cycle.workload_views), kept while the store holds it
     workload_view_memo: PerObject[WorkloadView] = field(default_factory=PerObject)
-    # each Workload's Jobs (owners.prune_owner_jobs over every Workload, and the read ahead
-    # over those waiting for quota) and the reservations its Ready checks name
-    # (lifecycle.sync_missing), kept while the store holds it
+    # each Workload's Jobs (owners.prune_owner_jobs over every Workload) and the
+    # reservations its Ready checks name (lifecycle.sync_missing), kept while the store
+    # holds it; the waiting Workloads whose Jobs were read ahead (owners.prefetch_owner_jobs)
     job_refs_memo: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
-    waiting_job_refs: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
+    prefetched: PerObject[None] = field(default_factory=PerObject)
     promised_memo: PerObject[list[list[Promised]]] = field(default_factory=PerObject)
     # each waiting Workload's (tier, GPU milli) demand (demand.pending_demands; the passes'
     # backfill and the capacity metrics, one after the other), kept while the store holds it

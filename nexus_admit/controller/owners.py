@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.store import PerObject
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.workload import reads_job_completion_mode
 
@@ -32,6 +32,10 @@ __all__ = [
 
 log = logging.getLogger("nexus_admit.owners")
 OWNER_KIND = "Job"
+# how often the Jobs no Workload refers to are let go: only memory waits on it, and the walk
+# over every Workload's Jobs ran after each Workload event (a fifth of a pass with 5,000
+# Workloads waiting, e2e/bench_e2e/pass_bench.py)
+PRUNE_EVERY_SECONDS = 10.0
 
 
 def trimmed_job(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,6 +72,8 @@ async def _read_job(ctx: Context, ns: str, name: str, uid: str) -> bool:
         return False
     if job is not None:
         ctx.store.upsert(OWNER_KIND, trimmed_job(job))
+    else:  # the Job of that name the store may hold is gone: never translate with it
+        ctx.store.forget(OWNER_KIND, f"{ns}/{name}")
     if job is None or (uid and str(meta(job).get("uid") or "") != uid):
         # the Job the owner reference names is gone (or never was: another Job has its
         # name): the Workload is translated without it, and it is not asked for each pass
@@ -91,18 +97,13 @@ def _forget_read(ctx: Context, key: str, _: object) -> None:
 _Reads = dict[str, tuple[asyncio.Task[bool], list[str]]]
 
 
-def _reads(
-    ctx: Context, workloads: Sequence[dict[str, Any]],
-    memo: PerObject[list[tuple[str, str, str]]] | None = None,
-) -> _Reads:
+def _reads(ctx: Context, workloads: Sequence[dict[str, Any]]) -> _Reads:
     """A read of every Job of `workloads` the store lacks and the apiserver did not just
     answer NotFound ("ns/name" → the read and the Workloads that wait on it); a read
-    already in flight is shared, not sent twice. `memo`: each Workload's Jobs, kept."""
+    already in flight is shared, not sent twice."""
     out: _Reads = {}
-    refs = [_job_refs(w) for w in workloads] if memo is None else memo.values(
-        workloads, _job_refs)
-    for w, jobs in zip(workloads, refs, strict=True):
-        for ns, name, uid in jobs:
+    for w in workloads:
+        for ns, name, uid in _job_refs(w):
             key = f"{ns}/{name}"
             if _known(ctx, key, uid):
                 continue
@@ -120,8 +121,15 @@ def _reads(
 def prefetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> None:
     """Start reading the Jobs of Workloads still waiting for quota, without waiting: by the
     time Kueue reserves it, the pass that places the Workload finds its Job in the store
-    instead of waiting a round trip for it."""
-    _reads(ctx, workloads, ctx.waiting_job_refs)
+    instead of waiting a round trip for it. Each Workload object is looked at once, when
+    the store first holds it (`ctx.prefetched`): a pass after one Workload's event asked
+    the store about every waiting Workload's Jobs. A read that failed, or a Job gone
+    since, is read when the Workload is decided (`fetch_owner_jobs`)."""
+    ctx.prefetched.values(workloads, partial(_prefetch_one, ctx))
+
+
+def _prefetch_one(ctx: Context, workload: dict[str, Any]) -> None:
+    _reads(ctx, [workload])
 
 
 async def fetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> set[str]:
@@ -136,13 +144,19 @@ async def fetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) ->
 
 
 def prune_owner_jobs(ctx: Context) -> None:
-    """Forget the Jobs no Workload in the store refers to any more (not looked at again
-    while neither the Workloads nor the Jobs changed: a pass runs on every event)."""
+    """Forget the Jobs no Workload in the store refers to any more, at most every
+    `PRUNE_EVERY_SECONDS` (and not while neither the Workloads nor the Jobs changed: a
+    pass runs on every event). A Job kept longer only holds memory: a Workload's Job is
+    read again when its owner reference names another uid."""
     read = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))
     if ctx.owners_pruned is not None and all(
         a is b for a, b in zip(read, ctx.owners_pruned, strict=True)
     ):
         return
+    tick = time.monotonic()
+    if tick - ctx.owners_pruned_at < PRUNE_EVERY_SECONDS:
+        return
+    ctx.owners_pruned_at = tick
     # a Workload's Jobs are read again only when the store holds a new object for it
     wanted = {f"{ns}/{name}" for refs in ctx.job_refs_memo.values(read[0], _job_refs)
               for ns, name, _ in refs}

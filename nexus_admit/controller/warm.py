@@ -200,12 +200,13 @@ def kueue_order(
     queues: dict[str, list[tuple[tuple[int, str], int]]] = {}
     for i, (cq, position) in enumerate(places):
         queues.setdefault(cq, []).append((position, i))
-    ranked: list[tuple[int, tuple[int, str], int, dict[str, Any]]] = []
-    for members in queues.values():
-        ranked += [(rank, position, i, waiting[i])
-                   for rank, (position, i) in enumerate(sorted(members))]
-    ranked.sort(key=lambda r: r[:2])
-    return [r[3] for r in ranked]
+    # (rank in its queue, place, the queue's first sight, index): equal ranks and places
+    # keep their queues' order, and no two entries are equal (no key function to call)
+    ranked: list[tuple[int, tuple[int, str], int, int]] = []
+    for q, members in enumerate(queues.values()):
+        ranked += [(rank, position, q, i) for rank, (position, i) in enumerate(sorted(members))]
+    ranked.sort()
+    return [waiting[r[3]] for r in ranked]
 
 
 def _labels_and_specs(objects: list[dict[str, Any]]) -> tuple[object, ...]:

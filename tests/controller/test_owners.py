@@ -10,7 +10,12 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.owners import fetch_owner_jobs, prefetch_owner_jobs, prune_owner_jobs
+from nexus_admit.controller.owners import (
+    PRUNE_EVERY_SECONDS,
+    fetch_owner_jobs,
+    prefetch_owner_jobs,
+    prune_owner_jobs,
+)
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import pod_set, workload
@@ -101,14 +106,60 @@ def test_a_deleted_job_is_not_waited_for_nor_read_at_every_pass() -> None:
     assert len(reads) == 2
 
 
-def test_a_job_no_workload_refers_to_is_forgotten() -> None:
+def test_a_job_no_workload_refers_to_is_forgotten_every_so_often() -> None:
     ctx, _, wl = setup()
     asyncio.run(fetch_owner_jobs(ctx, [wl]))
     prune_owner_jobs(ctx)
     assert len(ctx.store.items("Job")) == 1
     ctx.store.delete("Workload", wl)
     prune_owner_jobs(ctx)
+    assert len(ctx.store.items("Job")) == 1  # the last walk was just now
+    ctx.owners_pruned_at -= PRUNE_EVERY_SECONDS
+    prune_owner_jobs(ctx)
     assert ctx.store.items("Job") == []
+
+
+def test_a_waiting_workloads_jobs_are_read_ahead_once_per_stored_object() -> None:
+    """The read ahead looks at a Workload when the store first holds that object, not at
+    every pass (with 5,000 waiting, a pass asked the store about each one's Jobs); a read
+    that failed is left to the pass that decides the Workload."""
+    ctx, api, wl = setup()
+    calls: list[tuple[Any, ...]] = []
+
+    def down(*args: Any) -> Any:
+        calls.append(args)
+        raise OSError("connection refused")
+
+    api.get = down  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        for _ in range(3):
+            prefetch_owner_jobs(ctx, [wl])
+            await asyncio.gather(*ctx.job_reads.values())
+        assert len(calls) == 1
+        changed = copy.deepcopy(wl)  # the store replaces an object that changed
+        prefetch_owner_jobs(ctx, [changed])
+        await asyncio.gather(*ctx.job_reads.values())
+        assert len(calls) == 2
+        assert await fetch_owner_jobs(ctx, [changed]) == {"default/w"}  # decided: read
+        assert len(calls) == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_job_gone_is_not_translated_from_the_store() -> None:
+    """A Job the apiserver answers NotFound for goes from the store too: a Workload that
+    names a new Job of that name (another uid) is not translated with the old one's
+    completion mode."""
+    ctx, api, wl = setup()
+    asyncio.run(fetch_owner_jobs(ctx, [wl]))  # the first Job (Indexed), kept
+    del api.objects[("Job", "default/w")]
+    again = copy.deepcopy(wl)
+    again["metadata"]["ownerReferences"][0]["uid"] = "u2"
+    ctx.store.upsert("Workload", again)
+    assert asyncio.run(fetch_owner_jobs(ctx, [again])) == set()
+    assert ctx.store.items("Job") == []
+    assert ctx.store.dump().kueue_index().owner_of(again) is None
 
 
 def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again() -> None:

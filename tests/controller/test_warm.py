@@ -157,6 +157,25 @@ def test_shapes_are_warmed_in_the_order_kueue_reserves_quota() -> None:
     assert order == ["new-high", "other-old", "broken", "other-new", "old-low", "new-low"]
 
 
+def test_queue_heads_alike_in_priority_and_age_keep_their_queues_order() -> None:
+    """Heads equal in priority and creation time come in the order their queues were
+    first seen, whatever their own place in the list."""
+    kueue = KueueIndex.of(local_queues=[local_queue("default", "x", "cq-x"),
+                                        local_queue("default", "y", "cq-y")])
+
+    def queued(name: str, queue: str, created: str) -> dict[str, Any]:
+        wl = waiting(name)
+        wl["spec"]["queueName"] = queue
+        wl["metadata"]["creationTimestamp"] = created
+        return wl
+
+    wls = [queued("x-second", "x", "2026-01-01T00:00:02Z"),
+           queued("y-head", "y", "2026-01-01T00:00:01Z"),
+           queued("x-head", "x", "2026-01-01T00:00:01Z")]
+    order = [w["metadata"]["name"] for w in kueue_order(wls, kueue)]
+    assert order == ["x-head", "y-head", "x-second"]
+
+
 def test_a_shape_warmed_while_waiting_is_decided_without_a_build(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
