@@ -72,8 +72,8 @@ async def _read_job(ctx: Context, ns: str, name: str, uid: str) -> bool:
         return False
     if job is not None:
         ctx.store.upsert(OWNER_KIND, trimmed_job(job))
-    else:  # the Job of that name the store may hold is gone: never translate with it
-        ctx.store.forget(OWNER_KIND, f"{ns}/{name}")
+    elif ctx.store.get(OWNER_KIND, f"{ns}/{name}") is not None:
+        ctx.store.forget(OWNER_KIND, f"{ns}/{name}")  # gone: never translate with it
     if job is None or (uid and str(meta(job).get("uid") or "") != uid):
         # the Job the owner reference names is gone (or never was: another Job has its
         # name): the Workload is translated without it, and it is not asked for each pass
