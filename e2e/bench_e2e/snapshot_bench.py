@@ -139,7 +139,7 @@ def run(
     places its Workload in tiers[i % len(tiers)], and each tier's first pass is the cold
     one. `shape`: (pods, GPUs per pod) of a `load_gang` placed instead of the one-pod one."""
     engine = CpSatEngine(seed=0)
-    config, one_pod = bench_config(), bench_gang(1) if shape is None else load_gang(*shape)
+    config, placed_gang = bench_config(), bench_gang(1) if shape is None else load_gang(*shape)
     live = LiveSnapshot(feed.store.subscribe())
     build: Callable[[], ClusterSnapshot]
     if mode == "full":
@@ -158,7 +158,7 @@ def run(
         started = time.perf_counter()
         snapshot = build()
         built = time.perf_counter()
-        gang = replace(one_pod, tier=tiers[i % len(tiers)]) if tiers else one_pod
+        gang = replace(placed_gang, tier=tiers[i % len(tiers)]) if tiers else placed_gang
         placement = OrderedPlacer(engine, snapshot).place(gang, config)
         done = time.perf_counter()
         if i >= cold:

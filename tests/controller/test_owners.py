@@ -242,4 +242,3 @@ def test_an_owner_reference_naming_another_uid_is_not_read_at_every_pass() -> No
     for _ in range(3):
         assert asyncio.run(fetch_owner_jobs(ctx, [bogus])) == set()
     assert reads == [("Job", "w", "default")]
-
