@@ -89,11 +89,17 @@ class _Watcher(threading.Thread):
 
 
 class PodWatcher(_Watcher):
+    """Each pod's milestones. With `NEXUS_BENCH_POD_TRACE` set to a file, every pod event
+    seen is also appended there, one JSON line: when, name, resourceVersion, phase, node,
+    conditions and who wrote what (managedFields): which writer brought an extra event."""
+
     def __init__(self, kubeconfig: str, namespace: str, times: dict[str, WorkloadTimes]):
         super().__init__(kubeconfig, namespace)
         self.core = client.CoreV1Api(self.api)
         self.times = times
         self.lock = threading.Lock()
+        trace = os.environ.get("NEXUS_BENCH_POD_TRACE")
+        self.trace = open(trace, "a") if trace else None  # noqa: SIM115 (open for the run)
 
     def list_raw(self) -> dict[str, Any]:
         r = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
@@ -109,6 +115,8 @@ class PodWatcher(_Watcher):
             return
         name = meta["name"]
         with self.lock:
+            if self.trace is not None:
+                self.trace.write(json.dumps(_trace_line(pod, now)) + "\n")
             t.pod_created.setdefault(name, now)
             gates = (pod.get("spec") or {}).get("schedulingGates") or []
             if gates:
@@ -119,6 +127,19 @@ class PodWatcher(_Watcher):
                 t.pod_bound.setdefault(name, now)
             if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded"):
                 t.pod_running.setdefault(name, now)
+
+
+def _trace_line(pod: dict[str, Any], now: float) -> dict[str, Any]:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    return {
+        "t": round(now, 3), "name": meta.get("name"), "rv": meta.get("resourceVersion"),
+        "phase": status.get("phase"), "node": (pod.get("spec") or {}).get("nodeName"),
+        "ips": [i.get("ip") for i in status.get("podIPs") or []] or status.get("podIP"),
+        "conditions": [(c.get("type"), c.get("status"), c.get("reason"))
+                       for c in status.get("conditions") or []],
+        "writers": [(f.get("manager"), f.get("operation"), f.get("subresource"), f.get("time"))
+                    for f in meta.get("managedFields") or []],
+    }
 
 
 class JobWatcher(_Watcher):

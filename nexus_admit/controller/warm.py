@@ -30,7 +30,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -151,23 +151,32 @@ class WarmShapes:
         configs: Mapping[str, PlacementConfig | None],
         now: datetime,
         budget: float = BUDGET_SECONDS,
+        stop: Callable[[], bool] = lambda: False,
     ) -> int:
-        """Warm new shapes, then sync warmed ones, within `budget` seconds (in the
-        solver's thread: the engine's facts are the solves'). The number of shapes warmed
-        (the engine kept facts for at least one of its flavors)."""
+        """Warm new shapes, then sync warmed ones, within `budget` seconds and until `stop()`
+        (checked between shapes), where the engine's facts are not being read: in the
+        solver's thread, or beside one of its solves (`SolvesBeside`). The number of shapes
+        warmed (the engine kept facts for at least one of its flavors)."""
         started = time.perf_counter()
         tick = time.monotonic()
         warmed = 0
-        while self.to_warm and time.perf_counter() - started < budget:
+
+        def go_on() -> bool:
+            return time.perf_counter() - started < budget and not stop()
+
+        while self.to_warm and go_on():
             shape = self.to_warm.pop(0)
-            kept = self.done[shape.key] = _warm_new(engine, snapshot, dump, kueue, configs, now,
-                                                    shape)
+            kept = _warm_new(engine, snapshot, dump, kueue, configs, now, shape, stop)
+            if kept is None:  # stopped between its flavors: all of them again next time
+                self.to_warm.insert(0, shape)
+                break
+            self.done[shape.key] = kept
             warmed += bool(kept)
         if not self.synced:  # the first round of syncs is due that long after the first warm
             self.synced = tick
         if self.current and not self.resync and tick - self.synced >= RESYNC_SECONDS:
             self.resync, self.synced = [k for k in self.done if k in self.current], tick
-        while self.resync and time.perf_counter() - started < budget:
+        while self.resync and go_on():
             for gang, check in self.done.get(self.resync.pop(), ()):
                 config = configs.get(check)
                 try:
@@ -244,13 +253,19 @@ def _to_warm(wl: dict[str, Any], kueue: KueueIndex, active: set[str]) -> _ToWarm
 def _warm_new(
     engine: Warms, snapshot: ClusterSnapshot, dump: ClusterDump, kueue: KueueIndex,
     configs: Mapping[str, PlacementConfig | None], now: datetime, shape: _ToWarm,
-) -> tuple[tuple[Gang, str], ...]:
+    stop: Callable[[], bool],
+) -> tuple[tuple[Gang, str], ...] | None:
+    """The gangs warmed of `shape`, one per flavor; None when `stop()` came true before its
+    last flavor (a flavor's warm, one build over its nodes, is what may run past a stop)."""
     config = configs.get(shape.check)
     if config is None:
         return ()
     kept: list[tuple[Gang, str]] = []
     try:
-        for assumed in assumed_admissions(shape.workload, shape.cluster_queue, kueue):
+        for i, assumed in enumerate(assumed_admissions(shape.workload, shape.cluster_queue,
+                                                       kueue)):
+            if i and stop():
+                return None
             gang = dump.gang(assumed, config, snapshot, kueue, now=now)
             if engine.warm(snapshot, gang, config):
                 kept.append((gang, shape.check))

@@ -1,15 +1,24 @@
 """Solving the gang's model and realising the solution: solve, turn the counts into slots
 (realise.py), and when the counts cannot be realised or leave more pods NUMA-unaligned than
-the model charged, cut them and solve again (at most `_MAX_REALISATION_CUTS` times)."""
+the model charged, cut them and solve again (at most `_MAX_REALISATION_CUTS` times).
+
+CP-SAT's solve releases the interpreter's lock, so while it runs the caller's other Python
+work can use another core: `SolveSettings.alongside` is run in a thread of its own for the
+length of each solve, then told to stop and joined before anything else here runs again
+(so it never runs beside the engine's own Python code).
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from nexus_admit.model import Placement, PlacementConfig, Slot, SolveStatus
+from nexus_admit.placement.base import Alongside
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.cpmodel import GangModel
 from nexus_admit.placement.order_terms import SCALE, OrderTerms
@@ -17,18 +26,21 @@ from nexus_admit.placement.realise import node_counts, numa_shortfall, slots_for
 
 __all__ = ["SolveSettings", "solve_model"]
 
+log = logging.getLogger("nexus_admit.placing")
+
 _MAX_REALISATION_CUTS = 5
 
 
 @dataclass(frozen=True, slots=True)
 class SolveSettings:
     """What the engine was built with: the solver's seed, a time limit overriding the
-    config's, and whether the candidates were reduced."""
+    config's, whether the candidates were reduced, and the caller's work beside a solve."""
 
     seed: int
     time_limit: float | None
     reduced: bool
     policy: str
+    alongside: Alongside | None = None
 
 
 @dataclass(slots=True)
@@ -100,7 +112,7 @@ def solve_model(
     _configure(solver, config, settings, limit, started, len(red.nodes))
     realised: _Realised | None = None
     for _attempt in range(_MAX_REALISATION_CUTS + 1):
-        status = solver.solve(gm.model)
+        status = _solve(solver, gm.model, settings.alongside)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if realised is not None:
                 break  # keep the placement realised before the last cut
@@ -146,6 +158,30 @@ def solve_model(
         f"{placement.model_objective:g}, bound {(realised.model_bound - gm.offset) / SCALE:g}"
     )
     return placement
+
+
+def _solve(
+    solver: cp_model.CpSolver, model: cp_model.CpModel, alongside: Alongside | None
+) -> cp_model.CpSolverStatus:
+    """`solver.solve(model)`, with `alongside` run in another thread until it returns."""
+    if alongside is None:
+        return solver.solve(model)
+    done = threading.Event()
+    helper = threading.Thread(target=_run_alongside, args=(alongside, done),
+                              name="beside-solve", daemon=True)
+    helper.start()
+    try:
+        return solver.solve(model)
+    finally:
+        done.set()
+        helper.join()
+
+
+def _run_alongside(alongside: Alongside, done: threading.Event) -> None:
+    try:
+        alongside(done)
+    except Exception:  # the caller's extra work: never the decision's failure
+        log.exception("work beside a solve failed")
 
 
 def _realise_or_cut(gm: GangModel, solver: cp_model.CpSolver) -> _Realised | None:

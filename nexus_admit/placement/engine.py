@@ -25,8 +25,10 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from threading import Event
 
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, Slot
+from nexus_admit.placement.base import Alongside
 from nexus_admit.placement.baselines.podbypod import infeasible
 from nexus_admit.placement.cpmodel import add_hint, build_model
 from nexus_admit.placement.cpsolve import SolveSettings, solve_model
@@ -71,6 +73,7 @@ class CpSatEngine:
         # the decisions' derivations over every candidate node (Placement.fleet_scan)
         self._fleet_scans = 0
         self._terms = OrderTerms(self._memo, workload or WorkloadDistribution.default())
+        self._alongside: Alongside | None = None
 
     @property
     def workload(self) -> WorkloadDistribution:
@@ -143,6 +146,13 @@ class CpSatEngine:
             live.ranking(problem)
         return True
 
+    def work_beside_solves(self, work: Alongside | None) -> None:
+        """Run `work` in another thread while CP-SAT solves (it releases the interpreter's
+        lock): the controller warms the shapes of waiting Workloads there (`warm`), on a
+        core the solver's thread leaves idle. Each solve waits for `work` to return once
+        told the solve is done (placement/cpsolve.py). None: nothing beside."""
+        self._alongside = work
+
     def _locality_hold(self, problem: Problem) -> str | None:
         """The level to keep this gang inside one domain of, if PlacementConfig.localityWait
         holds it back: a packing (or preferred-level) gang of several pods that has waited less
@@ -211,8 +221,24 @@ class CpSatEngine:
     def _solve(self, problem: Problem, red: Reduction, started: float) -> Placement:
         model = build_model(problem, red, self._terms)
         add_hint(model)
-        settings = SolveSettings(self._seed, self._time_limit, self._reduce, self.name)
+        settings = SolveSettings(self._seed, self._time_limit, self._reduce, self.name,
+                                 self._beside(problem))
         return solve_model(model, settings, self._terms, started)
+
+    def _beside(self, problem: Problem) -> Alongside | None:
+        """The work beside this problem's solves; it may `warm` (and so sync the node memo
+        to another config): the memo is synced back before the decision goes on."""
+        work = self._alongside
+        if work is None:
+            return None
+
+        def beside(done: Event) -> None:
+            try:
+                work(done)
+            finally:
+                self._memo.sync(problem.snapshot, problem.config)
+
+        return beside
 
     # the steps' pure parts, under the names tests and tools use
     _scans = staticmethod(scans)

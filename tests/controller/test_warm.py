@@ -5,6 +5,7 @@ nothing and stops no one."""
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 import pytest
@@ -314,3 +315,63 @@ def test_kueues_own_queue_status_writes_keep_the_warmed_shapes(
     run(ctx)
     assert sorted(translated) == ["w", "w2", "w2", "w3"], "every waiting shape anew"
 
+
+
+def test_waiting_shapes_are_warmed_beside_a_gangs_solve_not_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass that solves a gang (CP-SAT) warms the shapes waiting for quota in a thread
+    beside the solve, on the pass's snapshot; the warm after the pass's decisions finds
+    nothing left, and the gang is placed as by an engine that warms nothing."""
+    gang = workload("gang", [pod_set(count=3, gpus=2)], cluster_queue=None, conditions={},
+                    created=QR)
+    api, cold = fleet(waiting("one", gpus=4), gang), fleet(gang)
+    api.put(reserved(gang, "h100"))
+    cold.put(reserved(gang, "h100"))
+    ctx, cold_ctx = controller(api), controller(cold)
+    cold_ctx.engine = CountingEngine()
+    threads: list[str] = []
+    real = warm_mod.WarmShapes.step
+
+    def step(self: warm_mod.WarmShapes, *args: Any) -> int:
+        warmed = real(self, *args)
+        threads.append(f"{threading.current_thread().name}:{warmed}")
+        return warmed
+
+    monkeypatch.setattr(warm_mod.WarmShapes, "step", step)
+    run(ctx)
+    run(cold_ctx)
+    assert threads[0] == "beside-solve:1", threads
+    assert all(t.endswith(":0") for t in threads[1:]), threads
+    assert ctx.metrics.warmed_shapes._value.get() == 1
+    watch(ctx, api)
+    watch(cold_ctx, cold)
+    assert check_of(api, "gang")["state"] == "Ready"
+    rrs = [a.of_kind("ResourceReservation")[0]["spec"]["podSets"] for a in (api, cold)]
+    assert rrs[0] == rrs[1]
+
+
+def test_a_warm_stopped_between_flavors_warms_the_whole_shape_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside a solve a warm stops when the solve is done: between a shape's flavors, the
+    shape stays to warm (not remembered as warmed with one flavor), and the next warm
+    builds only the flavor left."""
+    api = fleet(waiting("w"))
+    ctx = controller(api)
+    builds = Builds(monkeypatch)
+    real = warm_mod.WarmShapes.step
+
+    def stopping(self: warm_mod.WarmShapes, *args: Any) -> int:
+        return real(self, *args, stop=lambda: builds.count >= 1)
+
+    monkeypatch.setattr(warm_mod.WarmShapes, "step", stopping)
+    run(ctx)
+    assert builds.count == 1
+    assert not ctx.warm_shapes.done and len(ctx.warm_shapes.to_warm) == 1
+    assert ctx.metrics.warmed_shapes._value.get() == 0
+    monkeypatch.setattr(warm_mod.WarmShapes, "step", real)
+    run(ctx)
+    assert builds.count == 2, "the first flavor's tracker synced, the second built"
+    assert len(ctx.warm_shapes.done) == 1 and not ctx.warm_shapes.to_warm
+    assert ctx.metrics.warmed_shapes._value.get() == 1

@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import threading
 import time
 from datetime import datetime
 from typing import Any, cast
@@ -59,7 +61,7 @@ from nexus_admit.kube.errors import Skipped, meta, object_key
 from nexus_admit.kube.kueue import KueueIndex, admission_order_key, is_pending_on_check
 from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.model import ClusterSnapshot
-from nexus_admit.placement.base import Warms
+from nexus_admit.placement.base import SolvesBeside, Warms
 from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["LIFECYCLE_EVERY_SECONDS", "place_pending", "reconcile", "run_loop"]
@@ -257,10 +259,24 @@ async def place_pending(ctx: Context) -> None:
         ctx.warm_shapes.plan(waiting, dump, active)
         warming = True
     kueue = await asyncio.to_thread(dump.kueue_index)
+    configs = {name: view.config for name, view in ctx.checks.items()}
     if deciding:
-        await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
+        beside = ctx.engine if isinstance(ctx.engine, SolvesBeside) else None
+        if warms is not None and beside is not None and warming:
+            # a burst's first gangs are solved while Kueue reserves the next Workloads: their
+            # shapes are warmed on the core CP-SAT leaves free, not after the gangs
+            def warm_beside(done: threading.Event) -> None:
+                warmed = ctx.warm_shapes.step(warms, snapshot, dump, kueue, configs, now,
+                                              math.inf, done.is_set)
+                ctx.metrics.warmed_shapes.inc(warmed)
+
+            beside.work_beside_solves(warm_beside)
+        try:
+            await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
+        finally:
+            if beside is not None:
+                beside.work_beside_solves(None)
     if warms is not None and warming:
-        configs = {name: view.config for name, view in ctx.checks.items()}
         budget = BUDGET_SECONDS if deciding else IDLE_BUDGET_SECONDS
         warmed = await asyncio.get_running_loop().run_in_executor(
             ctx.solver, ctx.warm_shapes.step, warms, snapshot, dump, kueue, configs, now,
