@@ -44,8 +44,8 @@ from nexus_admit.kube.queues import cluster_queue_checks
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 from nexus_admit.placement.base import Warms
 
-__all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "IDLE_BUDGET_SECONDS", "RESYNC_SECONDS",
-           "WarmShapes", "assumed_admissions", "kueue_order"]
+__all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "IDLE_BUDGET_SECONDS", "REPLAN_SECONDS",
+           "RESYNC_SECONDS", "WarmShapes", "assumed_admissions", "kueue_order"]
 
 log = logging.getLogger("nexus_admit.placing")
 
@@ -54,6 +54,8 @@ BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
 # are reserved within a second of their creation, often before a 50-ms pass reached them
 IDLE_BUDGET_SECONDS = 0.25
 RESYNC_SECONDS = 10.0
+# between a pass's decisions, the waiting Workloads are planned again at most this often
+REPLAN_SECONDS = 0.1
 FLAVORS_PER_SHAPE = 3
 MAX_SHAPES = 64  # distinct shapes kept warm at once (the first in Kueue's order)
 KEPT_SHAPES = 4 * MAX_SHAPES  # shapes remembered as warmed (their gangs), waiting or not

@@ -375,3 +375,46 @@ def test_a_warm_stopped_between_flavors_warms_the_whole_shape_later(
     assert builds.count == 2, "the first flavor's tracker synced, the second built"
     assert len(ctx.warm_shapes.done) == 1 and not ctx.warm_shapes.to_warm
     assert ctx.metrics.warmed_shapes._value.get() == 1
+
+
+def test_a_workload_created_while_a_pass_decides_is_warmed_in_that_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between its decisions a pass plans its warming again from the store: a Workload
+    Kueue created after the pass began (the next one it reserves, in a burst) is warmed
+    beside the pass's next solve, not a pass later."""
+    from nexus_admit.controller.loop import cycle as cycle_mod
+
+    gangs = [workload(n, [pod_set(count=3, gpus=2)], cluster_queue=None, conditions={},
+                      created=QR) for n in ("a", "b")]
+    api = fleet()
+    for g in gangs:
+        api.put(reserved(g, "h100"))
+    ctx = controller(api)
+    monkeypatch.setattr(cycle_mod, "REPLAN_SECONDS", 0.0)
+    real = cycle_mod._plan_warming_again
+    planned: list[int] = []
+
+    def plan_again(ctx: Context, active: set[str]) -> None:
+        if not planned:  # the pass has begun: Kueue creates a Workload
+            api.put(waiting("late", gpus=4))
+            watch(ctx, api)
+        planned.append(len(ctx.warm_shapes.done))
+        real(ctx, active)
+
+    threads: list[str] = []
+    real_step = warm_mod.WarmShapes.step
+
+    def step(self: warm_mod.WarmShapes, *args: Any) -> int:
+        warmed = real_step(self, *args)
+        threads.append(f"{threading.current_thread().name}:{warmed}")
+        return warmed
+
+    monkeypatch.setattr(cycle_mod, "_plan_warming_again", plan_again)
+    monkeypatch.setattr(warm_mod.WarmShapes, "step", step)
+    run(ctx)
+    assert planned == [0, 1], "planned before each of the two decisions"
+    assert "beside-solve:1" in threads, threads
+    assert len(ctx.warm_shapes.done) == 1 and ctx.metrics.warmed_shapes._value.get() == 1
+    watch(ctx, api)
+    assert check_of(api, "a")["state"] == check_of(api, "b")["state"] == "Ready"

@@ -31,7 +31,9 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
 from nexus_admit.controller.admissioncheck import sync_checks
@@ -53,7 +55,7 @@ from nexus_admit.controller.owners import (
     prune_owner_jobs,
 )
 from nexus_admit.controller.skipped import report_skipped
-from nexus_admit.controller.warm import BUDGET_SECONDS, IDLE_BUDGET_SECONDS
+from nexus_admit.controller.warm import BUDGET_SECONDS, IDLE_BUDGET_SECONDS, REPLAN_SECONDS
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
@@ -262,20 +264,25 @@ async def place_pending(ctx: Context) -> None:
     configs = {name: view.config for name, view in ctx.checks.items()}
     if deciding:
         beside = ctx.engine if isinstance(ctx.engine, SolvesBeside) else None
-        if warms is not None and beside is not None and warming:
+        between = None
+        if warms is not None and beside is not None:
             # a burst's first gangs are solved while Kueue reserves the next Workloads: their
-            # shapes are warmed on the core CP-SAT leaves free, not after the gangs
+            # shapes are warmed on the core CP-SAT leaves free, not after the gangs, and the
+            # Workloads created since the pass began are planned for between its decisions
             def warm_beside(done: threading.Event) -> None:
                 warmed = ctx.warm_shapes.step(warms, snapshot, dump, kueue, configs, now,
                                               math.inf, done.is_set)
                 ctx.metrics.warmed_shapes.inc(warmed)
 
             beside.work_beside_solves(warm_beside)
+            between = partial(_plan_warming_again, ctx, active)
         try:
-            await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now)
+            await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now,
+                               between)
         finally:
             if beside is not None:
                 beside.work_beside_solves(None)
+        warming = warming or (warms is not None and ctx.warm_shapes.due(time.monotonic()))
     if warms is not None and warming:
         budget = BUDGET_SECONDS if deciding else IDLE_BUDGET_SECONDS
         warmed = await asyncio.get_running_loop().run_in_executor(
@@ -284,12 +291,27 @@ async def place_pending(ctx: Context) -> None:
         ctx.metrics.warmed_shapes.inc(warmed)
 
 
+def _plan_warming_again(ctx: Context, active: set[str]) -> None:
+    """The shapes to warm from the Workloads waiting for quota now (on the loop's thread,
+    which owns the store), at most every `REPLAN_SECONDS`: those Kueue created while the
+    pass decided, the next it reserves in a burst, are warmed beside the pass's solves."""
+    tick = time.monotonic()
+    if tick - ctx.warm_planned < REPLAN_SECONDS:
+        return
+    ctx.warm_planned = tick
+    dump = ctx.store.dump()
+    _, waiting = workload_views(ctx, dump, active)
+    prefetch_owner_jobs(ctx, waiting)
+    ctx.warm_shapes.plan(waiting, dump, active)
+
+
 async def _place_batch(
     ctx: Context, dump: ClusterDump, kueue: KueueIndex, snapshot: ClusterSnapshot,
     pending: list[dict[str, Any]], unread: set[str], unreserved: frozenset[str],
-    now: datetime,
+    now: datetime, between: Callable[[], None] | None = None,
 ) -> None:
-    """Place the pass's Workloads in Kueue's order, each on the capacity the earlier left."""
+    """Place the pass's Workloads in Kueue's order, each on the capacity the earlier left;
+    `between` is called before each decision."""
     # tracked, and the same object from pass to pass: the engine keeps what it derived of
     # each node and re-reads only the nodes that changed (events, placements, holds)
     placer = OrderedPlacer(ctx.engine, snapshot)
@@ -305,6 +327,8 @@ async def _place_batch(
         for _ in range(WITHDRAWN_ROUNDS):
             for wl, check in batch:
                 if check is not None:
+                    if between is not None:
+                        between()
                     await _place_guarded(rec, wl, check)
             await writes.flush(ctx.metrics)
             batch, writes.withdrawn = list(writes.withdrawn), []
