@@ -91,7 +91,8 @@ class _Watcher(threading.Thread):
 class PodWatcher(_Watcher):
     """Each pod's milestones. With `NEXUS_BENCH_POD_TRACE` set to a file, every pod event
     seen is also appended there, one JSON line: when, name, resourceVersion, phase, node,
-    conditions and who wrote what (managedFields): which writer brought an extra event."""
+    conditions and who wrote what (managedFields): which writer brought an extra event. The
+    components' logs are then kept when the benchmark takes its cluster down."""
 
     def __init__(self, kubeconfig: str, namespace: str, times: dict[str, WorkloadTimes]):
         super().__init__(kubeconfig, namespace)

@@ -1031,7 +1031,8 @@ def main(argv: list[str] | None = None) -> int:
         result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         save()
         if not args.keep and bench.cluster.started_here:
-            bench.cluster.down()  # the background pods go with it
+            # the background pods go with it; with a pod trace, the components' logs stay
+            bench.cluster.down(keep_logs=bool(os.environ.get("NEXUS_BENCH_POD_TRACE")))
         elif not args.keep and "background" in result:
             bench.remove_namespace(BACKGROUND_NAMESPACE)
     print_report(result)

@@ -154,11 +154,12 @@ class WarmShapes:
         now: datetime,
         budget: float = BUDGET_SECONDS,
         stop: Callable[[], bool] = lambda: False,
+        syncs: bool = True,
     ) -> int:
-        """Warm new shapes, then sync warmed ones, within `budget` seconds and until `stop()`
-        (checked between shapes), where the engine's facts are not being read: in the
-        solver's thread, or beside one of its solves (`SolvesBeside`). The number of shapes
-        warmed (the engine kept facts for at least one of its flavors)."""
+        """Warm new shapes, then (`syncs`) sync warmed ones, within `budget` seconds and until
+        `stop()` (checked between shapes), where the engine's facts are not being read: in
+        the solver's thread, or beside one of its solves (`SolvesBeside`). The number of
+        shapes warmed (the engine kept facts for at least one of its flavors)."""
         started = time.perf_counter()
         tick = time.monotonic()
         warmed = 0
@@ -174,6 +175,8 @@ class WarmShapes:
                 break
             self.done[shape.key] = kept
             warmed += bool(kept)
+        if not syncs:
+            return warmed
         if not self.synced:  # the first round of syncs is due that long after the first warm
             self.synced = tick
         if self.current and not self.resync and tick - self.synced >= RESYNC_SECONDS:
