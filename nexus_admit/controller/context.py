@@ -116,7 +116,7 @@ class Context:
     demand_memo: PerObject[tuple[str, int] | None] = field(default_factory=PerObject)
     # the shapes of the Workloads waiting for quota, derived ahead (controller/warm.py)
     warm_shapes: WarmShapes = field(default_factory=WarmShapes)
-    warm_planned: float = 0.0  # when the last pass planned its shapes again mid-way (monotonic)
+    warm_planned: float = 0.0  # when a pass may plan its shapes again mid-way (monotonic)
     # draining reservation "namespace/name" → monotonic time its gang was last solved
     # without it (loop.place: a drain moved off once its gang fits)
     drain_checked: dict[str, float] = field(default_factory=dict)

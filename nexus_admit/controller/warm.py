@@ -98,6 +98,23 @@ class WarmShapes:
         if waiting is self.waiting:
             return
         self.waiting = waiting
+        seen = self._plan(waiting, dump, active)
+        # a shape warmed before that waits again is synced at once (it may be far behind)
+        self.resync += [k for k in seen - self.current if k in self.done and k not in self.resync]
+        self.current = seen
+        while len(self.done) > KEPT_SHAPES:
+            self.done.popitem(last=False)
+
+    def plan_new(self, waiting: list[dict[str, Any]], dump: ClusterDump,
+                 active: set[str]) -> None:
+        """Between a pass's decisions: the shapes to warm from `waiting`, and nothing else
+        (which shapes wait, and so which are synced again, is the pass's `plan`)."""
+        if waiting is not self.waiting:
+            self._plan(waiting, dump, active)
+
+    def _plan(self, waiting: list[dict[str, Any]], dump: ClusterDump,
+              active: set[str]) -> set[str]:
+        """`to_warm` from `waiting`, in Kueue's order; the shapes waiting."""
         # the queues and flavors a shape was derived from: their labels and specs, not their
         # status, which Kueue writes at every admission (each write translated every
         # waiting Workload again, and a shape's key serialises its pod templates)
@@ -124,11 +141,7 @@ class WarmShapes:
                 to_warm.append(shape)
         self.shapes = shapes
         self.to_warm = to_warm
-        # a shape warmed before that waits again is synced at once (it may be far behind)
-        self.resync += [k for k in seen - self.current if k in self.done and k not in self.resync]
-        self.current = seen
-        while len(self.done) > KEPT_SHAPES:
-            self.done.popitem(last=False)
+        return seen
 
     def forget(self) -> None:
         """Warm every waiting shape again, translated anew: the snapshot was renewed (nodes

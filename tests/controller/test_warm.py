@@ -444,3 +444,27 @@ def test_beside_a_solve_new_shapes_are_warmed_and_warmed_ones_not_synced(
     assert synced == []
     ctx.warm_shapes.step(*args)  # type: ignore[arg-type]
     assert len(synced) == 2, "the shape's two flavors synced"
+
+
+def test_planning_between_decisions_adds_new_shapes_and_leaves_the_syncs_to_the_pass() -> None:
+    """`plan_new` (between a pass's decisions) only finds the shapes to warm; which shapes
+    wait, and so which warmed one waiting again is synced at once, is the pass's `plan`."""
+    api = fleet(waiting("w"))
+    ctx = controller(api)
+    run(ctx)
+    shapes = ctx.warm_shapes
+    warmed = set(shapes.done)
+    assert len(warmed) == 1 and shapes.current == warmed
+    shapes.plan([], ctx.store.dump(), {"nexus"})  # no longer waiting
+    assert shapes.current == set()
+    api.put(waiting("again"))
+    api.put(waiting("new", gpus=4))
+    watch(ctx, api)
+    dump = ctx.store.dump()
+    stored = {w["metadata"]["name"]: w for w in dump.kind("Workload")}
+    again, new = stored["again"], stored["new"]
+    shapes.plan_new([again, new], dump, {"nexus"})
+    assert [s.workload["metadata"]["name"] for s in shapes.to_warm] == ["new"]
+    assert shapes.current == set() and shapes.resync == []
+    shapes.plan([again, new], dump, {"nexus"})
+    assert shapes.current == {*warmed, shapes.to_warm[0].key} and shapes.resync == [*warmed]

@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from functools import partial
 from typing import Any, cast
@@ -62,7 +62,7 @@ from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
 from nexus_admit.kube.kueue import KueueIndex, admission_order_key, is_pending_on_check
 from nexus_admit.kube.reservations import attempt_key, reservation_key
-from nexus_admit.model import ClusterSnapshot
+from nexus_admit.model import ClusterSnapshot, PlacementConfig
 from nexus_admit.placement.base import SolvesBeside, Warms
 from nexus_admit.placement.sequence import OrderedPlacer
 
@@ -263,22 +263,9 @@ async def place_pending(ctx: Context) -> None:
     kueue = await asyncio.to_thread(dump.kueue_index)
     configs = {name: view.config for name, view in ctx.checks.items()}
     if deciding:
-        beside = ctx.engine if isinstance(ctx.engine, SolvesBeside) else None
-        between = None
-        if warms is not None and beside is not None:
-            # a burst's first gangs are solved while Kueue reserves the next Workloads: their
-            # shapes are warmed on the core CP-SAT leaves free, not after the gangs, and the
-            # Workloads created since the pass began are planned for between its decisions
-            # (new shapes only: after a burst's changes a warmed shape's sync costs tens of
-            # ms at 5,000 nodes, a decision of the shape syncs it anyway, and the syncs stay
-            # within the budget after the decisions)
-            def warm_beside(done: threading.Event) -> None:
-                warmed = ctx.warm_shapes.step(warms, snapshot, dump, kueue, configs, now,
-                                              math.inf, done.is_set, syncs=False)
-                ctx.metrics.warmed_shapes.inc(warmed)
-
-            beside.work_beside_solves(warm_beside)
-            between = partial(_plan_warming_again, ctx, active)
+        beside = _warm_beside_solves(ctx, warms, snapshot, dump, kueue, configs, now)
+        # the Workloads Kueue creates while the pass decides are planned for between them
+        between = partial(_plan_warming_again, ctx, active) if beside is not None else None
         try:
             await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now,
                                between)
@@ -294,18 +281,44 @@ async def place_pending(ctx: Context) -> None:
         ctx.metrics.warmed_shapes.inc(warmed)
 
 
+def _warm_beside_solves(
+    ctx: Context, warms: Warms | None, snapshot: ClusterSnapshot, dump: ClusterDump,
+    kueue: KueueIndex, configs: Mapping[str, PlacementConfig | None], now: datetime,
+) -> SolvesBeside | None:
+    """Have the engine warm the waiting shapes beside its CP-SAT solves (the engine, or None
+    when it cannot). Why: a burst's first gangs are solved while Kueue reserves the next
+    Workloads; their shapes are warmed on the core CP-SAT leaves free, not after the gangs.
+    New shapes only: after a burst's changes a warmed shape's sync costs tens of ms at 5,000
+    nodes, its next decision syncs it anyway, and the syncs stay within the budget after
+    the decisions."""
+    beside = ctx.engine if isinstance(ctx.engine, SolvesBeside) else None
+    if warms is None or beside is None:
+        return None
+
+    def warm_beside(done: threading.Event) -> None:
+        warmed = ctx.warm_shapes.step(warms, snapshot, dump, kueue, configs, now, math.inf,
+                                      done.is_set, syncs=False)
+        ctx.metrics.warmed_shapes.inc(warmed)
+
+    beside.work_beside_solves(warm_beside)
+    return beside
+
+
 def _plan_warming_again(ctx: Context, active: set[str]) -> None:
-    """The shapes to warm from the Workloads waiting for quota now (on the loop's thread,
-    which owns the store), at most every `REPLAN_SECONDS`: those Kueue created while the
-    pass decided, the next it reserves in a burst, are warmed beside the pass's solves."""
-    tick = time.monotonic()
-    if tick - ctx.warm_planned < REPLAN_SECONDS:
+    """The new shapes to warm from the Workloads waiting for quota now (on the loop's
+    thread, which owns the store): those Kueue created while the pass decided, the next it
+    reserves in a burst, are warmed beside the pass's solves. At most every
+    `REPLAN_SECONDS`, and never more than a twentieth of the loop's time (6.8 ms a plan
+    with 5,000 Workloads waiting, 0.3-0.7 ms with 300, offline)."""
+    started = time.monotonic()
+    if started < ctx.warm_planned:
         return
-    ctx.warm_planned = tick
     dump = ctx.store.dump()
     _, waiting = workload_views(ctx, dump, active)
     prefetch_owner_jobs(ctx, waiting)
-    ctx.warm_shapes.plan(waiting, dump, active)
+    ctx.warm_shapes.plan_new(waiting, dump, active)
+    done = time.monotonic()
+    ctx.warm_planned = done + max(REPLAN_SECONDS, 20 * (done - started))
 
 
 async def _place_batch(
