@@ -77,6 +77,7 @@ class WarmShapes:
     """The shapes of the Workloads waiting for quota, warmed or still to warm."""
 
     waiting: object = None  # the waiting list `to_warm` and `current` were derived from
+    waiting_new: object = None  # the last list `plan_new` derived `to_warm` from
     to_warm: list[_ToWarm] = field(default_factory=list)
     # shape -> its assumed gangs the engine kept facts for, with their check
     # (least recently waiting first; kept after its Workloads stop waiting, so the next
@@ -109,7 +110,8 @@ class WarmShapes:
                  active: set[str]) -> None:
         """Between a pass's decisions: the shapes to warm from `waiting`, and nothing else
         (which shapes wait, and so which are synced again, is the pass's `plan`)."""
-        if waiting is not self.waiting:
+        if waiting is not self.waiting and waiting is not self.waiting_new:
+            self.waiting_new = waiting
             self._plan(waiting, dump, active)
 
     def _plan(self, waiting: list[dict[str, Any]], dump: ClusterDump,

@@ -468,3 +468,25 @@ def test_planning_between_decisions_adds_new_shapes_and_leaves_the_syncs_to_the_
     assert shapes.current == set() and shapes.resync == []
     shapes.plan([again, new], dump, {"nexus"})
     assert shapes.current == {*warmed, shapes.to_warm[0].key} and shapes.resync == [*warmed]
+
+
+def test_planning_between_decisions_derives_a_waiting_list_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between decisions the same waiting list (the store unchanged) is not planned again."""
+    api = fleet(waiting("w"))
+    ctx = controller(api)
+    run(ctx)
+    orders: list[int] = []
+    real = warm_mod.kueue_order
+
+    def counting(waiting: Any, *args: Any) -> Any:
+        orders.append(len(waiting))
+        return real(waiting, *args)
+
+    monkeypatch.setattr(warm_mod, "kueue_order", counting)
+    dump = ctx.store.dump()
+    later = [*dump.kind("Workload")]
+    for _ in range(3):
+        ctx.warm_shapes.plan_new(later, dump, {"nexus"})
+    assert orders == [1], "the same list again: nothing derived again"
