@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import threading
@@ -141,8 +139,7 @@ def main() -> None:
         "what": "a burst's start: one-pod shapes warmed while gangs are decided, after each "
                 "decision (50 ms) or also beside each CP-SAT solve",
         "gang": args.gang, "gangs": args.gangs, "shapes": args.shapes,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "machine": sb.machine(),
         "results": results,
     }
     if args.out:

@@ -117,6 +117,12 @@ def fleet(
     return feed
 
 
+def machine() -> dict[str, Any]:
+    """What a report says of the machine it ran on."""
+    return {"cpus": os.cpu_count(), "python": platform.python_version(),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2)
@@ -233,8 +239,7 @@ def main() -> None:
         "passes": args.passes, "gang": args.gang, "pods_per_node": args.pods_per_node,
         "vary_pods": args.vary_pods, "tiers": args.tiers,
         "nodes_per_reservation": args.nodes_per_reservation,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_1m": round(os.getloadavg()[0], 2)},
+        "machine": machine(),
         "results": results,
     }
     if args.out:

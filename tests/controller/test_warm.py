@@ -317,6 +317,20 @@ def test_kueues_own_queue_status_writes_keep_the_warmed_shapes(
 
 
 
+def _warms_by_thread(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """"thread:shapes warmed" of every warm step from now on."""
+    threads: list[str] = []
+    real = warm_mod.WarmShapes.step
+
+    def step(self: warm_mod.WarmShapes, *args: Any, **kwargs: Any) -> int:
+        warmed = real(self, *args, **kwargs)
+        threads.append(f"{threading.current_thread().name}:{warmed}")
+        return warmed
+
+    monkeypatch.setattr(warm_mod.WarmShapes, "step", step)
+    return threads
+
+
 def test_waiting_shapes_are_warmed_beside_a_gangs_solve_not_after_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -330,15 +344,7 @@ def test_waiting_shapes_are_warmed_beside_a_gangs_solve_not_after_it(
     cold.put(reserved(gang, "h100"))
     ctx, cold_ctx = controller(api), controller(cold)
     cold_ctx.engine = CountingEngine()
-    threads: list[str] = []
-    real = warm_mod.WarmShapes.step
-
-    def step(self: warm_mod.WarmShapes, *args: Any, **kwargs: Any) -> int:
-        warmed = real(self, *args, **kwargs)
-        threads.append(f"{threading.current_thread().name}:{warmed}")
-        return warmed
-
-    monkeypatch.setattr(warm_mod.WarmShapes, "step", step)
+    threads = _warms_by_thread(monkeypatch)
     run(ctx)
     run(cold_ctx)
     assert threads[0] == "beside-solve:1", threads
@@ -402,16 +408,8 @@ def test_a_workload_created_while_a_pass_decides_is_warmed_in_that_pass(
         planned.append(len(ctx.warm_shapes.done))
         real(ctx, active)
 
-    threads: list[str] = []
-    real_step = warm_mod.WarmShapes.step
-
-    def step(self: warm_mod.WarmShapes, *args: Any, **kwargs: Any) -> int:
-        warmed = real_step(self, *args, **kwargs)
-        threads.append(f"{threading.current_thread().name}:{warmed}")
-        return warmed
-
     monkeypatch.setattr(cycle_mod, "_plan_warming_again", plan_again)
-    monkeypatch.setattr(warm_mod.WarmShapes, "step", step)
+    threads = _warms_by_thread(monkeypatch)
     run(ctx)
     assert planned == [0, 1], "planned before each of the two decisions"
     assert "beside-solve:1" in threads, threads
