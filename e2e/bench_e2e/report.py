@@ -251,7 +251,8 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
     row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
     row("create → all bound p50 / p99", lambda p: " / ".join(
         _fmt(p.get(f"create_to_bound_{q}_s"), " s", 1) for q in ("p50", "p99")))
-    row("KWOK pod stage plays failed", lambda p: _fmt(p.get("kwok_failed_pod_stages")))
+    row("KWOK pod stage plays failed; replays refused", lambda p: "; ".join(
+        _fmt(p.get(k)) for k in ("kwok_failed_pod_stages", "kwok_refused_replays")))
     def p50_p99(metric: str) -> Any:
         def cell(p: Mapping[str, Any]) -> str:
             if not p["controller_metrics"]:

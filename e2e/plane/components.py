@@ -509,6 +509,45 @@ def one_pod_ip(stage: str) -> str:
     return out
 
 
+def played_once(stage: str) -> str:
+    """KWOK's pod-ready stage written as a status patch that carries the resourceVersion of
+    the pod it was played on, so that the apiserver refuses (409) a play on an old copy of a
+    pod instead of writing it a second time.
+
+    Why (the load benchmark sets NEXUS_E2E_KWOK_PLAY_ONCE=1): KWOK v0.8.0 plays a stage on
+    the pod of the event it queued, and keeps no record of what it has played. An old,
+    still Pending copy that reaches it after the play (a relist of its pod watch, a node's
+    pod sync) is played again: 1,121 and 1,240 pods of the nexus phase in two runs got a
+    second Running write with a new IP 3 to 13 s after the first, with no other write
+    between, and bound → Running took 6 to 15 s p50 there against 0.15 s. KWOK does not
+    retry a conflict, and a newer event of the same pod is played as before."""
+    doc = yaml.safe_load(stage)
+    nxt = (doc.get("spec") or {}).get("next") or {}
+    template = nxt.pop("statusTemplate", None)
+    if not isinstance(template, str) or nxt.get("patches"):
+        raise ClusterError("KWOK's pod-ready stage has no statusTemplate where expected")
+    body = "".join(f"  {line}" if line.strip() else line
+                   for line in template.splitlines(keepends=True))
+    nxt["patches"] = [{
+        "subresource": "status",
+        "template": "metadata:\n  resourceVersion: {{ .metadata.resourceVersion | Quote }}\n"
+                    f"status:\n{body}",
+    }]
+    out: str = yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False)
+    return out
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings as literal blocks, as KWOK's stages are written."""
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in data else None
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_BlockDumper.add_representer(str, _BlockDumper.represent_str)
+
+
 # the delay of KWOK's node-heartbeat-with-lease stage: a Node status write every 600 to
 # 610 s (KWOK draws between the two; a jitter under the duration would replace it)
 _HEARTBEAT_DELAY = re.compile(
@@ -565,6 +604,8 @@ def kwok_config(b: Path, ports: dict[str, int], node_grace: int | None, extra_st
         text = (kust / rel).read_text()
         if rel.endswith("/pod-ready.yaml") and os.environ.get("NEXUS_E2E_KWOK_ONE_POD_IP") == "1":
             text = one_pod_ip(text)
+        if rel.endswith("/pod-ready.yaml") and os.environ.get("NEXUS_E2E_KWOK_PLAY_ONCE") == "1":
+            text = played_once(text)
         if rel.endswith("/node-heartbeat-with-lease.yaml") and node_grace:
             text = rare_node_status(text, node_grace)
         parts.append(text)

@@ -1,10 +1,14 @@
-"""The load benchmark's KWOK stages: one pod IP, so a replayed play is not refused; node
-status heartbeats rare, so they do not fall in one phase."""
+"""The load benchmark's KWOK stages: one pod IP, so a replayed play is not refused; a play
+on an old copy of a pod refused by the apiserver; node status heartbeats rare, so they do
+not fall in one phase."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from plane.components import one_pod_ip, rare_node_status
+import yaml
+from plane.components import one_pod_ip, played_once, rare_node_status
 from plane.processes import ClusterError
 
 # the shape of KWOK v0.8.0's stage/pod/fast/pod-ready.yaml around its IPs
@@ -42,6 +46,71 @@ def test_the_pod_ip_list_goes_and_the_rest_stays() -> None:
 def test_a_stage_of_another_shape_is_refused_not_guessed() -> None:
     with pytest.raises(ClusterError, match="podIPs"):
         one_pod_ip(STAGE.replace("podIPs:", "podIps:"))
+
+
+# KWOK v0.8.0's stage/pod/fast/pod-ready.yaml, shortened around what played_once moves
+POD_READY = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      containerStatuses:
+      {{ range .spec.containers }}
+      - name: {{ .name | Quote }}
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+""" + STAGE.split("statusTemplate: |\n", 1)[1]
+
+
+def _rendered(template: str) -> object:
+    """The template as YAML once its actions are rendered by hand: a pod with one
+    container, resourceVersion "42", every value "v", a list ranged over once."""
+    out = []
+    for line in template.splitlines():
+        if re.fullmatch(r"\s*\{\{.*\}\}\s*", line):
+            continue  # an action alone on its line renders to nothing here
+        out.append(re.sub(r"\{\{ \.metadata\.resourceVersion \| Quote \}\}", '"42"',
+                          re.sub(r"\{\{(?! \.metadata\.resourceVersion).*?\}\}", '"v"', line)))
+    return yaml.safe_load("\n".join(out))
+
+
+def test_the_pod_ready_play_carries_the_resource_version_it_was_played_on() -> None:
+    out = yaml.safe_load(played_once(one_pod_ip(POD_READY)))
+    assert out["spec"]["selector"] == yaml.safe_load(POD_READY)["spec"]["selector"]
+    assert "statusTemplate" not in out["spec"]["next"]
+    [patch] = out["spec"]["next"]["patches"]
+    assert patch["subresource"] == "status"
+    assert "root" not in patch  # the template names both metadata and status
+    played = _rendered(patch["template"])
+    assert played["metadata"] == {"resourceVersion": "42"}
+    original = _rendered(yaml.safe_load(one_pod_ip(POD_READY))["spec"]["next"]["statusTemplate"])
+    assert played["status"] == original
+    assert played["status"]["phase"] == "Running" and played["status"]["podIP"] == "v"
+
+
+def test_a_pod_ready_stage_without_a_status_template_is_refused_not_guessed() -> None:
+    with pytest.raises(ClusterError, match="statusTemplate"):
+        played_once(POD_READY.replace("statusTemplate:", "template:"))
 
 
 # the shape of KWOK v0.8.0's stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml

@@ -229,3 +229,18 @@ def test_lease_wait_until_the_next_round_is_far_enough() -> None:
     assert stats.lease_wait([200.0, 20.0], needed_s=150) == 21.0  # sleep past its start
     assert stats.lease_wait([200.0, 100.0], needed_s=150) == 30.0  # looked at again by then
     assert stats.lease_wait([200.0, -3.0], needed_s=150) == 2.0  # a round under way
+
+
+def test_kwok_plays_refused_as_out_of_date_are_counted_apart() -> None:
+    def line(pod: str, err: str) -> str:
+        return (f'{{"level":"ERROR","msg":"failed to apply stage","err":"{err}",'
+                f'"pod":"{pod}","stage":"pod-ready"}}')
+    log = "\n".join([
+        line("bench-nexus/a", 'failed to patch pod a: Operation cannot be fulfilled on pods '
+             '\\"a\\": the object has been modified; please apply your changes'),
+        line("bench-nexus/b", 'failed to patch pod b: Pod \\"b\\" is invalid: status.podIPs'),
+        line("bench-kueue/c", "failed to patch pod c: the object has been modified"),
+        '{"level":"INFO","msg":"Patch pod","pod":"bench-nexus/a"}',
+    ])
+    assert stats.kwok_plays_failed(log, "bench-nexus") == {"failed": 1, "refused_replays": 1}
+    assert stats.kwok_plays_failed("", "bench-nexus") == {"failed": 0, "refused_replays": 0}
