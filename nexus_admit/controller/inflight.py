@@ -91,6 +91,9 @@ class WritePipeline:
         self.depth = max(1, depth)
         self.entries: deque[InFlight] = deque()
         self.withdrawn: list[tuple[dict[str, Any], str | None]] = []
+        # the loop's idle wait for the oldest create outside `room` and `flush` (a pass
+        # waiting for its creates or for new Workloads), counted in that create's wait
+        self.waited = 0.0
 
     def start(
         self, workload: dict[str, Any], check: str, gang: Gang, solved: tuple[Slot, ...],
@@ -122,7 +125,9 @@ class WritePipeline:
         reserved = await entry.task
         if metrics is not None:
             # the part of the create's round trip the solves did not hide
-            metrics.reservation_wait_seconds.observe(time.perf_counter() - started)
+            metrics.reservation_wait_seconds.observe(
+                time.perf_counter() - started + self.waited)
+        self.waited = 0.0
         if reserved.found is not None and _nodes(reserved.found) != _nodes(entry.solved):
             self._withdraw_overlapping(entry, reserved.found)
             if not entry.withdrawn:

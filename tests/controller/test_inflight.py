@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +24,7 @@ from nexus_admit.controller.options import RunOptions
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import reservation_name
 from tests.controller.fake_api import FakeApi
-from tests.controller.test_placing import CountingEngine, cluster, pending, watch
+from tests.controller.test_placing import CountingEngine, check_of, cluster, pending, watch
 
 RR = L.KIND_RESOURCE_RESERVATION
 NODES = ("n0", "n1", "n2")
@@ -235,3 +236,117 @@ def test_a_withdrawn_reservation_the_store_still_shows_is_not_answered_from() ->
     assert_consistent(api, ["w", "v"])
     by_owner = {rr["spec"]["workloadRef"]["name"]: rr for rr in api.of_kind(RR)}
     assert {n for n, _ in gpus_of(by_owner["v"])} == {"n0"}
+
+
+class Arrivals:
+    """Creates that bring more Workloads: during the first reservation create, `later`
+    (and the reservations `stored` gives for that create's nodes) are created in the API,
+    the watch shows them and the loop is woken, before that create comes back (after
+    `hold` seconds). Every reservation create is recorded: owner, started, returned."""
+
+    def __init__(
+        self, api: FakeApi, later: list[dict[str, Any]], hold: float = 0.2,
+        stored: Callable[[set[str]], list[dict[str, Any]]] = lambda nodes: [],
+    ) -> None:
+        self.api, self.later, self.hold, self.stored = api, later, hold, stored
+        self.real = api.create
+        self.ctx: Context | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.creates: list[tuple[str, float, float]] = []
+
+    def __call__(self, kind: str, body: Any) -> bool:
+        if kind != RR:
+            return self.real(kind, body)
+        started = time.monotonic()
+        if self.later and self.loop is not None:
+            nodes = {s["node"] for ps in body["spec"]["podSets"] for s in ps["slots"]}
+            for obj in (*self.later, *self.stored(nodes)):
+                self.api.put(obj)
+            self.later = []
+            self.loop.call_soon_threadsafe(self._arrive)
+            time.sleep(self.hold)
+        created = self.real(kind, body)
+        self.creates.append((body["spec"]["workloadRef"]["name"], started, time.monotonic()))
+        return created
+
+    def _arrive(self) -> None:
+        assert self.ctx is not None
+        watch(self.ctx, self.api, ("Workload", RR))
+        self.ctx.wake.set()
+
+    async def reconcile(self, ctx: Context) -> None:
+        self.ctx, self.loop = ctx, asyncio.get_running_loop()
+        await reconcile(ctx)
+
+
+def test_a_workload_that_arrives_while_the_creates_are_in_flight_is_placed_in_that_pass(
+) -> None:
+    """v comes to wait on our check while w's create is on the wire: the same pass decides
+    v on the capacity w took, before w's create is back, and answers both."""
+    api = cluster(pending("w", pods=1, gpus=8), nodes=("n0", "n1"))
+    arrivals = Arrivals(api, [pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z")])
+    api.create = arrivals  # type: ignore[method-assign]
+    ctx = start(api, 4)
+    asyncio.run(arrivals.reconcile(ctx))
+    (w, _, w_back), (v, v_started, _) = sorted(arrivals.creates, key=lambda c: c[1])
+    assert (w, v) == ("w", "v") and v_started < w_back
+    assert_consistent(api, ["w", "v"])  # v on the node w left
+    assert [check_of(api, n)["state"] for n in ("w", "v")] == ["Ready", "Ready"]
+    assert ctx.wake.is_set()  # the events it took in are looked at again by the next pass
+
+
+def _reservation_of(workload: dict[str, Any], node: str) -> dict[str, Any]:
+    """The reservation a run before this one made for `workload` on `node`."""
+    api = cluster(copy.deepcopy(workload), nodes=(node,))
+    asyncio.run(reconcile(start(api, 1)))
+    [rr] = api.of_kind(RR)
+    return rr
+
+
+def test_an_arrival_whose_reservation_the_store_holds_waits_for_the_next_pass() -> None:
+    """v arrives with a reservation of its attempt, on the node w did not take, that the
+    pass's snapshot does not count: v is left to the next pass, which answers from that
+    reservation (no solve, no create)."""
+    api = cluster(pending("w", pods=1, gpus=8), nodes=("n0", "n1", "n2"))
+    v = pending("v", pods=1, gpus=8, created="2026-11-25T10:00:01Z")
+    made = {n: _reservation_of(v, n) for n in ("n0", "n1")}
+    arrivals = Arrivals(api, [v], stored=lambda nodes: [made["n1" if "n0" in nodes else "n0"]])
+    api.create = arrivals  # type: ignore[method-assign]
+    ctx = start(api, 4)
+    asyncio.run(arrivals.reconcile(ctx))
+    assert [c[0] for c in arrivals.creates] == ["w"]
+    assert check_of(api, "v")["state"] == "Pending"
+    watch(ctx, api)
+    asyncio.run(reconcile(ctx))
+    assert [c[0] for c in arrivals.creates] == ["w"]
+    assert [check_of(api, n)["state"] for n in ("w", "v")] == ["Ready", "Ready"]
+    assert_consistent(api, ["w", "v"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(burst=burst, depth=st.sampled_from((1, 2, 4)), arriving=st.integers(1, 3))
+def test_workloads_arriving_while_creates_are_in_flight_never_double_book_a_gpu(
+    burst: list[tuple[int, str, int]], depth: int, arriving: int,
+) -> None:
+    """The last `arriving` Workloads of the burst come to wait on our check during the
+    first create, whose outcome, like every other, is drawn: the pass decides them while
+    the creates are in flight, and nothing is double-booked, then or after a restart."""
+    names = [f"w{i}" for i in range(len(burst))]
+    workloads = [pending(n, pods=1, gpus=g, created=f"2026-11-25T10:00:{i:02d}Z")
+                 for i, (n, (g, _, _)) in enumerate(zip(names, burst, strict=True))]
+    cut = max(1, len(workloads) - arriving)
+    api = cluster(*workloads[:cut], nodes=NODES)
+    scripted = ScriptedCreates(
+        api, {n: (outcome, delay) for n, (_, outcome, delay) in zip(names, burst, strict=True)})
+    arrivals = Arrivals(api, workloads[cut:], hold=0.02)
+    arrivals.real = scripted  # type: ignore[assignment]
+    api.create = arrivals  # type: ignore[method-assign]
+    ctx = start(api, depth)
+    asyncio.run(arrivals.reconcile(ctx))
+    assert_consistent(api, names)
+    watch(ctx, api)
+    asyncio.run(reconcile(ctx))
+    assert_consistent(api, names)
+    restarted = start(api, depth)
+    asyncio.run(reconcile(restarted))
+    assert_consistent(api, names)
