@@ -378,3 +378,15 @@ def kwok_plays_failed(log: str, namespace: str) -> dict[str, int]:
         else:
             failed += 1
     return {"failed": failed, "refused_replays": refused}
+
+
+def kwok_status_patches(log: str, namespace: str) -> dict[str, int]:
+    """How many times KWOK patched each pod of `namespace` in a stretch of its log: a pod
+    played twice (a replay on an old copy of it) counts 2."""
+    mark = f'"pod":"{namespace}/'
+    patches: dict[str, int] = {}
+    for line in log.splitlines():
+        if '"msg":"Patch pod"' in line and mark in line:
+            pod = line.split(mark, 1)[1].split('"', 1)[0]
+            patches[pod] = patches.get(pod, 0) + 1
+    return patches

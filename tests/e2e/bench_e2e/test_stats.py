@@ -244,3 +244,14 @@ def test_kwok_plays_refused_as_out_of_date_are_counted_apart() -> None:
     ])
     assert stats.kwok_plays_failed(log, "bench-nexus") == {"failed": 1, "refused_replays": 1}
     assert stats.kwok_plays_failed("", "bench-nexus") == {"failed": 0, "refused_replays": 0}
+
+
+def test_kwok_status_patches_are_counted_per_pod() -> None:
+    log = "\n".join([
+        '{"level":"INFO","msg":"Patch pod","pod":"replay/p1","subresource":"status"}',
+        '{"level":"INFO","msg":"Patch pod","pod":"replay/p1","subresource":"status"}',
+        '{"level":"INFO","msg":"Patch pod","pod":"replay/p2","subresource":"status"}',
+        '{"level":"INFO","msg":"Patch pod","pod":"other/p1","subresource":"status"}',
+        '{"level":"ERROR","msg":"failed to apply stage","pod":"replay/p3"}',
+    ])
+    assert stats.kwok_status_patches(log, "replay") == {"p1": 2, "p2": 1}
