@@ -108,20 +108,33 @@ burst = st.lists(
 def test_interleaved_create_outcomes_never_double_book_a_gpu(
     burst: list[tuple[int, str, int]], depth: int,
 ) -> None:
+    names, workloads, script = drawn(burst)
+    api = cluster(*workloads, nodes=NODES)
+    api.create = ScriptedCreates(api, script)  # type: ignore[method-assign]
+    ctx = start(api, depth)
+    asyncio.run(reconcile(ctx))
+    stays_consistent(api, ctx, names, depth)
+
+
+def drawn(burst: list[tuple[int, str, int]]
+          ) -> tuple[list[str], list[dict[str, Any]], dict[str, tuple[str, int]]]:
+    """The burst's Workload names, Workloads (one pod of the drawn GPUs each, in order) and
+    each one's scripted create (outcome, delay in ms)."""
     names = [f"w{i}" for i in range(len(burst))]
     workloads = [pending(n, pods=1, gpus=g, created=f"2026-11-25T10:00:{i:02d}Z")
                  for i, (n, (g, _, _)) in enumerate(zip(names, burst, strict=True))]
-    api = cluster(*workloads, nodes=NODES)
-    api.create = ScriptedCreates(  # type: ignore[method-assign]
-        api, {n: (outcome, delay) for n, (_, outcome, delay) in zip(names, burst, strict=True)})
-    ctx = start(api, depth)
-    asyncio.run(reconcile(ctx))
+    script = {n: (outcome, delay) for n, (_, outcome, delay) in zip(names, burst, strict=True)}
+    return names, workloads, script
+
+
+def stays_consistent(api: FakeApi, ctx: Context, names: list[str], depth: int) -> None:
+    """Consistent after the pass just run, after the watch catches up (withdrawn
+    reservations gone, lost ones shown) and another pass, and after a restart (a fresh
+    controller on the same objects)."""
     assert_consistent(api, names)
-    # the watch catches up (withdrawn reservations gone, lost ones shown), another pass
     watch(ctx, api)
     asyncio.run(reconcile(ctx))
     assert_consistent(api, names)
-    # a restart: a fresh controller on the same objects
     restarted = start(api, depth)
     asyncio.run(reconcile(restarted))
     assert_consistent(api, names)
@@ -331,22 +344,12 @@ def test_workloads_arriving_while_creates_are_in_flight_never_double_book_a_gpu(
     """The last `arriving` Workloads of the burst come to wait on our check during the
     first create, whose outcome, like every other, is drawn: the pass decides them while
     the creates are in flight, and nothing is double-booked, then or after a restart."""
-    names = [f"w{i}" for i in range(len(burst))]
-    workloads = [pending(n, pods=1, gpus=g, created=f"2026-11-25T10:00:{i:02d}Z")
-                 for i, (n, (g, _, _)) in enumerate(zip(names, burst, strict=True))]
+    names, workloads, script = drawn(burst)
     cut = max(1, len(workloads) - arriving)
     api = cluster(*workloads[:cut], nodes=NODES)
-    scripted = ScriptedCreates(
-        api, {n: (outcome, delay) for n, (_, outcome, delay) in zip(names, burst, strict=True)})
     arrivals = Arrivals(api, workloads[cut:], hold=0.02)
-    arrivals.real = scripted  # type: ignore[assignment]
+    arrivals.real = ScriptedCreates(api, script)  # type: ignore[assignment]
     api.create = arrivals  # type: ignore[method-assign]
     ctx = start(api, depth)
     asyncio.run(arrivals.reconcile(ctx))
-    assert_consistent(api, names)
-    watch(ctx, api)
-    asyncio.run(reconcile(ctx))
-    assert_consistent(api, names)
-    restarted = start(api, depth)
-    asyncio.run(reconcile(restarted))
-    assert_consistent(api, names)
+    stays_consistent(api, ctx, names, depth)
