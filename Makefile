@@ -31,8 +31,9 @@ plan-sample: install
 bench: install
 	$(BIN)/nexus-admit bench
 
-## Load benchmark on the real control plane: Kueue alone, then Kueue + nexus-admit, on 1,000
-## KWOK GPU nodes, then a soak (docs/benchmarks.md). Table printed, JSON in reports/bench-e2e/.
+## Load benchmark on the real control plane: Kueue alone, Kueue with an instant check (the
+## floor of any check), then Kueue + nexus-admit, on 1,000 KWOK GPU nodes, then a soak
+## (docs/benchmarks.md). Table printed, JSON in reports/bench-e2e/.
 ## Options through BENCH_E2E_ARGS, e.g. BENCH_E2E_ARGS='--nodes 100 --workloads 30
 ## --soak-minutes 2'. Set NEXUS_E2E_STATE to keep it apart from the tests' cluster.
 bench-e2e: install controlplane

@@ -3,8 +3,10 @@
 Same names and shape as e2e/manifests/kueue.yaml (gold/silver/bronze on the per-model
 flavors, gold on the topology-aware h100 flavor) and e2e/manifests/nexus.yaml
 (nexus-gold/silver/bronze on the broad flavor `gpu-any` with the nexus-placement check);
-only the quotas grow with the fleet. Applied on the benchmark's own cluster, over the
-64-node quotas those manifests carry.
+only the quotas grow with the fleet. instant-gold/silver/bronze are the nexus queues with
+the benchmark's instant check instead (bench_e2e/instant_check.py): the floor of any
+check. Applied on the benchmark's own cluster, over the 64-node quotas those manifests
+carry.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ KUEUE_ALONE = {"gold": ("h100", "h100"), "silver": ("a100", "a100"), "bronze": (
 # their gangs may ask Kueue TAS for a rack; on the other flavors Kueue refuses the request
 TAS_TIERS = ("gold",)
 NEXUS_CHECK = "nexus-placement"
+INSTANT_CHECK = "bench-instant"  # bench_e2e/instant_check.py answers it
+INSTANT_PREFIX = "instant-"
+INSTANT_CONTROLLER = "bench.kubenexus.io/instant-check"
 NEXUS_FLAVOR = "gpu-any"
 TIER_LABEL = "scheduling.kubenexus.io/tier"
 
 
-def _cq(name: str, tier: str, flavor: str, quota: Mapping[str, int], check: bool) -> dict[str, Any]:
+def _cq(
+    name: str, tier: str, flavor: str, quota: Mapping[str, int], check: str | None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "namespaceSelector": {},
         "queueingStrategy": "BestEffortFIFO",
@@ -43,12 +50,22 @@ def _cq(name: str, tier: str, flavor: str, quota: Mapping[str, int], check: bool
         ],
     }
     if check:
-        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": NEXUS_CHECK}]}
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check}]}
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
         "metadata": {"name": name, "labels": {TIER_LABEL: tier}},
         "spec": spec,
+    }
+
+
+def instant_admission_check() -> dict[str, Any]:
+    """The instant check's AdmissionCheck; its controller marks it Active when it starts."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": INSTANT_CHECK},
+        "spec": {"controllerName": INSTANT_CONTROLLER},
     }
 
 
@@ -66,14 +83,16 @@ def pool_quotas(nodes: list[Any]) -> dict[str, dict[str, int]]:
 
 def cluster_queues(pools: Mapping[str, Mapping[str, int]]) -> list[dict[str, Any]]:
     """Kueue-alone queues get their pool; the nexus queues each get the whole fleet (as in
-    nexus.yaml: nexus, not the flavor, picks the hardware)."""
+    nexus.yaml: nexus, not the flavor, picks the hardware), and so do the instant check's,
+    which come with their AdmissionCheck."""
     fleet = {k: sum(p[k] for p in pools.values()) for k in ("cpu", "memoryGi", "gpus")}
     out = [
-        _cq(tier, tier, flavor, pools[pool], check=False)
+        _cq(tier, tier, flavor, pools[pool], check=None)
         for tier, (pool, flavor) in KUEUE_ALONE.items()
     ]
-    out += [_cq(f"nexus-{tier}", tier, NEXUS_FLAVOR, fleet, check=True) for tier in KUEUE_ALONE]
-    return out
+    for prefix, check in (("nexus-", NEXUS_CHECK), (INSTANT_PREFIX, INSTANT_CHECK)):
+        out += [_cq(f"{prefix}{tier}", tier, NEXUS_FLAVOR, fleet, check) for tier in KUEUE_ALONE]
+    return [instant_admission_check(), *out]
 
 
 def tier_pool_gpus(pools: Mapping[str, Mapping[str, int]]) -> dict[str, int]:

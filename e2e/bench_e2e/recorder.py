@@ -22,14 +22,15 @@ from bench_e2e.stats import WorkloadTimes
 from bench_e2e.workloads import WORKLOAD_LABEL
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
-CHECK_NAME = "nexus-placement"
+# the phases' checks (bench_e2e/queues.py): nexus's, and the instant check's
+CHECK_NAMES = ("nexus-placement", "bench-instant")
 
 
 def api_client(kubeconfig: str) -> client.ApiClient:
     return config.new_client_from_config(config_file=kubeconfig)
 
 
-def _condition_true(obj: dict[str, Any], ctype: str) -> bool:
+def condition_true(obj: dict[str, Any], ctype: str) -> bool:
     return any(
         c.get("type") == ctype and c.get("status") == "True"
         for c in (obj.get("status") or {}).get("conditions") or []
@@ -192,13 +193,13 @@ class WorkloadWatcher(_Watcher):
             return
         if t.workload_seen is None:
             t.workload_seen = now
-        if t.quota_reserved is None and _condition_true(wl, "QuotaReserved"):
+        if t.quota_reserved is None and condition_true(wl, "QuotaReserved"):
             t.quota_reserved = now
-        if t.admitted is None and _condition_true(wl, "Admitted"):
+        if t.admitted is None and condition_true(wl, "Admitted"):
             t.admitted = now
         if t.check_ready is None:
             for c in (wl.get("status") or {}).get("admissionChecks") or []:
-                if c.get("name") == CHECK_NAME and c.get("state") == "Ready":
+                if c.get("name") in CHECK_NAMES and c.get("state") == "Ready":
                     t.check_ready = now
 
 

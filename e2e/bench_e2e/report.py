@@ -15,7 +15,9 @@ from bench_e2e import stats
 NEXUS_WEBHOOK = "pod-gate.scheduling.kubenexus.io"
 PIN_WEBHOOK = "pod-pin.scheduling.kubenexus.io"  # --pin-at-creation
 CONTROLLER = "nexus-admit"
+INSTANT = "instant check"  # the check phase's controller (instant_check.py)
 BENCH_PROCESS = "bench-e2e (this script)"
+PHASE_TITLES = {"kueue": "Kueue alone", "check": "Kueue + instant check", "nexus": "Kueue + nexus"}
 # the controller's memory target holds for a cluster of at least this many pods
 RSS_TARGET_PODS = 20_000
 RSS_TARGET_MIB = 1024
@@ -167,6 +169,33 @@ def targets(
     return out
 
 
+GAP_METRICS = (
+    ("burst_throughput_wl_per_s", "burst throughput"),
+    ("throughput_wl_per_s", "whole-run throughput"),
+    ("create_to_running_p50_s", "create → all pods Running p50"),
+    ("create_to_running_p99_s", "create → all pods Running p99"),
+)
+
+
+def gap_split(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each target's ratio (nexus against Kueue alone) split in two: what any check costs
+    here (the instant check against Kueue alone) and what nexus adds beyond it (nexus
+    against the instant check). Empty unless all three phases ran."""
+    ph = result["phases"]
+    k, c, n = ph.get("kueue"), ph.get("check"), ph.get("nexus")
+    if not (k and c and n):
+        return []
+    return [
+        {
+            "metric": label,
+            "check_vs_kueue": _ratio(c.get(key), k.get(key)),
+            "nexus_vs_check": _ratio(n.get(key), c.get(key)),
+            "nexus_vs_kueue": _ratio(n.get(key), k.get(key)),
+        }
+        for key, label in GAP_METRICS
+    ]
+
+
 def controller_rss_target(nexus: Mapping[str, Any]) -> dict[str, Any]:
     """The controller's peak RSS over the nexus phase (its start-up included) ≤ 1 GiB, judged
     only when the cluster held at least 20,000 pods then (at the phase's start or end)."""
@@ -194,6 +223,11 @@ def cpu_per_workload(result: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"per_phase": per}
     if per.get("kueue") and per.get("nexus"):
         out["nexus_share"] = stats.cpu_share(per["kueue"], per["nexus"])
+    if per.get("kueue") and per.get("check"):
+        # what any check makes the stack do, and nexus beyond that
+        out["check_share"] = stats.cpu_share(per["kueue"], per["check"])
+        if per.get("nexus"):
+            out["nexus_beyond_check"] = stats.cpu_share(per["check"], per["nexus"])
     # the same beyond each process's idle rate, where the phase measured it (--idle-seconds)
     beyond = {
         name: stats.cpu_per_workload_beyond_idle(
@@ -237,7 +271,7 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
     t.add_column("metric")
     for name in phases:
         t.add_column(
-            {"kueue": "Kueue alone", "nexus": "Kueue + nexus"}.get(name, name), justify="right"
+            PHASE_TITLES.get(name, name), justify="right"
         )
 
     def row(label: str, fn: Any) -> None:
@@ -450,12 +484,19 @@ def _cpu_per_workload_table(
     title: str = "CPU seconds per admitted Workload, by process",
 ) -> Table:
     per, share = cpu.get(per_key) or {}, cpu.get(share_key) or {}
+    split = [] if per_key != "per_phase" else [
+        (cpu[k], head) for k, head in (("check_share", "check − kueue"),
+                                       ("nexus_beyond_check", "nexus − check"))
+        if cpu.get(k)
+    ]
     c = Table(title=title)
     c.add_column("process")
     for name in per:
         c.add_column(name, justify="right")
     if share:
         c.add_column("nexus − kueue", justify="right")
+    for _, head in split:
+        c.add_column(head, justify="right")
     procs: list[str] = []
     for values in per.values():
         procs += [p for p in values if p not in procs]
@@ -465,6 +506,7 @@ def _cpu_per_workload_table(
         cells = [_fmt((values or {}).get(proc), "", 3) for values in per.values()]
         if share:
             cells.append(_fmt(share.get(proc), "", 3))
+        cells += [_fmt(values.get(proc), "", 3) for values, _ in split]
         c.add_row(proc, *cells)
     return c
 
@@ -480,6 +522,17 @@ def _startup_line(nexus: Mapping[str, Any]) -> str:
         f"{_fmt(s.get('first_decision_after_its_create_s'), ' s', 1)} after its "
         f"create); cluster pods at the phase's start {nexus.get('cluster_pods_at_start')}"
     )
+
+
+def _gap_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="the gap split: any check (the instant check) and nexus beyond it")
+    t.add_column("metric")
+    for head in ("check / Kueue alone", "nexus / check", "nexus / Kueue alone"):
+        t.add_column(head, justify="right")
+    for r in rows:
+        t.add_row(r["metric"], *(_fmt(r[k], "×") for k in
+                                 ("check_vs_kueue", "nexus_vs_check", "nexus_vs_kueue")))
+    return t
 
 
 def _targets_table(rows: list[dict[str, Any]]) -> Table:
@@ -530,4 +583,6 @@ def print_report(result: Mapping[str, Any]) -> None:
             f"({_fmt(soak['rss'].get('rss_growth_percent'), ' %', 1)}); reservations left "
             f"{soak.get('drain', {}).get('reservations_left')}"
         )
+    if result.get("gap_split"):
+        console.print(_gap_table(result["gap_split"]))
     console.print(_targets_table(result["targets"]))

@@ -12,11 +12,14 @@ fleet, in one run (what `make bench-e2e` runs).
 2. Phase `kueue`: the generated Workloads (Indexed Jobs) go to the Kueue-alone
    ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
    running and its webhook is not registered. Wait for every pod Running, check, clean up.
-3. Phase `nexus`: nexus-admit starts with one one-pod Workload already waiting (as after a
+3. Phase `check`: the same Workloads, same arrival pattern, go to instant-gold/silver/bronze
+   (the nexus queues' shape) with the benchmark's instant check (instant_check.py: Ready
+   at once, nothing placed), nexus not running: what any check costs on this plane.
+4. Phase `nexus`: nexus-admit starts with one one-pod Workload already waiting (as after a
    restart with work queued) and its start-up is timed (webhook serving, store synced, its
    first decision, on that Workload); then the same Workloads, same arrival pattern, go to
    nexus-gold/silver/bronze.
-4. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
+5. Soak (nexus): Workloads arrive and finish (KWOK completes their pods) for --soak-minutes;
    the controller's RSS is sampled throughout; afterwards no reservation may be left.
 
 Prints tables and issue 30's targets (report.py) and writes <out>/bench-e2e.json. Figures
@@ -47,7 +50,7 @@ import fleet as fleet_mod  # noqa: E402
 from kubernetes import client  # noqa: E402
 from nexus_controller import NexusController  # noqa: E402
 
-from bench_e2e import booking, lists, queues, stats  # noqa: E402
+from bench_e2e import booking, instant_check, lists, queues, stats  # noqa: E402
 from bench_e2e import workloads as wl_mod  # noqa: E402
 from bench_e2e.recorder import (  # noqa: E402
     KUEUE_GROUP,
@@ -57,12 +60,15 @@ from bench_e2e.recorder import (  # noqa: E402
     ProcSampler,
     WorkloadWatcher,
     api_client,
+    condition_true,
     proc_cpu_seconds,
 )
 from bench_e2e.report import (  # noqa: E402
     BENCH_PROCESS,
     CONTROLLER,
+    INSTANT,
     cpu_per_workload,
+    gap_split,
     print_report,
     targets,
 )
@@ -92,6 +98,7 @@ class Bench:
         self.fleet = fleet_mod.expand(self.spec)
         self.pools = queues.pool_quotas(self.fleet)
         self.nc: NexusController | None = None
+        self.checker: subprocess.Popen[bytes] | None = None  # the instant check's process
 
     # -- set-up -------------------------------------------------------------------------
     def up(self) -> None:
@@ -295,16 +302,21 @@ class Bench:
         return sum(t0 <= renewed <= t1 for renewed, _ in self.node_leases())
 
     def stop_controller(self) -> None:
+        if self.checker is not None:  # a phase that failed half-way
+            instant_check.stop(self.checker)
+            self.checker = None
         if self.nc is not None:
             self.nc.stop()
             self.nc.uninstall_webhook()
 
     # -- scrapes ------------------------------------------------------------------------
-    def process_cpu(self, controller_pid: int | None) -> dict[str, float | None]:
-        """CPU seconds so far of every control-plane process, the controller and this
-        benchmark (None: not running)."""
+    def process_cpu(
+        self, controller_pid: int | None, label: str = CONTROLLER
+    ) -> dict[str, float | None]:
+        """CPU seconds so far of every control-plane process, the check's controller (nexus
+        or the instant check, named `label`) and this benchmark (None: not running)."""
         pids = {k: v.get("pid") for k, v in self.cluster.info().get("components", {}).items()}
-        pids[CONTROLLER] = controller_pid
+        pids[label] = controller_pid
         pids[BENCH_PROCESS] = os.getpid()
         out: dict[str, float | None] = {}
         for name, p in pids.items():
@@ -314,14 +326,16 @@ class Bench:
                 out[name] = None
         return out
 
-    def idle_cpu(self, controller_pid: int | None, seconds: float) -> dict[str, dict[str, float]]:
+    def idle_cpu(
+        self, controller_pid: int | None, seconds: float, label: str = CONTROLLER
+    ) -> dict[str, dict[str, float]]:
         """Every process's CPU over `seconds` of quiet just before a phase (nothing
         submitted; no node lease round: the wait before the phase covers this spell too):
         its idle rate, which the report takes off the phase's CPU per Workload."""
         log(f"measuring every process's idle CPU for {seconds:g}s")
-        before, t0 = self.process_cpu(controller_pid), time.monotonic()
+        before, t0 = self.process_cpu(controller_pid, label), time.monotonic()
         time.sleep(seconds)
-        after = self.process_cpu(controller_pid)
+        after = self.process_cpu(controller_pid, label)
         return stats.cpu_by_process(before, after, time.monotonic() - t0)
 
     def apiserver_metrics(self) -> str:
@@ -380,6 +394,24 @@ class Bench:
                     "spec": {"clusterQueue": f"{queue_prefix}{tier}"},
                 },
             )
+
+    def wait_queues_active(self, prefix: str, timeout: float = 60) -> None:
+        """Until Kueue holds the tiers' ClusterQueues named `prefix`<tier> Active (a queue
+        whose check is not Active yet admits nothing)."""
+        deadline = time.monotonic() + timeout
+        names = [f"{prefix}{tier}" for tier in TIERS]
+        while True:
+            inactive = [
+                n for n in names
+                if not condition_true(
+                    self.custom.get_cluster_custom_object(
+                        KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", n), "Active")
+            ]
+            if not inactive:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ClusterQueues not Active after {timeout:g} s: {inactive}")
+            time.sleep(0.2)
 
     def reservations(self, ns: str | None = None) -> list[dict[str, Any]]:
         if ns:
@@ -484,12 +516,21 @@ class Bench:
         controller: bool,
         timeout: float,
         launch: bool = False,
+        instant: bool = False,
     ) -> dict[str, Any]:
         """One phase. `launch`: start the controller here with one Workload waiting for it
         (`start_with_waiting_workload`), which times its first decision after its start;
-        the phase's Workloads then go to a controller that is ready."""
+        the phase's Workloads then go to a controller that is ready. `instant`: the
+        instant check answers the phase's Workloads (instant_check.py), in its own
+        process, counted as the phase's controller."""
         ns = f"bench-{name}"
         self.make_namespace(ns, queue_prefix)
+        checker = self.checker = None
+        if instant:
+            checker = self.checker = instant_check.start(
+                str(self.cluster.kubeconfig), ns, Path(self.args.out) / "instant-check.log"
+            )
+            self.wait_queues_active(queue_prefix)
 
         def manifest(w: wl_mod.BenchWorkload) -> dict[str, Any]:
             ttl = 0 if complete_after else None  # the soak: finished Jobs go at once
@@ -516,10 +557,16 @@ class Bench:
             w.listed.wait(30)
         pods_at_start = self.cluster_pods()
         pid = self.nc.proc.pid if controller and self.nc and self.nc.proc else None
-        idle = self.idle_cpu(pid, self.args.idle_seconds) if self.args.idle_seconds > 0 else None
+        label = CONTROLLER
+        if checker is not None:
+            pid, label = checker.pid, INSTANT
+        idle = (
+            self.idle_cpu(pid, self.args.idle_seconds, label)
+            if self.args.idle_seconds > 0 else None
+        )
         sampler = ProcSampler(pid)
         sampler.start()
-        cpu_before, cpu_t0 = self.process_cpu(pid), time.monotonic()
+        cpu_before, cpu_t0 = self.process_cpu(pid, label), time.monotonic()
         api_before, ctl_before = self.apiserver_metrics(), self.controller_metrics()
         log_offset = self.log_size() if controller else 0
         kwok_offset = self.kwok_log().stat().st_size if self.kwok_log().exists() else 0
@@ -553,13 +600,16 @@ class Bench:
             except Exception as e:  # a profile is a study aid: the phase's figures stand
                 log(f"{name}: no kube-apiserver profile: {e}")
         api_after, ctl_after = self.apiserver_metrics(), self.controller_metrics()
-        cpu_after, cpu_wall = self.process_cpu(pid), time.monotonic() - cpu_t0
+        cpu_after, cpu_wall = self.process_cpu(pid, label), time.monotonic() - cpu_t0
         load_end = os.getloadavg()
         checks = self.cluster_checks(ns) if not complete_after else {}
         checks["not_running"] = self.why_not_running(ns, times)
         sampler.stop()
         for w in watchers:
             w.stop()
+        if checker is not None:
+            instant_check.stop(checker)
+            self.checker = None
         result = summarize(
             name, works, times, t_start, t_end, (api_before, api_after), (ctl_before, ctl_after)
         )
@@ -854,7 +904,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--stream-per-s", type=float, default=4.0, help="arrival rate of the rest (Workloads/s)"
     )
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--phases", default="kueue,nexus", help="comma-separated: kueue, nexus")
+    ap.add_argument(
+        "--phases", default="kueue,check,nexus", help="comma-separated: kueue, check, nexus"
+    )
     ap.add_argument("--phase-timeout", type=float, default=900)
     ap.add_argument("--soak-minutes", type=float, default=20, help="0: no soak")
     ap.add_argument("--soak-workloads", type=int, default=2000)
@@ -963,6 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         result["cpu_per_workload"] = cpu_per_workload(result)
         result["targets"] = targets(result, other)
+        result["gap_split"] = gap_split(result)
         json_path.write_text(json.dumps(result, indent=2, default=str))
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
@@ -983,6 +1036,19 @@ def main(argv: list[str] | None = None) -> int:
                 timeout=args.phase_timeout,
             )
             result["phases"]["kueue"]["lease_wait_s"] = lease_wait
+            save()
+        if "check" in phases:
+            lease_wait = bench.wait_for_lease_quiet(args.lease_quiet_seconds + args.idle_seconds)
+            result["phases"]["check"] = bench.run_phase(
+                "check",
+                queues.INSTANT_PREFIX,
+                works,
+                rack_preference=False,
+                controller=False,
+                timeout=args.phase_timeout,
+                instant=True,
+            )
+            result["phases"]["check"]["lease_wait_s"] = lease_wait
             save()
         if "nexus" in phases or args.soak_minutes > 0:
             # the wait comes first: the controller's start counts towards its first decision

@@ -286,3 +286,64 @@ def test_report_prints_the_targets_cpu_per_workload_and_start_up(capsys) -> None
     assert "240, 12 ms / 90 ms" in out
     assert "no gates seen" in out
     assert "not measured: 20,100" not in out  # 20,100 pods: judged
+
+
+def test_the_gap_split_into_any_check_and_nexus_beyond_it() -> None:
+    check = phase(
+        burst_throughput_wl_per_s=5.0,  # 0.5× Kueue alone
+        throughput_wl_per_s=6.0,
+        create_to_running_p50_s=14.0,
+        create_to_running_p99_s=16.0,
+    )
+    result = {"phases": {"kueue": phase(), "check": check, "nexus": nexus_phase()}}
+    rows = {r["metric"]: r for r in report.gap_split(result)}
+    burst = rows["burst throughput"]
+    assert burst["check_vs_kueue"] == 0.5
+    assert burst["nexus_vs_check"] == 1.6  # nexus 8 per s against the check's 5
+    assert burst["nexus_vs_kueue"] == 0.8
+    p50 = rows["create → all pods Running p50"]
+    assert (p50["check_vs_kueue"], p50["nexus_vs_check"]) == (2.0, pytest.approx(9 / 14))
+    # the targets stay judged against Kueue alone, whatever the check phase measured
+    assert verdicts(result)["burst throughput: nexus ≥ 0.9× Kueue alone"] is False
+    assert report.gap_split({"phases": {"kueue": phase(), "nexus": nexus_phase()}}) == []
+
+
+def test_cpu_per_workload_splits_what_any_check_adds_from_what_nexus_adds() -> None:
+    def cpu(**by: float) -> dict[str, Any]:
+        return {p: {"cpu_s": s, "core_percent": 0.0} for p, s in by.items()}
+
+    kueue = phase(admitted=100, cpu_by_process=cpu(**{"kube-apiserver": 40.0}))
+    check = phase(admitted=100,
+                  cpu_by_process=cpu(**{"kube-apiserver": 50.0, report.INSTANT: 2.0}))
+    nexus = nexus_phase(admitted=100,
+                        cpu_by_process=cpu(**{"kube-apiserver": 60.0, report.CONTROLLER: 8.0}))
+    got = report.cpu_per_workload({"phases": {"kueue": kueue, "check": check, "nexus": nexus}})
+    assert got["check_share"]["kube-apiserver"] == pytest.approx(0.1)
+    assert got["check_share"][report.INSTANT] == 0.02
+    assert got["nexus_beyond_check"]["kube-apiserver"] == pytest.approx(0.1)
+    assert got["nexus_beyond_check"][report.CONTROLLER] == 0.08
+    assert got["nexus_beyond_check"][report.INSTANT] is None  # not running with nexus
+    assert got["nexus_share"][stats.ALL_BUT_BENCH] == pytest.approx(0.28)
+
+
+def test_report_prints_the_check_phase_and_the_gap_split(capsys) -> None:
+    check = full_phase(
+        cpu_by_process={report.INSTANT: {"cpu_s": 1.0, "core_percent": 2.0}},
+        create_to_running_p50_s=8.0,
+    )
+    result: dict[str, Any] = {
+        "fleet": {"nodes": 96},
+        "config": {"workloads": 30},
+        "phases": {"kueue": full_phase(), "check": check, "nexus": full_phase(**nexus_phase(
+            controller_process={"cpu_percent_mean": 20.0, "cpu_s": 6.0, "rss_peak_mib": 300.0}
+        ))},
+    }
+    result["cpu_per_workload"] = report.cpu_per_workload(result)
+    result["targets"] = report.targets(result)
+    result["gap_split"] = report.gap_split(result)
+    report.print_report(result)
+    out = capsys.readouterr().out
+    assert "Kueue + instant check" in out
+    assert "check − kueue" in out and "nexus − check" in out
+    assert "the gap split" in out
+    assert "1.14×" in out  # p50: the check's 8 s against Kueue alone's 7

@@ -74,7 +74,11 @@ def test_fleet_scales_and_queues_follow_it():
     pools = queues.pool_quotas(nodes)
     assert queues.tier_pool_gpus(pools) == POOLS_1000
     cqs = {cq["metadata"]["name"]: cq for cq in queues.cluster_queues(pools)}
-    assert set(cqs) == {"gold", "silver", "bronze", "nexus-gold", "nexus-silver", "nexus-bronze"}
+    assert set(cqs) == {
+        queues.INSTANT_CHECK,  # the instant check's AdmissionCheck, then the queues
+        *(f"{prefix}{tier}" for prefix in ("", "nexus-", "instant-")
+          for tier in ("gold", "silver", "bronze")),
+    }
     gold = cqs["gold"]["spec"]["resourceGroups"][0]["flavors"][0]
     assert gold["name"] == "h100"
     assert {"name": "nvidia.com/gpu", "nominalQuota": "4032"} in gold["resources"]
