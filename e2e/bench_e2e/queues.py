@@ -3,10 +3,9 @@
 Same names and shape as e2e/manifests/kueue.yaml (gold/silver/bronze on the per-model
 flavors, gold on the topology-aware h100 flavor) and e2e/manifests/nexus.yaml
 (nexus-gold/silver/bronze on the broad flavor `gpu-any` with the nexus-placement check);
-only the quotas grow with the fleet. instant-gold/silver/bronze are the nexus queues with
-the benchmark's instant check instead (bench_e2e/instant_check.py): the floor of any
-check. Applied on the benchmark's own cluster, over the 64-node quotas those manifests
-carry.
+only the quotas grow with the fleet. instant-gold/silver/bronze are the Kueue-alone queues
+with the benchmark's instant check (bench_e2e/instant_check.py): the floor of any check.
+Applied on the benchmark's own cluster, over the 64-node quotas those manifests carry.
 """
 
 from __future__ import annotations
@@ -82,17 +81,20 @@ def pool_quotas(nodes: list[Any]) -> dict[str, dict[str, int]]:
 
 
 def cluster_queues(pools: Mapping[str, Mapping[str, int]]) -> list[dict[str, Any]]:
-    """Kueue-alone queues get their pool; the nexus queues each get the whole fleet (as in
-    nexus.yaml: nexus, not the flavor, picks the hardware), and so do the instant check's,
-    which come with their AdmissionCheck."""
+    """Kueue-alone queues get their pool, and so do the instant check's (the same queues
+    with a check, so that the check is all that differs; on the broad flavor Kueue would
+    admit what kube-scheduler's spreading then leaves no whole node for); the nexus queues
+    each get the whole fleet (as in nexus.yaml: nexus, not the flavor, picks the
+    hardware)."""
     fleet = {k: sum(p[k] for p in pools.values()) for k in ("cpu", "memoryGi", "gpus")}
-    out = [
-        _cq(tier, tier, flavor, pools[pool], check=None)
-        for tier, (pool, flavor) in KUEUE_ALONE.items()
-    ]
-    for prefix, check in (("nexus-", NEXUS_CHECK), (INSTANT_PREFIX, INSTANT_CHECK)):
-        out += [_cq(f"{prefix}{tier}", tier, NEXUS_FLAVOR, fleet, check) for tier in KUEUE_ALONE]
-    return [instant_admission_check(), *out]
+    out = [instant_admission_check()]
+    for prefix, check in (("", None), (INSTANT_PREFIX, INSTANT_CHECK)):
+        out += [
+            _cq(f"{prefix}{tier}", tier, flavor, pools[pool], check)
+            for tier, (pool, flavor) in KUEUE_ALONE.items()
+        ]
+    out += [_cq(f"nexus-{tier}", tier, NEXUS_FLAVOR, fleet, NEXUS_CHECK) for tier in KUEUE_ALONE]
+    return out
 
 
 def tier_pool_gpus(pools: Mapping[str, Mapping[str, int]]) -> dict[str, int]:

@@ -13,8 +13,8 @@ fleet, in one run (what `make bench-e2e` runs).
    ClusterQueues gold/silver/bronze, a burst and then a steady stream; nexus-admit is not
    running and its webhook is not registered. Wait for every pod Running, check, clean up.
 3. Phase `check`: the same Workloads, same arrival pattern, go to instant-gold/silver/bronze
-   (the nexus queues' shape) with the benchmark's instant check (instant_check.py: Ready
-   at once, nothing placed), nexus not running: what any check costs on this plane.
+   (Kueue alone's queues with the benchmark's instant check, instant_check.py: Ready at
+   once, nothing placed), nexus not running: what any check costs on this plane.
 4. Phase `nexus`: nexus-admit starts with one one-pod Workload already waiting (as after a
    restart with work queued) and its start-up is timed (webhook serving, store synced, its
    first decision, on that Workload); then the same Workloads, same arrival pattern, go to
@@ -1043,7 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
                 "check",
                 queues.INSTANT_PREFIX,
                 works,
-                rack_preference=False,
+                rack_preference=True,  # Kueue alone's queues, TAS on gold, with the check
                 controller=False,
                 timeout=args.phase_timeout,
                 instant=True,

@@ -48,7 +48,7 @@ def test_its_entry_is_ready_and_says_nothing_was_placed() -> None:
     assert "podSetUpdates" not in entry
 
 
-def test_the_instant_queues_are_the_nexus_queues_with_the_instant_check() -> None:
+def test_the_instant_queues_are_the_kueue_alone_queues_with_the_instant_check() -> None:
     pools = {p: {"cpu": 64, "memoryGi": 512, "gpus": 8} for p in ("h100", "a100", "l40s")}
     objs = queues.cluster_queues(pools)
     check = objs[0]
@@ -64,6 +64,5 @@ def test_the_instant_queues_are_the_nexus_queues_with_the_instant_check() -> Non
         assert checks(tier) == []
         assert checks(f"nexus-{tier}") == [queues.NEXUS_CHECK]
         assert checks(f"instant-{tier}") == [queues.INSTANT_CHECK]
-        # same flavor and quota as nexus's: only the check differs
-        nexus_groups = cqs[f"nexus-{tier}"]["resourceGroups"]
-        assert cqs[f"instant-{tier}"]["resourceGroups"] == nexus_groups
+        # the same flavor and quota as Kueue alone's: only the check differs
+        assert cqs[f"instant-{tier}"]["resourceGroups"] == cqs[tier]["resourceGroups"]
