@@ -101,13 +101,16 @@ class InstantCheck(WorkloadWatcher):
                 KUEUE_GROUP, KUEUE_VERSION, m["namespace"], "workloads", m["name"], body,
                 field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
             )
-            self.writes += 1
-        except client.ApiException as e:
-            self.failed += 1
-            with self.lock:  # the next event of it is answered again (404: it is gone)
+        except Exception as e:  # an API error or a lost connection
+            with self.lock:  # its next event, or the watch's next list, answers it again
+                self.failed += 1
                 self.answered.discard(key)
-            print(f"instant-check: {m['namespace']}/{m['name']}: {e.status} {e.reason}",
+            why = f"{e.status} {e.reason}" if isinstance(e, client.ApiException) else repr(e)
+            print(f"instant-check: {m['namespace']}/{m['name']}: {why}",
                   file=sys.stderr, flush=True)
+            return
+        with self.lock:
+            self.writes += 1
 
     def mark_active(self) -> None:
         body = {
