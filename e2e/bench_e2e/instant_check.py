@@ -113,15 +113,17 @@ class InstantCheck(WorkloadWatcher):
             self.writes += 1
 
     def mark_active(self) -> None:
+        check = instant_admission_check()
         body = {
-            **instant_admission_check(),
+            "apiVersion": check["apiVersion"],
+            "kind": check["kind"],
+            "metadata": check["metadata"],
             "status": {"conditions": [{
                 "type": "Active", "status": "True", "reason": "Active",
                 "message": "the benchmark's instant check is running",
                 "lastTransitionTime": _stamp(),
             }]},
         }
-        del body["spec"]
         self.custom.patch_cluster_custom_object_status(
             KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", CHECK, body,
             field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY,
@@ -163,12 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     checker = InstantCheck(args.kubeconfig, args.namespace)
     checker.mark_active()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     checker.start()
     checker.listed.wait(30)
     print("instant-check: watching", args.namespace, flush=True)
-    while not stop.wait(0.5):
+    while not stopping.wait(0.5):  # the handler runs between waits
         pass
     checker.stop()
     checker.pool.shutdown(wait=True)

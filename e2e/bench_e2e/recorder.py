@@ -18,12 +18,13 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from bench_e2e.queues import INSTANT_CHECK, NEXUS_CHECK
 from bench_e2e.stats import WorkloadTimes
 from bench_e2e.workloads import WORKLOAD_LABEL
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
-# the phases' checks (bench_e2e/queues.py): nexus's, and the instant check's
-CHECK_NAMES = ("nexus-placement", "bench-instant")
+# the phases' checks: nexus's, and the instant check's
+CHECK_NAMES = (NEXUS_CHECK, INSTANT_CHECK)
 
 
 def api_client(kubeconfig: str) -> client.ApiClient:
