@@ -23,22 +23,31 @@ ResourceClaimTemplate ("namespace/name", one per ComputeDomain), its pods stay i
 NVLink clique, and a clique another ComputeDomain holds (a live ResourceReservation with
 `compute-domain`: `domain_cliques`; a bound pod naming another channel template:
 `pod_domain_cliques`) is closed to it.
+
+Device taints (ResourceSlice `devices[].taints`, GA in Kubernetes 1.37): a GPU device with a
+NoSchedule or NoExecute taint that not every GPU request of the pod tolerates
+(`exactly.tolerations`, matched as kube-scheduler's allocator matches them) is not the
+pod's: a node is a candidate only when its free GPUs the pod may take number at least the
+GPUs it asks (`claim_nodes`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.cluster.nodes import DraDevice, dra_device_indices
 from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object_ref, sequence
 from nexus_admit.kube.quantity import parse_memory_mib
-from nexus_admit.model import Node
+from nexus_admit.model import GPU_WHOLE, Node
 
 __all__ = [
     "ClaimGpus",
+    "DeviceTaint",
+    "DeviceToleration",
     "DraIndex",
     "claim_gpus",
     "claim_nodes",
@@ -68,14 +77,49 @@ def normalize_product(product: str) -> str:
     return product.strip().replace(" ", "-")
 
 
+# taint effects that keep an untolerating claim off a device; None and any effect added
+# later are ignored, as the allocator ignores them
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceToleration:
+    """A device request's toleration (resource.k8s.io/v1 DeviceToleration)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        # the rules of k8s.io/dynamic-resource-allocation's resourceclaim.ToleratesTaint
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
 @dataclass(frozen=True, slots=True)
 class DraIndex:
     """What claim translation reads: ResourceClaimTemplates and ResourceClaims by
-    (namespace, name), and the nodes whose GPUs a DRA driver publishes (None: unknown)."""
+    (namespace, name), the nodes whose GPUs a DRA driver publishes (None: unknown), and
+    the GPU devices tainted NoSchedule or NoExecute (node → GPU index → its taints)."""
 
     templates: Mapping[tuple[str, str], Obj]
     claims: Mapping[tuple[str, str], Obj]
     gpu_nodes: frozenset[str] | None = None
+    device_taints: Mapping[str, Mapping[int, tuple[DeviceTaint, ...]]] = field(
+        default_factory=dict)
 
     @classmethod
     def of(
@@ -94,7 +138,50 @@ class DraIndex:
                 and spec.get("nodeName")
                 and spec.get("devices")
             )
-        return cls(_by_key(templates), _by_key(claims), nodes)
+        return cls(_by_key(templates), _by_key(claims), nodes, _device_taints(slices or ()))
+
+
+def _device_taints(slices: Iterable[Obj]) -> dict[str, dict[int, tuple[DeviceTaint, ...]]]:
+    """node → GPU index (as the snapshot numbers the node's devices) → the blocking taints
+    its slices put on that device. A malformed slice adds none: the snapshot leaves its node
+    out and says so."""
+    by_node: dict[str, list[Obj]] = {}
+    for sl in slices:
+        spec = sl.get("spec")
+        if isinstance(spec, Mapping) and spec.get("driver") == L.DRA_GPU_DRIVER \
+                and spec.get("nodeName"):
+            by_node.setdefault(str(spec["nodeName"]), []).append(sl)
+    out: dict[str, dict[int, tuple[DeviceTaint, ...]]] = {}
+    for node, node_slices in by_node.items():
+        try:
+            indices = dra_device_indices(node_slices)
+            tainted = {
+                indices[device]: taints
+                for device, taints in _slice_taints(node_slices)
+                if device in indices
+            }
+        except TranslationError:
+            continue
+        if tainted:
+            out[node] = tainted
+    return out
+
+
+def _slice_taints(slices: Sequence[Obj]) -> Iterable[tuple[DraDevice, tuple[DeviceTaint, ...]]]:
+    for sl in slices:
+        spec = mapping(sl, sl.get("spec"), "spec")
+        pool = str(mapping(sl, spec.get("pool"), "spec.pool").get("name") or "")
+        for i, dev in enumerate(sequence(sl, spec.get("devices"), "spec.devices")):
+            dev = mapping(sl, dev, f"spec.devices[{i}]")
+            body = dev.get("basic", dev)  # v1beta1 devices hold their taints in `basic`
+            raw = body.get("taints") if isinstance(body, Mapping) else None
+            taints = tuple(
+                DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"]))
+                for t in sequence(sl, raw, f"spec.devices[{i}].taints")
+                if isinstance(t, Mapping) and t.get("effect") in _BLOCKING_EFFECTS
+            )
+            if taints:
+                yield (L.DRA_GPU_DRIVER, pool, str(dev.get("name") or "")), taints
 
 
 def _by_key(objs: Iterable[Obj]) -> dict[tuple[str, str], Obj]:
@@ -113,6 +200,16 @@ class ClaimGpus:
     vram_mib: int = 0
     product: str | None = None
     compute_domain: str | None = None  # its channel's ResourceClaimTemplate, "ns/name"
+    # the tolerations of each of its GPU requests: a tainted device is the pod's only when
+    # every request tolerates its taints (nexus cannot tell which request gets which device)
+    tolerations: tuple[tuple[DeviceToleration, ...], ...] = ()
+
+    def may_use(self, taints: Sequence[DeviceTaint]) -> bool:
+        return all(
+            any(t.tolerates(taint) for t in request)
+            for request in self.tolerations
+            for taint in taints
+        ) if self.tolerations else not taints
 
 
 @dataclass(slots=True)
@@ -121,6 +218,7 @@ class _Asked:
     vram_mib: int = 0
     product: str | None = None
     compute_domain: str | None = None
+    tolerations: list[tuple[DeviceToleration, ...]] = field(default_factory=list)
 
 
 def claim_gpus(
@@ -140,7 +238,8 @@ def claim_gpus(
         if source is None:
             continue
         _read_requests(source, where, gpu_classes, asked)
-    return ClaimGpus(asked.gpus, asked.vram_mib, asked.product, asked.compute_domain)
+    return ClaimGpus(asked.gpus, asked.vram_mib, asked.product, asked.compute_domain,
+                     tuple(asked.tolerations))
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +371,29 @@ def _read_exactly(exactly: Mapping[str, Any], where: _Where, fld: str, asked: _A
             raise _fail(where, f"{fld}.selectors[{s}]",
                         "only CEL selectors (cel.expression) are read by nexus")
         _read_selector(expr, where, f"{fld}.selectors[{s}].cel.expression", asked)
+    asked.tolerations.append(_read_tolerations(exactly, where, f"{fld}.tolerations"))
     asked.gpus += count
+
+
+_OPERATORS = ("Equal", "Exists")
+
+
+def _read_tolerations(
+    exactly: Mapping[str, Any], where: _Where, fld: str
+) -> tuple[DeviceToleration, ...]:
+    out = []
+    for t, raw in enumerate(sequence(where.holder, exactly.get("tolerations"), fld)):
+        tol = mapping(where.holder, raw, f"{fld}[{t}]")
+        operator = tol.get("operator") or "Equal"
+        if operator not in _OPERATORS:
+            raise _fail(where, f"{fld}[{t}].operator",
+                        f"{operator!r}: a device toleration's operator is Equal or Exists")
+        if not tol.get("key") and operator != "Exists":
+            raise _fail(where, f"{fld}[{t}].key",
+                        "a toleration without a key must have operator Exists")
+        out.append(DeviceToleration(str(tol.get("key") or ""), str(operator),
+                                    str(tol.get("value") or ""), str(tol.get("effect") or "")))
+    return tuple(out)
 
 
 def _conjuncts(expr: str) -> list[str] | None:
@@ -330,8 +451,10 @@ def claim_nodes(
     allowed: frozenset[str] | None,
 ) -> frozenset[str] | None:
     """The nodes (within `allowed`, None = any) a pod asking GPUs through claims may go to:
-    those whose GPUs the DRA driver publishes and, with a product selector, of that product.
-    Without the snapshot's `nodes`, `allowed` as it is (the product goes to the selector)."""
+    those whose GPUs the DRA driver publishes and, with a product selector, of that product;
+    on a node with tainted devices, only when enough of its free GPUs are ones the pod
+    tolerates. Without the snapshot's `nodes`, `allowed` as it is (the product goes to the
+    selector)."""
     if not claim.gpus or nodes is None:
         return allowed
     fits = frozenset(
@@ -339,8 +462,26 @@ def claim_nodes(
         for n in nodes
         if (index.gpu_nodes is None or n.name in index.gpu_nodes)
         and (claim.product is None or normalize_product(n.gpu_product) == claim.product)
+        and _untainted_enough(claim, n, index.device_taints.get(n.name))
     )
     return fits if allowed is None else allowed & fits
+
+
+def _untainted_enough(
+    claim: ClaimGpus, node: Node, taints: Mapping[int, tuple[DeviceTaint, ...]] | None
+) -> bool:
+    """Whether the node's free whole GPUs the pod may take cover what it asks. Only nodes
+    with a tainted device are counted here (the engine counts free GPUs itself); counted
+    on what is free now because the engine does not know which GPUs are the tainted ones,
+    so a node whose untainted GPUs are busy is no place for the pod even after preemption."""
+    if not taints:
+        return True
+    usable = sum(
+        1
+        for i, free in enumerate(node.gpu_free)
+        if free == GPU_WHOLE and claim.may_use(taints.get(i, ()))
+    )
+    return usable >= claim.gpus
 
 
 def domain_cliques(

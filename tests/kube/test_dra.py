@@ -1,6 +1,7 @@
 """GPUs asked through DRA claims → the gang model: counts, VRAM, product, the nodes a claim
 can be allocated on, and a Rejection naming the field for what nexus cannot read."""
 
+import re
 from typing import Any
 
 import pytest
@@ -335,3 +336,88 @@ def test_running_pods_of_a_compute_domain_nexus_did_not_place_hold_their_clique(
     assert held == {"A": frozenset({"default/cd-channel"})}
     both = merge_held(held, {"A": frozenset({"ns/x"}), "B": frozenset({"ns/y"})})
     assert both == {"A": frozenset({"default/cd-channel", "ns/x"}), "B": frozenset({"ns/y"})}
+
+
+# ---------------------------------------------------------------- device taints
+
+
+def _tainted_slice(name: str, count: int, tainted: dict[int, list[dict[str, str]]]
+                   ) -> dict[str, Any]:
+    sl = _slice(name, count)
+    for i, taints in tainted.items():
+        sl["spec"]["devices"][i]["taints"] = taints
+    return sl
+
+
+BROKEN = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+
+
+def _taint_gang(slices: list[dict[str, Any]], *requests: dict[str, Any],
+                claims: list[dict[str, Any]] = ()) -> frozenset[str] | None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    names = [sl["spec"]["nodeName"] for sl in slices]
+    snap = build_snapshot([node(n, gpus=0) for n in names], [], [],
+                          resource_slices=slices, resource_claims=list(claims))
+    index = DraIndex.of([template("gpus", *requests)], slices=slices)
+    ps = gang(workload("w", [claim_pod_set(1)]), index, nodes=list(snap.nodes.values()))
+    return ps.pod_sets[0].allowed_nodes
+
+
+def test_a_node_whose_untainted_gpus_are_too_few_is_not_a_candidate() -> None:
+    slices = [_tainted_slice("t", 8, {i: [BROKEN] for i in range(5)}), _slice("clean", 8)]
+    assert _taint_gang(slices, gpu_request(4)) == frozenset({"clean"})
+    # three untainted GPUs are enough for a pod that asks three
+    assert _taint_gang(slices, gpu_request(3)) == frozenset({"t", "clean"})
+
+
+def test_untainted_gpus_taken_by_claims_do_not_count() -> None:
+    slices = [_tainted_slice("t", 4, {0: [BROKEN], 1: [BROKEN]}), _slice("clean", 4)]
+    taken = _claim("busy", "t", "gpu-2")
+    assert _taint_gang(slices, gpu_request(2), claims=[taken]) == frozenset({"clean"})
+
+
+@pytest.mark.parametrize(
+    ("taint", "toleration", "placed_on_tainted"),
+    [
+        (BROKEN, {"key": "gpu.nvidia.com/xid", "operator": "Exists"}, True),
+        (BROKEN, {"key": "gpu.nvidia.com/xid", "value": "79"}, True),
+        (BROKEN, {"key": "gpu.nvidia.com/xid", "value": "48"}, False),
+        (BROKEN, {"operator": "Exists"}, True),
+        (BROKEN, {"operator": "Exists", "effect": "NoExecute"}, False),
+        ({**BROKEN, "effect": "NoExecute"}, {"operator": "Exists", "effect": "NoExecute"}, True),
+        ({**BROKEN, "effect": "NoExecute"}, None, False),
+        # None (and any effect the allocator does not know) keeps nobody off
+        ({**BROKEN, "effect": "None"}, None, True),
+    ],
+)
+def test_a_tainted_device_is_the_pods_only_when_tolerated(
+    taint: dict[str, str], toleration: dict[str, str] | None, placed_on_tainted: bool
+) -> None:
+    slices = [_tainted_slice("t", 2, {0: [taint], 1: [taint]})]
+    extra = {"tolerations": [toleration]} if toleration else {}
+    allowed = _taint_gang(slices, gpu_request(1, **extra))
+    assert allowed == (frozenset({"t"}) if placed_on_tainted else frozenset())
+
+
+def test_every_gpu_request_of_the_pod_must_tolerate_the_taint() -> None:
+    slices = [_tainted_slice("t", 2, {0: [BROKEN], 1: [BROKEN]})]
+    tolerant = gpu_request(1, tolerations=[{"operator": "Exists"}])
+    other = {**gpu_request(1), "name": "more"}
+    assert _taint_gang(slices, tolerant, other) == frozenset()
+    assert _taint_gang(slices, tolerant, {**tolerant, "name": "more"}) == frozenset({"t"})
+
+
+def test_a_toleration_nexus_cannot_match_is_an_error_naming_the_field() -> None:
+    index = DraIndex.of([template("gpus", gpu_request(1, tolerations=[
+        {"key": "a", "operator": "Lt", "value": "3"}]))])
+    field = "requests[0].exactly.tolerations[0].operator"
+    with pytest.raises(TranslationError, match=re.escape(field)):
+        gang(workload("w", [claim_pod_set()]), index)
+
+
+def test_malformed_taints_add_none_and_break_nothing() -> None:
+    sl = _slice("t", 2)
+    sl["spec"]["devices"][0]["taints"] = "not a list"
+    assert DraIndex.of(slices=[sl]).device_taints == {}
+    assert DraIndex.of(slices=[sl]).gpu_nodes == frozenset({"t"})
