@@ -35,7 +35,7 @@ from nexus_admit.placement.cpsolve import SolveSettings, solve_model
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.live_reduction import live_reduction
 from nexus_admit.placement.memo import NodeMemo
-from nexus_admit.placement.onepod import scan_lower_bound, scan_ranked, scan_single, scans
+from nexus_admit.placement.onepod import scan_candidates, scan_lower_bound, scan_ranked, scans
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem, prepare
 from nexus_admit.placement.pruning import dense_racks, greedy, pod_cost, prune_domains
@@ -197,9 +197,11 @@ class CpSatEngine:
         if short:
             return infeasible(gang, self.name, short, started)
         if self._reduce:
+            if scans(problem):  # the symmetry reduction's answer, met lazily while costing
+                return scan_candidates(
+                    problem, reduction, self._memo, started, self._terms, self.name
+                )
             reduction = reduce_symmetry(problem, reduction, self._memo)
-            if scans(problem):
-                return scan_single(problem, reduction, started, self._terms, self.name)
             return self._reduced(problem, reduction, started)
         return self._solve(problem, reduction, started)
 

@@ -213,7 +213,8 @@ class LiveReduction:
             self.scans.move_to_end(signature)
         fresh = scan.sorted is None
         ranked = scan.ranked(problem, self, weights)
-        return Ranking(ranked, len(ranked), self.notes(len(ranked)), True, fresh)
+        # as the scan over the candidates reports it: how many have room, no reduction note
+        return Ranking(ranked, len(self.entries), [], True, fresh)
 
     def kept(self, name: str) -> bool:
         """Whether the reduction of a one-pod gang keeps `name`."""

@@ -3,17 +3,18 @@ cheapest lower bound first, until no bound can beat the best (exact)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nexus_admit.model import GPU_WHOLE, Placement, Slot, SolveStatus
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
+from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import pod_cost
 from nexus_admit.placement.realise import slots_for
-from nexus_admit.placement.reduction import Reduction
+from nexus_admit.placement.reduction import Reduction, class_key, lone_signature
 from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 
 __all__ = [
@@ -21,9 +22,9 @@ __all__ = [
     "bound_contexts",
     "bound_inputs",
     "lower_bounds",
+    "scan_candidates",
     "scan_lower_bound",
     "scan_ranked",
-    "scan_single",
     "scans",
 ]
 
@@ -111,29 +112,58 @@ class Ranking:
     the candidates' (ties keep the earlier), and what the reduction reports."""
 
     ranked: Sequence[tuple[float, int, str]]
-    units: int  # candidate nodes left after the symmetry reduction
+    units: int  # candidate nodes (with room for the pod)
     notes: list[str]
     exact: bool
     fresh: bool = False  # every candidate ranked anew, none kept from an earlier decision
 
 
-def scan_single(
-    problem: Problem, red: Reduction, started: float, terms: OrderTerms, policy: str
+def scan_candidates(
+    problem: Problem,
+    red: Reduction,
+    memo: NodeMemo,
+    started: float,
+    terms: OrderTerms,
+    policy: str,
 ) -> Placement:
-    """The cheapest node for a one-pod gang, exactly: candidates in lower-bound order,
-    each costed on its realised slot as `finish` reports it, until no bound can beat
-    the best. Ties keep the earlier candidate (the candidate order is the snapshot's)."""
+    """The cheapest node for a one-pod gang, exactly, from its candidates (`candidates`,
+    not reduced): each ranked by its lower bound, then costed on its realised slot as
+    `finish` reports it, in that order, until no bound can beat the best. Ties keep the
+    earlier candidate (the candidate order is the snapshot's).
+
+    The answer of the scan over `reduce_symmetry(red)` without paying for the reduction:
+    interchangeable nodes have one bound, so a class's first candidate ranks ahead of its
+    mates; a node whose class was already met is skipped, and only the few nodes the scan
+    reaches have their class worked out, not the whole fleet."""
     weights = term_weights(problem)
     bounds = lower_bounds(problem, red.nodes, weights)
     ranked = sorted(zip(bounds, range(len(red.nodes)), red.nodes, strict=True))
     ranking = Ranking(ranked, len(red.nodes), red.notes, red.exact)
-    return scan_ranked(problem, ranking, started, terms, policy)
+    signature = lone_signature(problem)
+    met: set[tuple[object, ...]] = set()
+
+    def first_of_class(name: str) -> bool:
+        key = class_key(problem, red, name, memo, signature)
+        if key is None:
+            return True  # a pristine clique's member: never merged
+        if key in met:
+            return False
+        met.add(key)
+        return True
+
+    return scan_ranked(problem, ranking, started, terms, policy, first_of_class)
 
 
 def scan_ranked(
-    problem: Problem, ranking: Ranking, started: float, terms: OrderTerms, policy: str
+    problem: Problem,
+    ranking: Ranking,
+    started: float,
+    terms: OrderTerms,
+    policy: str,
+    first_of_class: Callable[[str], bool] | None = None,
 ) -> Placement:
-    """`scan_single` from its ranking (kept between decisions on a TrackedSnapshot)."""
+    """`scan_candidates` from its ranking (kept between decisions on a TrackedSnapshot, of
+    one node per class: no `first_of_class` to ask)."""
     ps = problem.gang.pod_sets[0]
     best: tuple[float, list[Slot]] | None = None
     costed = 0
@@ -141,6 +171,8 @@ def scan_ranked(
     for low, _, name in ranking.ranked:
         if best is not None and low >= best[0] - 1e-9:
             break
+        if first_of_class is not None and not first_of_class(name):
+            continue  # an interchangeable node ranked ahead of it was met already
         if not allowed(name):
             continue  # the service's spread rules keep it off this node
         slots = slots_for(problem, {(ps.name, name): 1})

@@ -16,10 +16,12 @@ from nexus_admit.placement.problem import Problem
 __all__ = [
     "Reduction",
     "candidates",
+    "class_key",
     "domain_shortfall",
     "holds",
     "keeps_off_gpus",
     "lone_class_key",
+    "lone_signature",
     "per_node_limit",
     "reduce_symmetry",
     "restrict",
@@ -139,20 +141,12 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
     kept: list[str] = []
     seen: dict[tuple[object, ...], int] = defaultdict(int)
     groups: dict[tuple[object, ...], list[str]] = defaultdict(list)
-    gang = problem.gang
-    signature = _lone_signature(problem)
+    signature = lone_signature(problem)
     for name in red.nodes:
-        node = problem.node(name)
-        if node.clique is not None and node.clique in problem.pristine_cliques:
+        key = class_key(problem, red, name, memo, signature)
+        if key is None:
             kept.append(name)  # filling a clique needs every member in the model
             continue
-
-        def compute(name: str = name) -> tuple[object, ...]:
-            return (*symmetry_key(problem, red, name, memo), *_frag_key(problem, name, memo))
-
-        key = memo.derived(node, signature, compute) if signature is not None else compute()
-        if gang.siblings:  # siblings make nodes of one shape differ
-            key = (*key, gang.siblings.get(name, 0))
         if seen[key] < need:
             seen[key] += 1
             kept.append(name)
@@ -166,7 +160,31 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
     return Reduction(kept, caps, red.exact, notes, twins)
 
 
-def _lone_signature(problem: Problem) -> tuple[object, ...] | None:
+def class_key(
+    problem: Problem,
+    red: Reduction,
+    name: str,
+    memo: NodeMemo,
+    signature: tuple[object, ...] | None,
+) -> tuple[object, ...] | None:
+    """The class of interchangeable candidates `name` belongs to in `reduce_symmetry`
+    (`signature`: `lone_signature(problem)`), or None for a member of a pristine NVLink
+    clique, which is never merged with another node."""
+    node = problem.node(name)
+    if node.clique is not None and node.clique in problem.pristine_cliques:
+        return None
+
+    def compute() -> tuple[object, ...]:
+        return (*symmetry_key(problem, red, name, memo), *_frag_key(problem, name, memo))
+
+    key = memo.derived(node, signature, compute) if signature is not None else compute()
+    siblings = problem.gang.siblings
+    if siblings:  # siblings make nodes of one shape differ
+        key = (*key, siblings.get(name, 0))
+    return key
+
+
+def lone_signature(problem: Problem) -> tuple[object, ...] | None:
     """A lone pod set's symmetry key reads only the node, the config and these (its caps
     are min(pod_capacity, count)), so it is remembered per node state between solves."""
     gang = problem.gang
@@ -179,7 +197,7 @@ def _lone_signature(problem: Problem) -> tuple[object, ...] | None:
 def lone_class_key(problem: Problem, name: str, cap: int, memo: NodeMemo) -> tuple[object, ...]:
     """The key `reduce_symmetry` gives a candidate node with room for `cap` pods of a
     gang of one pod set and no siblings (from the same memo entry)."""
-    signature = _lone_signature(problem)
+    signature = lone_signature(problem)
     assert signature is not None and not problem.gang.siblings
 
     def compute() -> tuple[object, ...]:

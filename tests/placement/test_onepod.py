@@ -1,0 +1,80 @@
+"""The one-pod scan over every candidate (`scan_candidates`) against the scan over the
+symmetry reduction it replaces: the same node, GPUs and objective on random fleets full
+of interchangeable nodes, with and without siblings and spread rules."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus_admit.model import ClusterSnapshot, Gang, Node, Placement, SpreadRule
+from nexus_admit.placement.engine import CpSatEngine
+from nexus_admit.placement.fragmentation import WorkloadDistribution
+from nexus_admit.placement.memo import NodeMemo
+from nexus_admit.placement.objective import term_weights
+from nexus_admit.placement.onepod import Ranking, lower_bounds, scan_ranked, scans
+from nexus_admit.placement.order_terms import OrderTerms
+from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.reduction import candidates, reduce_symmetry, shortfall
+from tests.placement.test_live_reduction import fleets
+from tests.strategies import CONFIG, RACK, gangs
+
+HOST = "kubernetes.io/hostname"
+
+
+def _scan_over_the_reduction(snapshot: ClusterSnapshot, gang: Gang) -> Placement | None:
+    """The one-pod path as it was: the symmetry reduction over every candidate, then every
+    kept node ranked and costed (None when the gang takes another path)."""
+    problem = prepare(snapshot, gang, CONFIG)
+    if problem.impossible or not scans(problem):
+        return None
+    memo = NodeMemo()
+    memo.sync(snapshot, CONFIG)
+    red = candidates(problem, memo)
+    if shortfall(problem, red):
+        return None
+    red = reduce_symmetry(problem, red, memo)
+    bounds = lower_bounds(problem, red.nodes, term_weights(problem))
+    ranked = sorted(zip(bounds, range(len(red.nodes)), red.nodes, strict=True))
+    terms = OrderTerms(memo, WorkloadDistribution.default())
+    ranking = Ranking(ranked, len(red.nodes), red.notes, red.exact)
+    return scan_ranked(problem, ranking, 0.0, terms, "nexus")
+
+
+@st.composite
+def one_pod_gangs(draw: st.DrawFn, names: list[str]) -> Gang:
+    """A gang of one pod, now and then with siblings of its service on some nodes and a
+    spread rule per rack or per node."""
+    gang = draw(gangs(max_sets=1, max_count=1))
+    if draw(st.booleans()):
+        siblings = {n: draw(st.integers(1, 2)) for n in draw(st.lists(st.sampled_from(names)))}
+        rules = draw(st.sampled_from(((), (SpreadRule(RACK, max_skew=1),),
+                                      (SpreadRule(HOST, max_per_domain=2),))))
+        gang = replace(gang, service="svc", siblings=siblings, spread_rules=rules)
+    return gang
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), fleet=fleets())
+def test_the_scan_over_every_candidate_places_as_the_scan_over_the_reduction(
+    data: st.DataObject, fleet: list[Node]
+) -> None:
+    snapshot = ClusterSnapshot.of(fleet)
+    gang = data.draw(one_pod_gangs([n.name for n in fleet]))
+    expected = _scan_over_the_reduction(snapshot, gang)
+    if expected is None:
+        return
+    placed = CpSatEngine(0).place(snapshot, gang, CONFIG)
+    assert placed.feasible == expected.feasible
+    assert [(s.node, s.gpu_indices, s.numa_zone) for s in placed.slots] == [
+        (s.node, s.gpu_indices, s.numa_zone) for s in expected.slots
+    ]
+    assert (placed.objective, placed.status, placed.terms) == (
+        expected.objective, expected.status, expected.terms
+    )
+    if placed.feasible:  # as many nodes costed: the skipped ones are the reduction's
+        assert placed.explanation[-1].split(" costed")[0].split(", ")[-1] == (
+            expected.explanation[-1].split(" costed")[0].split(", ")[-1]
+        )
