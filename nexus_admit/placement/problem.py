@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from nexus_admit.model import (
-    HOSTNAME_LABEL,
     NVLINK_CLIQUE_LEVEL,
     ClusterSnapshot,
     Domain,
@@ -219,28 +218,6 @@ def _static_key(
     return key if allowed is None else (*key, allowed)
 
 
-def _paths(
-    snapshot: ClusterSnapshot, levels: tuple[str, ...]
-) -> dict[str, tuple[Domain | None, ...]]:
-    """`domain_path` of every node. Nodes share their path above the host with their rack
-    mates, so that part is worked out once per distinct set of labels: a fleet of
-    thousands has a few hundred racks."""
-    upper = levels[:-1]
-    if levels[-1] != HOSTNAME_LABEL or HOSTNAME_LABEL in upper:
-        return {n.name: domain_path(n, levels) for n in snapshot}
-    above: dict[tuple[str | None, ...], tuple[Domain | None, ...]] = {}
-    out: dict[str, tuple[Domain | None, ...]] = {}
-    for node in snapshot:
-        labels = node.labels
-        values = tuple([labels.get(level) for level in upper])
-        prefix = above.get(values)
-        if prefix is None:
-            prefix = above[values] = domain_path(node, upper)
-        last = prefix[-1] if prefix else ()
-        out[node.name] = (*prefix, None if last is None else (*last, node.name))
-    return out
-
-
 def _node_classes(snapshot: ClusterSnapshot, config: PlacementConfig) -> dict[str, str | None]:
     """The hardware class of every node (None without GPUs), matched once per product."""
     by_product: dict[str, str | None] = {}
@@ -269,7 +246,8 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     facts_key = ("facts", levels, config.hardware_classes)
     facts = cache.get(facts_key)
     if facts is None:
-        facts = (_paths(snapshot, levels), _node_classes(snapshot, config))
+        paths = {n.name: domain_path(n, levels) for n in snapshot}
+        facts = (paths, _node_classes(snapshot, config))
         cache[facts_key] = facts
     paths, node_class = cast(
         tuple[dict[str, tuple[Domain | None, ...]], dict[str, str | None]], facts
