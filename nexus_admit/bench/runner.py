@@ -5,6 +5,15 @@ by every policy on the same snapshot. The nexus engine's solve times give p50/p9
 long-run reference solve of each instance (the first `reference_repeats` repeats) on the full,
 unreduced candidate set gives the objective gap. Every placement is checked by the
 independent validator.
+
+Those decisions are cold: a fresh snapshot, nothing derived from it yet. The controller
+decides on a warm one, its `TrackedSnapshot` kept from pass to pass with the facts derived
+from it (the node memo, the trackers of live_facts.py and live_reduction.py). `warm`
+decisions per instance measure that: one engine on a tracked copy of the fleet places the
+gang once untimed (the controller's first decision of a shape, or its `warm`), then again
+`warm` times, each placement applied before the next decision as the pods it binds would
+be; recorded as policy `WARM`. One-pod gangs only: a gang of 64 applied 20 times fills a
+1,000-node fleet, and its figures would measure the filling.
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nexus_admit.bench.fleet import BENCH_LEVELS, bench_config, bench_gang, generate_fleet
@@ -21,9 +30,12 @@ from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.placement.validate import violations
 
-__all__ = ["BenchResult", "Record", "run_bench", "summarise"]
+__all__ = ["WARM", "BenchResult", "Record", "run_bench", "summarise"]
+
+WARM = "nexus (warm)"  # the policy name the warm decisions are recorded under
 
 
 @dataclass(slots=True)
@@ -109,8 +121,11 @@ def run_bench(
     time_limit: float = 1.0,
     progress: Callable[[str], None] | None = None,
     reference_repeats: int | None = None,
+    warm: int = 0,
 ) -> BenchResult:
-    """`reference_repeats`: how many repeats get a reference solve (default: all)."""
+    """`reference_repeats`: how many repeats get a reference solve (default: all); `warm`:
+    nexus decisions of a one-pod gang per instance on a tracked snapshot after its first
+    (0: none)."""
     ref_repeats = repeats if reference_repeats is None else reference_repeats
     config = bench_config(time_limit)
     result = BenchResult(
@@ -122,6 +137,7 @@ def run_bench(
             "referenceSeconds": reference_seconds,
             "referenceRepeats": ref_repeats if reference_seconds > 0 else 0,
             "timeLimitSeconds": time_limit,
+            "warmDecisions": warm if "nexus" in policies else 0,
             "levels": list(BENCH_LEVELS),
         }
     )
@@ -141,6 +157,12 @@ def run_bench(
                     result.records.append(
                         _record(snapshot, gang, config, placement, nodes, repeat, seconds)
                     )
+                if warm > 0 and "nexus" in instances and size == 1:
+                    if progress:
+                        progress(f"{nodes} nodes, repeat {repeat}, gang {size}: {warm} warm")
+                    result.records.extend(
+                        _warm_records(snapshot, gang, config, nodes, repeat, warm)
+                    )
                 if repeat < ref_repeats and reference_seconds > 0 and "nexus" in instances:
                     if progress:
                         progress(
@@ -151,6 +173,37 @@ def run_bench(
                         snapshot, gang, config, reference_seconds
                     )
     return result
+
+
+def _warm_records(
+    snapshot: ClusterSnapshot,
+    gang: Gang,
+    config: PlacementConfig,
+    nodes: int,
+    repeat: int,
+    decisions: int,
+) -> list[Record]:
+    """`decisions` timed nexus decisions of `gang` on a tracked copy of `snapshot`, after
+    one untimed, each placement applied before the next (see the module)."""
+    tracked = TrackedSnapshot(
+        {name: node.copy() for name, node in snapshot.nodes.items()}, snapshot.kueue_topologies
+    )
+    engine = make_policy("nexus", seed=0)
+    first = engine.place(tracked, gang, config)
+    if first.feasible:
+        tracked.apply(gang, first.slots)
+    out: list[Record] = []
+    for i in range(decisions):
+        this = replace(gang, name=f"{gang.name}-warm-{i}")
+        gc.collect()
+        started = time.perf_counter()
+        placement = engine.place(tracked, this, config)
+        seconds = time.perf_counter() - started
+        placement.policy = WARM
+        out.append(_record(tracked, this, config, placement, nodes, repeat, seconds))
+        if placement.feasible:
+            tracked.apply(this, placement.slots)
+    return out
 
 
 def _ref_key(nodes: int, gang: int, repeat: int) -> str:

@@ -2,11 +2,13 @@
 
     nexus-admit bench [--sizes 100,1000,5000,12500] [--gangs 1,8,64,256] [--repeats 5]
                       [--policies nexus,default,...] [--reference-seconds 60]
-                      [--json bench-results/bench.json]
+                      [--warm 20] [--json bench-results/bench.json]
     nexus-admit bench --store-memory [--store-nodes 5000] [--store-pods 20000] ...
 
 Prints one table (latency percentiles and quality per policy) and writes all records as
-JSON. Timings are measurements of this machine, never test assertions.
+JSON. The `nexus (warm)` rows are decisions on the controller's tracked snapshot, after
+its first decision of the shape (bench/runner.py). Timings are measurements of this
+machine, never test assertions.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ def bench(
         int | None, typer.Option(help="repeats that get a reference solve (default: all)")
     ] = None,
     time_limit: Annotated[float, typer.Option(help="engine time limit per solve, s")] = 1.0,
+    warm: Annotated[
+        int,
+        typer.Option(
+            help="nexus decisions of the one-pod gang per instance on a tracked snapshot "
+            "after its first, each placement applied (the controller's warm path; 0 = none)",
+            min=0,
+        ),
+    ] = 20,
     json_path: Annotated[Path, typer.Option("--json", help="where to write the JSON")] = Path(
         "bench-results/bench.json"
     ),
@@ -80,6 +90,7 @@ def bench(
             time_limit,
             progress=lambda msg: status.update(msg),
             reference_repeats=reference_repeats,
+            warm=warm,
         )
     table = _table(summarise(result))
     # piped output keeps every column readable instead of folding to 80 characters

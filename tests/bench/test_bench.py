@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nexus_admit.bench.fleet import BENCH_LEVELS, bench_gang, generate_fleet
-from nexus_admit.bench.runner import BenchResult, run_bench, summarise
+from nexus_admit.bench.runner import WARM, BenchResult, run_bench, summarise
 from nexus_admit.cli import app
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot
 
@@ -165,6 +165,22 @@ def test_summary_has_a_gap_row_for_nexus(tiny_bench: BenchResult) -> None:
     json.dumps(data)  # plain JSON all the way down
 
 
+def test_warm_decisions_are_recorded_beside_the_cold_ones_on_a_filling_fleet() -> None:
+    """Warm: one-pod gangs only, `warm` per instance, on a tracked snapshot that has taken
+    the earlier ones (validated like the rest), in their own summary row."""
+    result = run_bench(sizes=[30], gangs=[1, 8], policies=["nexus"], repeats=2,
+                       reference_seconds=0, time_limit=2.0, warm=4)
+    warm = [r for r in result.records if r.policy == WARM]
+    assert sorted((r.nodes, r.gang, r.repeat) for r in warm) == sorted(
+        (30, 1, repeat) for repeat in range(2) for _ in range(4)
+    )
+    assert all(r.feasible and r.violations == [] and r.status == "optimal" for r in warm)
+    assert result.settings["warmDecisions"] == 4
+    rows = {(r["gang"], r["policy"]): r for r in summarise(result)}
+    assert set(rows) == {(1, "nexus"), (8, "nexus"), (1, WARM)}
+    assert rows[(1, WARM)]["runs"] == 8
+
+
 # ---------------------------------------------------------------- CLI
 
 runner = CliRunner()
@@ -175,14 +191,15 @@ def test_bench_command_writes_json(tmp_path: Path) -> None:
     result = runner.invoke(app, [
         "bench", "--sizes", "24", "--gangs", "1", "--repeats", "1",
         "--policies", "nexus,binpack", "--reference-seconds", "0", "--time-limit", "1",
-        "--json", str(out),
+        "--warm", "2", "--json", str(out),
     ])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["settings"]["sizes"] == [24]
     assert data["settings"]["policies"] == ["nexus", "binpack"]
-    assert {r["policy"] for r in data["records"]} == {"nexus", "binpack"}
-    assert len(data["records"]) == 2
+    assert {r["policy"] for r in data["records"]} == {"nexus", "binpack", WARM}
+    assert len(data["records"]) == 4
+    assert data["settings"]["warmDecisions"] == 2
     assert all(r["violations"] == [] for r in data["records"])
     assert data["references"] == {}
     assert "nexus-admit bench" in result.output  # the table's title
