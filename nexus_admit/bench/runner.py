@@ -239,7 +239,8 @@ def _gap(result: BenchResult, rec: Record) -> float | None:
     ref = result.references.get(_ref_key(rec.nodes, rec.gang, rec.repeat))
     if not ref or not ref["feasible"] or not rec.feasible:
         return None
-    return 100 * (rec.objective - ref["objective"]) / max(abs(ref["objective"]), 1.0)
+    best = float(ref["objective"])
+    return 100 * (rec.objective - best) / max(abs(best), 1.0)
 
 
 def summarise(result: BenchResult) -> list[dict[str, Any]]:
