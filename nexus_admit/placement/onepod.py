@@ -74,13 +74,15 @@ def bound_contexts(problem: Problem, names: Sequence[str]) -> list[tuple[object,
 
 def bound_inputs(problem: Problem, name: str) -> tuple[object, ...]:
     """What `scan_lower_bound` reads of the node itself (the gang, the config and the
-    node's `bound_contexts` aside): its hardware class, VRAM per GPU and each GPU's free
-    share (the fragmentation, island and clique terms). Nodes equal in this and in their
-    context have equal bounds. It leaves out free CPU and memory, which the bound never
-    reads: with many small pods bound nearly every node is a symmetry class of its own
-    (the fragmentation key reads free CPU), yet far fewer differ here."""
+    node's `bound_contexts` aside): its hardware class, VRAM per GPU, how many GPUs it has,
+    their free share in total and how many are whole (pristine: all of them). Nodes equal
+    in this and in their context have equal bounds. It leaves out free CPU and memory and
+    which GPU holds what, which the bound never reads: with many small pods bound nearly
+    every node is a symmetry class of its own, yet few differ here."""
     node = problem.snapshot.nodes[name]
-    return (problem.node_class[name], node.gpu_memory_mib, tuple(node.gpu_free))
+    free = node.gpu_free
+    return (problem.node_class[name], node.gpu_memory_mib, len(free), sum(free),
+            free.count(GPU_WHOLE))
 
 
 def lower_bounds(

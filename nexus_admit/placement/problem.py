@@ -110,10 +110,11 @@ class Problem:
         free = live_domain_free(self.snapshot, self.paths, self.levels, level_index)
         if free is None:
             free = defaultdict(int)
+            paths = self.paths
             for node in self.snapshot:
-                domain = self.paths[node.name][level_index]
-                if node.gpu_count and domain is not None:
-                    free[domain] += node.free_gpu_milli
+                gpus = node.gpu_free
+                if gpus and (domain := paths[node.name][level_index]) is not None:
+                    free[domain] += sum(gpus)
         self._domain_free[level_index] = free
         return free
 

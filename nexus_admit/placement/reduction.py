@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from nexus_admit.model import Domain, NumaPolicy, PodSet
+from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.problem import Problem
 
@@ -25,6 +25,7 @@ __all__ = [
     "per_node_limit",
     "reduce_symmetry",
     "restrict",
+    "room_for_one",
     "room_shortfall",
     "shortfall",
 ]
@@ -56,7 +57,10 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
     per_node = per_node_limit(problem)
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
-        fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
+        if ps.count == 1:  # room for one pod is all a cap of one needs to know
+            fits = [room_for_one(all_nodes[n], ps, policy) for n in names]
+        else:
+            fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
         room = []
         for name, fit in zip(names, fits, strict=True):
             cap = min(fit, ps.count)
@@ -73,6 +77,20 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
             caps[(ps.name, name)] = cap
             nodes[name] = None
     return Reduction(list(nodes), caps, notes=notes)
+
+
+def room_for_one(node: Node, ps: PodSet, policy: NumaPolicy) -> int:
+    """`min(pod_capacity(node, ps, policy), 1)`: a few comparisons for whole GPUs (or
+    none) placed without a strict NUMA zone, what a one-pod decision asks of every node."""
+    if ps.fractional or (policy is NumaPolicy.SINGLE_NUMA_NODE and node.numa_zones):
+        return min(pod_capacity(node, ps, policy), 1)
+    fits = (
+        node.free_pods > 0
+        and (not ps.cpu_milli or node.free_cpu_milli >= ps.cpu_milli)
+        and (not ps.memory_mib or node.free_memory_mib >= ps.memory_mib)
+        and (not ps.gpus or node.gpu_free.count(GPU_WHOLE) >= ps.gpus)
+    )
+    return int(fits)
 
 
 def keeps_off_gpus(problem: Problem, ps: PodSet) -> bool:
