@@ -1,7 +1,7 @@
 """The only module that talks to the Kubernetes API.
 
-Who calls it: the writers (`checks.py`, `reservations.py`, `ungating/ungater.py`,
-`admissioncheck.py`, `events.py`), the lists of `watches.py` and the watch streams of
+Who calls it: the writers (`workload_check.py`, `reservations.py`, `ungating/ungater.py`,
+`check_config.py`, `events.py`), the lists of `watches.py` and the watch streams of
 `informer.py` (each on a thread of its own), always from a worker thread
 (`asyncio.to_thread`): the official client is synchronous and the event loop must stay free
 for the watch streams' events and the webhook.
@@ -36,7 +36,7 @@ __all__ = [
     "load_api_client",
 ]
 
-log = logging.getLogger("nexus_admit.api")
+log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "nexus-admit"
 _APPLY = "application/apply-patch+yaml"
@@ -85,7 +85,7 @@ RESOURCES: dict[str, Resource] = {
     "ConfigMap": Resource("", "v1", "configmaps", True),
     "StatefulSet": Resource("apps", "v1", "statefulsets", True),
     # owners a pod's owner chain passes through on its way to its Workload's owner
-    # (`controller/owner_chain.py`), read one at a time
+    # (`controller/pod_owners.py`), read one at a time
     "ReplicaSet": Resource("apps", "v1", "replicasets", True),
     "JobSet": Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", True),
     "RayCluster": Resource("ray.io", "v1", "rayclusters", True),

@@ -26,7 +26,7 @@ from nexus_admit.model import PlacementConfig
 
 __all__ = ["active_condition", "resolve_check", "sync_checks"]
 
-log = logging.getLogger("nexus_admit.admissioncheck")
+log = logging.getLogger(__name__)
 
 
 def resolve_check(

@@ -16,11 +16,11 @@ from cachetools import TTLCache
 
 from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
-from nexus_admit.controller.leader import LeaseElector
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.owner_chain import OwnerChains
+from nexus_admit.controller.pod_owners import OwnerChains
+from nexus_admit.controller.runtime.lease import LeaseElector
 from nexus_admit.controller.store import PerObject, Store
 from nexus_admit.controller.tasks import Background
 from nexus_admit.controller.warm import WarmShapes
@@ -46,7 +46,7 @@ def utc_now() -> datetime:
 # a name the apiserver just said does not exist is not asked again for this long: a flood
 # of pod reviews naming made-up queues or reservations costs one GET per name, not per pod
 WEBHOOK_MISS_SECONDS = 2.0
-# a Job the apiserver said does not exist is not read again for this long (owners.py)
+# a Job the apiserver said does not exist is not read again for this long (owning_jobs.py)
 JOB_MISS_SECONDS = 30.0
 
 
@@ -160,7 +160,7 @@ class Context:
     )
     # the loop that owns the store; the webhook's thread hands it what it fetched
     loop: asyncio.AbstractEventLoop | None = None
-    # owners above pods, read on demand (owner_chain.py): one cache per event loop
+    # owners above pods, read on demand (pod_owners.py): one cache per event loop
     owner_chains: OwnerChains = field(init=False)
     webhook_owner_chains: OwnerChains = field(init=False)
 

@@ -6,7 +6,7 @@ that use the check) and the on-call engineer sees why on the AdmissionCheck.
 Who calls it: `operator.py` runs `watch_leadership` beside the elector when leader
 election is on. The one write is made without the leader guard (a follower writes it: the
 leader is who is missing). When a replica leads again, its first pass
-(`admissioncheck.sync_checks`) sees the condition differ and writes `Active=True` back.
+(`check_config.sync_checks`) sees the condition differ and writes `Active=True` back.
 How no replica can lead while one runs: the Lease cannot be written (a refused write, an
 admission policy, a wrong namespace), or every replica is failing its renewals. With no
 replica running at all nothing can write it: see docs/admin-guide.md.
@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.leader import LeaseElector
+from nexus_admit.controller.runtime.lease import LeaseElector
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 
 __all__ = ["NO_LEADER_REASON", "no_leader_condition", "watch_leadership"]
 
-log = logging.getLogger("nexus_admit.degraded")
+log = logging.getLogger(__name__)
 
 NO_LEADER_REASON = "NoLeader"
 

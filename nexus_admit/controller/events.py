@@ -1,7 +1,7 @@
 """Kubernetes Events (events.k8s.io/v1) on the objects users look at: the Workload for every
 decision, the pod when it is denied or pinned. `kubectl describe workload` shows them.
 
-Who calls it: `checks.py` (on a real transition of the check only), `lifecycle.py`.
+Who calls it: `workload_check.py` (on a real transition of the check only), `lifecycle.py`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from nexus_admit.kube.errors import meta
 
 __all__ = ["NOTE_LIMIT_BYTES", "event_body", "fit_note", "post_event"]
 
-log = logging.getLogger("nexus_admit.events")
+log = logging.getLogger(__name__)
 # the API's limit on an event's note, in bytes (Go's len of the UTF-8 string): a longer
 # note makes the apiserver refuse the whole Event
 NOTE_LIMIT_BYTES = 1024

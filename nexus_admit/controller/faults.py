@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 __all__ = ["FAULT_POINTS", "Faults", "parse_fault"]
 
-log = logging.getLogger("nexus_admit.faults")
+log = logging.getLogger(__name__)
 
 FAULT_POINTS = (
     "kill-after-solve",

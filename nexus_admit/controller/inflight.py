@@ -61,7 +61,7 @@ __all__ = [
     "withdrawn_copy",
 ]
 
-log = logging.getLogger("nexus_admit.placing")
+log = logging.getLogger(__name__)
 
 # the decision modes of reservations that never share a GPU with another such one (a
 # drain or a preemptor's reservation is written over gangs that are still leaving)

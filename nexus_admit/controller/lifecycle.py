@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context, Promised
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
@@ -67,7 +67,7 @@ __all__ = [
     "unschedulable_pin",
 ]
 
-log = logging.getLogger("nexus_admit.lifecycle")
+log = logging.getLogger(__name__)
 
 # how long a pinned pod may stay unschedulable before its gang is re-placed: longer than the
 # scheduler's first retries, short enough that the gang is not stuck behind a lost node

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 __all__ = ["Decision", "MetricsAuthorizer", "bearer_token"]
 
-log = logging.getLogger("nexus_admit.metrics_auth")
+log = logging.getLogger(__name__)
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

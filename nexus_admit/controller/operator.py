@@ -3,7 +3,7 @@
 Who calls it: `nexus-admit run` (`commands/run.py`). Start-up order matters: the store is
 filled by a full list before the watch streams and the loop start, so the first decision already
 sees every reservation; the health endpoint comes up first, the pod webhook once the kinds
-its answers read are listed (`watches.EARLY_KINDS`; it asks the API for any other object it
+its answers read are listed (`lists.EARLY_KINDS`; it asks the API for any other object it
 lacks), before the fleet's list, on a thread and event loop of its own
 (`webhook/thread.py`). With
 `--leader-elect` every replica watches and serves the webhook, and only the Lease holder's
@@ -29,18 +29,18 @@ import kopf
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nexus_admit.controller import watches
 from nexus_admit.controller.api import API_THREADS, KubeApi, load_api_client
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.degraded import watch_leadership
 from nexus_admit.controller.faults import Faults
-from nexus_admit.controller.heap import keep_heap
-from nexus_admit.controller.informer import run_informers
-from nexus_admit.controller.leader import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.metrics_auth import MetricsAuthorizer, bearer_token
 from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.runtime import lists
+from nexus_admit.controller.runtime.gc_control import keep_heap
+from nexus_admit.controller.runtime.informer import run_informers
+from nexus_admit.controller.runtime.lease import LeaseConfig, LeaseElector, default_identity
 from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.controller.ungating.at_creation import (
     PIN_GATE_WEBHOOK_ID,
@@ -66,7 +66,7 @@ __all__ = [
     "webhook_thread",
 ]
 
-log = logging.getLogger("nexus_admit.operator")
+log = logging.getLogger(__name__)
 
 # kopf serves each admission handler at /<handler id>
 WEBHOOK_ID = "pod-gate"
@@ -110,7 +110,7 @@ def elect(ctx: Context) -> LeaseElector:
         ctx.ungating.clear()
         while ctx.elector is not None and ctx.elector.leading():
             try:
-                await watches.relist(ctx)
+                await lists.relist(ctx)
             except Exception as e:  # an outage: try again while we still lead
                 log.warning("re-list after becoming leader failed, retrying: %s", e)
                 await asyncio.sleep(1)
@@ -358,11 +358,11 @@ async def run(options: RunOptions) -> None:
     hook: list[WebhookThread] = []  # started once the store is synced
     runner = await _health_server(ctx, hook)
     _log_start(options, elector)
-    await watches.list_early(ctx)
+    await lists.list_early(ctx)
     if cert is not None:  # after the kinds its answers read; before the fleet's list
         hook.append(webhook_thread(options, ctx, cert))
         await asyncio.to_thread(hook[0].start)
-    await watches.initial_list(ctx)
+    await lists.initial_list(ctx)
     tasks = _start_tasks(ctx, elector, options.degraded_after_seconds)
     try:
         await kopf.operator(
@@ -412,7 +412,7 @@ def _start_tasks(
         asyncio.create_task(run_informers(ctx), name="informers"),
         asyncio.create_task(run_loop(ctx), name="placing"),
         asyncio.create_task(run_ungater(ctx), name="ungating"),
-        asyncio.create_task(watches.resync_loop(ctx), name="resync"),
+        asyncio.create_task(lists.resync_loop(ctx), name="resync"),
         asyncio.create_task(_lag_probe(ctx), name="lag-probe"),
         asyncio.create_task(keep_heap(ctx), name="heap"),
     ]

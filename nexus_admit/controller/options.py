@@ -51,7 +51,7 @@ class RunOptions:
     metrics_key: str | None = None
     policy: str = "nexus"
     # full re-list of every watched kind, for safety only: a kind is re-listed when its
-    # watch stream finds a gap (controller/informer.py) and every kind after a failed call
+    # watch stream finds a gap (controller/runtime/informer.py) and every kind after a failed call
     resync_seconds: float = 600.0
     # how long a write the store has not shown yet is held: a create whose answer was lost
     # (its slots stay taken), a withdrawn reservation's delete (not answered from)
@@ -67,13 +67,13 @@ class RunOptions:
     creates_in_flight: int = 4
     # how often what survived since the last freeze is frozen out of the garbage
     # collector's full walks, the controller running the collector between passes
-    # (controller/heap.py); 0: never, and CPython runs it as it does by default
+    # (controller/runtime/gc_control.py); 0: never, and CPython runs it as it does by default
     heap_freeze_seconds: float = 60.0
     # log, at each freeze, the commonest types frozen and freed from reference cycles
     # (a diagnostic: it walks the heap not frozen, and keeps the garbage until counted)
     heap_census: bool = False
     log_level: str = "INFO"
-    # leader election (controller/leader.py): off locally, on in the chart
+    # leader election (controller/runtime/lease.py): off locally, on in the chart
     leader_elect: bool = False
     lease_name: str = "nexus-admit"
     lease_namespace: str | None = None  # None: the ServiceAccount's namespace

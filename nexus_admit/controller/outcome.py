@@ -1,7 +1,7 @@
 """A placement (or a reason not to place) → what this check tells Kueue and the user.
 
 Who calls it: `loop/`. Pure: the decision is made here, the writing is done by
-`checks.py` and `events.py`. Ready carries the podSetUpdates that make Kueue put the
+`workload_check.py` and `events.py`. Ready carries the podSetUpdates that make Kueue put the
 reservation label (and, when every pod of a pod set shares one domain, that domain as a
 nodeSelector) on the pods; Retry carries when to ask again; Rejected says what to change.
 The message is the one line `kubectl describe workload` shows, so it names the decision.

@@ -30,7 +30,7 @@ __all__ = [
     "trimmed_job",
 ]
 
-log = logging.getLogger("nexus_admit.owners")
+log = logging.getLogger(__name__)
 OWNER_KIND = "Job"
 # how often the Jobs no Workload refers to are let go: only memory waits on it, and the walk
 # over every Workload's Jobs ran after each Workload event (a fifth of a pass with 5,000

@@ -33,7 +33,7 @@ from nexus_admit.kube.errors import meta
 
 __all__ = ["MAX_DEPTH", "OwnerChains", "OwnerRef", "owned_member", "owner_refs"]
 
-log = logging.getLogger("nexus_admit.owner_chain")
+log = logging.getLogger(__name__)
 
 # pod → Job → JobSet → TrainJob is the longest chain Kueue integrates (3 owners up)
 MAX_DEPTH = 4

@@ -14,7 +14,7 @@ admits a pod without a reservation of ours (`ungating.ungater.unpinned_release`)
 queue or StatefulSet created while no replica runs waits for nexus-admit (or
 `nexus-admit release`).
 
-Who calls it: `admissioncheck.sync_checks`, once per pass (leader only). The ConfigMap is
+Who calls it: `check_config.sync_checks`, once per pass (leader only). The ConfigMap is
 written by server-side apply under our field manager, only when the list changed (and
 once after a start, when it is not known what the ConfigMap holds).
 """
@@ -30,7 +30,7 @@ from nexus_admit.kube.queues import gated_queues
 
 __all__ = ["configmap_body", "sync_queue_gate"]
 
-log = logging.getLogger("nexus_admit.queue_gate")
+log = logging.getLogger(__name__)
 
 
 def configmap_body(namespace: str, name: str, listed: dict[str, str]) -> dict[str, object]:

@@ -23,7 +23,7 @@ from nexus_admit.kube.errors import Skipped
 
 __all__ = ["REASON", "report_skipped"]
 
-log = logging.getLogger("nexus_admit.skipped")
+log = logging.getLogger(__name__)
 
 REASON = "ObjectSkipped"  # the Events' reason
 # versions remembered as reported; beyond this the oldest are forgotten (a forgotten one

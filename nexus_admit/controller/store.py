@@ -68,7 +68,7 @@ WATCHED_KINDS = (
 # kinds kept as their identity and labels only: their specs are large and never read
 _TRIMMED_KINDS = frozenset({"StatefulSet"})
 
-# read on demand and kept while needed (`owners.py`): a Workload's Job
+# read on demand and kept while needed (`owning_jobs.py`): a Workload's Job
 FETCHED_KINDS = ("Job",)
 
 

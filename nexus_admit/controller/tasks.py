@@ -1,10 +1,10 @@
 """Concurrency helpers for API writes that do not depend on one another.
 
-Who calls it: `lifecycle.py` (reservation status writes), `ungating/ungater.py` (pod patches),
-`checks.py` (Events). A pass used to await each write in turn, so one slow round trip held up
-every decision behind it; independent writes now go out together, at most `limit` at a time
-so a burst does not open hundreds of connections to the apiserver at once. Pure asyncio: no
-kopf, no client.
+Who calls it: `lifecycle.py` (reservation status writes), `ungating/ungater.py` (pod
+patches), `workload_check.py` (Events). A pass used to await each write in turn, so one slow
+round trip held up every decision behind it; independent writes now go out together, at
+most `limit` at a time so a burst does not open hundreds of connections to the apiserver at
+once. Pure asyncio: no kopf, no client.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TypeVar
 
 __all__ = ["Background", "gather_bounded"]
 
-log = logging.getLogger("nexus_admit.tasks")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -47,7 +47,7 @@ from nexus_admit.placement.base import Warms
 __all__ = ["BUDGET_SECONDS", "FLAVORS_PER_SHAPE", "IDLE_BUDGET_SECONDS", "REPLAN_SECONDS",
            "RESYNC_SECONDS", "WarmShapes", "assumed_admissions", "kueue_order"]
 
-log = logging.getLogger("nexus_admit.placing")
+log = logging.getLogger(__name__)
 
 BUDGET_SECONDS = 0.05  # per pass; at least one shape is warmed when one is due
 # per pass that decided nothing: the solver's thread is idle, and a burst's first shapes

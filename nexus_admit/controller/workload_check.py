@@ -22,7 +22,7 @@ from nexus_admit.kube.errors import child, meta
 
 __all__ = ["check_entry", "current_entry", "write_check"]
 
-log = logging.getLogger("nexus_admit.checks")
+log = logging.getLogger(__name__)
 
 
 def current_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nexus_admit.controller.api import ApiException
-from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.outcome import (
     CheckState,
@@ -32,6 +31,7 @@ from nexus_admit.controller.outcome import (
     retry,
     retry_backoff_seconds,
 )
+from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.crds import MAX_RESERVATION_SLOTS
 from nexus_admit.kube.errors import child, meta, object_key
@@ -61,7 +61,7 @@ __all__ = [
     "settle",
 ]
 
-log = logging.getLogger("nexus_admit.placing")
+log = logging.getLogger(__name__)
 
 # etcd refuses objects over 1.5 MiB; leave room for metadata the apiserver adds
 MAX_RESERVATION_BYTES = 1_400_000

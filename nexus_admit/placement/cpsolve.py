@@ -26,7 +26,7 @@ from nexus_admit.placement.realise import node_counts, numa_shortfall, slots_for
 
 __all__ = ["SolveSettings", "solve_model"]
 
-log = logging.getLogger("nexus_admit.placing")
+log = logging.getLogger(__name__)
 
 _MAX_REALISATION_CUTS = 5
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from nexus_admit.sim.replay import WAIT_REASONS, standing
 
-log = logging.getLogger("nexus_admit.sim.report")
+log = logging.getLogger(__name__)
 
 __all__ = [
     "PLOTS_SKIPPED",

@@ -311,8 +311,8 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     }
     read = {"get", "list", "watch"}
     expected = {("", "nodes", v) for v in read} | {("", "pods", v) for v in read | {"patch"}}
-    expected |= {("batch", "jobs", "get")}  # read on demand (controller/owners.py)
-    # owners between a pod and its Workload's owner (controller/owner_chain.py)
+    expected |= {("batch", "jobs", "get")}  # read on demand (controller/owning_jobs.py)
+    # owners between a pod and its Workload's owner (controller/pod_owners.py)
     expected |= {("apps", "replicasets", "get"), ("jobset.x-k8s.io", "jobsets", "get")}
     expected |= {("ray.io", "rayclusters", "get")}
     expected |= {("apps", "statefulsets", v) for v in read}  # their queue label
@@ -341,7 +341,7 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     assert not [g for g in granted if "*" in g or g[1] == "secrets"]
     binding = one(default_objects, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NS}]
-    # leader election (controller/leader.py: get, create, update of one Lease), in the
+    # leader election (controller/runtime/lease.py: get, create, update of one Lease), in the
     # release namespace only
     role = one(default_objects, "Role")
     assert role["metadata"]["namespace"] == NS

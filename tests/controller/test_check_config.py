@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexus_admit.controller.admissioncheck import active_condition, resolve_check
+from nexus_admit.controller.check_config import active_condition, resolve_check
 from nexus_admit.kube import labels as L
 
 
@@ -61,7 +61,7 @@ def test_the_config_is_the_same_object_from_pass_to_pass_until_it_changes() -> N
     import asyncio
     import copy
 
-    from nexus_admit.controller.admissioncheck import sync_checks
+    from nexus_admit.controller.check_config import sync_checks
     from nexus_admit.controller.context import Context
     from nexus_admit.controller.options import RunOptions
     from nexus_admit.placement.policies import make_policy

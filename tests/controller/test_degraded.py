@@ -8,14 +8,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nexus_admit.controller.admissioncheck import sync_checks
 from nexus_admit.controller.api import ApiException
+from nexus_admit.controller.check_config import sync_checks
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.degraded import NO_LEADER_REASON, mark_no_leader
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.kube import labels as L
 from tests.controller.fake_api import FakeApi
-from tests.controller.test_leader import Clock, replica
+from tests.controller.runtime.test_lease import Clock, replica
 
 CHECK = {
     "kind": "AdmissionCheck",

@@ -10,7 +10,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.owners import (
+from nexus_admit.controller.owning_jobs import (
     PRUNE_EVERY_SECONDS,
     fetch_owner_jobs,
     prefetch_owner_jobs,

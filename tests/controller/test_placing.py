@@ -14,10 +14,10 @@ import pytest
 
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.informer import apply_events
 from nexus_admit.controller.loop import cycle
 from nexus_admit.controller.loop.cycle import reconcile
 from nexus_admit.controller.options import RunOptions
+from nexus_admit.controller.runtime.informer import apply_events
 from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
@@ -377,7 +377,7 @@ def test_a_create_lost_to_a_client_error_does_not_stall_the_workload() -> None:
 
 
 def deliver(ctx: Context, kind: str, obj: dict[str, Any], event_type: str = "MODIFIED") -> None:
-    """One watch event as the informer applies it (controller/informer.py)."""
+    """One watch event as the informer applies it (controller/runtime/informer.py)."""
     apply_events(ctx, kind, [(event_type, copy.deepcopy(obj))])
 
 

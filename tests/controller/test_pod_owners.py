@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nexus_admit.controller.owner_chain import OwnerChains, owned_member
+from nexus_admit.controller.pod_owners import OwnerChains, owned_member
 
 
 def obj(uid: str, owners: list[str], **meta: Any) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def test_an_owner_cycle_stops_at_the_depth_limit() -> None:
 def test_a_pod_with_thousands_of_owner_references_costs_a_few_reads() -> None:
     """Every object is untrusted input: a tenant's pod listing 5,000 made-up owners is read
     up through its controller first and at most MAX_OWNERS_READ owners per object."""
-    from nexus_admit.controller.owner_chain import MAX_OWNERS_READ
+    from nexus_admit.controller.pod_owners import MAX_OWNERS_READ
 
     gets = FakeGets(node("Job", "real", "real-uid", ref("JobSet", "js", "js-uid")))
     chains = OwnerChains(gets)

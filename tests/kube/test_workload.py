@@ -210,7 +210,7 @@ def test_indexed_job_with_gpus_is_training() -> None:
 
 
 def test_a_one_pod_workload_translates_alike_with_or_without_its_job() -> None:
-    # the controller does not read a one-pod Workload's Job (controller/owners.py)
+    # the controller does not read a one-pod Workload's Job (controller/owning_jobs.py)
     wl = workload("w", [pod_set(count=1, gpus=8)], owner_kind="Job", namespace="ns")
     job = {
         "kind": "Job",

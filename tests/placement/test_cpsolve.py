@@ -106,7 +106,7 @@ def test_work_that_fails_beside_a_solve_is_logged_and_the_decision_stands(
         raise RuntimeError("broken warm")
 
     engine.work_beside_solves(work)
-    with caplog.at_level(logging.ERROR, logger="nexus_admit.placing"):
+    with caplog.at_level(logging.ERROR, logger="nexus_admit.placement.cpsolve"):
         placement = engine.place(_fleet(), _gang(), CONFIG)
     assert _answer(placement) == _answer(CpSatEngine(seed=0).place(_fleet(), _gang(), CONFIG))
     assert "work beside a solve failed" in caplog.text and "broken warm" in caplog.text

@@ -37,7 +37,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, cast
 
-from nexus_admit.controller.admissioncheck import sync_checks
+from nexus_admit.controller.check_config import sync_checks
 from nexus_admit.controller.context import Context, WorkloadView
 from nexus_admit.controller.demand import (
     pending_demands,
@@ -49,7 +49,7 @@ from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.lifecycle import sync_lifecycle
 from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
 from nexus_admit.controller.loop.record import PassRecord
-from nexus_admit.controller.owners import (
+from nexus_admit.controller.owning_jobs import (
     OWNER_KIND,
     fetch_owner_jobs,
     prefetch_owner_jobs,
@@ -69,7 +69,7 @@ from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = ["LIFECYCLE_EVERY_SECONDS", "place_pending", "reconcile", "run_loop"]
 
-log = logging.getLogger("nexus_admit.placing")
+log = logging.getLogger(__name__)
 
 # In a burst, events arrive faster than passes end and every pass would walk every
 # reservation and its pods again; the placing step needs no fresher view of them than this

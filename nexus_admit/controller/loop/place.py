@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nexus_admit.controller.checks import current_entry
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.inflight import (
@@ -49,6 +48,7 @@ from nexus_admit.controller.preemption.victims import (
     progress,
     running_gangs,
 )
+from nexus_admit.controller.workload_check import current_entry
 from nexus_admit.controller.writes import (
     answer,
     assume,

@@ -32,7 +32,7 @@ __all__ = [
     "ledger_holds",
 ]
 
-log = logging.getLogger("nexus_admit.loop")
+log = logging.getLogger(__name__)
 
 # a solve this long (wall) is logged with how much the engine looked at: the tail of the
 # solve histograms, read per decision (a one-pod decision takes a few milliseconds)

@@ -51,7 +51,7 @@ __all__ = [
     "yielding_drains",
 ]
 
-log = logging.getLogger("nexus_admit.preemption")
+log = logging.getLogger(__name__)
 
 
 def live_drain(rr: Mapping[str, Any], tier: str) -> LiveDrain:

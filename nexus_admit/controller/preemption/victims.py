@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nexus_admit.controller.checks import current_entry, write_check
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, clip, retry
+from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import pod_is_active
 from nexus_admit.kube.dump import ClusterDump
@@ -58,7 +58,7 @@ __all__ = [
     "still_holds",
 ]
 
-log = logging.getLogger("nexus_admit.preemption")
+log = logging.getLogger(__name__)
 
 
 

@@ -40,7 +40,7 @@ from nexus_admit.controller.context import Context
 
 __all__ = ["CollectorPauses", "Freeze", "census", "collect_young", "freeze_long_lived", "keep_heap"]
 
-log = logging.getLogger("nexus_admit.heap")
+log = logging.getLogger(__name__)
 
 
 class CollectorPauses:

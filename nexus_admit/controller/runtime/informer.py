@@ -39,8 +39,8 @@ from typing import Any
 
 from nexus_admit.controller.api import ApiException, KubeApi
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.runtime.lists import relist
 from nexus_admit.controller.store import WATCHED_KINDS
-from nexus_admit.controller.watches import relist
 from nexus_admit.kube.errors import meta
 from nexus_admit.kube.stored import stripped
 
@@ -54,7 +54,7 @@ __all__ = [
     "run_informers",
 ]
 
-log = logging.getLogger("nexus_admit.informer")
+log = logging.getLogger(__name__)
 
 # how long the apiserver keeps one watch request open (it ends it then; the informer asks
 # again from the version it reached)

@@ -40,7 +40,7 @@ from nexus_admit.controller.api import ApiException
 
 __all__ = ["LeaseApi", "LeaseConfig", "LeaseElector", "default_identity"]
 
-log = logging.getLogger("nexus_admit.leader")
+log = logging.getLogger(__name__)
 
 
 def default_identity() -> str:

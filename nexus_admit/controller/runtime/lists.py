@@ -32,7 +32,7 @@ __all__ = [
     "resync_loop",
 ]
 
-log = logging.getLogger("nexus_admit.watches")
+log = logging.getLogger(__name__)
 
 
 # the kinds the pod webhook reads from the store without asking the API when they are

@@ -73,7 +73,7 @@ __all__ = [
     "pin_ops",
 ]
 
-log = logging.getLogger("nexus_admit.webhook")
+log = logging.getLogger(__name__)
 
 PIN_WEBHOOK_ID = "pod-pin"
 # the gate hook's path where no gate policy runs and pods are pinned at creation

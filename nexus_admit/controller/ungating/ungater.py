@@ -38,7 +38,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.owner_chain import owned_member
+from nexus_admit.controller.pod_owners import owned_member
 from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.ungating.slot_assignment import (
@@ -68,7 +68,7 @@ __all__ = [
     "sync_ungating",
 ]
 
-log = logging.getLogger("nexus_admit.ungater")
+log = logging.getLogger(__name__)
 
 
 def node_name_terms(pod: Mapping[str, Any], node: str) -> list[dict[str, Any]] | None:
@@ -277,7 +277,7 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
 
 async def _resolve_owners(ctx: Context) -> None:
     """Read the owners above every pod of the reservations that gated pods wait for
-    (membership needs them: `owner_chain.owned_member`); cached, so a pass after the first
+    (membership needs them: `pod_owners.owned_member`); cached, so a pass after the first
     reads only new owners."""
     pods: dict[str, Mapping[str, Any]] = {}
     for pod in ctx.store.gated_pods():

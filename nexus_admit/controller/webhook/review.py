@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.owner_chain import owned_member
+from nexus_admit.controller.pod_owners import owned_member
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
@@ -109,7 +109,7 @@ def foreign_reason(
     """Why the pod may not use the reservation its label names, or None when it may: the
     reservation must exist in its namespace and belong to a live Workload the pod is part
     of by its owners (`ancestors`: the uids above its own owners,
-    `controller/owner_chain.py`). The webhook denies such a pod; the ungater never gives it
+    `controller/pod_owners.py`). The webhook denies such a pod; the ungater never gives it
     a slot (a pod created by a trusted controller is gated in the apiserver and reaches only
     the ungater)."""
     rr_name = str(child(meta(pod), "labels").get(L.LABEL_RESERVATION) or "")

@@ -33,7 +33,7 @@ from nexus_admit.controller.webhook.tls import ServingCertificate
 
 __all__ = ["Answer", "WebhookStartError", "WebhookThread"]
 
-log = logging.getLogger("nexus_admit.webhook")
+log = logging.getLogger(__name__)
 
 Answer = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]  # review → response
 

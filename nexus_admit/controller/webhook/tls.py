@@ -27,7 +27,7 @@ from pathlib import Path
 
 __all__ = ["CertificateError", "ServingCertificate", "fingerprint"]
 
-log = logging.getLogger("nexus_admit.tls")
+log = logging.getLogger(__name__)
 
 
 class CertificateError(ValueError):

@@ -15,7 +15,7 @@ from nexus_admit.placement.engine import CpSatEngine
 def _solve(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, slow: float):
     monkeypatch.setattr(record, "SLOW_SOLVE_SECONDS", slow)
     policy = record.TimedPolicy(CpSatEngine())
-    with caplog.at_level(logging.INFO, logger="nexus_admit.loop"):
+    with caplog.at_level(logging.INFO, logger="nexus_admit.controller.loop.record"):
         placement = policy.place(generate_fleet(16, seed=3), bench_gang(1), bench_config())
     return policy, placement, [r.getMessage() for r in caplog.records]
 

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.heap import (
+from nexus_admit.controller.options import OptionsError, RunOptions
+from nexus_admit.controller.runtime.gc_control import (
     CollectorPauses,
     Freeze,
     collect_young,
     freeze_long_lived,
     keep_heap,
 )
-from nexus_admit.controller.options import OptionsError, RunOptions
 from tests.controller.fake_api import FakeApi
 
 
@@ -105,7 +105,7 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
         freezes.append(whole)
         return Freeze(0, 0.0, 0)
 
-    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+    monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
     async def scenario() -> list[int]:
         seen = []
@@ -161,7 +161,7 @@ def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPa
         freezes.append(whole)
         return Freeze(0, 0.0, 0)
 
-    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+    monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
     run_keep_heap(ctx, 2.5)
     assert freezes[:3] == [True, False, False]
@@ -216,7 +216,7 @@ def test_a_due_freeze_waits_for_the_pass_in_progress(monkeypatch: pytest.MonkeyP
         passes_running.append(ctx.pass_task is not None and not ctx.pass_task.done())
         return Freeze(0, 0.0, 0)
 
-    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+    monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
     async def scenario() -> list[int]:
         seen = []
@@ -272,7 +272,7 @@ def test_a_controller_that_never_syncs_still_collects_every_period(
         freezes.append(whole)
         return Freeze(0, 0.0, 0)
 
-    monkeypatch.setattr("nexus_admit.controller.heap.freeze_long_lived", freeze)
+    monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
     run_keep_heap(ctx, 2.5)
     assert not ctx.synced

@@ -1,4 +1,4 @@
-"""The store's watch streams (controller/informer.py): events applied in order, resumed from
+"""The store's watch streams (controller/runtime/informer.py): events applied in order, resumed from
 the last version seen, the kind listed again after a gap (410 Gone), a broken stream resumed
 without a list, and an unreadable event skipped without stopping the stream."""
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.controller import informer
 from nexus_admit.controller.api import ApiException
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.informer import run_informer
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.watches import relist
+from nexus_admit.controller.runtime import informer
+from nexus_admit.controller.runtime.informer import run_informer
+from nexus_admit.controller.runtime.lists import relist
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node
 

@@ -12,10 +12,10 @@ from kubernetes import client
 
 from nexus_admit.controller.api import KubeApi, NotLeading
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.leader import LeaseConfig, LeaseElector
 from nexus_admit.controller.loop.cycle import run_loop
 from nexus_admit.controller.operator import elect
 from nexus_admit.controller.options import OptionsError, RunOptions
+from nexus_admit.controller.runtime.lease import LeaseConfig, LeaseElector
 from nexus_admit.kube import labels as L
 from tests.controller.fake_api import FakeApi
 from tests.controller.test_placing import cluster, pending, watch

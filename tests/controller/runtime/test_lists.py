@@ -10,7 +10,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.watches import relist, resync_loop
+from nexus_admit.controller.runtime.lists import relist, resync_loop
 from nexus_admit.kube.stored import StoredObject
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node
