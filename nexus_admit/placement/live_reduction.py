@@ -284,9 +284,7 @@ class _ScanRanking:
             if (entry := remembered.get(name)) is None or entry[0] != around
         ]
         if stale:
-            fresh = lower_bounds(
-                problem, [names[i] for i in stale], weights, [contexts[i] for i in stale]
-            )
+            fresh = lower_bounds(problem, [names[i] for i in stale], weights)
             for i, value in zip(stale, fresh, strict=True):
                 remembered[names[i]] = (contexts[i], value)
         return [remembered[name][1] for name in names]

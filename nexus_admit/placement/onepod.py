@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from nexus_admit.model import GPU_WHOLE, Placement, Slot, SolveStatus
+from nexus_admit.model import GPU_WHOLE, Node, Placement, Slot, SolveStatus
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem
-from nexus_admit.placement.pruning import pod_cost
+from nexus_admit.placement.pruning import pod_cost, pod_costs
 from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import Reduction, class_key, lone_signature
 from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
@@ -20,7 +20,7 @@ from nexus_admit.placement.spread import node_pair_cost, one_pod_allowed
 __all__ = [
     "Ranking",
     "bound_contexts",
-    "bound_inputs",
+    "gpu_terms",
     "lower_bounds",
     "scan_candidates",
     "scan_lower_bound",
@@ -40,20 +40,31 @@ def scans(problem: Problem) -> bool:
 def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> float:
     """Every term of the pod alone on `name` except NUMA alignment and fillOrder, which
     need the pod's GPUs chosen and are never negative: a lower bound of its objective."""
-    ps = problem.gang.pod_sets[0]
-    node = problem.node(name)
     cost = pod_cost(problem, name, weights)  # tier, VRAM, rack left free
     cost += weights["nodesUsed"] + weights["maxPodsPerNode"]
     if weights["spreadPairs"] and problem.gang.siblings:
         cost += weights["spreadPairs"] * node_pair_cost(problem, name)
-    if ps.gpus:
-        share = ps.gpu_milli_per_pod
-        cost += weights["fragmentation"] * (node.free_gpu_milli - share) / GPU_WHOLE
-        clique = problem.pristine_cliques.get(node.clique or "", ())
-        broken = problem.is_island(node) and node.is_pristine() and share < node.free_gpu_milli
-        broken_clique = bool(clique) and (len(clique) > 1 or share < node.free_gpu_milli)
-        cost += weights["islandsBroken"] * (int(broken) + int(broken_clique))
+    for term in gpu_terms(problem, problem.node(name), weights):
+        cost += term
     return cost
+
+
+def gpu_terms(problem: Problem, node: Node, weights: dict[str, int]) -> tuple[float, ...]:
+    """The fragmentation and islandsBroken terms of `scan_lower_bound` (none for a pod
+    without GPUs). They read the node's GPU count, its free share in total, how many of
+    its GPUs are whole and how many members its clique has if all are pristine."""
+    ps = problem.gang.pod_sets[0]
+    if not ps.gpus:
+        return ()
+    share = ps.gpu_milli_per_pod
+    free = node.free_gpu_milli
+    clique = problem.pristine_cliques.get(node.clique or "", ())
+    broken = problem.is_island(node) and node.is_pristine() and share < free
+    broken_clique = bool(clique) and (len(clique) > 1 or share < free)
+    return (
+        weights["fragmentation"] * (free - share) / GPU_WHOLE,
+        weights["islandsBroken"] * (int(broken) + int(broken_clique)),
+    )
 
 
 def bound_contexts(problem: Problem, names: Sequence[str]) -> list[tuple[object, ...]]:
@@ -72,39 +83,31 @@ def bound_contexts(problem: Problem, names: Sequence[str]) -> list[tuple[object,
     return out
 
 
-def bound_inputs(problem: Problem, name: str) -> tuple[object, ...]:
-    """What `scan_lower_bound` reads of the node itself (the gang, the config and the
-    node's `bound_contexts` aside): its hardware class, VRAM per GPU, how many GPUs it has,
-    their free share in total and how many are whole (pristine: all of them). Nodes equal
-    in this and in their context have equal bounds. It leaves out free CPU and memory and
-    which GPU holds what, which the bound never reads: with many small pods bound nearly
-    every node is a symmetry class of its own, yet few differ here."""
-    node = problem.snapshot.nodes[name]
-    free = node.gpu_free
-    return (problem.node_class[name], node.gpu_memory_mib, len(free), sum(free),
-            free.count(GPU_WHOLE))
-
-
-def lower_bounds(
-    problem: Problem,
-    names: Sequence[str],
-    weights: dict[str, int],
-    contexts: Sequence[tuple[object, ...]] | None = None,
-) -> list[float]:
-    """`scan_lower_bound` of each of `names`, computed once per distinct (context,
-    `bound_inputs`) pair: a ranking of thousands of nodes costs a few hundred bounds."""
+def lower_bounds(problem: Problem, names: Sequence[str], weights: dict[str, int]) -> list[float]:
+    """`scan_lower_bound` of each of `names`, added up from its parts as it adds them, each
+    part computed once per distinct value of what it reads: `pod_cost` per hardware class,
+    VRAM and rack (`pod_costs`), `gpu_terms` per GPU count, free share, whole GPUs and
+    clique. A ranking of thousands of nodes costs a few dozen of each."""
     if problem.gang.siblings:  # the spread term reads the node's name: no two alike
         return [scan_lower_bound(problem, n, weights) for n in names]
-    if contexts is None:
-        contexts = bound_contexts(problem, names)
-    alike: dict[tuple[object, ...], float] = {}
+    costs = pod_costs(problem, names, weights)
+    fixed = weights["nodesUsed"] + weights["maxPodsPerNode"]
+    nodes, cliques = problem.snapshot.nodes, problem.pristine_cliques
+    terms: dict[tuple[int, int, int, int], tuple[float, ...]] = {}
     out: list[float] = []
-    for name, around in zip(names, contexts, strict=True):
-        key = (around, bound_inputs(problem, name))
-        value = alike.get(key)
-        if value is None:
-            value = alike[key] = scan_lower_bound(problem, name, weights)
-        out.append(value)
+    for name in names:
+        node = nodes[name]
+        free = node.gpu_free
+        key = (len(free), sum(free), free.count(GPU_WHOLE),
+               len(cliques.get(node.clique or "", ())))
+        extra = terms.get(key)
+        if extra is None:
+            extra = terms[key] = gpu_terms(problem, node, weights)
+        cost = costs[name]
+        cost += fixed
+        for term in extra:
+            cost += term
+        out.append(cost)
     return out
 
 

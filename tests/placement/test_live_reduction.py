@@ -181,9 +181,9 @@ def _count_bounds(monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
     bounded: list[str] = []
     real = live_mod.lower_bounds
 
-    def counting(problem, names, weights, contexts=None):  # type: ignore[no-untyped-def]
+    def counting(problem, names, weights):  # type: ignore[no-untyped-def]
         bounded.extend(names)
-        return real(problem, names, weights, contexts)
+        return real(problem, names, weights)
 
     monkeypatch.setattr(live_mod, "lower_bounds", counting)
     return bounded

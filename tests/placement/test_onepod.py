@@ -14,7 +14,13 @@ from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import term_weights
-from nexus_admit.placement.onepod import Ranking, lower_bounds, scan_ranked, scans
+from nexus_admit.placement.onepod import (
+    Ranking,
+    lower_bounds,
+    scan_lower_bound,
+    scan_ranked,
+    scans,
+)
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.reduction import candidates, reduce_symmetry, shortfall
@@ -78,3 +84,21 @@ def test_the_scan_over_every_candidate_places_as_the_scan_over_the_reduction(
         assert placed.explanation[-1].split(" costed")[0].split(", ")[-1] == (
             expected.explanation[-1].split(" costed")[0].split(", ")[-1]
         )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), fleet=fleets())
+def test_the_bounds_added_up_from_remembered_parts_are_each_nodes_bound(
+    data: st.DataObject, fleet: list[Node]
+) -> None:
+    """Bit for bit: the ranking's order (and so its ties) is the bound's."""
+    snapshot = ClusterSnapshot.of(fleet)
+    gang = data.draw(one_pod_gangs([n.name for n in fleet]))
+    problem = prepare(snapshot, gang, CONFIG)
+    if problem.impossible:
+        return
+    names = problem.candidates[gang.pod_sets[0].name]
+    weights = term_weights(problem)
+    assert lower_bounds(problem, names, weights) == [
+        scan_lower_bound(problem, name, weights) for name in names
+    ]
