@@ -3,7 +3,8 @@
 Who calls it: `loop/`. Pure: the decision is made here, the writing is done by
 `workload_check.py` and `events.py`. Ready carries the podSetUpdates that make Kueue put the
 reservation label (and, when every pod of a pod set shares one domain, that domain as a
-nodeSelector) on the pods; Retry carries when to ask again; Rejected says what to change.
+nodeSelector) on the pods; Pending says which nodes it waits for; Retry carries when to ask
+again; Rejected says what to change.
 The message is the one line `kubectl describe workload` shows, so it names the decision.
 """
 
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.model import ClusterSnapshot, Gang, Placement
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, SolveStatus
 
 __all__ = [
+    "WAITING_REASON",
     "CheckState",
     "Outcome",
     "clip",
@@ -33,6 +35,7 @@ __all__ = [
 MESSAGE_LIMIT = 1024  # Kueue allows 32 KiB; describe output stays readable below this
 DEFAULT_RETRY_SECONDS = 15
 MAX_RETRY_SECONDS = 300
+WAITING_REASON = "PlacementWaiting"  # the Event of a check kept Pending for nodes
 
 
 class CheckState(enum.StrEnum):
@@ -153,8 +156,17 @@ def placed(
 
 
 def unplaced(placement: Placement, retry_count: int, base_seconds: int) -> Outcome:
-    """Retry when it may fit later (capacity, fragmentation, a locality hold); Rejected
-    when it never can (e.g. no GPU has the VRAM it asks for)."""
+    """Pending while no node it may use is schedulable now (cordoned, tainted, NotReady,
+    not there yet): Retry would evict it and give up its quota for a wait no backoff
+    shortens. Retry when it may fit later (capacity, fragmentation, a locality hold);
+    Rejected when it never can (e.g. no GPU has the VRAM it asks for)."""
+    if placement.status is SolveStatus.UNAVAILABLE:
+        return Outcome(
+            CheckState.PENDING,
+            clip(f"waiting for nodes: {placement.reason}"),
+            WAITING_REASON,
+            "Normal",
+        )
     if placement.retryable:
         if placement.retry_after_seconds is not None:
             after = max(1, round(placement.retry_after_seconds))

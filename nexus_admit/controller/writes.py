@@ -319,13 +319,15 @@ async def answer_refused(
 
 
 async def keep_pending(
-    ctx: Context, workload: Mapping[str, Any], check: str, message: str
+    ctx: Context, workload: Mapping[str, Any], check: str, message: str,
+    event_reason: str = "Preempting",
 ) -> None:
-    """Keep the check Pending with `message` (written only when it changes); the Workload is
-    not marked answered, so the next pass looks at it again."""
-    if current_entry(workload, check).get("message") == message:
+    """Keep the check Pending with `message` (written, with its Event, only when it
+    changes); the Workload is not marked answered, so the next pass looks at it again."""
+    entry = current_entry(workload, check)
+    if entry.get("message") == message and entry.get("state") == CheckState.PENDING.value:
         return
-    outcome = Outcome(CheckState.PENDING, message, "Preempting")
+    outcome = Outcome(CheckState.PENDING, message, event_reason)
     try:
         await write_check(ctx, workload, check, outcome)
     except Exception as e:

@@ -33,6 +33,9 @@ class SolveStatus(enum.StrEnum):
     FEASIBLE = "feasible"  # a solution, optimality not proven within the time limit
     INFEASIBLE = "infeasible"  # no placement exists now
     IMPOSSIBLE = "impossible"  # no placement can ever exist (e.g. no GPU has enough VRAM)
+    # no node may take it now, though nodes of its shape exist (cordoned, tainted, NotReady,
+    # not there yet): it waits for one, where a gang merely short of room is retried
+    UNAVAILABLE = "unavailable"
     HEURISTIC = "heuristic"  # a baseline's answer (no optimality claim)
 
 

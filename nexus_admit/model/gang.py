@@ -165,6 +165,11 @@ class PodSet:
             return "untolerated taint"
         if not self.selects(node):
             return "selector/affinity"
+        return self.shape_fit(node)
+
+    def shape_fit(self, node: Node) -> str | None:
+        """Why `node`'s shape (GPUs, VRAM per GPU, CPU, memory) can never hold one pod of
+        this set, whatever its state, labels or taints; None if it can."""
         if self.gpus:
             if node.gpu_count < self.gpus:
                 return "too few GPUs"

@@ -14,7 +14,9 @@ gang:
 4. preemption: the cheapest whole lower-tier gangs inside one domain (`Preempt`);
 5. drain-to-fit: a gang that waited long enough gets the domain that frees soonest
    (`Drain`);
-6. otherwise `Retry` (it may fit later) or `Reject` (it never can).
+6. otherwise `Retry` (it may fit later; the caller keeps one whose placement is
+   `UNAVAILABLE`, no node it may use is schedulable now, waiting instead) or `Reject` (it
+   never can).
 
 Pure: no client, no clock, no writes. Where capacity lives differs between the callers (the
 controller counts a draining reservation's slots in its snapshot and rebuilds one without
@@ -29,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, SolveStatus
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.preemption import (
     PreemptionPlan,
@@ -242,7 +244,8 @@ def decide(request: DecisionRequest, capacity: Capacity) -> Decision:
                                           "; ".join(why))
     if placement.feasible:
         return Place(gang, placement)
-    if placement.retryable and config.preemption.enabled:
+    waits_for_nodes = placement.status is SolveStatus.UNAVAILABLE  # no victim frees a node
+    if placement.retryable and config.preemption.enabled and not waits_for_nodes:
         found = _over_drains(request, gang, capacity) or _preempt_or_drain(request, gang,
                                                                           capacity)
         if found is not None:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from threading import Event
 
-from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, Slot
+from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, Slot, SolveStatus
 from nexus_admit.placement.base import Alongside
 from nexus_admit.placement.baselines.podbypod import infeasible
 from nexus_admit.placement.cpmodel import add_hint, build_model
@@ -178,6 +178,10 @@ class CpSatEngine:
         gang = problem.gang
         if problem.impossible:
             return infeasible(gang, self.name, problem.impossible, started, impossible=True)
+        if problem.unavailable:
+            waits = infeasible(gang, self.name, problem.unavailable, started)
+            waits.status = SolveStatus.UNAVAILABLE
+            return waits
         live = live_reduction(problem, self._memo) if self._reduce else None
         if live is not None:  # kept on the snapshot from its change log: the same answers
             if live.fresh:

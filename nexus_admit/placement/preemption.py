@@ -188,17 +188,20 @@ def answer_when_kept_off(snapshot: ClusterSnapshot, original: Gang, placement: P
                           config: PlacementConfig, why: str) -> Placement:
     """The answer for a gang kept off some nodes for a while (backfill, a drained domain):
     when it does not fit, its reason starts with `why` (the user reads it in the check
-    message and the Retry Event). One that then cannot ever fit is only waiting: Retry, not
-    Rejected, unless the gang as the user asked for it could never fit either."""
+    message and the Retry Event). One that then cannot ever fit, or fits no node now, is only
+    kept off: Retry, unless the gang as the user asked for it could never fit either
+    (Rejected) or fits no node now either (it waits)."""
     if placement.feasible:
         return placement
-    if placement.status is SolveStatus.IMPOSSIBLE:
+    if placement.status in (SolveStatus.IMPOSSIBLE, SolveStatus.UNAVAILABLE):
         try:
-            if prepare(snapshot, original, config).impossible:
-                return placement
+            asked = prepare(snapshot, original, config)
         except ValueError:
             return placement
-        placement.status = SolveStatus.INFEASIBLE
+        if asked.impossible:
+            return placement
+        placement.status = (SolveStatus.UNAVAILABLE if asked.unavailable
+                            else SolveStatus.INFEASIBLE)
     placement.reason = f"{why}; {placement.reason}"
     return placement
 

@@ -41,6 +41,9 @@ class Problem:
     # pod set name -> Counter of reasons nodes were filtered out
     rejections: dict[str, Counter[str]] = field(default_factory=dict)
     impossible: str = ""  # non-empty when no placement can ever exist
+    # non-empty when a pod set fits no node now, though nodes of its shape exist: those
+    # that could hold it are cordoned, tainted, NotReady, or not there yet (a wait)
+    unavailable: str = ""
     # NVLink cliques all of whose nodes are pristine -> their node names
     pristine_cliques: dict[str, list[str]] = field(default_factory=dict)
     # (level index, pod set names): each group of pod sets inside one domain of its level
@@ -309,8 +312,29 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         problem.rejections[ps.name] = why
         # cliques other ComputeDomains hold open again when those finish: a wait, not never
         if not fits_statically and not problem.impossible:
-            problem.impossible = _never_fits_message(ps, why, snapshot)
+            if _some_node_holds(ps, snapshot):
+                problem.unavailable = problem.unavailable or _not_now_message(ps, why)
+            else:
+                problem.impossible = _never_fits_message(ps, why, snapshot)
     return problem
+
+
+def _some_node_holds(ps: PodSet, snapshot: ClusterSnapshot) -> bool:
+    """Has any node of the fleet, whatever its state, labels or taints, the shape one pod
+    of `ps` needs? If not, the request is what is wrong (Rejected); if so, it waits."""
+    key = ("shape", ps.gpus, ps.vram_mib, ps.cpu_milli, ps.memory_mib)
+    held = snapshot.static_cache.get(key)
+    if held is None:
+        held = snapshot.static_cache[key] = any(ps.shape_fit(n) is None for n in snapshot)
+    return bool(held)
+
+
+def _not_now_message(ps: PodSet, why: Counter[str]) -> str:
+    summary = ", ".join(f"{count} {reason}" for reason, count in why.most_common())
+    return (
+        f"pod set {ps.name!r} fits no node now ({summary or 'no nodes'}); it waits for a "
+        f"node it may use to be uncordoned, untainted, Ready or added"
+    )
 
 
 def _never_fits_message(ps: PodSet, why: Counter[str], snapshot: ClusterSnapshot) -> str:

@@ -89,6 +89,8 @@ def test_placed_message_leads_with_where_and_tier_to_class_before_the_details() 
         pytest.param(SolveStatus.INFEASIBLE, None, CheckState.RETRY, 20, id="full-now-backoff"),
         pytest.param(SolveStatus.INFEASIBLE, 1234.4, CheckState.RETRY, 1234, id="locality-hold"),
         pytest.param(SolveStatus.IMPOSSIBLE, None, CheckState.REJECTED, None, id="never-fits"),
+        pytest.param(SolveStatus.UNAVAILABLE, None, CheckState.PENDING, None,
+                     id="no-usable-node-now-waits"),
     ],
 )
 def test_unplaced(status, retry_after, state, requeue) -> None:

@@ -9,7 +9,14 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig, PodSet, WorkloadType
+from nexus_admit.model import (
+    ClusterSnapshot,
+    Gang,
+    PlacementConfig,
+    PodSet,
+    SolveStatus,
+    WorkloadType,
+)
 from nexus_admit.placement.decide import (
     BACKFILL_REASON,
     Decision,
@@ -75,6 +82,13 @@ def rack_of_two() -> ClusterSnapshot:
                     gpu_node("h2", rack="r1"))
 
 
+def two_h100_cordoned() -> ClusterSnapshot:
+    snap = two_h100()
+    for node in snap:
+        node.schedulable = False
+    return snap
+
+
 def ask(case: Case) -> tuple[Decision, dict[str, RunningGang]]:
     snap = case.nodes()
     running = {name: run(snap, name, node, gpus, tier=tier)
@@ -98,6 +112,9 @@ CASES = {
         Case(two_h100, running=[("ns/a", "h0", 8, "gold"), ("ns/b", "h1", 8, "gold")]),
         Retry),
     "reject-never-fits": (Case(two_h100, gang=gang(gpus=16)), Reject),
+    "reject-never-fits-whatever-is-cordoned": (
+        Case(two_h100_cordoned, gang=gang(gpus=16)), Reject),
+    "wait-while-every-node-is-cordoned": (Case(two_h100_cordoned), Retry),
     "backfill-kept-off-retries": (
         Case(h100_and_l40s, gang=gang("ns/b", tier="bronze"), waiting=[("gold", 8000)],
              running=[("ns/x", "l0", 8, "bronze")]),
@@ -194,3 +211,24 @@ def test_decide_takes_no_capacity() -> None:
     assert isinstance(first, Place) and isinstance(second, Place)
     assert first.placement.slots == second.placement.slots
     assert all(n.is_pristine() for n in snap)
+
+
+def test_a_gang_no_schedulable_node_can_take_waits_and_preempts_no_one() -> None:
+    """Every node cordoned (or tainted, NotReady): no victim would free a node it may use,
+    so nothing is evicted; the Retry carries UNAVAILABLE, which the controller answers
+    Pending (a wait, not a rejection)."""
+    case = Case(two_h100_cordoned, running=[("ns/a", "h0", 8, "bronze")])
+    decision, _ = ask(case)
+    assert isinstance(decision, Retry)
+    assert decision.placement.status is SolveStatus.UNAVAILABLE
+    assert "2 unschedulable" in decision.reason
+
+
+def test_a_gang_kept_off_the_only_nodes_it_fits_is_retried_not_kept_waiting() -> None:
+    """Backfill keeps a bronze gang off the H100s a waiting gold gang could use: what it
+    waits for is that gang, not a node, so it goes through Retry as before."""
+    case = Case(two_h100, gang=gang("ns/b", tier="bronze"), waiting=[("gold", 8000)])
+    decision, _ = ask(case)
+    assert isinstance(decision, Retry)
+    assert decision.placement.status is SolveStatus.INFEASIBLE
+    assert decision.reason.startswith(BACKFILL_REASON)

@@ -162,11 +162,36 @@ def test_pod_sets_competing_for_one_node_are_infeasible_together() -> None:
     assert p.status is SolveStatus.INFEASIBLE and p.retryable
 
 
-def test_pod_set_matching_no_node_is_impossible() -> None:
+def test_pod_set_whose_pool_is_not_there_yet_waits_for_nodes() -> None:
     snap = snapshot(gpu_node("a"), gpu_node("b"))
     p = place(snap, gang(PodSet("w", 1, gpus=1, node_selector={"pool": "missing"})))
+    assert p.status is SolveStatus.UNAVAILABLE and p.retryable
+    assert "fits no node now (2 selector/affinity)" in p.reason and "added" in p.reason
+
+
+@pytest.mark.parametrize(
+    "unusable",
+    [
+        pytest.param(lambda n: setattr(n, "schedulable", False), id="cordoned-or-not-ready"),
+        pytest.param(lambda n: setattr(n, "taints", (Taint("maint", "", "NoSchedule"),)),
+                     id="tainted"),
+    ],
+)
+def test_a_gang_whose_every_node_is_unusable_now_waits_for_nodes(unusable) -> None:
+    snap = snapshot(gpu_node("a"), gpu_node("b"))
+    for n in snap:
+        unusable(n)
+    p = place(snap, gang(PodSet("w", 2, gpus=8)))
+    assert p.status is SolveStatus.UNAVAILABLE and p.slots == []
+    assert "fits no node now (2 " in p.reason
+
+
+def test_more_gpus_per_pod_than_any_node_is_impossible_even_when_nodes_are_cordoned() -> None:
+    snap = snapshot(gpu_node("a"), gpu_node("b"))
+    snap.nodes["a"].schedulable = False
+    p = place(snap, gang(PodSet("w", 1, gpus=16)))
     assert p.status is SolveStatus.IMPOSSIBLE
-    assert "fits no node" in p.reason and "selector/affinity" in p.reason
+    assert "fits no node in the cluster" in p.reason
 
 
 def test_unknown_tier_is_impossible() -> None:

@@ -26,6 +26,7 @@ from nexus_admit.controller.loop.record import (
     ledger_holds,
 )
 from nexus_admit.controller.outcome import (
+    CheckState,
     Outcome,
     passthrough,
     placed,
@@ -54,6 +55,7 @@ from nexus_admit.controller.writes import (
     assume,
     commit,
     create_reservation,
+    keep_pending,
     placement_of,
     settle,
 )
@@ -278,8 +280,11 @@ async def _apply(
         raise AssertionError("a Workload without a reservation has no drain of its own")
     else:  # Retry, Reject
         retries = int(current_entry(workload, check).get("retryCount") or 0)
-        await answer(ctx, workload, check,
-                     unplaced(decision.placement, retries, ctx.options.retry_seconds))
+        outcome = unplaced(decision.placement, retries, ctx.options.retry_seconds)
+        if outcome.state is CheckState.PENDING:  # waits for nodes: every pass looks again
+            await keep_pending(ctx, workload, check, outcome.message, outcome.event_reason)
+        else:
+            await answer(ctx, workload, check, outcome)
 
 
 async def _write_placed(
