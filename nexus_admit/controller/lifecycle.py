@@ -36,7 +36,8 @@ from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.cluster.nodes import node_not_ready
+from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
@@ -169,7 +170,8 @@ def lost_node(
 ) -> str | None:
     """Why a slot can no longer be used (`nodes`: every Node by name): its node was deleted
     (a pod bound there is lost with it: nothing runs it, and the pod garbage collector
-    deletes it), or cordoned before its pod was bound there (a bound pod keeps running)."""
+    deletes it), or cordoned or NotReady before its pod was bound there (a bound pod keeps
+    running; a NotReady node's taint eviction moves it)."""
     bound: dict[str, str] = {}
     for p in pods:
         ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
@@ -181,8 +183,16 @@ def lost_node(
             pod = bound.get(s.key)
             lost = f" with its pod {pod}" if pod else ""
             return f"node {s.node} of slot {s.key} was deleted{lost}"
-        if s.key not in bound and (node.get("spec") or {}).get("unschedulable"):
+        if s.key in bound:
+            continue
+        if (node.get("spec") or {}).get("unschedulable"):
             return f"node {s.node} of slot {s.key} was cordoned before its pod was bound there"
+        try:
+            not_ready = node_not_ready(node)
+        except TranslationError:
+            not_ready = None  # told by the snapshot, which leaves the node out
+        if not_ready is not None:
+            return f"node {s.node} of slot {s.key} is {not_ready} before its pod was bound there"
     return None
 
 

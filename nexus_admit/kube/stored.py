@@ -68,12 +68,26 @@ _POD_STATUS_UNREAD = frozenset({
     "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses", "podIP",
     "podIPs", "hostIP", "hostIPs", "startTime", "qosClass",
 })
-# of a Node: capacity, allocatable, labels, taints, unschedulable are read
+# of a Node: capacity, allocatable, labels, taints, unschedulable and the Ready condition
+# (its type, status and reason; not its heartbeat times) are read
 _NODE_SPEC_UNREAD = frozenset({"podCIDR", "podCIDRs", "providerID"})
 _NODE_STATUS_UNREAD = frozenset({
-    "images", "nodeInfo", "daemonEndpoints", "addresses", "conditions", "volumesAttached",
+    "images", "nodeInfo", "daemonEndpoints", "addresses", "volumesAttached",
     "volumesInUse", "config", "runtimeHandlers", "features",
 })
+_READY_KEPT = ("type", "status", "reason")
+
+
+def _node_conditions(conditions: Any) -> Any:
+    """The Ready condition alone; anything malformed kept as it is, for the translation to
+    tell."""
+    if not isinstance(conditions, list):
+        return conditions
+    return [
+        {k: c[k] for k in _READY_KEPT if k in c} if isinstance(c, Mapping) else c
+        for c in conditions
+        if not isinstance(c, Mapping) or c.get("type") == "Ready"
+    ]
 
 
 def _without(obj: Mapping[str, Any], unread: frozenset[str]) -> dict[str, Any]:
@@ -159,6 +173,8 @@ def _stripped(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
             out["spec"] = _without(spec, _NODE_SPEC_UNREAD)
         if isinstance(status, Mapping):
             out["status"] = _without(status, _NODE_STATUS_UNREAD)
+            if "conditions" in status:
+                out["status"]["conditions"] = _node_conditions(status["conditions"])
     elif kind == "Workload" and isinstance(spec, Mapping):
         out["spec"] = _workload_spec(spec)
     return out

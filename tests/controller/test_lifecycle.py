@@ -176,8 +176,10 @@ def test_missing_reservation(workload, reservations, now, missing) -> None:
     assert missing_reservation(workload, "nexus", reservations, now) == missing
 
 
-def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"unschedulable": True} if cordoned else {}}
+def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dict[str, Any]:
+    status = {"conditions": [{"type": "Ready", "status": ready}]} if ready else {}
+    return {"metadata": {"name": name}, "spec": {"unschedulable": True} if cordoned else {},
+            "status": status}
 
 
 @pytest.mark.parametrize(
@@ -198,6 +200,24 @@ def node_obj(name: str, cordoned: bool = False) -> dict[str, Any]:
             [pod("b", "main/1", "n1")],
             None,
             id="cordoned-under-a-bound-pod",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0"), "n1": node_obj("n1", ready="Unknown")},
+            [],
+            "node n1 of slot main/1 is NotReady (Ready Unknown) before its pod was bound there",
+            id="not-ready",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")},
+            [pod("b", "main/1", "n1")],
+            None,
+            id="not-ready-under-a-bound-pod",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0"), "n1": node_obj("n1", ready="maybe")},
+            [],
+            None,
+            id="a-malformed-condition-is-left-to-the-snapshot",
         ),
         pytest.param(
             {"n0": node_obj("n0")},

@@ -6,6 +6,7 @@ import pytest
 from kube_factories import GPU_TAINT, node, nrt
 
 from nexus_admit.kube.cluster import node_from_object, topologies_from_objects
+from nexus_admit.kube.cluster.nodes import node_not_ready
 from nexus_admit.kube.errors import TranslationError
 from nexus_admit.model import GPU_WHOLE, Taint
 
@@ -64,9 +65,43 @@ def test_capacity_used_when_allocatable_missing() -> None:
     assert n.cpu_milli == 8000
 
 
+def _ready(status: str, reason: str | None = None) -> dict[str, Any]:
+    obj = node("h1")
+    condition = {"type": "Ready", "status": status} | ({"reason": reason} if reason else {})
+    obj["status"]["conditions"] = [{"type": "DiskPressure", "status": "False"}, condition]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("obj", "schedulable", "why"),
+    [
+        pytest.param(_ready("True"), True, None, id="ready"),
+        pytest.param(node("h1"), True, None, id="no-conditions-yet"),
+        pytest.param(_ready("False", "KubeletNotReady"), False,
+                     "NotReady (Ready False: KubeletNotReady)", id="not-ready"),
+        pytest.param(_ready("Unknown", "NodeStatusUnknown"), False,
+                     "NotReady (Ready Unknown: NodeStatusUnknown)", id="unreachable"),
+    ],
+)
+def test_a_node_that_is_not_ready_takes_no_placement(
+    obj: dict[str, Any], schedulable: bool, why: str | None
+) -> None:
+    """Whatever a pod tolerates: a NotReady node's taints may be tolerated, its kubelet
+    still runs nothing."""
+    n, _ = node_from_object(obj)
+    assert n.schedulable is schedulable
+    assert node_not_ready(obj) == why
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
+        (lambda o: o["status"].update({"conditions": "Ready"}), "status.conditions"),
+        (lambda o: o["status"].update({"conditions": [7]}), "status.conditions[0]"),
+        (
+            lambda o: o["status"].update({"conditions": [{"type": "Ready", "status": "yes"}]}),
+            "status.conditions[0].status",
+        ),
         (
             lambda o: o["metadata"]["labels"].update({"nvidia.com/gpu.memory": "80GB"}),
             "metadata.labels[nvidia.com/gpu.memory]",

@@ -93,3 +93,16 @@ def test_stripping_is_idempotent_and_a_stored_object_is_returned_as_it_is() -> N
 def test_malformed_fields_are_left_for_the_reader_to_report() -> None:
     pod = {"metadata": {"name": "p"}, "spec": {"containers": "nonsense"}, "status": [1]}
     assert stripped("Pod", pod) == pod
+
+
+def test_a_nodes_ready_condition_is_kept_without_its_heartbeats() -> None:
+    node = live_dump().kind("Node")[0]
+    node["status"]["conditions"] = [
+        {"type": "MemoryPressure", "status": "False", "lastHeartbeatTime": "t"},
+        {"type": "Ready", "status": "False", "reason": "KubeletNotReady",
+         "lastHeartbeatTime": "t", "lastTransitionTime": "t", "message": "m"},
+    ]
+    kept = stripped("Node", node)["status"]["conditions"]
+    assert kept == [{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
+    broken = {"metadata": {"name": "n"}, "status": {"conditions": [1, {"type": "Ready"}]}}
+    assert stripped("Node", broken)["status"]["conditions"] == [1, {"type": "Ready"}]

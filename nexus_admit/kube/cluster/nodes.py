@@ -28,7 +28,13 @@ from nexus_admit.kube.quantity import (
 )
 from nexus_admit.model import GPU_WHOLE, Node, NumaZone, Taint
 
-__all__ = ["dra_device_indices", "label_int", "node_from_object", "topologies_from_objects"]
+__all__ = [
+    "dra_device_indices",
+    "label_int",
+    "node_from_object",
+    "node_not_ready",
+    "topologies_from_objects",
+]
 
 # bounds on what one Node may claim: the snapshot holds one entry per GPU and per zone
 MAX_GPUS_PER_NODE = 1024  # more GPU devices on one node is a typo, not hardware
@@ -248,9 +254,30 @@ def node_from_object(
         free_pods=pods,
         numa_zones=zones,
         clique=labels.get(L.GFD_GPU_CLIQUE) or None,
-        schedulable=not bool(spec.get("unschedulable")),
+        schedulable=not spec.get("unschedulable") and node_not_ready(node) is None,
     )
     return model, available
+
+
+def node_not_ready(node: Obj) -> str | None:
+    """Why the node is not Ready (its Ready condition False or Unknown: the kubelet says
+    so, or stopped reporting), or None. No nexus placement goes there, whatever the pod
+    tolerates: kube-scheduler would bind it, and nothing would run it. A node without a
+    Ready condition (not reported yet) counts as Ready, as kube-scheduler counts it.
+    Raises TranslationError for a malformed condition list."""
+    status = mapping(node, node.get("status"), "status")
+    for i, c in enumerate(sequence(node, status.get("conditions"), "status.conditions")):
+        c = mapping(node, c, f"status.conditions[{i}]")
+        if c.get("type") != "Ready":
+            continue
+        state = c.get("status")
+        if state not in ("True", "False", "Unknown"):
+            raise TranslationError(object_ref(node), f"status.conditions[{i}].status",
+                                   f"{state!r} is not True, False or Unknown")
+        if state == "True":
+            return None
+        return f"NotReady (Ready {state}{': ' + str(c['reason']) if c.get('reason') else ''})"
+    return None
 
 
 def _allocatable(node: Obj) -> Mapping[str, Any]:
