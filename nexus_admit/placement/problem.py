@@ -291,7 +291,10 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         if cached is None:
             ok: list[str] = []
             why: Counter[str] = Counter()
-            for node in snapshot:
+
+            def rule_out(node: Node, ps: PodSet = ps, req_idx: int | None = req_idx,
+                         label_level: str | None = label_level,
+                         allowed: frozenset[str] | None = allowed) -> str | None:
                 reason = ps.static_fit(node)
                 if reason is None and ps.compute_domain is not None and node.clique is None:
                     reason = f"in no NVLink clique (no {NVLINK_CLIQUE_LEVEL} label)"
@@ -299,8 +302,29 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
                     reason = f"no {label_level} label"
                 if reason is None and allowed is not None and node_class[node.name] not in allowed:
                     reason = "outside the tier's allowedClasses"
+                return reason
+
+            # without a selector, affinity or node list it reads no label and no name:
+            # nodes alike in what it reads share the answer (a fleet has few such kinds)
+            alike: dict[tuple[object, ...], str | None] | None = (
+                {} if ps.allowed_nodes is None and not ps.node_selector
+                and not ps.affinity_terms else None
+            )
+            for node in snapshot:
+                name = node.name
+                if alike is None:
+                    reason = rule_out(node)
+                else:
+                    kind = (node.schedulable, node.taints, len(node.gpu_free),
+                            node.gpu_memory_mib, node.cpu_milli, node.memory_mib,
+                            node.clique is None, node_class[name],
+                            req_idx is not None and paths[name][req_idx] is None)
+                    if kind in alike:
+                        reason = alike[kind]
+                    else:
+                        reason = alike[kind] = rule_out(node)
                 if reason is None:
-                    ok.append(node.name)
+                    ok.append(name)
                 else:
                     why[reason] += 1
             cached = (ok, why)

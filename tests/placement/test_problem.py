@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nexus_admit.model import NVLINK_CLIQUE_LEVEL, ClusterSnapshot, Gang, Node, PodSet
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.problem import prepare
 from tests.factories import BLOCK, HOST, RACK, config, gpu_node, snapshot
+from tests.strategies import CONFIG as S_CONFIG
+from tests.strategies import RACK as S_RACK
+from tests.strategies import gangs, nodes
 
 
 def test_required_level_eligibility_is_keyed_by_the_label_not_its_position() -> None:
@@ -119,3 +126,49 @@ def test_cliques_other_compute_domains_hold_are_closed_to_the_gang() -> None:
     assert "will retry" in waits.explanation[0]
     # memoised candidates are not shared with a gang for which the cliques are open
     assert len(prepare(snap, _cd_gang("ns/other", 2), config()).candidates["w"]) == 8
+
+
+@st.composite
+def _mixed_fleets(draw: st.DrawFn) -> list[Node]:
+    """Nodes copied from a few templates (so many are alike), some cordoned, some of
+    another size, some without a rack label."""
+    templates = draw(st.lists(nodes("t"), min_size=1, max_size=3))
+    out = []
+    for i in range(draw(st.integers(1, 10))):
+        node = replace(draw(st.sampled_from(templates)).copy(), name=f"n{i}")
+        node.schedulable = draw(st.integers(0, 4)) > 0
+        node.cpu_milli = draw(st.sampled_from((node.cpu_milli, 2000)))
+        if draw(st.integers(0, 3)) == 0:
+            node.labels = {k: v for k, v in node.labels.items() if k != S_RACK}
+        out.append(node)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=_mixed_fleets(), gang=gangs(), rack=st.booleans())
+def test_candidates_and_rejections_are_each_nodes_own_static_fit(
+    fleet: list[Node], gang: Gang, rack: bool
+) -> None:
+    """prepare answers nodes alike in what the filters read once: the same candidates, in
+    snapshot order, and the same reasons as asking every node."""
+    if rack:  # the rack label then rules nodes out
+        gang = replace(gang, required_level=S_RACK)
+    problem = prepare(ClusterSnapshot.of(fleet), gang, S_CONFIG)
+    for ps in gang.pod_sets:
+        level = gang.level_of(ps)
+        expected: list[str] = []
+        why: Counter[str] = Counter()
+        for node in fleet:
+            reason = ps.static_fit(node)
+            if reason is None and level is not None and level not in node.labels:
+                reason = f"no {level} label"
+            if reason is None and ps.gpus and problem.node_class[node.name] not in (
+                S_CONFIG.allowed_classes(gang.tier) or {problem.node_class[node.name]}
+            ):
+                reason = "outside the tier's allowedClasses"
+            if reason is None:
+                expected.append(node.name)
+            else:
+                why[reason] += 1
+        assert problem.candidates[ps.name] == expected
+        assert problem.rejections[ps.name] == why
