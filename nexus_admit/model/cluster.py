@@ -152,14 +152,6 @@ class ClusterSnapshot:
             self.static_cache,
         )
 
-    def add_node(self, node: Node) -> None:
-        self.nodes[node.name] = node
-        self.static_cache.clear()
-
-    def remove_node(self, name: str) -> None:
-        del self.nodes[name]
-        self.static_cache.clear()
-
     @property
     def total_gpus(self) -> int:
         return sum(n.gpu_count for n in self.nodes.values())

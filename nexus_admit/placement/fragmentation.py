@@ -35,7 +35,6 @@ __all__ = [
     "WorkloadDistribution",
     "accessible",
     "fill_rank",
-    "fragmentation_of",
     "gradient_table",
     "node_fragmentation",
 ]
@@ -180,23 +179,6 @@ class WorkloadAware(Protocol):
 
 
 # ---- scalar forms for the CP-SAT engine (a handful of candidate nodes per solve) ----
-
-
-def fragmentation_of(
-    gpu_free: Sequence[int], free_cpu_milli: int, gpu_product: str, dist: WorkloadDistribution
-) -> float:
-    """F of one node state, in milli-GPUs."""
-    if not gpu_free:
-        return 0.0
-    access = dist.access_matrix((gpu_product,))
-    return float(
-        node_fragmentation(
-            np.array([list(gpu_free)], dtype=np.int64),
-            np.array([free_cpu_milli], dtype=np.int64),
-            access,
-            dist,
-        )[0]
-    )
 
 
 def gradient_table(
