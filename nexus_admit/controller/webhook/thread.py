@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
 import kopf
-from kopf._core.engines import admission  # the error kopf's server maps to 404
 
+from nexus_admit.controller.webhook.server import UnknownWebhookPath
 from nexus_admit.controller.webhook.tls import ServingCertificate
 
 __all__ = ["Answer", "WebhookStartError", "WebhookThread"]
@@ -97,7 +97,7 @@ class WebhookThread:
         async def serve(review: Mapping[str, Any], *, webhook: str | None, **_: Any) -> Any:
             answer = self.answers.get(webhook or "")
             if answer is None:
-                raise admission.UnknownResourceError(f"no webhook at /{webhook}")
+                raise UnknownWebhookPath(f"no webhook at /{webhook}")
             return await answer(review)
 
         serving: Any = self.server(cast(Any, serve))  # kopf's WebhookFn, loosely typed
