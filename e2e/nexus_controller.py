@@ -65,6 +65,8 @@ GATED_QUEUES_NAMESPACE = "default"
 GATED_QUEUES_CONFIGMAP = "nexus-admit-gated-queues"
 RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# the process environment the image and the chart give the controller
+PROCESS_ENV = {"PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 GATE_MODES = ("policy", "webhook")
 SYSTEM_NAMESPACES_EXCLUDED = {
@@ -402,7 +404,7 @@ class NexusController:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                env={**os.environ, **PROCESS_ENV, **(env or {})},
             )
         if wait:
             self.wait_ready()
@@ -506,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     nc = NexusController(c)
     nc.install()
     print(f"export KUBECONFIG={c.kubeconfig}\n$ {' '.join(nc.argv())}", flush=True)
-    proc = subprocess.Popen(nc.argv(), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(nc.argv(), env={**os.environ, **PROCESS_ENV})
     try:
         return proc.wait()
     except KeyboardInterrupt:  # Ctrl-C reached the controller too (same process group)

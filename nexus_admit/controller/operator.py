@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import logging
 import os
@@ -312,24 +310,6 @@ def _metrics_certificate(ctx: Context, app: web.Application) -> ServingCertifica
     return tls
 
 
-# glibc's malloc gives each thread that allocates its own arena, up to 8 per core, and
-# an arena keeps what it once held: with the API worker threads each parsing responses,
-# the controller's RSS climbed 31 % over the 20-minute soak before levelling off. Two
-# arenas are plenty under the GIL. M_ARENA_MAX is mallopt's parameter -8.
-_M_ARENA_MAX = -8
-MALLOC_ARENAS = 2
-
-
-def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas for the threads started after this; False where there is
-    no glibc (the cap is a memory optimisation, never required)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):
-        return False
-
-
 def operator_identity(options: RunOptions) -> Any:
     """The name kopf gives this operator: the leader identity (the pod's name in the
     chart). Left to itself kopf asks `getpass.getuser()`, which fails for a uid without a
@@ -338,7 +318,6 @@ def operator_identity(options: RunOptions) -> Any:
 
 
 async def run(options: RunOptions) -> None:
-    cap_malloc_arenas()  # before any worker thread exists
     if options.kubeconfig:
         # kopf's own login reads the same kubeconfig as our client
         os.environ["KUBECONFIG"] = options.kubeconfig

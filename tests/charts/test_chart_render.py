@@ -254,6 +254,8 @@ def test_deployment_runs_the_controller_with_restricted_pod_security(
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
     assert env["NEXUS_NAMESPACE"] == "metadata.namespace"
     assert env["NEXUS_LEADER_IDENTITY"] == "metadata.name"
+    values = {e["name"]: e.get("value") for e in c["env"]}
+    assert values["MALLOC_ARENA_MAX"] == "2"
     anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert (

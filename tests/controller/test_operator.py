@@ -1,11 +1,10 @@
-"""Process set-up of `nexus-admit run` that the e2e tests cannot see: the malloc arena cap
-(the soak's RSS measures its effect, in `make bench-e2e`), and the health/metrics port
-served over TLS (`--metrics-cert`)."""
+"""Process set-up of `nexus-admit run` that the e2e tests cannot see: the health/metrics
+port served over TLS (`--metrics-cert`), the operator's identity. (The malloc arena cap is
+the image's and the chart's MALLOC_ARENA_MAX: tests/charts checks it.)"""
 
 from __future__ import annotations
 
 import asyncio
-import platform
 import ssl
 from pathlib import Path
 from typing import Any
@@ -14,16 +13,9 @@ import aiohttp
 import pytest
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.operator import _health_server, cap_malloc_arenas, operator_settings
+from nexus_admit.controller.operator import _health_server, operator_settings
 from nexus_admit.controller.options import OptionsError, RunOptions
 from tests.controller.webhook.test_tls import issue, served_serial
-
-
-@pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
-)
-def test_malloc_arenas_are_capped_on_glibc() -> None:
-    assert cap_malloc_arenas() is True
 
 
 def _options(tmp_path: Path, **tls: Any) -> RunOptions:
