@@ -23,15 +23,22 @@ from nexus_admit.kube.errors import (
 from nexus_admit.kube.podspec import tolerations as parse_tolerations
 from nexus_admit.model import PlacementConfig, Toleration
 
+# Kueue's own ProvisioningRequest admission check (pkg/controller/admissionchecks/provisioning)
+PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
+
 __all__ = [
+    "PROVISIONING_CONTROLLER",
     "KueueIndex",
     "admission_order_key",
     "creation_key",
     "flavor_constraints",
     "is_pending_on_check",
     "our_check_names",
+    "provisioning_check_names",
+    "sibling_node_selectors",
     "tas_pod_sets",
     "tier_claims",
+    "unready_provisioning_check",
     "workload_tier",
 ]
 
@@ -52,6 +59,59 @@ def our_check_names(admission_checks: Iterable[Obj]) -> set[str]:
         for ac in admission_checks
         if mapping(ac, ac.get("spec"), "spec").get("controllerName") == L.ADMISSION_CHECK_CONTROLLER
     }
+
+
+def provisioning_check_names(admission_checks: Iterable[Obj]) -> set[str]:
+    """Names of the AdmissionChecks run by Kueue's ProvisioningRequest controller."""
+    return {
+        str(meta(ac).get("name"))
+        for ac in admission_checks
+        if isinstance(ac.get("spec"), Mapping)
+        and ac["spec"].get("controllerName") == PROVISIONING_CONTROLLER
+    }
+
+
+def _check_entries(workload: Obj) -> list[Mapping[str, Any]]:
+    """The Workload's `status.admissionChecks` entries that are objects (others skipped:
+    this is read on every pass, and a malformed entry is Kueue's to reject)."""
+    status = workload.get("status")
+    entries = status.get("admissionChecks") if isinstance(status, Mapping) else None
+    return [e for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+
+
+def unready_provisioning_check(
+    workload: Obj, provisioning: Collection[str]
+) -> tuple[str, str, str] | None:
+    """(name, state, message) of the first of the Workload's `provisioning` checks that is
+    not Ready: its nodes are not there (or not booked) yet, so placing now would place
+    without them."""
+    for entry in _check_entries(workload):
+        name = entry.get("name")
+        if name in provisioning and entry.get("state") != "Ready":
+            return str(name), str(entry.get("state") or ""), str(entry.get("message") or "")
+    return None
+
+
+def sibling_node_selectors(workload: Obj, ours: Collection[str]) -> dict[str, dict[str, str]]:
+    """Per pod set, the nodeSelector the Workload's other Ready checks set through their
+    podSetUpdates (Kueue applies every check's to the pods; the provisioning check's names
+    the provisioned nodes). A key two checks set to different values: "\0conflict" (no
+    node can match; Kueue would refuse to start the pods anyway)."""
+    out: dict[str, dict[str, str]] = {}
+    for entry in _check_entries(workload):
+        if entry.get("name") in ours or entry.get("state") != "Ready":
+            continue
+        updates = entry.get("podSetUpdates")
+        for update in updates if isinstance(updates, list) else []:
+            selector = update.get("nodeSelector") if isinstance(update, Mapping) else None
+            if not isinstance(selector, Mapping) or not isinstance(update.get("name"), str):
+                continue
+            into = out.setdefault(update["name"], {})
+            for key, value in selector.items():
+                if key in into and into[key] != str(value):
+                    into["\0conflict"] = ""
+                into[str(key)] = str(value)
+    return out
 
 
 def is_pending_on_check(workload: Obj, check_names: Collection[str] | None) -> bool:
