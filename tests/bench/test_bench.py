@@ -179,6 +179,8 @@ def test_warm_decisions_are_recorded_beside_the_cold_ones_on_a_filling_fleet() -
     rows = {(r["gang"], r["policy"]): r for r in summarise(result)}
     assert set(rows) == {(1, "nexus"), (8, "nexus"), (1, WARM)}
     assert rows[(1, WARM)]["runs"] == 8
+    assert all(r.cpu_seconds > 0 for r in result.records)  # CPU beside the wall time
+    assert all("p99CpuMs" in row for row in rows.values())
 
 
 # ---------------------------------------------------------------- CLI
