@@ -1,5 +1,5 @@
-"""A one-pod gang needs no model: after the symmetry reduction every node left is costed,
-cheapest lower bound first, until no bound can beat the best (exact)."""
+"""A one-pod gang needs no model: its candidates are costed cheapest lower bound first,
+one node per class of interchangeable nodes, until no bound can beat the best (exact)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ __all__ = [
 
 
 def scans(problem: Problem) -> bool:
-    """A one-pod gang is placed by costing every candidate node (after the exact symmetry
-    reduction) rather than by a model: with one pod every term is a cost of the node
+    """A one-pod gang is placed by costing its candidate nodes (one per class of
+    interchangeable nodes) rather than by a model: with one pod every term is a cost of the node
     alone. Not with fragGradient on: its per-node value may be negative, so the scan's
     lower bound would not hold (the openb study's one-pod gangs keep the model)."""
     return problem.gang.pod_count == 1 and not problem.config.weights.frag_gradient
