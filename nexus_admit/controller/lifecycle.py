@@ -5,14 +5,15 @@ the same pass. Passive steps read the world: a reservation whose Workload finish
 evicted, deactivated, deleted or reserved quota anew is released (deleted; the owner
 reference would garbage-collect it with the Workload anyway); its status records which pods
 hold which slots and becomes `Bound` when all are bound. Active steps act: a reservation none
-of whose pods bound before `spec.expiresAt` is released and its gang sent back through
-Retry; a pinned pod that stays unschedulable (a pod outside Kueue took the capacity) sends
-its gang back through Retry with that reason, and so does a slot whose node was deleted
-(bound or not) or cordoned before its pod was bound, and a Ready Workload whose reservation
-is gone (deleted by hand: its pods would stay pinned while nothing holds their capacity),
-and a gang one of whose pods left its slot (its gate lifted by someone else: a tenant
-cannot unpin a pod to jump a reservation unnoticed). A pinned pod whose ResourceClaims
-kube-scheduler's DRA allocator cannot allocate on its node says so in the Retry message.
+of whose pods bound within `reservationTtlSeconds` of Kueue admitting its Workload
+(`lapses_at`) is released and its gang sent back through Retry; a pinned pod that stays
+unschedulable (a pod outside Kueue took the capacity) sends its gang back through Retry
+with that reason, and so does a slot whose node was deleted (bound or not) or cordoned or
+NotReady before its pod was bound, and a Ready Workload whose reservation is gone (deleted
+by hand: its pods would stay pinned while nothing holds their capacity), and a gang one of
+whose pods left its slot (its gate lifted by someone else: a tenant cannot unpin a pod to
+jump a reservation unnoticed). A pinned pod whose ResourceClaims kube-scheduler's DRA
+allocator cannot allocate on its node says so in the Retry message.
 
 `release_reason`, `retry_reason`, `reservation_status`, `missing_reservation`, `lost_node`
 and `unpinned_pod` are pure; the rest writes through `api.py`. A reservation found quiet is
@@ -50,6 +51,7 @@ from nexus_admit.kube.reservations import (
     reservation_workload_uid,
     slot_key,
 )
+from nexus_admit.model import PlacementConfig
 
 __all__ = [
     "Quiet",
@@ -336,12 +338,12 @@ class Quiet:
         checks: Sequence[str],
         status: Mapping[str, Any],
         since: float,
+        lapses: datetime | None,
     ) -> Quiet:
         names = tuple(s.node for s in reservation_slots(rr))
         deadlines: list[datetime] = []
-        expires = parse_time(child(rr, "spec").get("expiresAt"))
-        if expires is not None and not _ever_bound(rr, pods):
-            deadlines.append(expires)
+        if lapses is not None and not _ever_bound(rr, pods):
+            deadlines.append(lapses)
         for pod in pods:
             waiting = unschedulable_since(pod)
             if waiting is not None:
@@ -410,8 +412,9 @@ async def sync_lifecycle(ctx: Context) -> None:
         ctx.lifecycle_quiet.pop(key, None)
         reason = release_reason(rr, workload, checks)
         retry_failed = False
+        lapses = lapses_at(rr, workload, _ttl_seconds(ctx, workload, checks))
         if reason is None and workload is not None:
-            reason = retry_reason(rr, pods, nodes, now)
+            reason = retry_reason(rr, pods, nodes, now, lapses)
             if reason is not None and not await _retry(ctx, workload, checks, reason):
                 reason, retry_failed = None, True  # tried again next pass
         if reason is not None:
@@ -432,12 +435,26 @@ async def sync_lifecycle(ctx: Context) -> None:
             ctx.status_written[key] = tick
             status_writes.append(_write_status(ctx, ns, name, status))
         elif not retry_failed:
-            ctx.lifecycle_quiet[key] = Quiet.of(rr, workload, pods, nodes, checks, status, since)
+            ctx.lifecycle_quiet[key] = Quiet.of(rr, workload, pods, nodes, checks, status, since,
+                                                lapses)
     # informational and independent of each other: together, not one round trip each
     await gather_bounded(status_writes)
     for phase, n in phases.items():
         ctx.metrics.reservations.labels(phase).set(n)
     await sync_missing(ctx)
+
+
+DEFAULT_TTL_SECONDS: int = PlacementConfig.model_fields["reservation_ttl_seconds"].default
+
+
+def _ttl_seconds(ctx: Context, workload: Mapping[str, Any] | None, checks: Sequence[str]) -> int:
+    """reservationTtlSeconds of the PlacementConfig of our check the Workload has."""
+    for check in checks:
+        if workload is not None and current_entry(workload, check):
+            config = ctx.checks[check].config
+            if config is not None:
+                return config.reservation_ttl_seconds
+    return DEFAULT_TTL_SECONDS
 
 
 # how often a reservation's status may be rewritten for its slot claims alone (a phase
@@ -494,21 +511,52 @@ async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, A
         log.warning("could not update status of reservation %s/%s: %s", ns, name, e)
 
 
+def lapses_at(
+    rr: Mapping[str, Any], workload: Mapping[str, Any] | None, ttl_seconds: int
+) -> datetime | None:
+    """When a reservation none of whose pods was bound stops holding: its `spec.ttlSeconds`
+    (else `ttl_seconds`, reservationTtlSeconds now) after Kueue admitted its Workload (the
+    Admitted condition: quota and every check Ready). The TTL guards against pods that
+    never come, and none come before admission: a sibling check answered late is waited
+    for, its quota held by Kueue meanwhile. None while not admitted. A reservation with
+    `spec.expiresAt` (made by an earlier version) lapses then."""
+    spec = child(rr, "spec")
+    try:
+        expires = parse_time(spec.get("expiresAt"))
+    except ValueError:
+        return None  # unreadable: live, as the snapshot counts it (and tells it)
+    if expires is not None:
+        return expires
+    own = spec.get("ttlSeconds")
+    if isinstance(own, int) and not isinstance(own, bool) and own > 0:
+        ttl_seconds = own
+    admitted = _conditions(workload).get("Admitted") if workload is not None else None
+    if admitted is None or admitted.get("status") != "True":
+        return None
+    try:
+        since = parse_time(admitted.get("lastTransitionTime"))
+    except ValueError:
+        since = None
+    if since is None:  # no readable time: the reservation's own age is the safe side
+        since = parse_time(meta(rr).get("creationTimestamp"))
+    return None if since is None else since + timedelta(seconds=ttl_seconds)
+
+
 def retry_reason(
     rr: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     nodes: Mapping[str, Any],
     now: datetime,
+    lapses: datetime | None = None,
 ) -> str | None:
     """Why the gang must go back through Retry because its reservation cannot serve it any
-    more (expired unbound, a pin unschedulable past the grace, a pod off its slot, a slot's
-    node gone or cordoned), or None."""
+    more (unbound past `lapses`, a pin unschedulable past the grace, a pod off its slot, a
+    slot's node gone, cordoned or NotReady), or None."""
     message = None
-    expires = parse_time((rr.get("spec") or {}).get("expiresAt"))
-    if expires is not None and expires <= now and not _ever_bound(rr, pods):
+    if lapses is not None and lapses <= now and not _ever_bound(rr, pods):
         message = (
             f"reservation {meta(rr).get('name')} expired: no pod of the Workload was bound "
-            "before spec.expiresAt; the gang is placed again"
+            "within reservationTtlSeconds of its admission; the gang is placed again"
         )
     else:
         for pod in pods:

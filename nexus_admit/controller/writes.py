@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from nexus_admit.controller.api import ApiException
@@ -120,10 +120,11 @@ def assume(
         )
     ctx.ledger.assume(reservation_key(workload), object_key(workload), gang, slots,
                       time.monotonic())
-    expires = now + timedelta(seconds=config.reservation_ttl_seconds)
+    # no spec.expiresAt: the TTL counts from Kueue's admission, not from now (a sibling
+    # check may answer long after ours), so the lifecycle times it (`lifecycle.lapses_at`)
     body = reservation_object(
         name=reservation_name(workload), workload=workload, gang=gang, placement=placement,
-        expires_at=expires,
+        ttl_seconds=config.reservation_ttl_seconds,
     )
     body["metadata"]["annotations"].update(annotations or {})
     # what `kubectl get rr` shows in its Mode column

@@ -102,8 +102,8 @@ MEANINGS: dict[str, str] = {
     "preemption.weights.lostGpuHour": "Per GPU-hour a victim has run so far.",
     "preemption.weights.tier": "Per tier the victim ranks above the lowest.",
     "preemption.weights.priority": "Per point of the victim's priority (negative counts as 0).",
-    "reservationTtlSeconds": "A reservation none of whose pods bound by then is released and "
-    "the gang retried.",
+    "reservationTtlSeconds": "Seconds after Kueue admits the Workload (every check Ready) by "
+    "which a pod of its reservation must be bound; else it is released and the gang retried.",
     "retryAfterSeconds": "Not read by the controller yet: its Retry delay is `nexus-admit run "
     "--retry-seconds`.",
     "gpuDeviceClasses": "Dynamic Resource Allocation DeviceClasses whose devices are whole "

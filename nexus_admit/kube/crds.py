@@ -19,6 +19,7 @@ import yaml
 
 from nexus_admit.kube import labels as L
 from nexus_admit.model import PlacementConfig, SolveStatus
+from nexus_admit.model.config import DAY_SECONDS
 
 __all__ = [
     "MAX_RESERVATION_SLOTS",
@@ -335,7 +336,15 @@ def resource_reservation_crd() -> dict[str, Any]:
             "expiresAt": {
                 "type": "string",
                 "format": "date-time",
-                "description": "Slots not yet bound are released after this time.",
+                "description": "Slots not yet bound are released after this time (written by "
+                "versions before ttlSeconds).",
+            },
+            "ttlSeconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": DAY_SECONDS,
+                "description": "Slots not yet bound are released this long after Kueue admits "
+                "the Workload (the PlacementConfig's reservationTtlSeconds at placement).",
             },
             "decision": {
                 "type": "object",
@@ -435,7 +444,7 @@ def resource_reservation_crd() -> dict[str, Any]:
             {"name": "Nodes", "type": "integer", "jsonPath": ".spec.decision.nodes"},
             {"name": "GPUs", "type": "integer", "jsonPath": ".spec.decision.gpus"},
             {"name": "Mode", "type": "string", "jsonPath": ".spec.decision.mode"},
-            {"name": "Expires", "type": "date", "jsonPath": ".spec.expiresAt", "priority": 1},
+            {"name": "TTL", "type": "integer", "jsonPath": ".spec.ttlSeconds", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
         status=True,

@@ -212,7 +212,8 @@ def reservation_object(
     workload: Obj,
     gang: Gang,
     placement: Placement,
-    expires_at: datetime,
+    expires_at: datetime | None = None,
+    ttl_seconds: int | None = None,
 ) -> dict[str, Any]:
     """The ResourceReservation for a feasible placement of `workload` (owner: the Workload).
 
@@ -268,7 +269,9 @@ def reservation_object(
                 "uid": str(m.get("uid") or ""),
             },
             "podSets": pod_sets,
-            "expiresAt": expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            **({} if expires_at is None else
+               {"expiresAt": expires_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}),
+            **({} if ttl_seconds is None else {"ttlSeconds": ttl_seconds}),
             # why the pods go where they go: `kubectl get rr -o yaml` shows the engine's answer
             "decision": {
                 "policy": placement.policy,

@@ -359,9 +359,9 @@ def _counting_retry_reason(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     read: list[str] = []
     real = lifecycle.retry_reason
 
-    def counting(rr, pods, nodes, now):  # type: ignore[no-untyped-def]
+    def counting(rr, pods, nodes, now, lapses=None):  # type: ignore[no-untyped-def]
         read.append(rr["metadata"]["name"])
-        return real(rr, pods, nodes, now)
+        return real(rr, pods, nodes, now, lapses)
 
     monkeypatch.setattr(lifecycle, "retry_reason", counting)
     return read
@@ -413,12 +413,14 @@ def test_a_quiet_unbound_reservation_still_expires_and_a_failed_retry_is_tried_a
 
     api = cluster(pending("w", pods=1, gpus=8))
     t0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
-    ctx, rr = _placed(api, t0)
+    ctx, _ = _placed(api, t0)
+    _admit(api, "w", t0)
+    watch(ctx, api)
     read = _counting_retry_reason(monkeypatch)
     _lifecycle(ctx)
     _lifecycle(ctx)
     assert len(read) == 1, "quiet: no pod yet, not expired"
-    expires = datetime.fromisoformat(rr["spec"]["expiresAt"].replace("Z", "+00:00"))
+    expires = t0 + timedelta(seconds=600)  # reservationTtlSeconds after the admission
     ctx.clock = lambda: expires
     api.fail[("apply", "Workload")] = 1  # the Retry write fails once
     _lifecycle(ctx)
@@ -429,6 +431,71 @@ def test_a_quiet_unbound_reservation_still_expires_and_a_failed_retry_is_tried_a
     entry = api.get("Workload", "w", "default")["status"]["admissionChecks"][0]
     assert entry["state"] == "Retry" and "expired" in entry["message"], entry
     assert api.of_kind(L.KIND_RESOURCE_RESERVATION) == []
+
+
+def _admit(api: Any, name: str, at: datetime) -> None:
+    """Kueue admitted the Workload at `at`: quota and every check Ready."""
+    wl = api.get("Workload", name, "default")
+    wl["status"]["conditions"].append({
+        "type": "Admitted", "status": "True",
+        "lastTransitionTime": at.strftime("%Y-%m-%dT%H:%M:%SZ")})
+    api.put(wl)
+
+
+def test_a_sibling_check_answered_after_the_ttl_keeps_the_reservation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Our check Ready, another check of the ClusterQueue still Pending: Kueue holds the
+    quota and admits nothing, no pod can come, so the reservation holds however long
+    that takes. Once Kueue admits the Workload, the TTL counts from then."""
+    from tests.controller.test_placing import cluster, pending, watch
+
+    wl = pending("w", pods=1, gpus=8)
+    wl["status"]["admissionChecks"].append({"name": "budget", "state": "Pending"})
+    api = cluster(wl)
+    t0 = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
+    ctx, rr = _placed(api, t0)
+    assert "expiresAt" not in rr["spec"] and rr["spec"]["ttlSeconds"] == 600
+    later = t0 + timedelta(hours=2)
+    ctx.clock = lambda: later
+    _lifecycle(ctx)
+    entry = api.get("Workload", "w", "default")["status"]["admissionChecks"]
+    assert [e["state"] for e in entry if e["name"] == "nexus"] == ["Ready"]
+    assert api.of_kind(L.KIND_RESOURCE_RESERVATION), "held while the sibling is Pending"
+    _admit(api, "w", later)  # the sibling said Ready two hours on
+    watch(ctx, api)
+    ctx.clock = lambda: later + timedelta(seconds=599)
+    _lifecycle(ctx)
+    assert api.of_kind(L.KIND_RESOURCE_RESERVATION), "within the TTL of the admission"
+    ctx.clock = lambda: later + timedelta(seconds=600)
+    _lifecycle(ctx)
+    assert api.of_kind(L.KIND_RESOURCE_RESERVATION) == [], "no pod came within the TTL"
+
+
+@pytest.mark.parametrize(
+    ("spec", "conditions", "lapses"),
+    [
+        pytest.param({}, [], None, id="not-admitted"),
+        pytest.param({}, [{"type": "Admitted", "status": "False"}], None, id="admitted-false"),
+        pytest.param({}, [{"type": "Admitted", "status": "True",
+                           "lastTransitionTime": "2026-11-25T10:05:00Z"}],
+                     datetime(2026, 11, 25, 10, 15, tzinfo=UTC), id="ttl-from-admission"),
+        pytest.param({}, [{"type": "Admitted", "status": "True", "lastTransitionTime": "x"}],
+                     datetime(2026, 11, 25, 10, 10, tzinfo=UTC), id="unreadable-time"),
+        pytest.param({"ttlSeconds": 60}, [{"type": "Admitted", "status": "True",
+                                           "lastTransitionTime": "2026-11-25T10:05:00Z"}],
+                     datetime(2026, 11, 25, 10, 6, tzinfo=UTC), id="its-own-ttl"),
+        pytest.param({"expiresAt": "2026-11-25T10:01:00Z"}, [],
+                     datetime(2026, 11, 25, 10, 1, tzinfo=UTC), id="an-earlier-versions"),
+        pytest.param({"expiresAt": "soon"}, [], None, id="unreadable-expiry-is-live"),
+    ],
+)
+def test_lapses_at(spec: dict[str, Any], conditions: list[Any], lapses: Any) -> None:
+    from nexus_admit.controller.lifecycle import lapses_at
+
+    rr = {"metadata": {"name": "r", "creationTimestamp": "2026-11-25T10:00:00Z"}, "spec": spec}
+    workload = {"status": {"conditions": conditions}}
+    assert lapses_at(rr, workload, 600) == lapses
 
 
 def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_grace(
