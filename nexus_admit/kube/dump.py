@@ -261,6 +261,7 @@ class ClusterDump:
             resource_slices=self.kind("ResourceSlice"),
             resource_claims=self.kind("ResourceClaim"),
             topologies=self._kueue("Topology"),
+            workloads=self.kind("Workload"),
             exclude_workloads=exclude_workloads,
             template_requests=template_requests,
             now=now,

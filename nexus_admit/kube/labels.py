@@ -49,6 +49,7 @@ __all__ = [
     "KUEUE_API_VERSION",
     "KUEUE_GROUP_VERSION",
     "KUEUE_PODSET_GROUP_NAME",
+    "KUEUE_PODSET_LABEL",
     "KUEUE_PODSET_PREFERRED_TOPOLOGY",
     "KUEUE_PODSET_REQUIRED_TOPOLOGY",
     "KUEUE_POD_GROUP_SERVING",
@@ -138,6 +139,8 @@ KUEUE_API_VERSION: Final = "v1beta2"
 KUEUE_GROUP_VERSION: Final = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
 KUEUE_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
+# on the pods Kueue starts: the pod set of its Workload they belong to
+KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 KUEUE_PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"
 KUEUE_PODSET_PREFERRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-preferred-topology"
 # pod template annotation (Kueue copies it to topologyRequest.podSetGroupName): co-location

@@ -282,3 +282,46 @@ def admission_check(
         "metadata": {"name": name},
         "spec": {"controllerName": controller},
     }
+
+
+def topology_assignment(
+    pods_per_node: dict[str, int], levels: tuple[str, ...] = ("kubernetes.io/hostname",)
+) -> dict[str, Any]:
+    """A v1beta2 `topologyAssignment`: one slice, individual values and pod counts (higher
+    levels, if any, a universal "x")."""
+    names = list(pods_per_node)
+    values: list[dict[str, Any]] = [{"universal": "x"} for _ in levels[:-1]]
+    values.append({"individual": {"roots": names}})
+    return {"levels": list(levels), "slices": [{
+        "domainCount": len(names), "valuesPerLevel": values,
+        "podCounts": {"individual": [pods_per_node[n] for n in names]}}]}
+
+
+def tas_workload(
+    name: str,
+    pods_per_node: dict[str, int],
+    *,
+    gpus: int = 2,
+    cpu: str = "4",
+    conditions: dict[str, str] | None = None,
+    pod_set_name: str = "main",
+    others: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A Workload Kueue TAS admitted: pod set `pod_set_name` on the nodes given (pods per
+    node); `others`: more pod sets without a topology assignment."""
+    count = sum(pods_per_node.values())
+    wl = workload(name, [pod_set(pod_set_name, count, cpu=cpu, gpus=gpus), *(others or [])],
+                  check="tas-gate", conditions=conditions)
+    psa = wl["status"]["admission"]["podSetAssignments"][0]
+    psa["topologyAssignment"] = topology_assignment(pods_per_node)
+    return wl
+
+
+def tas_pod(
+    name: str, node_name: str | None, workload_name: str, *, pod_set_name: str = "main",
+    gpus: int = 2, cpu: str = "4", phase: str = "Running",
+) -> dict[str, Any]:
+    """A pod Kueue started for a TAS Workload (its annotation and pod set label)."""
+    return pod(name, node_name, gpus=gpus, cpu=cpu, memory="16Gi", phase=phase,
+               labels={"kueue.x-k8s.io/podset": pod_set_name},
+               annotations={"kueue.x-k8s.io/workload": workload_name})

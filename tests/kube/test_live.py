@@ -12,7 +12,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kube_factories import node, nrt, pod, reservation, workload
+from kube_factories import node, nrt, pod, reservation, topology_assignment, workload
 
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
@@ -92,6 +92,9 @@ def pod_event(draw: st.DrawFn, w: World) -> None:
         annotations[L.ANN_GPU_FRACTION] = fraction
     if draw(st.integers(0, 4)) == 0:
         annotations[L.ANN_NUMA_ZONE] = draw(st.sampled_from(["1", "-1"]))
+    if draw(st.integers(0, 2)) == 0:  # a pod Kueue started for a (TAS) Workload
+        labels[L.KUEUE_PODSET_LABEL] = "main"
+        annotations[L.KUEUE_WORKLOAD_ANNOTATION] = draw(st.sampled_from(WORKLOADS))
     w.put("Pod", pod(name, draw(st.sampled_from([None, *NODES])),
                      gpus=draw(st.integers(0, 2)), cpu=draw(st.sampled_from(["2", "oops"])),
                      phase=draw(st.sampled_from(["Running", "Running", "Succeeded"])),
@@ -126,7 +129,20 @@ def workload_event(draw: st.DrawFn, w: World) -> None:
     if draw(st.integers(0, 3)) == 0:
         w.delete("Workload", f"default/{name}")
         return
-    w.put("Workload", workload(name, [pod_set("main", 3, cpu=draw(st.sampled_from(["3", "7"])))]))
+    wl = workload(name, [pod_set("main", 3, cpu=draw(st.sampled_from(["3", "7"])))])
+    shape = draw(st.integers(0, 5))
+    if shape >= 2:  # Kueue TAS admitted it: its pods' nodes named before they bind
+        per_node = draw(st.dictionaries(st.sampled_from(NODES), st.integers(1, 2),
+                                        min_size=1, max_size=3))
+        levels = ("kubernetes.io/hostname",) if shape != 5 else ("example.com/rack",)
+        assignment: Any = topology_assignment(per_node, levels)
+        if shape == 4 and draw(st.booleans()):
+            assignment["slices"][0]["domainCount"] += 1  # malformed
+        wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = assignment
+        wl["status"]["conditions"] = [{"type": t, "status": "True"} for t in draw(
+            st.sampled_from([["QuotaReserved"], ["QuotaReserved"], [],
+                             ["QuotaReserved", "Finished"]]))]
+    w.put("Workload", wl)
 
 
 SLICES = ["s0", "s1", "s2", "s3"]
@@ -185,8 +201,8 @@ def other_event(draw: st.DrawFn, w: World) -> None:
 
 
 EVENTS = [node_event, node_event, nrt_event, pod_event, pod_event, pod_event,
-          reservation_event, reservation_event, workload_event, slice_event, claim_event,
-          other_event]
+          reservation_event, reservation_event, workload_event, workload_event, slice_event,
+          claim_event, other_event]
 
 
 def key(s: Skipped) -> tuple[str, ...]:

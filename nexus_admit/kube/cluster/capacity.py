@@ -32,6 +32,7 @@ __all__ = [
     "SlotKey",
     "apply_claim",
     "gpu_fraction_milli",
+    "gpu_share",
     "pod_claim",
     "pod_is_active",
     "reservation_claims",
@@ -113,7 +114,7 @@ def _int_or_none(obj: Obj, value: Any, field: str) -> int | None:
     return n
 
 
-def _gpu_share(units: int, fraction: int | None, replicas: int) -> tuple[int, int]:
+def gpu_share(units: int, fraction: int | None, replicas: int) -> tuple[int, int]:
     """(whole devices, share of one device) for `units` of nvidia.com/gpu."""
     if units <= 0:
         return 0, 0
@@ -158,7 +159,7 @@ def pod_claim(
             raise
         fraction, replicas = None, 1  # every unit a whole device: never freer than the truth
         skip(skipped, pod, e, "counted-whole", f"counted as {req.gpus} whole GPU(s)")
-    whole, share = _gpu_share(req.gpus, fraction, replicas)
+    whole, share = gpu_share(req.gpus, fraction, replicas)
     devices: tuple[int, ...] | None = None
     try:
         zone = _int_or_none(

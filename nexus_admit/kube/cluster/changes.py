@@ -12,7 +12,8 @@ What a node's free capacity reads (`snapshot.build_snapshot`), and so what marks
   ResourceReservation          the nodes of its old and new slots, and the nodes of its pods
                                (their devices and zone are read from their slot)
   Workload                     the slots' nodes of its reservations that state no requests
-                               (they are read from its pod templates)
+                               (they are read from its pod templates); with a Kueue TAS
+                               topology assignment, the nodes its old and new ones name
   ResourceSlice                its old and new node (its GPUs are that node's), and every
                                node with a slice of its old or new pool (a claim names a
                                device by driver, pool and name, found through the slices)
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.capacity import pod_is_active
+from nexus_admit.kube.cluster.tas import assignment_nodes, has_topology_assignment
 from nexus_admit.kube.errors import Obj, meta, object_key
 from nexus_admit.kube.reservations import reservation_slots
 
@@ -81,15 +83,17 @@ class Changes:
     reservations: dict[str, Obj] = field(default_factory=dict)
     slices: dict[str, Obj] = field(default_factory=dict)
     claims: dict[str, Obj] = field(default_factory=dict)
+    workloads: dict[str, Obj] = field(default_factory=dict)  # with a TAS assignment
     everything: bool = False  # a new subscriber: its first read is a full one
     reordered: bool = False  # a Node was dropped: the store's node order may change
 
     def take(self) -> Changes:
         """What was recorded, and start afresh."""
         out = Changes(self.nodes, self.node_objects, self.pods, self.reservations,
-                      self.slices, self.claims, self.everything, self.reordered)
+                      self.slices, self.claims, self.workloads, self.everything,
+                      self.reordered)
         self.nodes, self.node_objects, self.pods, self.reservations = set(), set(), {}, {}
-        self.slices, self.claims = {}, {}
+        self.slices, self.claims, self.workloads = {}, {}, {}
         self.everything = self.reordered = False
         return out
 
@@ -222,3 +226,8 @@ def record_change(
         for rr in source.reservations_of_workload(object_key(new or old or {})):
             if needs_templates(rr):
                 changes.nodes |= slot_nodes(rr)
+        tas = [wl for wl in (old, new) if wl is not None and has_topology_assignment(wl)]
+        for wl in tas:
+            changes.nodes |= assignment_nodes(wl)
+        if tas:
+            changes.workloads[key] = new or old or {}

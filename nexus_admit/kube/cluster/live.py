@@ -5,7 +5,8 @@ Who calls it: the controller's loop (`controller/loop/cycle.py`), with the store
 `FleetSource` and the store's `Changes` (`changes.record_change` says which nodes an event
 marks). The translation is `build_snapshot`'s own, run on the marked nodes and what they
 read (the pods on them, the reservations with slots there, the pods of those reservations,
-the reservations those pods name, and those objects' nodes): one translation, so the live
+the reservations those pods name, and those objects' nodes; the Workloads whose Kueue TAS
+assignment names them, from an index of its own): one translation, so the live
 snapshot equals a full `build_snapshot` of the same objects (tests/kube/test_live.py checks
 it after random event sequences). Two steps: `gather` on the loop's thread (the store
 changes there), `build` in a worker.
@@ -58,6 +59,7 @@ from nexus_admit.kube.cluster.changes import (
 )
 from nexus_admit.kube.cluster.nodes import topologies_from_objects
 from nexus_admit.kube.cluster.snapshot import build_snapshot
+from nexus_admit.kube.cluster.tas import assignment_nodes, has_topology_assignment
 from nexus_admit.kube.errors import Obj, Skipped, TranslationError, meta, object_key
 from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.kube.quantity import parse_time
@@ -83,7 +85,9 @@ class _Inputs:
     claims: list[Obj]
     pods: list[Obj]
     reservations: list[Obj]
-    workloads: list[Obj]  # those whose pod templates give reservations their requests
+    # those whose pod templates give reservations their requests, and those whose TAS
+    # assignment names a target node (or changed)
+    workloads: list[Obj]
     excluded: frozenset[str] = frozenset()
 
 
@@ -109,6 +113,9 @@ class LiveSnapshot:
     _expiry: list[tuple[datetime, int, frozenset[str]]] = field(default_factory=list)
     _expiring: dict[str, tuple[datetime, frozenset[str]]] = field(default_factory=dict)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
+    # Workloads with a Kueue TAS assignment: the nodes it names, and per node the Workloads
+    _tas_nodes: dict[str, frozenset[str]] = field(default_factory=dict)
+    _tas_on_node: dict[str, set[str]] = field(default_factory=dict)
     _working: TrackedSnapshot | None = None
     _mark: int = 0  # change-log entries of the working snapshot already restored
     _overlaid: frozenset[str] = frozenset()  # nodes holding the last pass's overlay
@@ -148,6 +155,10 @@ class LiveSnapshot:
         if full:
             self._expiry.clear()
             self._expiring.clear()
+            self._tas_nodes.clear()
+            self._tas_on_node.clear()
+            for key, wl in source.by_key("Workload").items():
+                self._index_tas(key, wl)
             base = _everything(source)
         else:
             targets = set(changes.nodes)
@@ -171,24 +182,51 @@ class LiveSnapshot:
                       if (sl := source.get("ResourceSlice", k)) is not None]
             claims = [c for k in changes.claims
                       if (c := source.get("ResourceClaim", k)) is not None]
-            base = _closure(source, targets, pods, rrs, frozenset(), slices, claims)
+            for k in changes.workloads:
+                self._index_tas(k, source.get("Workload", k))
+            base = _closure(source, targets, pods, rrs, frozenset(), slices, claims,
+                            self._tas_of(targets) | changes.workloads.keys())
         overlay_targets: set[str] = set()
         for workload in excluded:
             for rr in source.reservations_of_workload(workload):
                 overlay_targets |= slot_nodes(rr)
-        overlay = (_closure(source, overlay_targets, [], [], excluded)
+        overlay = (_closure(source, overlay_targets, [], [], excluded,
+                            tas_workloads=self._tas_of(overlay_targets))
                    if overlay_targets else None)
         gone: list[_Role] = [("pod", k) for k in changes.pods if source.get("Pod", k) is None]
         gone += [("rr", k) for k in changes.reservations
                  if source.get(L.KIND_RESOURCE_RESERVATION, k) is None]
         gone += [("slice", k) for k in changes.slices if source.get("ResourceSlice", k) is None]
         gone += [("claim", k) for k in changes.claims if source.get("ResourceClaim", k) is None]
+        gone += [("wl", k) for k in changes.workloads if source.get("Workload", k) is None]
         topologies = [
             o for o in source.by_key("Topology").values()
             if str(o.get("apiVersion", L.KUEUE_API_GROUP)).startswith(L.KUEUE_API_GROUP)
         ]
         return LivePlan(base, overlay, list(source.by_key("Node")), topologies, gone,
                         changes.reordered, now, epoch)
+
+    def _index_tas(self, key: str, workload: Obj | None) -> None:
+        """Index the nodes the Workload's TAS assignment names (None: it is gone)."""
+        for name in self._tas_nodes.pop(key, frozenset()):
+            on_node = self._tas_on_node.get(name)
+            if on_node is not None:
+                on_node.discard(key)
+                if not on_node:
+                    del self._tas_on_node[name]
+        if workload is None or not has_topology_assignment(workload):
+            return
+        named = frozenset(assignment_nodes(workload))
+        self._tas_nodes[key] = named
+        for name in named:
+            self._tas_on_node.setdefault(name, set()).add(key)
+
+    def _tas_of(self, nodes: Iterable[str]) -> set[str]:
+        """The Workloads whose TAS assignment names one of `nodes`."""
+        out: set[str] = set()
+        for name in nodes:
+            out |= self._tas_on_node.get(name, set())
+        return out
 
     # ------------------------------------------------------------------ worker thread
     def build(self, plan: LivePlan, skipped: list[Skipped]) -> TrackedSnapshot:
@@ -372,6 +410,7 @@ def _closure(
     excluded: frozenset[str],
     changed_slices: Sequence[Obj] = (),
     changed_claims: Sequence[Obj] = (),
+    tas_workloads: Iterable[str] = (),
 ) -> _Inputs:
     """The objects `targets`' free capacity reads (the module's doc), and the nodes those
     objects name, so each object is read exactly as a full build reads it."""
@@ -396,6 +435,7 @@ def _closure(
     slices, claims = _dra_closure(source, names, changed_slices, changed_claims)
     node_objects, nrts = source.by_key("Node"), source.by_key("NodeResourceTopology")
     workloads = {reservation_workload_key(r) for r in rrs.values() if needs_templates(r)}
+    workloads.update(tas_workloads)
     return _Inputs(
         frozenset(targets),
         [node_objects[n] for n in sorted(names, key=lambda n: source.order("Node", n))
@@ -406,7 +446,7 @@ def _closure(
         sorted(pods.values(), key=lambda p: source.order("Pod", object_key(p))),
         sorted(rrs.values(),
                key=lambda r: source.order(L.KIND_RESOURCE_RESERVATION, object_key(r))),
-        [w for k in workloads if (w := source.get("Workload", k)) is not None],
+        [w for k in sorted(workloads) if (w := source.get("Workload", k)) is not None],
         excluded,
     )
 
@@ -447,6 +487,7 @@ def _translate(inputs: _Inputs, now: datetime, skipped: list[Skipped]) -> dict[s
         node_resource_topologies=inputs.nrts,
         resource_slices=inputs.slices,
         resource_claims=inputs.claims,
+        workloads=inputs.workloads,
         exclude_workloads=inputs.excluded,
         template_requests=template_requests,
         now=now,
@@ -472,6 +513,7 @@ def _roles(inputs: _Inputs) -> dict[tuple[str, str, str, str], _Role]:
     add(inputs.claims, "claim")
     add(inputs.pods, "pod")
     add(inputs.reservations, "rr")
+    add(inputs.workloads, "wl")
     return out
 
 

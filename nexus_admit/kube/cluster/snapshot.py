@@ -1,7 +1,7 @@
 """Every object kind that shapes capacity → one `ClusterSnapshot`, one step per kind:
-translate the nodes, count what bound pods take, count what live reservations hold, apply
-the claims. With `skipped`, each step leaves a malformed object out and lists it (see the
-package's doc for what each case counts)."""
+translate the nodes, count what bound pods take, count what live reservations and Kueue TAS
+assignments hold, apply the claims. With `skipped`, each step leaves a malformed object out
+and lists it (see the package's doc for what each case counts)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from nexus_admit.kube.cluster.capacity import (
     Claim,
     SlotKey,
     apply_claim,
+    gpu_share,
     pod_claim,
     pod_is_active,
     reservation_claims,
@@ -29,7 +30,9 @@ from nexus_admit.kube.cluster.nodes import (
     topologies_from_objects,
 )
 from nexus_admit.kube.cluster.skipping import culprit, skip
+from nexus_admit.kube.cluster.tas import has_topology_assignment, holds_quota, tas_pod_sets_of
 from nexus_admit.kube.errors import Obj, Skipped, TranslationError, mapping, meta, object_ref
+from nexus_admit.kube.podspec import workload_template_requests
 from nexus_admit.kube.reservations import (
     reservation_is_live,
     reservation_slots,
@@ -50,6 +53,7 @@ def build_snapshot(
     resource_slices: Iterable[Obj] = (),
     resource_claims: Iterable[Obj] = (),
     topologies: Iterable[Obj] = (),
+    workloads: Iterable[Obj] = (),
     exclude_workloads: Iterable[str] = (),
     template_requests: Mapping[tuple[str, str], tuple[int, int, int]] | None = None,
     now: datetime | None = None,
@@ -62,6 +66,8 @@ def build_snapshot(
     (cpu milli, memory MiB, GPUs) per pod for reservations that do not state `requests`.
     `resource_claims`: the GPU devices their allocations hold are taken (kube/cluster/
     allocations.py).
+    `workloads`: what Kueue TAS assignments hold is taken (kube/cluster/tas.py); the
+    excluded workloads' too (TAS holds it for them, nexus does not).
     `skipped`: malformed objects are left out and listed there (never freer than the truth,
     see the package's doc) instead of raising `TranslationError`.
     """
@@ -79,6 +85,7 @@ def build_snapshot(
     )
     for rr in reservations:
         _count_reservation(rr, fleet, ledger, counting, skipped)
+    _count_tas(workloads, pods, fleet, ledger, skipped)
     _apply_claims(fleet, ledger)
     return ClusterSnapshot(fleet.nodes, topologies_from_objects(topologies, skipped))
 
@@ -340,6 +347,82 @@ def _named_nodes(rr: Obj, nodes: Mapping[str, Node]) -> set[str]:
         return {s.node for s in reservation_slots(rr)} & nodes.keys()
     except Exception:
         return set()
+
+
+# ---------------------------------------------------------------- Kueue TAS assignments
+
+
+def _tas_bound_pods(pods: Iterable[Obj]) -> dict[tuple[str, str, str, str], int]:
+    """(namespace, Workload, pod set, node) → its pods bound there and running (Kueue
+    stamps them with the Workload annotation and the pod set label)."""
+    out: dict[tuple[str, str, str, str], int] = {}
+    for pod in pods:
+        try:
+            if not pod_is_active(pod):
+                continue
+            m = meta(pod)
+            wl = mapping(pod, m.get("annotations"), "metadata.annotations").get(
+                L.KUEUE_WORKLOAD_ANNOTATION)
+            ps = mapping(pod, m.get("labels"), "metadata.labels").get(L.KUEUE_PODSET_LABEL)
+            node = mapping(pod, pod.get("spec"), "spec").get("nodeName")
+        except Exception:  # listed when its pod was counted
+            continue
+        if wl and ps:
+            k = (str(m.get("namespace") or "default"), str(wl), str(ps), str(node))
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def _count_tas(
+    workloads: Iterable[Obj],
+    pods: Iterable[Obj],
+    fleet: _Fleet,
+    ledger: _Ledger,
+    skipped: list[Skipped] | None,
+) -> None:
+    """Each pod a TAS assignment puts on a node of the snapshot and that is not bound there
+    yet takes its pod set's per-pod requests (tas.py)."""
+    # in name order: which devices a claim of unknown devices takes depends on the order
+    holders = sorted((w for w in workloads if has_topology_assignment(w) and holds_quota(w)),
+                     key=lambda w: (str(meta(w).get("namespace") or ""),
+                                    str(meta(w).get("name") or "")))
+    if not holders:
+        return
+    bound = _tas_bound_pods(pods)
+    for wl in holders:
+        m = meta(wl)
+        ns, name = str(m.get("namespace") or "default"), str(m.get("name") or "")
+        try:
+            pod_sets = tas_pod_sets_of(wl)
+            requests = workload_template_requests(wl)
+        except Exception as e:
+            if skipped is None:
+                raise
+            skip(skipped, wl, e, "malformed",
+                 "left out: what its topology assignment holds is not counted")
+            continue
+        for ps in pod_sets:
+            if not ps.names_nodes:
+                _tell_not_counted(wl, ps.name, ps.lowest_level, skipped)
+                continue
+            cpu, mem, gpus = requests.get((f"{ns}/{name}", ps.name), (0, 0, 0))
+            for node, count in ps.pods.items():
+                if node not in fleet.nodes:
+                    continue
+                whole, share = gpu_share(gpus, None, fleet.replicas[node])
+                for _ in range(count - bound.get((ns, name, ps.name, node), 0)):
+                    ledger.claims.append(Claim(node, cpu, mem, whole, share, None, None))
+
+
+def _tell_not_counted(wl: Obj, pod_set: str, level: str, skipped: list[Skipped] | None) -> None:
+    error = TranslationError(
+        object_ref(wl), "status.admission.podSetAssignments",
+        f"pod set {pod_set}'s topology assignment ends at level {level!r}, which names no "
+        f"node (kube-scheduler picks one in the domain); end the TAS flavor's Topology at "
+        f"{L.HOSTNAME_LABEL} for nexus to count it")
+    if skipped is None:
+        return  # a plan: nothing is wrong with the Workload itself
+    skip(skipped, wl, error, "not-counted", "what it holds is not counted")
 
 
 # ---------------------------------------------------------------- free capacity
