@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from nexus_admit.controller.context import Context
@@ -20,7 +21,7 @@ from nexus_admit.controller.outcome import Outcome
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
 
-__all__ = ["check_entry", "current_entry", "write_check"]
+__all__ = ["beside_other_checks", "check_entry", "current_entry", "write_check"]
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,56 @@ def check_entry(check: str, outcome: Outcome, now: str) -> dict[str, Any]:
     return entry
 
 
+_MERGED_FIELDS = ("labels", "annotations", "nodeSelector")
+
+
+def beside_other_checks(
+    updates: Sequence[Mapping[str, Any]], workload: Mapping[str, Any], check: str
+) -> tuple[dict[str, Any], ...]:
+    """Our podSetUpdates as Kueue can merge them with the other checks' of the Workload
+    (v0.19.2 applies every check's to the pods and refuses to start them when two set one
+    key of labels, annotations or nodeSelector to different values): one entry per pod
+    set (Kueue v0.21 requires it), and a key another check sets to another value left to
+    theirs (the placement honoured their nodeSelector already, `place.within_siblings`)."""
+    theirs: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in child(workload, "status").get("admissionChecks") or []:
+        if not isinstance(entry, Mapping) or entry.get("name") == check:
+            continue
+        for update in entry.get("podSetUpdates") or []:
+            if not isinstance(update, Mapping):
+                continue
+            for fld in _MERGED_FIELDS:
+                values = update.get(fld)
+                if isinstance(values, Mapping):
+                    theirs.setdefault((str(update.get("name")), fld), {}).update(values)
+    merged: dict[str, dict[str, Any]] = {}
+    for update in updates:
+        name = str(update.get("name"))
+        into = merged.setdefault(name, {"name": name})
+        for fld, value in update.items():
+            if fld not in _MERGED_FIELDS or not isinstance(value, Mapping):
+                into.setdefault(fld, value)
+                continue
+            other = theirs.get((name, fld), {})
+            kept = {k: v for k, v in value.items() if other.get(k, v) == v}
+            if len(kept) < len(value):
+                log.warning("Workload %s: pod set %s: %s %s left to another check's value",
+                            meta(workload).get("name"), name, fld,
+                            sorted(set(value) - set(kept)))
+            if kept:
+                into.setdefault(fld, {}).update(kept)
+    return tuple(merged.values())
+
+
 async def write_check(
     ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome
 ) -> None:
     """Apply our check entry; raises the API error (the caller decides what it means)."""
     m = meta(workload)
     before = current_entry(workload, check)
+    if outcome.pod_set_updates:
+        outcome = replace(outcome, pod_set_updates=beside_other_checks(
+            outcome.pod_set_updates, workload, check))
     now = ctx.clock()
     body = {
         "apiVersion": L.KUEUE_GROUP_VERSION,

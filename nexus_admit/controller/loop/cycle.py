@@ -47,7 +47,12 @@ from nexus_admit.controller.demand import (
 )
 from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.lifecycle import sync_lifecycle
-from nexus_admit.controller.loop.place import needs_decision, our_pending_check, place_one
+from nexus_admit.controller.loop.place import (
+    hold_for_provisioning,
+    needs_decision,
+    our_pending_check,
+    place_one,
+)
 from nexus_admit.controller.loop.record import PassRecord
 from nexus_admit.controller.owning_jobs import (
     OWNER_KIND,
@@ -61,7 +66,12 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, meta, object_key
-from nexus_admit.kube.kueue import KueueIndex, admission_order_key, is_pending_on_check
+from nexus_admit.kube.kueue import (
+    KueueIndex,
+    admission_order_key,
+    is_pending_on_check,
+    provisioning_check_names,
+)
 from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.model import ClusterSnapshot, PlacementConfig
 from nexus_admit.placement.base import SolvesBeside, Warms
@@ -226,8 +236,12 @@ async def place_pending(ctx: Context) -> None:
     pending, waiting = workload_views(ctx, dump, active)
     # the Jobs of Workloads still waiting for quota in our queues are read ahead
     prefetch_owner_jobs(ctx, waiting)
+    # those that wait for Kueue's provisioning check are not decided (nor their Jobs read)
+    held = await hold_for_provisioning(
+        ctx, pending, provisioning_check_names(dump.kind("AdmissionCheck")))
     # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
-    unread = await fetch_owner_jobs(ctx, pending)
+    unread = held | await fetch_owner_jobs(
+        ctx, [w for w in pending if object_key(w) not in held] if held else pending)
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
         dump = ctx.store.dump()
     stored = _settle_ledger(ctx, pending)
@@ -427,6 +441,9 @@ async def _arrivals(
     seen.update(object_key(wl) for wl in new)
     new = [wl for wl in new if needs_decision(ctx, wl)
            and ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(wl)) is None]
+    held = await hold_for_provisioning(
+        ctx, new, provisioning_check_names(dump.kind("AdmissionCheck")))
+    new = [wl for wl in new if object_key(wl) not in held]
     if not new:
         return rec, []
     unread = await fetch_owner_jobs(ctx, new)  # those whose Job could not be read: next pass
