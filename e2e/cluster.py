@@ -764,6 +764,13 @@ class Cluster:
             out += yaml_docs(nrt)
         else:
             log(f"WARNING: {nrt} missing (binaries built before the NRT CRD was added)")
+        # before Kueue starts: it runs its ProvisioningRequest check only if the kind is
+        # served when it starts (provisioning.ServerSupportsProvisioningRequest)
+        provreq = b / "manifests" / "provreq" / "crd.yaml"
+        if provreq.exists():
+            out += yaml_docs(provreq)
+        else:
+            log(f"WARNING: {provreq} missing (binaries built before it was added)")
         for c in installed_controllers(b):
             out += controller_crds(b, c)
         return out

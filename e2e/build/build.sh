@@ -166,6 +166,16 @@ recipe_nrt() {
   cp "$src/manifests/crd.yaml" "$1/manifests/nrt/crd.yaml"
 }
 
+# ProvisioningRequest CRD (autoscaling.x-k8s.io), shipped in cluster-autoscaler's API
+# module at the version Kueue's go.mod pins: installed before Kueue starts, Kueue runs its
+# provisioning admission check (it looks the kind up once, at start)
+recipe_provreq() {
+  local src
+  src="$(module_dir "k8s.io/autoscaler/cluster-autoscaler/apis@$PROVISIONING_REQUEST_API_VERSION")"
+  mkdir -p "$1/manifests/provreq"
+  cp "$src/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml" "$1/manifests/provreq/crd.yaml"
+}
+
 recipe_jobset() {
   local out="$1"
   go_build "$2/jobset" sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset "$out/jobset-controller"
@@ -277,6 +287,7 @@ components=(
   "kwok recipe_kwok KWOK_VERSION"
   "helm recipe_helm HELM_VERSION"
   "nrt recipe_nrt NRT_API_VERSION"
+  "provreq recipe_provreq PROVISIONING_REQUEST_API_VERSION"
   "jobset recipe_jobset JOBSET_VERSION"
   "lws recipe_lws LWS_VERSION"
   "trainer recipe_trainer TRAINER_VERSION"
