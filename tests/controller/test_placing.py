@@ -25,9 +25,12 @@ from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import (
     admission_check,
     cluster_queue,
+    flavor,
     node,
     pod,
     pod_set,
+    tas_pod,
+    tas_workload,
     workload,
 )
 
@@ -755,3 +758,61 @@ def test_the_solve_metric_tells_one_pod_decisions_from_gangs() -> None:
            for m in ctx.metrics.solve_cpu_seconds.collect() for s in m.samples
            if s.name.endswith("_count")}
     assert cpu == {("1", "fleet"): 1, ("several", "fleet"): 1, ("1", "kept"): 1}, cpu
+
+
+def tas_flavor() -> dict[str, Any]:
+    rf = flavor("tas-gpus")
+    rf["spec"]["topologyName"] = "hosts"
+    return rf
+
+
+def test_a_tas_assignment_whose_pods_are_not_bound_yet_keeps_the_gang_off_its_node() -> None:
+    """Kueue TAS reserved n0 for another queue's Workload; its pod is gated until its
+    other check is Ready: a gang that needs both nodes must wait, not take n0 too."""
+    held = tas_workload("tas", {"n0": 1}, gpus=8)
+    api = cluster(pending("w", pods=2, gpus=8), held, nodes=("n0", "n1"))
+    ctx, _ = controller(api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Retry"
+    assert api.count("create", RR) == 0
+    # the TAS pod binds to n0: counted once (as the pod), a one-node gang fits on n1
+    api.put(tas_pod("tas-0", "n0", "tas", gpus=8))
+    api.put(pending("v", pods=1, gpus=8))
+    watch(ctx, api)
+    run(ctx)
+    (rr,) = api.of_kind(RR)
+    assert [s["node"] for s in rr["spec"]["podSets"][0]["slots"]] == ["n1"]
+
+
+def test_a_mixed_workloads_other_pod_sets_are_placed_and_pinned_beside_its_tas_ones() -> None:
+    """One pod set on a TAS flavor (Kueue chose n0), one without: the second is ours to
+    place (not on n0, which TAS holds) and pin; the first gets no update from us."""
+    w = tas_workload("w", {"n0": 1}, gpus=8, pod_set_name="launcher",
+                     others=[pod_set("workers", 2, gpus=8)])
+    w["status"]["admissionChecks"][0]["name"] = "nexus"
+    w["status"]["conditions"][0]["lastTransitionTime"] = QR
+    w["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"nvidia.com/gpu": "tas-gpus"}
+    api = cluster(w)
+    api.put(tas_flavor())
+    ctx, _ = controller(api)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Ready"
+    assert [u["name"] for u in entry["podSetUpdates"]] == ["workers"]
+    (rr,) = api.of_kind(RR)
+    assert [ps["name"] for ps in rr["spec"]["podSets"]] == ["workers"]
+    assert sorted(s["node"] for s in rr["spec"]["podSets"][0]["slots"]) == ["n1", "n2"]
+
+
+def test_a_workload_all_on_tas_flavors_is_passed_through() -> None:
+    w = tas_workload("w", {"n0": 1}, gpus=8)
+    w["status"]["admissionChecks"][0]["name"] = "nexus"
+    w["status"]["conditions"][0]["lastTransitionTime"] = QR
+    w["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"nvidia.com/gpu": "tas-gpus"}
+    api = cluster(w)
+    api.put(tas_flavor())
+    ctx, _ = controller(api)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Ready" and "topology-aware flavor" in entry["message"]
+    assert api.count("create", RR) == 0
