@@ -28,6 +28,7 @@ from nexus_admit.controller.loop.record import (
 from nexus_admit.controller.outcome import (
     CheckState,
     Outcome,
+    clip,
     passthrough,
     placed,
     rejected_input,
@@ -61,10 +62,15 @@ from nexus_admit.controller.writes import (
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
-from nexus_admit.kube.kueue import tas_pod_sets, tier_claims
+from nexus_admit.kube.kueue import (
+    sibling_node_selectors,
+    tas_pod_sets,
+    tier_claims,
+    unready_provisioning_check,
+)
 from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
 from nexus_admit.kube.serving import with_siblings
-from nexus_admit.model import Gang, Placement, PlacementConfig
+from nexus_admit.model import Gang, Placement, PlacementConfig, PodSet
 from nexus_admit.placement.decide import (
     Decision,
     DecisionRequest,
@@ -78,7 +84,14 @@ from nexus_admit.placement.decide import (
 )
 from nexus_admit.placement.preemption import RunningGang
 
-__all__ = ["DRAIN_RECHECK_SECONDS", "already_answered", "needs_decision", "place_one"]
+__all__ = [
+    "DRAIN_RECHECK_SECONDS",
+    "already_answered",
+    "hold_for_provisioning",
+    "needs_decision",
+    "place_one",
+    "within_siblings",
+]
 
 DRAIN_RECHECK_SECONDS = 10.0  # how often a draining gang is solved as if it did not drain
 
@@ -93,6 +106,7 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
     gang = await _translate(rec, workload, check, config)
     if gang is None:
         return
+    gang = within_siblings(gang, sibling_node_selectors(workload, ctx.checks))
     tas = tas_pod_sets(workload, rec.kueue)
     if tas:  # Kueue TAS chose these pod sets' hosts already (the snapshot counts them)
         ours = tuple(ps for ps in gang.pod_sets if ps.name not in tas)
@@ -354,6 +368,58 @@ def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
         return False
     ctx.drain_checked[key] = tick
     return True
+
+
+async def hold_for_provisioning(
+    ctx: Context, workloads: list[dict[str, Any]], provisioning: set[str]
+) -> set[str]:
+    """The Workloads (keys) that wait for one of Kueue's `provisioning` checks to be Ready
+    before we place them; each keeps our check Pending with a message that says so.
+
+    Why wait: until the ProvisioningRequest is Provisioned its nodes are not in the fleet,
+    so a placement now would go on the existing nodes or answer Retry, and Retry ends in an
+    eviction that deletes the ProvisioningRequest and its booked capacity (Kueue v0.19.2,
+    CleanupProvisioningRequestsOnEviction, on by default). Nothing is held meanwhile, so no
+    reservation lapses however long the provisioner takes. A Workload with a reservation
+    of this attempt is not held: it is answered from it, never placed twice."""
+    held: set[str] = set()
+    for wl in workloads:
+        check = our_pending_check(wl, ctx)
+        unready = unready_provisioning_check(wl, provisioning)
+        if check is None or unready is None or not needs_decision(ctx, wl):
+            continue
+        if ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(wl)) is not None:
+            continue
+        held.add(object_key(wl))
+        name, state, said = unready
+        why = f"it says: {said}" if said else "the provisioner has not answered yet"
+        await keep_pending(
+            ctx, wl, check,
+            clip(f"waiting for the provisioning check {name} to be Ready ({state}; {why})"),
+            "WaitingForProvisioning",
+        )
+    return held
+
+
+def within_siblings(gang: Gang, selectors: Mapping[str, Mapping[str, str]]) -> Gang:
+    """The gang on the nodes the Workload's other Ready checks send its pods to: their
+    podSetUpdates' nodeSelector (the provisioned nodes, for Kueue's provisioning check)
+    joins each pod set's own, since Kueue puts both on the pods."""
+    if not selectors:
+        return gang
+
+    def narrowed(ps: PodSet) -> PodSet:
+        theirs = selectors.get(ps.name)
+        if not theirs:
+            return ps
+        merged = dict(ps.node_selector)
+        for key, value in theirs.items():
+            if merged.get(key, value) != value:
+                merged["\0conflict"] = ""  # no node can match both
+            merged[key] = value
+        return replace(ps, node_selector=merged)
+
+    return replace(gang, pod_sets=tuple(narrowed(ps) for ps in gang.pod_sets))
 
 
 def our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
