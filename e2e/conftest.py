@@ -45,7 +45,8 @@ if str(E2E_DIR) not in sys.path:
     sys.path.insert(0, str(E2E_DIR))
 
 import cluster as cluster_mod  # noqa: E402
-from e2e_util import AUTO_GATE_MODE, KUEUE_GROUP, KUEUE_VERSION, wait_for  # noqa: E402
+from builders import create_local_queue  # noqa: E402
+from e2e_util import AUTO_GATE_MODE, wait_for  # noqa: E402
 
 TIERS = ("gold", "silver", "bronze")
 _active: dict[str, Any] = {}
@@ -165,18 +166,7 @@ def e2e_namespace(request, core_v1, custom_objects) -> Iterator[str]:
         timeout=60,
     )
     for tier in TIERS:
-        custom_objects.create_namespaced_custom_object(
-            KUEUE_GROUP,
-            KUEUE_VERSION,
-            name,
-            "localqueues",
-            {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": tier, "namespace": name},
-                "spec": {"clusterQueue": tier},
-            },
-        )
+        create_local_queue(custom_objects, name, tier, tier)
     yield name
     _active.pop("namespace", None)
     with contextlib.suppress(client.ApiException):
@@ -243,18 +233,7 @@ def nexus_namespace(e2e_namespace: str, nexus_controller: Any, custom_objects) -
     """A test namespace whose LocalQueues nexus-gold/-silver/-bronze feed the nexus-checked
     ClusterQueues of the same names."""
     for tier in TIERS:
-        custom_objects.create_namespaced_custom_object(
-            KUEUE_GROUP,
-            KUEUE_VERSION,
-            e2e_namespace,
-            "localqueues",
-            {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": f"nexus-{tier}", "namespace": e2e_namespace},
-                "spec": {"clusterQueue": f"nexus-{tier}"},
-            },
-        )
+        create_local_queue(custom_objects, e2e_namespace, f"nexus-{tier}", f"nexus-{tier}")
     return e2e_namespace
 
 

@@ -32,9 +32,11 @@ if str(E2E_DIR) not in sys.path:
 import cluster as cluster_mod  # noqa: E402
 from nexus_controller import CHECK_NAME, RESERVATION_LABEL, NexusController  # noqa: E402
 
+from nexus_admit.kube import labels as L  # noqa: E402
+
 REPO = E2E_DIR.parent
 SAMPLES = REPO / "config" / "samples" / "demo"
-SLOT_ANNOTATION = "scheduling.kubenexus.io/slot"
+SLOT_ANNOTATION = L.ANN_SLOT
 PLACE_TIMEOUT = 180.0
 
 

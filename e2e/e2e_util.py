@@ -14,16 +14,17 @@ import cluster as _cluster
 import pytest
 from kubernetes import client
 
+from nexus_admit.kube import labels as L
+
 T = TypeVar("T")
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
+KUEUE_GROUP, KUEUE_VERSION = L.KUEUE_API_GROUP, L.KUEUE_API_VERSION
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = L.KUEUE_QUEUE_NAME_LABEL
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
-GPU = "nvidia.com/gpu"
+GPU = L.GPU_RESOURCE
 
 # e2e/versions.env: which workload controllers are pinned (built and run)
 VERSIONS = dict(

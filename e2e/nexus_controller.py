@@ -42,6 +42,7 @@ if str(E2E_DIR) not in sys.path:
 
 import cluster as cluster_mod  # noqa: E402
 
+from nexus_admit.kube import labels as L  # noqa: E402
 from nexus_admit.kube.labels import GATE_PLACEMENT as GATE  # noqa: E402
 from nexus_admit.kube.pod_gate_policy import (  # noqa: E402
     TRUSTED_POD_CREATORS,
@@ -63,8 +64,8 @@ QUEUE_GATE_POLICY = "nexus-admit-queue-gate"
 # the ConfigMap the queue gate policy reads; the controller keeps it (controller/queue_gate.py)
 GATED_QUEUES_NAMESPACE = "default"
 GATED_QUEUES_CONFIGMAP = "nexus-admit-gated-queues"
-RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RESERVATION_LABEL = L.LABEL_RESERVATION
+QUEUE_LABEL = L.KUEUE_QUEUE_NAME_LABEL
 # the process environment the image and the chart give the controller
 PROCESS_ENV = {"PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"

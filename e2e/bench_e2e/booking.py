@@ -9,9 +9,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nexus_admit.kube import labels as L
+
 GPU = "nvidia.com/gpu"
-RESERVATION_LABEL = "scheduling.kubenexus.io/reservation"
-SLOT_ANNOTATION = "scheduling.kubenexus.io/slot"
+RESERVATION_LABEL = L.LABEL_RESERVATION
+SLOT_ANNOTATION = L.ANN_SLOT
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nexus_admit.kube import labels as L
+
 # tier -> (pool, flavor) of the Kueue-alone ClusterQueue (e2e/manifests/kueue.yaml)
 KUEUE_ALONE = {"gold": ("h100", "h100"), "silver": ("a100", "a100"), "bronze": ("l40s", "l40s")}
 # tiers whose Kueue-alone flavor is topology-aware (h100 has topologyName gpu-fabric): only
@@ -23,7 +25,7 @@ INSTANT_CHECK = "bench-instant"  # bench_e2e/instant_check.py answers it
 INSTANT_PREFIX = "instant-"
 INSTANT_CONTROLLER = "bench.kubenexus.io/instant-check"
 NEXUS_FLAVOR = "gpu-any"
-TIER_LABEL = "scheduling.kubenexus.io/tier"
+TIER_LABEL = L.LABEL_TIER
 
 
 def _cq(

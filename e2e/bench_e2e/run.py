@@ -47,6 +47,7 @@ if str(E2E_DIR) not in sys.path:
 
 import cluster as cluster_mod  # noqa: E402
 import fleet as fleet_mod  # noqa: E402
+from builders import create_local_queue  # noqa: E402
 from kubernetes import client  # noqa: E402
 from nexus_controller import NexusController  # noqa: E402
 
@@ -382,18 +383,7 @@ class Bench:
             self.remove_namespace(ns)
             self.core.create_namespace({"metadata": {"name": ns}})
         for tier in TIERS:
-            self.custom.create_namespaced_custom_object(
-                KUEUE_GROUP,
-                KUEUE_VERSION,
-                ns,
-                "localqueues",
-                {
-                    "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                    "kind": "LocalQueue",
-                    "metadata": {"name": tier, "namespace": ns},
-                    "spec": {"clusterQueue": f"{queue_prefix}{tier}"},
-                },
-            )
+            create_local_queue(self.custom, ns, tier, f"{queue_prefix}{tier}")
 
     def wait_queues_active(self, prefix: str, timeout: float = 60) -> None:
         """Until Kueue holds the tiers' ClusterQueues named `prefix`<tier> Active (a queue

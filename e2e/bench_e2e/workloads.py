@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nexus_admit.kube import labels as L
+
 TIERS = ("gold", "silver", "bronze")
 GANG_SIZES = (1, 8, 32)
 # 1-pod gangs are the most common, 32-pod gangs the rarest
@@ -29,10 +31,10 @@ GPUS_PER_POD: dict[str, dict[int, tuple[int, ...]]] = {
 POOL_BUDGET = 0.6
 
 GPU = "nvidia.com/gpu"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = L.KUEUE_QUEUE_NAME_LABEL
 WORKLOAD_LABEL = "bench.kubenexus.io/workload"
 POD_COMPLETE_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
-PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+PREFERRED_TOPOLOGY = L.KUEUE_PODSET_PREFERRED_TOPOLOGY
 RACK_LABEL = "cloud.google.com/gce-topology-subblock"
 
 

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import job, local_queue
 from e2e_util import (
     AUTO_GATE_MODE,
     GPU,
     KUEUE_GROUP,
     KUEUE_VERSION,
-    QUEUE_LABEL,
     condition,
     wait_for,
 )
@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from nexus_admit.kube import labels as L  # noqa: E402
 from tests.charts.helm import CHART, POLICY_API, bin_dir, render  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
@@ -52,8 +53,8 @@ LEASE = FULLNAME  # the chart's --lease-name
 CHECK, CONFIG = "nexus-chart-placement", "nexus-chart"
 CQ, FLAVOR, JOBS_NS = "nexus-chart-gold", "nexus-chart-any", "nexus-chart-jobs"
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
-RESERVATION = "scheduling.kubenexus.io/reservation"
-GATE = "scheduling.kubenexus.io/placement"
+RESERVATION = L.LABEL_RESERVATION
+GATE = L.GATE_PLACEMENT
 # the in-cluster webhook cannot be served here: select no namespace at all
 NO_NAMESPACE = {"matchLabels": {"scheduling.kubenexus.io/chart-e2e-gated": "never"}}
 INSTALL_VALUES: dict[str, Any] = {
@@ -517,16 +518,7 @@ def sa_controller(
         lambda: core_v1.read_namespaced_service_account("default", JOBS_NS),
         timeout=60,
     )
-    e2e_cluster.apply(
-        [
-            {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": "chart", "namespace": JOBS_NS},
-                "spec": {"clusterQueue": CQ},
-            }
-        ]
-    )
+    e2e_cluster.apply([local_queue("chart", JOBS_NS, CQ)])
     nc = ServiceAccountController(e2e_cluster, kubeconfig, gate_mode)
     nc.register_admission()
     t0 = time.monotonic()
@@ -541,25 +533,7 @@ def sa_controller(
 
 
 def gang_job(name: str) -> client.V1Job:
-    worker = client.V1Container(
-        name="worker",
-        image="registry.invalid/nexus/worker:e2e",
-        resources=client.V1ResourceRequirements(
-            requests={"cpu": "4", "memory": "16Gi", GPU: "4"}, limits={GPU: "4"}
-        ),
-    )
-    return client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: "chart"}),
-        spec=client.V1JobSpec(
-            parallelism=2,
-            completions=2,
-            completion_mode="Indexed",
-            backoff_limit=0,
-            template=client.V1PodTemplateSpec(
-                spec=client.V1PodSpec(restart_policy="Never", containers=[worker])
-            ),
-        ),
-    )
+    return job(name, "chart", pods=2, gpus=4, cpu="4", memory="16Gi")
 
 
 def our_check(wl: dict[str, Any]) -> dict[str, Any]:

@@ -14,58 +14,27 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from builders import (
+    CHECK,
+    GATE,
+    NUMA_ZONE,
+    RESERVATION,
+    RR_GROUP,
+    RR_PLURAL,
+    RR_VERSION,
+    SLOT,
+    create_local_queue,
+    job,
+)
 from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
 from kubernetes import client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
-CHECK = "nexus-placement"
-RR_GROUP, RR_VERSION, RR_PLURAL = "scheduling.kubenexus.io", "v1alpha1", "resourcereservations"
-RESERVATION = "scheduling.kubenexus.io/reservation"
-SLOT = "scheduling.kubenexus.io/slot"
-NUMA_ZONE = "scheduling.kubenexus.io/numa-zone"
-GATE = "scheduling.kubenexus.io/placement"
 RACK = "cloud.google.com/gce-topology-subblock"
 PRODUCT = "nvidia.com/gpu.product"
 INDEX = "batch.kubernetes.io/job-completion-index"
 H100, L40S = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"
-
-
-def job(
-    name: str,
-    queue: str,
-    pods: int,
-    gpus: int,
-    *,
-    cpu: str = "8",
-    memory: str = "32Gi",
-    annotations: dict[str, str] | None = None,
-    indexed: bool = True,
-    backoff_limit: int = 0,
-    affinity: client.V1Affinity | None = None,
-) -> client.V1Job:
-    container = client.V1Container(
-        name="worker",
-        image="registry.invalid/nexus/worker:e2e",
-        resources=client.V1ResourceRequirements(
-            requests={"cpu": cpu, "memory": memory, GPU: str(gpus)}, limits={GPU: str(gpus)}
-        ),
-    )
-    return client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
-        spec=client.V1JobSpec(
-            parallelism=pods,
-            completions=pods,
-            completion_mode="Indexed" if indexed else "NonIndexed",
-            backoff_limit=backoff_limit,
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(annotations=annotations or {}),
-                spec=client.V1PodSpec(
-                    restart_policy="Never", containers=[container], affinity=affinity
-                ),
-            ),
-        ),
-    )
 
 
 def workload_of(custom: client.CustomObjectsApi, ns: str, job_name: str) -> dict[str, Any] | None:
@@ -513,14 +482,7 @@ def test_a_workload_waiting_for_quota_is_warmed_then_placed_when_kueue_reserves(
     ClusterQueue's flavor (controller/warm.py); once the queue is released, Kueue reserves,
     nexus places and the pods run on their planned nodes."""
     ns = nexus_namespace
-    queue = {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "LocalQueue",
-        "metadata": {"name": "held-gold", "namespace": ns},
-        "spec": {"clusterQueue": "nexus-gold", "stopPolicy": "Hold"},
-    }
-    custom_objects.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues",
-                                                   queue)
+    create_local_queue(custom_objects, ns, "held-gold", "nexus-gold", stop_policy="Hold")
     before = counter(nexus_controller.metrics(), "nexus_admit_warmed_shapes_total")
     # a one-pod shape no other test asks for, so its tracker is new to the controller
     batch_v1.create_namespaced_job(ns, job("waits", "held-gold", pods=1, gpus=3, cpu="5"))

@@ -29,6 +29,7 @@ from typing import Any
 
 import demo
 import pytest
+from builders import create_local_queue
 from e2e_util import KUEUE_GROUP, KUEUE_VERSION, wait_for
 from kubernetes import client, watch
 from nexus_controller import NexusController
@@ -136,15 +137,7 @@ def fenced(
     b = NexusController(e2e_cluster, name="nexus-admit-fence-b", extra_args=args)
     b.install()
     for tier in ("gold", "silver", "bronze"):
-        custom_objects.create_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, e2e_namespace, "localqueues",
-            {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": f"nexus-{tier}", "namespace": e2e_namespace},
-                "spec": {"clusterQueue": f"nexus-{tier}"},
-            },
-        )
+        create_local_queue(custom_objects, e2e_namespace, f"nexus-{tier}", f"nexus-{tier}")
     crt, key = b.ensure_cert()
     hook = HoldingWebhook(str(crt), str(key))
     ca = (e2e_cluster.pki / "ca.crt").read_bytes()

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, wait_for
+from builders import create_local_queue
+from e2e_util import wait_for
 from nexus_controller import NexusController
 from test_controller import (
     INDEX,
@@ -288,18 +289,7 @@ def test_the_image_runs_as_non_root_and_places_a_gang(
     assert "nexus-admit" in Path(f"/proc/{pid}/cmdline").read_text()
 
     ns = e2e_namespace
-    custom_objects.create_namespaced_custom_object(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        ns,
-        "localqueues",
-        {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-            "kind": "LocalQueue",
-            "metadata": {"name": "nexus-gold", "namespace": ns},
-            "spec": {"clusterQueue": "nexus-gold"},
-        },
-    )
+    create_local_queue(custom_objects, ns, "nexus-gold", "nexus-gold")
     batch_v1.create_namespaced_job(ns, job("train", "nexus-gold", pods=4, gpus=8))
     wl = wait_check(custom_objects, ns, "train", ("Ready",))
     assert "placed 4 pods" in check_entry(wl)["message"], check_entry(wl)

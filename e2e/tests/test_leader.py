@@ -23,7 +23,8 @@ from typing import Any
 
 import demo
 import pytest
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, metric, wait_for
+from builders import create_local_queue
+from e2e_util import GPU, QUEUE_LABEL, condition, metric, wait_for
 from kubernetes import client
 from nexus_controller import NexusController
 from test_controller import GATE
@@ -137,18 +138,7 @@ def queues(
     the way a kubelet would (demo.remove_namespace), or a group still gated would keep
     Kueue's finalizer and its reservation-free namespace Terminating for ever."""
     for tier in ("gold", "silver", "bronze"):
-        custom_objects.create_namespaced_custom_object(
-            KUEUE_GROUP,
-            KUEUE_VERSION,
-            e2e_namespace,
-            "localqueues",
-            {
-                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-                "kind": "LocalQueue",
-                "metadata": {"name": f"nexus-{tier}", "namespace": e2e_namespace},
-                "spec": {"clusterQueue": f"nexus-{tier}"},
-            },
-        )
+        create_local_queue(custom_objects, e2e_namespace, f"nexus-{tier}", f"nexus-{tier}")
     yield e2e_namespace
     demo.remove_namespace(e2e_cluster, e2e_namespace)
 

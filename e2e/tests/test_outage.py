@@ -21,6 +21,7 @@ import uuid
 from typing import Any
 
 import pytest
+from builders import create_local_queue, job
 from e2e_util import (
     ADMISSION_GATE,
     GPU,
@@ -35,13 +36,15 @@ from e2e_util import (
 )
 from kubernetes import client
 
+from nexus_admit.kube import labels as L
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
 CHECK = "nexus-placement"
 # KWOK completes the pods: a plain pod still running when its namespace goes keeps Kueue's
 # finalizer (its group never finishes) and holds its node for the tests after
 COMPLETES = {"pod-complete.stage.kwok.x-k8s.io/delay": "20s"}
-GATE = "scheduling.kubenexus.io/placement"
+GATE = L.GATE_PLACEMENT
 
 
 def _container(gpus: int) -> client.V1Container:
@@ -55,21 +58,9 @@ def _container(gpus: int) -> client.V1Container:
 
 
 def _job(name: str, queue: str, pods: int) -> client.V1Job:
-    return client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
-        spec=client.V1JobSpec(
-            parallelism=pods,
-            completions=pods,
-            completion_mode="Indexed",
-            backoff_limit=0,
-            # KWOK completes them: nothing of this test keeps GPUs busy for the next ones
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(annotations=dict(COMPLETES)),
-                spec=client.V1PodSpec(restart_policy="Never", containers=[_container(1)]),
-            ),
-        ),
-    )
-
+    # KWOK completes them: nothing of this test keeps GPUs busy for the next ones
+    return job(name, queue, pods, gpus=1, cpu="1", memory="1Gi", annotations=dict(COMPLETES),
+               container_name="c")
 
 def _pod(name: str, queue: str, group: str | None = None, total: int = 1) -> client.V1Pod:
     labels = {QUEUE_LABEL: queue}
@@ -158,11 +149,7 @@ def test_a_queue_created_a_moment_before_its_pods_is_gated_then_released(
     as Kueue admits it."""
     ns = nexus_namespace
     queue = f"fresh-{uuid.uuid4().hex[:6]}"
-    custom_objects.create_namespaced_custom_object(
-        KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues",
-        {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
-         "metadata": {"name": queue, "namespace": ns}, "spec": {"clusterQueue": "silver"}},
-    )
+    create_local_queue(custom_objects, ns, queue, "silver")
     created = core_v1.create_namespaced_pod(ns, _pod("fresh", queue))
     if GATE in _gates(created):  # the usual case: the list did not name it yet
         wait_for(

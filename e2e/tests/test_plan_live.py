@@ -18,8 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, QUEUE_LABEL, condition, wait_for
+from builders import create_local_queue, job
+from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
+
+from nexus_admit.kube import labels as L
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240, func_only=True)]
 
@@ -32,27 +35,8 @@ DUMP_KINDS = (
 
 
 def _job(name: str, queue: str, pods: int, gpus: int, vram: str) -> client.V1Job:
-    container = client.V1Container(
-        name="trainer",
-        image="registry.invalid/nexus/trainer:e2e",
-        resources=client.V1ResourceRequirements(
-            requests={"cpu": "4", "memory": "16Gi", GPU: str(gpus)}, limits={GPU: str(gpus)}
-        ),
-    )
-    return client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
-        spec=client.V1JobSpec(
-            parallelism=pods,
-            completions=pods,
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(
-                    annotations={"scheduling.kubenexus.io/gpu-memory": vram}
-                ),
-                spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
-            ),
-        ),
-    )
-
+    return job(name, queue, pods, gpus, cpu="4", memory="16Gi", indexed=False,
+               backoff_limit=None, annotations={L.ANN_GPU_MEMORY: vram})
 
 def _cluster_object(custom: client.CustomObjectsApi, plural: str, body: dict) -> None:
     custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, body)
@@ -122,25 +106,14 @@ def nexus_queue(custom_objects, batch_v1, e2e_namespace):
             },
         },
     )
-    custom_objects.create_namespaced_custom_object(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        e2e_namespace,
-        "localqueues",
-        {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-            "kind": "LocalQueue",
-            "metadata": {"name": "nexus"},
-            "spec": {"clusterQueue": cq},
-        },
-    )
+    create_local_queue(custom_objects, e2e_namespace, "nexus", cq)
     yield "nexus"
     # Cluster-scoped objects outlive the namespace: remove them fully so later tests see
     # only the fleet's queues. Kueue keeps a ClusterQueue (finalizer) while Workloads use it,
     # so the Jobs go first, with their Workloads.
-    for job in batch_v1.list_namespaced_job(e2e_namespace).items:
+    for old in batch_v1.list_namespaced_job(e2e_namespace).items:
         batch_v1.delete_namespaced_job(
-            job.metadata.name, e2e_namespace, propagation_policy="Foreground"
+            old.metadata.name, e2e_namespace, propagation_policy="Foreground"
         )
     for plural, name in (("clusterqueues", cq), ("admissionchecks", check)):
         try:

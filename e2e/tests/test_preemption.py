@@ -20,25 +20,28 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import create_local_queue
+from builders import job as gpu_job
 from e2e_util import (
     GPU,
     KUEUE_GROUP,
     KUEUE_VERSION,
-    QUEUE_LABEL,
     WaitTimeout,
     condition,
     wait_for,
 )
 from kubernetes import client
 
+from nexus_admit.kube import labels as L
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900, func_only=True)]
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "preemption.yaml"
 CHECK = "nexus-preempt"
 RR_GROUP, RR_VERSION, RR_PLURAL = "scheduling.kubenexus.io", "v1alpha1", "resourcereservations"
-RESERVATION = "scheduling.kubenexus.io/reservation"
-BORROWED = "scheduling.kubenexus.io/borrowed"
-PREEMPTS = "scheduling.kubenexus.io/preempts"
+RESERVATION = L.LABEL_RESERVATION
+BORROWED = L.LABEL_BORROWED
+PREEMPTS = L.ANN_PREEMPTS
 RACK = "cloud.google.com/gce-topology-subblock"
 PRODUCT = "nvidia.com/gpu.product"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -49,28 +52,8 @@ def job(name: str, queue: str, pods: int, gpus: int, finish_after: str | None = 
         ) -> client.V1Job:
     """An Indexed Job; eviction deletes its pods, which must not use up its retries. KWOK
     completes its pods `finish_after` (e.g. "30s") after they run, or never."""
-    container = client.V1Container(
-        name="worker",
-        image="registry.invalid/nexus/worker:e2e",
-        resources=client.V1ResourceRequirements(
-            requests={"cpu": "8", "memory": "32Gi", GPU: str(gpus)}, limits={GPU: str(gpus)}
-        ),
-    )
-    return client.V1Job(
-        metadata=client.V1ObjectMeta(name=name, labels={QUEUE_LABEL: queue}),
-        spec=client.V1JobSpec(
-            parallelism=pods,
-            completions=pods,
-            completion_mode="Indexed",
-            backoff_limit=20,
-            template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(
-                    annotations={COMPLETE: finish_after} if finish_after else {}),
-                spec=client.V1PodSpec(restart_policy="Never", containers=[container]),
-            ),
-        ),
-    )
-
+    return gpu_job(name, queue, pods, gpus, backoff_limit=20,
+                   annotations={COMPLETE: finish_after} if finish_after else {})
 
 def workload(custom, ns: str, job_name: str) -> dict[str, Any] | None:
     items = custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")
@@ -116,12 +99,7 @@ def preempt_namespace(e2e_cluster: Any, nexus_controller: Any, e2e_namespace: st
     preempt-<tier> in the test namespace; removed afterwards."""
     e2e_cluster.apply(MANIFEST.read_text(), retries=10)
     for tier in ("gold", "silver", "bronze"):
-        custom_objects.create_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, e2e_namespace, "localqueues",
-            {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
-             "metadata": {"name": f"preempt-{tier}", "namespace": e2e_namespace},
-             "spec": {"clusterQueue": f"preempt-{tier}"}},
-        )
+        create_local_queue(custom_objects, e2e_namespace, f"preempt-{tier}", f"preempt-{tier}")
 
     def active() -> bool:
         cq = custom_objects.get_cluster_custom_object(

@@ -23,13 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from nexus_admit.kube import labels as L  # noqa: E402
 from nexus_admit.kube.crds import MAX_RESERVATION_SLOTS  # noqa: E402
 from nexus_admit.model import PlacementConfig  # noqa: E402
 from tests.model.test_config import OUT_OF_BOUNDS  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300, func_only=True)]
 
-GROUP_VERSION = "scheduling.kubenexus.io/v1alpha1"
+GROUP_VERSION = L.GROUP_VERSION
 
 
 @pytest.fixture(scope="module")
