@@ -17,6 +17,10 @@ Pending. What maps onto the model is honoured; the rest is refused with the reas
   pod of the service per domain of that level (one per node on the hostname); against
   other pods, or on another key → refused. Preferred terms are soft: not read.
 - required `podAffinity` → refused (nexus-admit does not place next to other pods).
+
+A Job's pods carry `job-name` and `controller-uid` (and their `batch.kubernetes.io/`
+forms), which the Job controller adds and Kueue's Workload template lacks: a selector of
+those labels with the Workload's own Job's name or uid selects the gang's own pods.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nexus_admit.kube.errors import Obj, TranslationError, mapping, object_ref, sequence
+from nexus_admit.kube.errors import Obj, TranslationError, mapping, meta, object_ref, sequence
 from nexus_admit.model import SpreadRule
 
-__all__ = ["selects", "spread_rules"]
+__all__ = ["job_pod_labels", "selects", "spread_rules"]
 
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -72,6 +76,8 @@ def spread_rules(
     """The hard spread rules of one pod template. `pod_labels` None: the pod's labels are
     not known (a Workload of a plain pod whose Pod is not in the snapshot); selectors are
     then taken to select the pod's own pods, as they almost always do."""
+    if pod_labels is not None:
+        pod_labels = {**pod_labels, **job_pod_labels(obj)}
     out = _topology_spread(obj, pod_spec, field, pod_labels, levels)
     affinity = mapping(obj, pod_spec.get("affinity"), f"{field}.affinity")
     af = f"{field}.affinity.podAffinity"
@@ -138,6 +144,19 @@ def _topology_spread(
             )
         out.append(SpreadRule(level=key, max_skew=skew))
     return out
+
+
+def job_pod_labels(workload: Obj) -> dict[str, str]:
+    """The labels the Job controller puts on the pods of the Workload's owning Job (batch/v1
+    Job, the controller owner reference): its name and uid, both forms."""
+    refs = meta(workload).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if (isinstance(ref, Mapping) and ref.get("kind") == "Job" and ref.get("controller")
+                and str(ref.get("apiVersion", "")).startswith("batch/")):
+            name, uid = str(ref.get("name") or ""), str(ref.get("uid") or "")
+            return {"job-name": name, "batch.kubernetes.io/job-name": name,
+                    "controller-uid": uid, "batch.kubernetes.io/controller-uid": uid}
+    return {}
 
 
 def _check_level(obj: Obj, key: str, levels: Sequence[str], field: str) -> None:

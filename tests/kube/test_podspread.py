@@ -109,3 +109,40 @@ def test_a_bad_selector_operator_names_its_field() -> None:
     with pytest.raises(TranslationError) as err:
         selects(WL, {"matchExpressions": [{"key": "a", "operator": "Gt"}]}, OWN, "sel")
     assert err.value.field == "sel.matchExpressions[0].operator"
+
+
+JOB_WL: dict[str, Any] = {"kind": "Workload", "metadata": {
+    "name": "job-train-1a2b3", "namespace": "ns", "ownerReferences": [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u-1",
+         "controller": True}]}}
+
+
+@pytest.mark.parametrize("selector", [
+    {"matchLabels": {"job-name": "train"}},
+    {"matchLabels": {"batch.kubernetes.io/job-name": "train"}},
+    {"matchLabels": {"controller-uid": "u-1"}},
+    {"matchExpressions": [{"key": "batch.kubernetes.io/controller-uid", "operator": "In",
+                           "values": ["u-1"]}]},
+], ids=["job-name", "batch-job-name", "controller-uid", "batch-controller-uid-in"])
+def test_a_selector_of_the_labels_the_job_controller_adds_is_the_gangs_own(
+    selector: dict[str, Any],
+) -> None:
+    """Kueue's Workload template lacks the labels the Job controller puts on the pods."""
+    spread = {"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": HOST, "labelSelector": selector}]}
+    assert spread_rules(JOB_WL, spread, FIELD, OWN, LEVELS) == [SpreadRule(HOST, max_skew=1)]
+    anti = _anti(HOST, selector)
+    assert spread_rules(JOB_WL, anti, FIELD, OWN, LEVELS) == [
+        SpreadRule(HOST, max_per_domain=1)]
+
+
+def test_a_selector_of_another_jobs_pods_is_still_refused() -> None:
+    other = {"topologySpreadConstraints": [
+        {"maxSkew": 1, "topologyKey": HOST, "labelSelector": {"matchLabels": {
+            "job-name": "someone-else"}}}]}
+    with pytest.raises(TranslationError, match="other pods"):
+        spread_rules(JOB_WL, other, FIELD, OWN, LEVELS)
+    with pytest.raises(TranslationError, match="other pods"):  # no Job owns the Workload
+        spread_rules(WL, {"topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": HOST,
+             "labelSelector": {"matchLabels": {"job-name": "train"}}}]}, FIELD, OWN, LEVELS)
