@@ -2,7 +2,8 @@
 a `ClusterSnapshot` with real free capacity.
 
 Free capacity = allocatable − effective requests of bound, non-terminated pods − slots of live
-ResourceReservations of other workloads whose pods are not bound yet. Over-commitment (e.g.
+ResourceReservations of other workloads whose pods are not bound yet − pods a Kueue TAS
+topology assignment puts on a node and not bound there yet (`tas`). Over-commitment (e.g.
 a pod bound before a reservation was noticed) clamps free capacity at zero.
 
 GPUs
@@ -43,6 +44,8 @@ Malformed objects (`skipped` given: the controller's passes)
   CPU from every zone of its node, a reservation whose expiry cannot be read is live; a pod
   or a reservation whose use of capacity cannot be read at all takes its node(s) out of
   placement. A malformed Node (or its NodeResourceTopology or ResourceSlice) is left out.
+  A TAS topology assignment that cannot be read names no node: it is not counted (listed;
+  the apiserver's validation of the Workload CRD makes this rare).
   Without `skipped` (`nexus-admit plan`) the first one raises `TranslationError`.
 
 The package, one module per step:
@@ -50,6 +53,7 @@ The package, one module per step:
   `capacity`  what one bound pod or one reserved slot takes (`Claim`), and applying it
   `snapshot`  `build_snapshot`: nodes, then pods, then reservations, then free capacity,
               each object skipped on its own
+  `tas`       what a Kueue TAS topology assignment holds
   `skipping`  how a skipped object is listed
 """
 
