@@ -3,8 +3,10 @@ one node per class of interchangeable nodes, until no bound can beat the best (e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from nexus_admit.model import GPU_WHOLE, Node, Placement, Slot, SolveStatus
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
@@ -22,6 +24,7 @@ __all__ = [
     "bound_contexts",
     "gpu_terms",
     "lower_bounds",
+    "rank_order",
     "scan_candidates",
     "scan_lower_bound",
     "scan_ranked",
@@ -116,7 +119,7 @@ class Ranking:
     """The one-pod scan's candidates: (lower bound, order, node) sorted, the order being
     the candidates' (ties keep the earlier), and what the reduction reports."""
 
-    ranked: Sequence[tuple[float, int, str]]
+    ranked: Iterable[tuple[float, int, str]]  # read once, in order
     units: int  # candidate nodes (with room for the pod)
     notes: list[str]
     exact: bool
@@ -142,8 +145,7 @@ def scan_candidates(
     reaches have their class worked out, not the whole fleet."""
     weights = term_weights(problem)
     bounds = lower_bounds(problem, red.nodes, weights)
-    ranked = sorted(zip(bounds, range(len(red.nodes)), red.nodes, strict=True))
-    ranking = Ranking(ranked, len(red.nodes), red.notes, red.exact)
+    ranking = Ranking(rank_order(bounds, red.nodes), len(red.nodes), red.notes, red.exact)
     signature = lone_signature(problem)
     met: set[tuple[object, ...]] = set()
 
@@ -157,6 +159,15 @@ def scan_candidates(
         return True
 
     return scan_ranked(problem, ranking, started, terms, policy, first_of_class)
+
+
+def rank_order(bounds: list[float], names: list[str]) -> Iterator[tuple[float, int, str]]:
+    """`sorted(zip(bounds, range(len(names)), names))`, made as it is read: the scan stops
+    after the first few of thousands. A stable sort of the bounds keeps equal bounds in
+    candidate order, as the tuples' order does."""
+    order = np.argsort(np.asarray(bounds, dtype=np.float64), kind="stable")
+    for i in order.tolist():
+        yield bounds[i], i, names[i]
 
 
 def scan_ranked(

@@ -17,6 +17,7 @@ from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import (
     Ranking,
     lower_bounds,
+    rank_order,
     scan_lower_bound,
     scan_ranked,
     scans,
@@ -102,3 +103,12 @@ def test_the_bounds_added_up_from_remembered_parts_are_each_nodes_bound(
     assert lower_bounds(problem, names, weights) == [
         scan_lower_bound(problem, name, weights) for name in names
     ]
+
+
+@given(st.lists(st.sampled_from((0.0, -0.0, 1.5, 300.0, 300.25, 1e-9, 2.0**60)), max_size=40))
+def test_the_scan_reads_candidates_in_the_order_of_their_bound_then_their_place(
+    bounds: list[float],
+) -> None:
+    names = [f"n{i}" for i in range(len(bounds))]
+    expected = sorted(zip(bounds, range(len(names)), names, strict=True))
+    assert list(rank_order(bounds, names)) == expected
