@@ -57,25 +57,24 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
     per_node = per_node_limit(problem)
     for ps in problem.gang.pod_sets:
         names = problem.candidates[ps.name]
-        if ps.count == 1:  # room for one pod is all a cap of one needs to know
-            fits = [room_for_one(all_nodes[n], ps, policy) for n in names]
+        if ps.count == 1 and per_node is None:  # room for one pod is all a cap of one reads
+            room = [(name, 1) for name in names if room_for_one(all_nodes[name], ps, policy)]
         else:
+            room = []
             fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
-        room = []
-        for name, fit in zip(names, fits, strict=True):
-            cap = min(fit, ps.count)
-            if per_node is not None:  # a spread rule per node, net of the siblings there
-                cap = min(cap, per_node - problem.gang.siblings.get(name, 0))
-            if cap > 0:
-                room.append((name, cap))
+            for name, fit in zip(names, fits, strict=True):
+                cap = min(fit, ps.count)
+                if per_node is not None:  # a spread rule per node, net of the siblings there
+                    cap = min(cap, per_node - problem.gang.siblings.get(name, 0))
+                if cap > 0:
+                    room.append((name, cap))
         if keeps_off_gpus(problem, ps):
             cpu_only = [(name, cap) for name, cap in room if not all_nodes[name].gpu_count]
             if sum(cap for _, cap in cpu_only) >= ps.count:
                 room = cpu_only
                 notes.append(f"pod set {ps.name}: no GPUs, kept to {len(room)} CPU nodes")
-        for name, cap in room:
-            caps[(ps.name, name)] = cap
-            nodes[name] = None
+        caps.update({(ps.name, name): cap for name, cap in room})
+        nodes.update(dict.fromkeys([name for name, _ in room]))
     return Reduction(list(nodes), caps, notes=notes)
 
 
