@@ -34,6 +34,7 @@ __all__ = [
     "flavor_constraints",
     "is_pending_on_check",
     "our_check_names",
+    "provisioned_by",
     "provisioning_check_names",
     "sibling_node_selectors",
     "tas_pod_sets",
@@ -89,6 +90,16 @@ def unready_provisioning_check(
         name = entry.get("name")
         if name in provisioning and entry.get("state") != "Ready":
             return str(name), str(entry.get("state") or ""), str(entry.get("message") or "")
+    return None
+
+
+def provisioned_by(workload: Obj, provisioning: Collection[str]) -> str | None:
+    """The first of the Workload's `provisioning` checks that is Ready: its autoscaler has
+    booked the nodes (they may still be booting: cluster-autoscaler says Provisioned once
+    the scale-up is under way)."""
+    for entry in _check_entries(workload):
+        if entry.get("name") in provisioning and entry.get("state") == "Ready":
+            return str(entry["name"])
     return None
 
 
@@ -164,6 +175,8 @@ class KueueIndex:
     # owners (Job, JobSet, ...) by (kind, namespace, name), when known; a dump's passes
     # give a lookup into objects of that kind, not a dict of every pod (`ClusterDump`)
     owners: Mapping[tuple[str, str, str], Obj] = field(default_factory=dict)
+    # RuntimeClasses (node.k8s.io) by name: their pod overhead joins a pod set's requests
+    runtime_classes: dict[str, Obj] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -174,6 +187,7 @@ class KueueIndex:
         resource_flavors: Iterable[Obj] = (),
         admission_checks: Iterable[Obj] = (),
         owners: Iterable[Obj] | Mapping[tuple[str, str, str], Obj] = (),
+        runtime_classes: Iterable[Obj] = (),
     ) -> KueueIndex:
         def name(o: Obj) -> str:
             return str(meta(o).get("name") or "")
@@ -189,6 +203,7 @@ class KueueIndex:
                 (str(o.get("kind", "")), str(meta(o).get("namespace") or ""), name(o)): o
                 for o in owners
             },
+            runtime_classes={name(o): o for o in runtime_classes},
         )
 
     def our_checks(self) -> set[str] | None:

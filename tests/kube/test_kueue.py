@@ -8,6 +8,7 @@ from typing import Any
 import nexus_admit.kube.cluster  # noqa: F401
 from nexus_admit.kube.kueue import (
     PROVISIONING_CONTROLLER,
+    provisioned_by,
     provisioning_check_names,
     sibling_node_selectors,
     unready_provisioning_check,
@@ -32,6 +33,8 @@ def test_the_first_provisioning_check_not_ready_is_named_malformed_entries_skipp
     assert unready_provisioning_check(wl, {"prov", "prov2"}) == ("prov2", "Pending", "ETA 5m")
     assert unready_provisioning_check(wl, {"prov"}) is None
     assert unready_provisioning_check({"status": {"admissionChecks": "x"}}, {"prov"}) is None
+    assert provisioned_by(wl, {"prov", "prov2"}) == "prov"
+    assert provisioned_by(wl, {"prov2"}) is None
 
 
 def test_sibling_selectors_come_from_other_ready_checks_only() -> None:

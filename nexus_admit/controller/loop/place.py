@@ -63,6 +63,8 @@ from nexus_admit.controller.writes import (
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
 from nexus_admit.kube.kueue import (
+    provisioned_by,
+    provisioning_check_names,
     sibling_node_selectors,
     tas_pod_sets,
     tier_claims,
@@ -298,7 +300,17 @@ async def _apply(
     else:  # Retry, Reject
         retries = int(current_entry(workload, check).get("retryCount") or 0)
         outcome = unplaced(decision.placement, retries, ctx.options.retry_seconds)
-        if outcome.state is CheckState.PENDING:  # waits for nodes: every pass looks again
+        booked = provisioned_by(
+            workload, provisioning_check_names(rec.dump.kind("AdmissionCheck")))
+        if outcome.state is CheckState.RETRY and booked is not None:
+            # the autoscaler booked nodes that are still joining (cluster-autoscaler says
+            # Provisioned once the scale-up is under way): Retry would evict and delete
+            # the ProvisioningRequest with its booking. Kueue's check turns Retry itself
+            # if the booking expires before the pods come.
+            await keep_pending(ctx, workload, check, clip(
+                f"waiting for the nodes the provisioning check {booked} provisioned: "
+                f"{decision.placement.reason}"), "WaitingForProvisionedNodes")
+        elif outcome.state is CheckState.PENDING:  # waits for nodes: every pass looks again
             await keep_pending(ctx, workload, check, outcome.message, outcome.event_reason)
         else:
             await answer(ctx, workload, check, outcome)

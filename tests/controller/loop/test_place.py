@@ -86,10 +86,11 @@ def test_more_gpus_per_pod_than_any_node_has_is_rejected_whatever_is_cordoned() 
 
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
 
-def _beside_provisioning(state: str = "Pending", message: str = "") -> FakeApi:
-    """A ClusterQueue with Kueue's provisioning check `prov` and ours; an 8-GPU gang; one
-    existing node n0 with room it should not be put on (outside the provisioned pool)."""
-    api = cluster(pending("w", pods=1, gpus=8), nodes=("n0",))
+def _beside_provisioning(state: str = "Pending", message: str = "", pods: int = 1) -> FakeApi:
+    """A ClusterQueue with Kueue's provisioning check `prov` and ours; a gang of 8-GPU
+    pods; one existing node n0 with room it should not be put on (outside the provisioned
+    pool)."""
+    api = cluster(pending("w", pods=pods, gpus=8), nodes=("n0",))
     api.put(admission_check("prov", controller=PROVISIONING_CONTROLLER))
     w = api.get("Workload", "w", "default")
     assert w is not None
@@ -189,3 +190,23 @@ def test_a_reservation_of_this_attempt_made_before_the_wait_is_answered_from() -
     run(ctx)
     assert check_of(api, "w")["state"] == "Ready" and engine.calls == 0
     assert api.of_kind(RR) == [rr]
+
+
+def test_provisioned_nodes_still_joining_are_waited_for_not_retried() -> None:
+    """cluster-autoscaler says Provisioned once the scale-up is under way: a node that
+    has not joined yet is waited for (Retry's eviction would delete the request)."""
+    api = _beside_provisioning(pods=2)
+    _provisioned(api)  # p0 joined; p1, the second node of the scale-up, not yet
+    ctx, _ = controller(api)
+    run(ctx)
+    entry = check_of(api, "w")
+    assert entry["state"] == "Pending", entry
+    assert entry["message"].startswith(
+        "waiting for the nodes the provisioning check prov provisioned: "), entry
+    assert api.of_kind(RR) == [] and len(_events(api, "WaitingForProvisionedNodes")) == 1
+    api.put(node("p1", labels={"pool": "gpu-a"}))
+    watch(ctx, api)
+    run(ctx)
+    assert check_of(api, "w")["state"] == "Ready"
+    (rr,) = api.of_kind(RR)
+    assert {s["node"] for s in rr["spec"]["podSets"][0]["slots"]} == {"p0", "p1"}
