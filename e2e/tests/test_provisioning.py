@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -142,7 +143,7 @@ def _entry(wl: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def test_a_gang_for_a_pool_at_zero_runs_on_the_nodes_a_slow_provisioner_adds(
-    nexus_namespace, kube_api, core_v1, batch_v1, custom_objects
+    nexus_namespace, nexus_controller, kube_api, core_v1, batch_v1, custom_objects
 ):
     """best-effort-atomic-scale-up, slower than nexus's reservation TTL, its nodes joining
     5 s after it says Provisioned. Before: nexus
@@ -167,6 +168,9 @@ def test_a_gang_for_a_pool_at_zero_runs_on_the_nodes_a_slow_provisioner_adds(
                 timeout=90)
             assert check_entry(wl)["state"] == "Pending"
             (request,) = wait_for("the ProvisioningRequest", lambda: _requests(custom_objects, ns))
+            # killed and started again while it waits: it resumes the wait, nothing doubled
+            nexus_controller.stop(signal.SIGKILL)
+            nexus_controller.start()
             # past the TTL while provisioning: nothing held, nothing evicted, same request
             waited_from = datetime.now(UTC)
             wait_for("more than the TTL of waiting",
@@ -229,3 +233,35 @@ def test_check_capacity_on_the_fleet_as_it_is_admits_and_runs(
             assert prov.vanished == []
         finally:
             batch_v1.delete_namespaced_job("checked", ns, propagation_policy="Background")
+
+
+def test_a_provisioner_that_never_answers_leaves_the_workload_waiting(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """A class no autoscaler on the plane plays: the Workload waits, told so, past the
+    reservation TTL; never deactivated, never evicted, the request kept."""
+    ns, ttl = nexus_namespace, 10
+    with (reservation_ttl(custom_objects, ttl),
+          queue_with_provisioning(custom_objects, ns, "queued-provisioning.gke.io",
+                                  False) as queue):
+        try:
+            batch_v1.create_namespaced_job(ns, job("unanswered", queue, pods=1, gpus=8))
+            told = (f"waiting for the provisioning check {PROV} to be Ready "
+                    "(Pending; the provisioner has not answered yet)")
+            wait_for("our check saying the provisioner has not answered", lambda: (
+                (w := workload_of(custom_objects, ns, "unanswered"))
+                and check_entry(w).get("message") == told), timeout=90)
+            (request,) = wait_for("the ProvisioningRequest", lambda: _requests(custom_objects, ns))
+            since = datetime.now(UTC)
+            wait_for("more than the TTL of waiting",
+                     lambda: datetime.now(UTC) > since + timedelta(seconds=ttl + 5),
+                     timeout=60, interval=1)
+            wl = workload_of(custom_objects, ns, "unanswered")
+            assert check_entry(wl)["state"] == "Pending" and check_entry(wl)["message"] == told
+            assert wl["spec"].get("active") is not False
+            assert condition(wl, "QuotaReserved") == "True" and condition(wl, "Evicted") != "True"
+            assert reservations(custom_objects, ns) == []
+            assert [r["metadata"]["uid"] for r in _requests(custom_objects, ns)] == [
+                request["metadata"]["uid"]]
+        finally:
+            batch_v1.delete_namespaced_job("unanswered", ns, propagation_policy="Background")
