@@ -86,18 +86,18 @@ def queue_with_provisioning(custom, ns: str, cls: str, pool_from_detail: bool) -
                 ]}],
             }]}}),
     ]
-    for plural, body in objects:
-        custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", **body})
-    custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
-        "metadata": {"name": PROV, "namespace": ns}, "spec": {"clusterQueue": PROV},
-    })
-    wait_for(f"ClusterQueue {PROV} active (Kueue's provisioning check Active)",
-             lambda: condition(custom.get_cluster_custom_object(
-                 KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", PROV), "Active") == "True",
-             timeout=60)
     try:
+        for plural, body in objects:
+            custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, {
+                "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", **body})
+        custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
+            "metadata": {"name": PROV, "namespace": ns}, "spec": {"clusterQueue": PROV},
+        })
+        wait_for(f"ClusterQueue {PROV} active (Kueue's provisioning check Active)",
+                 lambda: condition(custom.get_cluster_custom_object(
+                     KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", PROV), "Active") == "True",
+                 timeout=60)
         yield PROV
     finally:
         with contextlib.suppress(client.ApiException):
@@ -106,6 +106,21 @@ def queue_with_provisioning(custom, ns: str, cls: str, pool_from_detail: bool) -
         for plural, _ in reversed(objects):
             with contextlib.suppress(client.ApiException):
                 custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, PROV)
+        # gone before the next test makes them again (Kueue's finalizers hold a
+        # ClusterQueue until its Workloads are gone, and an AdmissionCheck until then)
+        for plural, _ in objects:
+            wait_for(f"{plural} {PROV} gone", lambda plural=plural: _gone(custom, plural),
+                     timeout=90)
+
+
+def _gone(custom, plural: str) -> bool:
+    try:
+        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, PROV)
+    except client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
 
 
 def scaled_h100_node(name: str) -> list[dict[str, Any]]:
