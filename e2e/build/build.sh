@@ -154,8 +154,18 @@ recipe_kwok() {
 }
 
 recipe_helm() {
-  go_build "$2/helm" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$1/helm" \
-    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  # As helm's Makefile builds a release: without --kube-version, templates and the chart's
+  # kubeVersion check see the Kubernetes of helm's client-go (v3.22.0: v0.37 → 1.37), not
+  # the 1.20 placeholder a plain `go build` leaves (tests/charts/test_chart_defaults.py)
+  local client_minor
+  client_minor="$(sed -nE 's|^[[:space:]]*k8s\.io/client-go v0\.([0-9]+)\..*|\1|p' \
+    "$(module_dir "helm.sh/helm/v3@$HELM_VERSION")/go.mod" | head -1)"
+  [[ -n "$client_minor" ]] || die "helm $HELM_VERSION: no k8s.io/client-go in its go.mod"
+  local ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" p
+  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$client_minor"
+  done
+  go_build "$2/helm" helm.sh/helm/v3 "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "$1/helm" "$ld"
 }
 
 # NodeResourceTopology CRD (topology.node.k8s.io), shipped in its API module: no binary
