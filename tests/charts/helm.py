@@ -25,7 +25,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "nexus-admit"
 SCHEMA = CHART / "values.schema.json"
-# the helm binary built without version ldflags reports Kubernetes v1.20 to templates
+# the renders are checked as for a 1.36 cluster, the first that serves the gate policy API
+# (without --kube-version helm reports its client-go's, 1.37 for v3.22.0:
+# test_chart_defaults.py)
 KUBE_VERSION = "1.36.0"
 # what a 1.36 cluster serves and helm's built-in capabilities lack (webhook.gateMode: auto)
 POLICY_API = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
