@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import gpu_fraction_milli
 from nexus_admit.kube.errors import (
     Obj,
     TranslationError,
@@ -22,7 +21,7 @@ from nexus_admit.kube.errors import (
     sequence,
 )
 from nexus_admit.kube.quantity import parse_memory_mib
-from nexus_admit.kube.requests import PodRequests, pod_requests
+from nexus_admit.kube.requests import PodRequests, gpu_fraction_milli, pod_requests
 from nexus_admit.model import (
     GPU_WHOLE,
     NodeSelectorRequirement,

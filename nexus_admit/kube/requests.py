@@ -17,9 +17,10 @@ from typing import Any
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Obj, TranslationError, mapping, object_ref, sequence
-from nexus_admit.kube.quantity import parse_quantity
+from nexus_admit.kube.quantity import parse_milli, parse_quantity
+from nexus_admit.model import GPU_WHOLE
 
-__all__ = ["PodRequests", "effective_requests", "pod_requests"]
+__all__ = ["PodRequests", "effective_requests", "gpu_fraction_milli", "pod_requests"]
 
 Resources = dict[str, Fraction]
 
@@ -184,3 +185,28 @@ def _pod_requests(obj: Obj, spec: Any, field: str) -> PodRequests:
         gpus=int(gpu),
         raw=raw,
     )
+
+
+def gpu_fraction_milli(obj: Obj, annotations: Mapping[str, Any], field: str) -> int | None:
+    """The `gpu-fraction` annotation as milli-GPUs in (0, 1000], or None when absent."""
+    value = annotations.get(L.ANN_GPU_FRACTION)
+    if value is None or value == "":
+        return None
+    where = f"{field}[{L.ANN_GPU_FRACTION}]"
+    try:
+        milli = parse_milli(value)
+    except ValueError:
+        raise TranslationError(
+            object_ref(obj),
+            where,
+            f"{value!r} is not a GPU share; write a number above 0 and at most 1, "
+            f'e.g. "0.5" or "250m"',
+        ) from None
+    if not 0 < milli <= GPU_WHOLE:
+        raise TranslationError(
+            object_ref(obj),
+            where,
+            f"{value!r} is not a share of one GPU; it must be above 0 and at most 1 "
+            f'(e.g. "0.5"); to use several whole GPUs request {L.GPU_RESOURCE} instead',
+        )
+    return milli

@@ -22,7 +22,7 @@ from nexus_admit.kube.errors import (
     sequence,
 )
 from nexus_admit.kube.quantity import parse_cpu_milli, parse_memory_mib, parse_milli
-from nexus_admit.kube.requests import PodRequests, pod_requests
+from nexus_admit.kube.requests import PodRequests, gpu_fraction_milli, pod_requests
 from nexus_admit.kube.reservations import reservation_workload_key, slot_key
 from nexus_admit.kube.versioned import VersionedCache, object_version
 from nexus_admit.model import GPU_WHOLE, Node
@@ -44,31 +44,6 @@ _log = logging.getLogger(__name__)
 _TERMINAL_PHASES = ("Succeeded", "Failed")  # a tuple: `in` must not hash a malformed phase
 
 SlotKey = tuple[str, str, str]  # (namespace, reservation, "<podSet>/<index>")
-
-
-def gpu_fraction_milli(obj: Obj, annotations: Mapping[str, Any], field: str) -> int | None:
-    """The `gpu-fraction` annotation as milli-GPUs in (0, 1000], or None when absent."""
-    value = annotations.get(L.ANN_GPU_FRACTION)
-    if value is None or value == "":
-        return None
-    where = f"{field}[{L.ANN_GPU_FRACTION}]"
-    try:
-        milli = parse_milli(value)
-    except ValueError:
-        raise TranslationError(
-            object_ref(obj),
-            where,
-            f"{value!r} is not a GPU share; write a number above 0 and at most 1, "
-            f'e.g. "0.5" or "250m"',
-        ) from None
-    if not 0 < milli <= GPU_WHOLE:
-        raise TranslationError(
-            object_ref(obj),
-            where,
-            f"{value!r} is not a share of one GPU; it must be above 0 and at most 1 "
-            f'(e.g. "0.5"); to use several whole GPUs request {L.GPU_RESOURCE} instead',
-        )
-    return milli
 
 
 @dataclass(slots=True)
