@@ -37,6 +37,9 @@ REQUIRED_TOPOLOGY = "scheduling.kubenexus.io/required-topology"
 POOL_LABEL = "scheduling.kubenexus.io/e2e-pool"
 RR = ("scheduling.kubenexus.io", "v1alpha1", "resourcereservations")
 GPUS_PER_NODE = 8
+# what an operator or a health monitor puts on a failing GPU's device (a ResourceSlice
+# device taint, GA in Kubernetes 1.37): no claim is allocated it unless it tolerates it
+UNHEALTHY = {"key": "e2e.kubenexus.io/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class DraNode:
     memory: str
     architecture: str
     clique: str | None = None
+    tainted: tuple[int, ...] = ()  # indices of the GPUs whose device carries UNHEALTHY
 
 
 def node_object(n: DraNode) -> dict[str, Any]:
@@ -93,6 +97,7 @@ def gpu_slice(n: DraNode, generation: int = 1) -> dict[str, Any]:
                 "uuid": {"string": f"GPU-{n.name}-{i}"},
             },
             "capacity": {"memory": {"value": n.memory}},
+            **({"taints": [dict(UNHEALTHY)]} if i in n.tainted else {}),
         }
         for i in range(GPUS_PER_NODE)
     ]
@@ -185,11 +190,14 @@ def local_queue(custom: client.CustomObjectsApi, ns: str, known: Iterable[str]) 
 
 
 def claim_template(custom: client.CustomObjectsApi, ns: str, name: str, count: int,
-                   *selectors: str, labels: Mapping[str, str] | None = None) -> None:
+                   *selectors: str, labels: Mapping[str, str] | None = None,
+                   tolerations: Iterable[Mapping[str, Any]] = ()) -> None:
     exactly: dict[str, Any] = {"deviceClassName": DRIVER, "allocationMode": "ExactCount",
                                "count": count}
     if selectors:
         exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+    if tolerations:
+        exactly["tolerations"] = [dict(t) for t in tolerations]
     _template(custom, ns, name, {"name": "gpus", "exactly": exactly}, labels)
 
 
