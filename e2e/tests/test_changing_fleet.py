@@ -30,6 +30,7 @@ from test_controller import (
     SLOT,
     check_entry,
     job,
+    job_pods,
     reservation_of,
     running,
     slots_of,
@@ -164,6 +165,40 @@ def test_a_gpu_product_whose_node_joins_later_waits_for_it(
         assert check_entry(wl)["state"] == "Ready"
         assert check_entry(wl).get("retryCount") in (None, 0), "never evicted"
         batch_v1.delete_namespaced_job("h200", ns, propagation_policy="Background")
+
+
+def test_a_not_ready_node_takes_no_placement_whatever_the_pod_tolerates(
+    nexus_namespace, core_v1, batch_v1, custom_objects
+):
+    """Item 2. A node of its own GPU product whose Ready condition is False (no kubelet
+    drives it); the pod tolerates every taint, the node.kubernetes.io/not-ready one too.
+    Before: placed and pinned there, where nothing runs it. Now: it waits, and is placed
+    and bound there once the node reports Ready (the test plays its kubelet)."""
+    ns = nexus_namespace
+    product = "NVIDIA-H100-NVL"
+    name = f"h100nvl-nr-{int(time.time()) % 100000}"
+    def report(ready: str, reason: str) -> None:
+        core_v1.patch_node_status(name, {"status": {"conditions": [{
+            "type": "Ready", "status": ready, "reason": reason, "message": "the e2e test",
+            "lastHeartbeatTime": _now(), "lastTransitionTime": _now()}]}})
+
+    with joining_node(core_v1, custom_objects, name, product) as later:
+        del later["node"]["metadata"]["annotations"]  # not KWOK's: the test reports
+        core_v1.create_node(later["node"])
+        report("False", "KubeletNotReady")
+        anywhere = job("nr", "nexus-gold", pods=1, gpus=8)
+        anywhere.spec.template.spec.node_selector = {PRODUCT: product}
+        anywhere.spec.template.spec.tolerations = [client.V1Toleration(operator="Exists")]
+        batch_v1.create_namespaced_job(ns, anywhere)
+        wl = _stays_waiting(custom_objects, core_v1, ns, "nr")
+        assert "1 unschedulable" in check_entry(wl)["message"], check_entry(wl)
+        report("True", "KubeletReady")
+        wl = wait_check(custom_objects, ns, "nr", ("Ready",), timeout=60)
+        (slot,) = slots_of(reservation_of(custom_objects, ns, wl)).values()
+        assert slot["node"] == name
+        wait_for("nr's pod bound to its node", lambda: [
+            p for p in job_pods(core_v1, ns, "nr") if p.spec.node_name == name], timeout=60)
+        batch_v1.delete_namespaced_job("nr", ns, propagation_policy="Background")
 
 
 SIBLING = "e2e-sibling"
