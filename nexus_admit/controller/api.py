@@ -81,6 +81,7 @@ RESOURCES: dict[str, Resource] = {
     "ResourceClaimTemplate": Resource(L.DRA_API_GROUP, "v1", "resourceclaimtemplates", True),
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
+    "RuntimeClass": Resource("node.k8s.io", "v1", "runtimeclasses", False),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
     "ConfigMap": Resource("", "v1", "configmaps", True),
     "StatefulSet": Resource("apps", "v1", "statefulsets", True),

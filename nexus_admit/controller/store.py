@@ -61,6 +61,8 @@ WATCHED_KINDS = (
     "ResourceClaimTemplate",
     "ResourceReservation",
     "PlacementConfig",
+    # their pod overhead joins the requests of a pod set naming them (kube/podspec.py)
+    "RuntimeClass",
     # only their queue label is read (`kube/queues.gated_queues`): kept trimmed
     "StatefulSet",
 )

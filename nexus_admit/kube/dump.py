@@ -184,6 +184,7 @@ class ClusterDump:
             resource_flavors=self.kind("ResourceFlavor"),
             admission_checks=self.kind("AdmissionCheck"),
             owners=OwnerLookup(self),
+            runtime_classes=self.kind("RuntimeClass"),
         )
 
     def dra_index(self) -> DraIndex:

@@ -40,6 +40,7 @@ __all__ = [
     "topology_level",
     "topology_requests",
     "vram_per_gpu_mib",
+    "with_runtime_overhead",
     "workload_template_requests",
 ]
 
@@ -78,6 +79,58 @@ def tolerations(obj: Obj, value: Any, field: str) -> list[Toleration]:
             )
         )
     return out
+
+def with_runtime_overhead(
+    workload: Obj, pod_spec: Mapping[str, Any], runtime_classes: Mapping[str, Obj], field: str
+) -> Mapping[str, Any]:
+    """`pod_spec` as the apiserver admits the pod: the RuntimeClass admission plugin adds the
+    class's `overhead.podFixed` as `spec.overhead` and merges its `scheduling.nodeSelector`
+    and `scheduling.tolerations` into the pod's, which Kueue's Workload template does not
+    carry. A class not known (yet) adds nothing (the apiserver decides on the pod); one whose
+    overhead is not a resource list is told, naming the class; a node selector
+    key the class sets to another value than the pod's is the user's to fix (the apiserver
+    refuses such a pod)."""
+    name = pod_spec.get("runtimeClassName")
+    if not name or not isinstance(name, str):
+        return pod_spec
+    rc = runtime_classes.get(name)
+    if not isinstance(rc, Mapping):
+        return pod_spec
+    spec = dict(pod_spec)
+    overhead = rc.get("overhead")
+    fixed = overhead.get("podFixed") if isinstance(overhead, Mapping) else None
+    if fixed is not None and not isinstance(fixed, Mapping):
+        # the apiserver validates a RuntimeClass, so only a dump carries this: the requests
+        # cannot be known, and guessing them would under-count the node
+        raise TranslationError(
+            object_ref(workload),
+            f"{field}.runtimeClassName",
+            f"RuntimeClass {name} has an overhead.podFixed that is not a resource list",
+        )
+    if fixed and spec.get("overhead") is None:
+        spec["overhead"] = {str(k): v for k, v in fixed.items()}
+    scheduling = rc.get("scheduling")
+    if not isinstance(scheduling, Mapping):
+        return spec
+    selector = scheduling.get("nodeSelector")
+    if isinstance(selector, Mapping) and selector:
+        own = mapping(workload, spec.get("nodeSelector"), f"{field}.nodeSelector")
+        merged = {str(k): str(v) for k, v in own.items()}
+        for key, value in selector.items():
+            if str(merged.get(str(key), value)) != str(value):
+                raise TranslationError(
+                    object_ref(workload),
+                    f"{field}.nodeSelector[{key}]",
+                    f"{merged[str(key)]!r} conflicts with RuntimeClass {name!r}, which selects "
+                    f"{value!r}; drop the key or use another runtimeClassName",
+                )
+            merged[str(key)] = str(value)
+        spec["nodeSelector"] = merged
+    extra = scheduling.get("tolerations")
+    if isinstance(extra, list) and extra:
+        own_tolerations = list(sequence(workload, spec.get("tolerations"), f"{field}.tolerations"))
+        spec["tolerations"] = own_tolerations + [t for t in extra if t not in own_tolerations]
+    return spec
 
 
 def node_affinity_terms(

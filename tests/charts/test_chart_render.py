@@ -327,6 +327,7 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     expected |= {("kueue.x-k8s.io", "workloads/finalizers", "update")}
     expected |= {("kueue.x-k8s.io", "admissionchecks/status", "patch")}
     expected |= {("topology.node.k8s.io", "noderesourcetopologies", v) for v in read}
+    expected |= {("node.k8s.io", "runtimeclasses", v) for v in read}  # pod overhead
     for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates"):
         expected |= {("resource.k8s.io", kind, v) for v in read}
     expected |= {("scheduling.kubenexus.io", "placementconfigs", v) for v in read}

@@ -682,3 +682,42 @@ def test_waited_time_runs_from_the_workloads_creation() -> None:
     wl["metadata"]["creationTimestamp"] = "2025-05-01T11:00:00Z"  # clock skew: never negative
     assert workload_to_gang(wl, config=CONFIG, kueue=_kueue(), levels=LEVELS,
                             now=now).waited_seconds == 0.0
+
+
+def _runtime_class(name: str, pod_fixed: dict[str, str] | None) -> dict[str, Any]:
+    rc: dict[str, Any] = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                          "metadata": {"name": name}, "handler": name}
+    if pod_fixed is not None:
+        rc["overhead"] = {"podFixed": pod_fixed}
+    return rc
+
+
+@pytest.mark.parametrize(
+    ("spec_extra", "cpu_milli", "memory_mib"),
+    [
+        ({"runtimeClassName": "kata"}, 4_250, 16 * 1024 + 160),
+        ({"runtimeClassName": "kata", "overhead": {"cpu": "1"}}, 5_000, 16 * 1024),
+        ({"runtimeClassName": "plain"}, 4_000, 16 * 1024),
+        ({"runtimeClassName": "unknown"}, 4_000, 16 * 1024),
+        ({}, 4_000, 16 * 1024),
+    ],
+    ids=["overhead-added", "spec-states-its-own", "class-without-overhead", "class-unknown",
+         "no-class"],
+)
+def test_a_runtime_classs_pod_overhead_joins_the_requests_as_the_apiserver_adds_it(
+    spec_extra: dict[str, Any], cpu_milli: int, memory_mib: int
+) -> None:
+    """The RuntimeClass admission plugin sets the pod's `overhead`, which kube-scheduler
+    counts; Kueue's template (the Job's spec) does not have it."""
+    wl = workload("w", [pod_set("main", 2, cpu="4", memory="16Gi", spec_extra=spec_extra)])
+    kueue = _kueue(runtime_classes=[_runtime_class("kata", {"cpu": "250m", "memory": "160Mi"}),
+                                    _runtime_class("plain", None)])
+    (ps,) = _gang(wl, kueue).pod_sets
+    assert (ps.cpu_milli, ps.memory_mib) == (cpu_milli, memory_mib)
+
+
+def test_a_malformed_runtime_class_overhead_names_the_runtime_class() -> None:
+    wl = workload("w", [pod_set("main", 1, spec_extra={"runtimeClassName": "kata"})])
+    broken = _runtime_class("kata", None) | {"overhead": {"podFixed": ["cpu"]}}
+    with pytest.raises(TranslationError, match="RuntimeClass kata"):
+        _gang(wl, _kueue(runtime_classes=[broken]))
