@@ -15,8 +15,8 @@ whose pods left its slot (its gate lifted by someone else: a tenant cannot unpin
 jump a reservation unnoticed). A pinned pod whose ResourceClaims kube-scheduler's DRA
 allocator cannot allocate on its node says so in the Retry message.
 
-`release_reason`, `retry_reason`, `reservation_status`, `missing_reservation`, `lost_node`
-and `unpinned_pod` are pure; the rest writes through `api.py`. A reservation found quiet is
+`release_reason`, `retry_reason` and `missing_reservation` are pure, as is what the pods and
+nodes say (`reservation_pods.py`); the rest writes through `api.py`. A reservation found quiet is
 not read again until one of the objects it was read from changes or a deadline passes
 (`Quiet`).
 """
@@ -34,53 +34,45 @@ from typing import Any
 from nexus_admit.controller.context import Context, Promised
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, retry
+from nexus_admit.controller.reservation_pods import (
+    UNSCHEDULABLE_GRACE,
+    conditions_of,
+    lost_node,
+    reservation_status,
+    unpinned_pod,
+    unschedulable_message,
+    unschedulable_pin,
+    unschedulable_since,
+)
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster.nodes import node_not_ready
-from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
     PHASE_RESERVED,
     attempt_key,
-    parse_slot_key,
     reservation_attempt,
     reservation_slots,
     reservation_workload_key,
     reservation_workload_uid,
-    slot_key,
 )
 from nexus_admit.model import PlacementConfig
 
 __all__ = [
     "Quiet",
-    "lost_node",
     "missing_reservation",
     "release",
     "release_reason",
-    "reservation_status",
     "retry_reason",
     "settled",
     "status_due",
     "sync_lifecycle",
     "unclaimed",
-    "unpinned_pod",
-    "unschedulable_message",
-    "unschedulable_pin",
 ]
 
 log = logging.getLogger(__name__)
-
-# how long a pinned pod may stay unschedulable before its gang is re-placed: longer than the
-# scheduler's first retries, short enough that the gang is not stuck behind a lost node
-UNSCHEDULABLE_GRACE = timedelta(seconds=20)
-
-
-def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    status = child(obj, "status")
-    return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
-
 
 def release_reason(
     rr: Mapping[str, Any], workload: Mapping[str, Any] | None, checks: Sequence[str]
@@ -106,7 +98,7 @@ def release_reason(
 
 def _attempt_over(workload: Mapping[str, Any]) -> str | None:
     """Why the Workload's quota reservation no longer needs placed capacity, or None."""
-    cond = _conditions(workload)
+    cond = conditions_of(workload)
     if cond.get("Finished", {}).get("status") == "True":
         return "the Workload finished"
     spec = child(workload, "spec")
@@ -165,137 +157,6 @@ def first_missing(
             return None
         return name
     return None
-
-
-def lost_node(
-    rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
-) -> str | None:
-    """Why a slot can no longer be used (`nodes`: every Node by name): its node was deleted
-    (a pod bound there is lost with it: nothing runs it, and the pod garbage collector
-    deletes it), or cordoned or NotReady before its pod was bound there (a bound pod keeps
-    running; a NotReady node's taint eviction moves it)."""
-    bound: dict[str, str] = {}
-    for p in pods:
-        ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
-        if ref is not None and (p.get("spec") or {}).get("nodeName"):
-            bound[slot_key(*ref)] = str(meta(p).get("name"))
-    for s in reservation_slots(rr):
-        node = nodes.get(s.node)
-        if node is None:
-            pod = bound.get(s.key)
-            lost = f" with its pod {pod}" if pod else ""
-            return f"node {s.node} of slot {s.key} was deleted{lost}"
-        if s.key in bound:
-            continue
-        if (node.get("spec") or {}).get("unschedulable"):
-            return f"node {s.node} of slot {s.key} was cordoned before its pod was bound there"
-        try:
-            not_ready = node_not_ready(node)
-        except TranslationError:
-            not_ready = None  # told by the snapshot, which leaves the node out
-        if not_ready is not None:
-            return f"node {s.node} of slot {s.key} is {not_ready} before its pod was bound there"
-    return None
-
-
-def unpinned_pod(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """A live pod of the reservation that is not held to its slot, and how: its gate was
-    lifted by someone else before it got a slot (kube-scheduler may bind it anywhere,
-    on capacity another gang holds), or it claims a slot whose node it is not pinned or
-    bound to. None when every ungated pod sits on its slot."""
-    slots = {s.key: s for s in reservation_slots(rr)}
-    for p in pods:
-        m = meta(p)
-        spec = child(p, "spec")
-        gates = spec.get("schedulingGates")
-        gated = isinstance(gates, list) and any(
-            isinstance(g, Mapping) and g.get("name") == L.GATE_PLACEMENT for g in gates
-        )
-        phase = child(p, "status").get("phase")
-        if gated or m.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
-            continue
-        name, node = m.get("name"), spec.get("nodeName")
-        where = f" (bound to node {node})" if node else ""
-        ref = parse_slot_key(child(m, "annotations").get(L.ANN_SLOT))
-        slot = slots.get(slot_key(*ref)) if ref is not None else None
-        if slot is None:
-            return (
-                f"pod {name} lost its scheduling gate {L.GATE_PLACEMENT} before nexus-admit "
-                f"gave it a slot{where}: it is not pinned to the reservation"
-            )
-        if node and node != slot.node:
-            return f"pod {name} claims slot {slot.key} on node {slot.node} but is bound to {node}"
-        if not node and not child(spec, "nodeSelector").get(L.HOSTNAME_LABEL):
-            return f"pod {name} claims slot {slot.key} but is not pinned to node {slot.node}"
-    return None
-
-
-def reservation_status(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Which pod holds which slot (Claimed: pinned, Bound: on its node), and the phase:
-    Bound once every slot's pod was bound, and Bound for good after that. A pod that
-    restarts leaves its slot for a moment; were the phase taken back, a gang whose every
-    pod restarted after `spec.expiresAt` would count as never bound, so its reservation
-    would stop holding (`reservation_is_live`) and be released as expired."""
-    wanted = {s.key for s in reservation_slots(rr)}
-    rows = []
-    for p in sorted(pods, key=lambda p: str(meta(p).get("name"))):
-        m = meta(p)
-        ref = parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT))
-        phase = (p.get("status") or {}).get("phase")
-        if ref is None or slot_key(*ref) not in wanted or phase in ("Succeeded", "Failed"):
-            continue
-        bound = bool((p.get("spec") or {}).get("nodeName"))
-        rows.append(
-            {
-                "slot": slot_key(*ref),
-                "pod": str(m.get("name")),
-                "uid": str(m.get("uid") or ""),
-                "state": "Bound" if bound else "Claimed",
-            }
-        )
-    bound_slots = {r["slot"] for r in rows if r["state"] == "Bound"}
-    was_bound = child(rr, "status").get("phase") == PHASE_BOUND
-    phase = PHASE_BOUND if wanted and (was_bound or bound_slots >= wanted) else PHASE_RESERVED
-    return {"phase": phase, "slots": rows}
-
-
-def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
-    """Since when kube-scheduler has found an unbound pod unschedulable, or None."""
-    if (pod.get("spec") or {}).get("nodeName"):
-        return None
-    cond = _conditions(pod).get("PodScheduled")
-    if not cond or cond.get("status") != "False" or cond.get("reason") != "Unschedulable":
-        return None
-    return parse_time(cond.get("lastTransitionTime"))
-
-
-def unschedulable_pin(pod: Mapping[str, Any], now: datetime) -> str | None:
-    """The scheduler's reason when a pinned pod has been unschedulable past the grace."""
-    since = unschedulable_since(pod)
-    if since is None or now - since < UNSCHEDULABLE_GRACE:
-        return None
-    cond = _conditions(pod)["PodScheduled"]
-    return str(cond.get("message") or "unschedulable")
-
-
-def unschedulable_message(pod: Mapping[str, Any], why: str) -> str:
-    """Why a pinned, unschedulable pod sends its gang back: the DRA allocator could not give
-    its claims the devices nexus counted on the node (the scheduler's message names the
-    claims), else the capacity reserved there was taken."""
-    spec = child(pod, "spec")
-    node = child(spec, "nodeSelector").get(L.HOSTNAME_LABEL)
-    head = f"pod {meta(pod).get('name')} pinned to node {node} cannot be scheduled"
-    if spec.get("resourceClaims") and "claim" in why.lower():
-        return (
-            f"{head}: kube-scheduler's DRA allocator cannot allocate its ResourceClaims there "
-            f"({why}); the node's devices are not what nexus counted when it placed the gang "
-            "(a ResourceSlice changed or was withdrawn, or a selector is read differently); "
-            "the gang is placed again"
-        )
-    return (
-        f"{head} ({why}): the capacity reserved there was taken, most likely by a pod that "
-        "bypassed Kueue; the gang is placed again"
-    )
 
 
 def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
@@ -530,7 +391,7 @@ def lapses_at(
     own = spec.get("ttlSeconds")
     if isinstance(own, int) and not isinstance(own, bool) and own > 0:
         ttl_seconds = own
-    admitted = _conditions(workload).get("Admitted") if workload is not None else None
+    admitted = conditions_of(workload).get("Admitted") if workload is not None else None
     if admitted is None or admitted.get("status") != "True":
         return None
     try:

@@ -289,45 +289,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         key = _static_key(ps, label_level, _allowed_key(config, allowed))
         cached = cache.get(key)
         if cached is None:
-            ok: list[str] = []
-            why: Counter[str] = Counter()
-
-            def rule_out(node: Node, ps: PodSet = ps, req_idx: int | None = req_idx,
-                         label_level: str | None = label_level,
-                         allowed: frozenset[str] | None = allowed) -> str | None:
-                reason = ps.static_fit(node)
-                if reason is None and ps.compute_domain is not None and node.clique is None:
-                    reason = f"in no NVLink clique (no {NVLINK_CLIQUE_LEVEL} label)"
-                if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
-                    reason = f"no {label_level} label"
-                if reason is None and allowed is not None and node_class[node.name] not in allowed:
-                    reason = "outside the tier's allowedClasses"
-                return reason
-
-            # without a selector, affinity or node list it reads no label and no name:
-            # nodes alike in what it reads share the answer (a fleet has few such kinds)
-            alike: dict[tuple[object, ...], str | None] | None = (
-                {} if ps.allowed_nodes is None and not ps.node_selector
-                and not ps.affinity_terms else None
-            )
-            for node in snapshot:
-                name = node.name
-                if alike is None:
-                    reason = rule_out(node)
-                else:
-                    kind = (node.schedulable, node.taints, len(node.gpu_free),
-                            node.gpu_memory_mib, node.cpu_milli, node.memory_mib,
-                            node.clique is None, node_class[name],
-                            req_idx is not None and paths[name][req_idx] is None)
-                    if kind in alike:
-                        reason = alike[kind]
-                    else:
-                        reason = alike[kind] = rule_out(node)
-                if reason is None:
-                    ok.append(name)
-                else:
-                    why[reason] += 1
-            cached = (ok, why)
+            cached = _filter_nodes(snapshot, ps, paths, node_class, req_idx, label_level, allowed)
             cache[key] = cached
         ok, why = cast(tuple[list[str], Counter[str]], cached)
         fits_statically = bool(ok)
@@ -341,6 +303,57 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
             else:
                 problem.impossible = _never_fits_message(ps, why, snapshot)
     return problem
+
+
+def _filter_nodes(
+    snapshot: ClusterSnapshot,
+    ps: PodSet,
+    paths: dict[str, tuple[Domain | None, ...]],
+    node_class: dict[str, str | None],
+    req_idx: int | None,
+    label_level: str | None,
+    allowed: frozenset[str] | None,
+) -> tuple[list[str], Counter[str]]:
+    """The nodes one pod of `ps` may use by what never changes while a node's labels,
+    taints and shape stay (static_fit, the clique, the required level's label, the tier's
+    classes), and how many were ruled out for which reason."""
+    ok: list[str] = []
+    why: Counter[str] = Counter()
+
+    def rule_out(node: Node) -> str | None:
+        reason = ps.static_fit(node)
+        if reason is None and ps.compute_domain is not None and node.clique is None:
+            reason = f"in no NVLink clique (no {NVLINK_CLIQUE_LEVEL} label)"
+        if reason is None and req_idx is not None and paths[node.name][req_idx] is None:
+            reason = f"no {label_level} label"
+        if reason is None and allowed is not None and node_class[node.name] not in allowed:
+            reason = "outside the tier's allowedClasses"
+        return reason
+
+    # without a selector, affinity or node list it reads no label and no name:
+    # nodes alike in what it reads share the answer (a fleet has few such kinds)
+    alike: dict[tuple[object, ...], str | None] | None = (
+        {} if ps.allowed_nodes is None and not ps.node_selector
+        and not ps.affinity_terms else None
+    )
+    for node in snapshot:
+        name = node.name
+        if alike is None:
+            reason = rule_out(node)
+        else:
+            kind = (node.schedulable, node.taints, len(node.gpu_free),
+                    node.gpu_memory_mib, node.cpu_milli, node.memory_mib,
+                    node.clique is None, node_class[name],
+                    req_idx is not None and paths[name][req_idx] is None)
+            if kind in alike:
+                reason = alike[kind]
+            else:
+                reason = alike[kind] = rule_out(node)
+        if reason is None:
+            ok.append(name)
+        else:
+            why[reason] += 1
+    return ok, why
 
 
 def _some_node_holds(ps: PodSet, snapshot: ClusterSnapshot) -> bool:

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.lifecycle import (
-    lost_node,
     missing_reservation,
     release_reason,
-    reservation_status,
     status_due,
+)
+from nexus_admit.controller.reservation_pods import (
+    lost_node,
+    reservation_status,
     unpinned_pod,
     unschedulable_message,
     unschedulable_pin,
@@ -501,7 +503,7 @@ def test_lapses_at(spec: dict[str, Any], conditions: list[Any], lapses: Any) -> 
 def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from nexus_admit.controller.lifecycle import UNSCHEDULABLE_GRACE
+    from nexus_admit.controller.reservation_pods import UNSCHEDULABLE_GRACE
     from tests.controller.test_placing import cluster, pending, watch
     from tests.kube.kube_factories import pod as make_pod
 
