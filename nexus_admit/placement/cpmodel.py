@@ -101,13 +101,9 @@ def build_model(
     problem: Problem,
     red: Reduction,
     terms: OrderTerms,
-    model: cp_model.CpModel | None = None,
 ) -> GangModel:
-    """The whole model of the gang over `red`'s nodes, objective set. `model`: add the
-    gang to that model instead of a new one (a burst placed jointly, placement/batch.py)."""
+    """The whole model of the gang over `red`'s nodes, objective set."""
     gm = GangModel(problem, red, units(problem, red), term_weights(problem))
-    if model is not None:
-        gm.model = model
     _add_pod_counts(gm)
     strict = problem.gang.numa_policy is NumaPolicy.SINGLE_NUMA_NODE
     for rep, entries in gm.by_unit.items():

@@ -18,14 +18,12 @@ from nexus_admit.placement.baselines.paper import (
 )
 from nexus_admit.placement.baselines.simple import bestfit_policy, random_policy
 from nexus_admit.placement.baselines.tas import tas_bestfit_policy
-from nexus_admit.placement.batch import batch_policy
 from nexus_admit.placement.engine import nexus_policy
 
 __all__ = ["POLICIES", "make_policy", "policy_names"]
 
 POLICIES: dict[str, PolicyFactory] = {
     "nexus": nexus_policy,
-    "nexus-batch": batch_policy,  # nexus, plus a burst placed jointly (placement/batch.py)
     "default": default_policy,
     "binpack": binpack_policy,
     "bestfit": bestfit_policy,

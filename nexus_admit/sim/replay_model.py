@@ -484,9 +484,6 @@ class ReplayResult:
     series_t: list[float] = field(default_factory=list)
     series_alloc: list[float] = field(default_factory=list)
     series_islands: list[int] = field(default_factory=list)
-    # bursts placed jointly (policy nexus-batch): counts, seconds and term deltas summed
-    # over the run (sim/replay_burst.py)
-    bursts: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,7 +34,6 @@ from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import replay_model as m
 from nexus_admit.sim.openb import DEFAULT_DATA
-from nexus_admit.sim.replay_burst import place_jointly
 from nexus_admit.sim.replay_model import (
     AGG_LABEL,
     PRICE,
@@ -99,8 +98,6 @@ class _Tally:
     rejected: int = 0
     placements: int = 0
     place_seconds: float = 0.0
-    # bursts placed jointly (nexus-batch; sim/replay_burst.py BURST_KEYS)
-    bursts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 @dataclass
@@ -301,7 +298,6 @@ class ReplayRun:
         waiting = [(jobs[i].tier, jobs[i].gpu_milli_total) for i in self.pending]
         attempts = 0
         preempted = False
-        decided: list[tuple[int, decisions.Decision]] = []
         for pos, i in enumerate(order):
             job, need = jobs[i], jobs[i].gpu_milli_total
             draining = [(jobs[d].tier, float(jobs[d].gpu_milli_total))
@@ -334,15 +330,11 @@ class ReplayRun:
                                         self.capacity())
             self.tally.place_seconds += time.perf_counter() - t0
             self.tally.placements += 1
-            decided.append((i, decision))
             placed, evicted = self.apply(i, decision)
             preempted = preempted or evicted
             free_gpu += sum(jobs[k].gpu_milli_total for k in evicted)
             if placed:
                 free_gpu -= need
-        t0 = time.perf_counter()
-        place_jointly(self, decided, waiting)  # nexus-batch only
-        self.tally.place_seconds += time.perf_counter() - t0
 
     def capacity(self) -> NodesKeptFree:
         return NodesKeptFree(self.snap, self.policy,
@@ -406,30 +398,11 @@ class ReplayRun:
                 heapq.heappush(self.events, (wake, 2, "retry", i))
         return False, []
 
-    def restart(self, i: int, gang: Gang, slots: Sequence[Slot]) -> None:
-        """Move a gang started in this cycle to other slots (a burst placed jointly)."""
-        ends = self.ends_at[i]
-        self.unstart(i)
-        self.start_job(i, gang, slots, scheduled_end=ends)
-
-    def unstart(self, i: int) -> None:
-        """Undo `start_job` of this cycle (its slots, quota and accounts), back to pending."""
-        job = self.jobs[i]
-        gang, slots, factor = self.running.pop(i)
-        self.placer.undo(gang, slots)
-        self.usage[job.tier] -= job.gpu_milli_total
-        self.account(job, gang, slots, factor, -1)
-        del self.run_start[i], self.ends_at[i]  # its departure event is now stale
-        spread = self.spread(job, slots)
-        if spread[0] is not None:
-            self.tally.locality.remove(spread[0])
-        self.pending.append(i)
-
-    def spread(self, job: Job, slots: Sequence[Slot]) -> tuple[tuple[int, int, float] | None,
-                                                               float]:
-        """(ToRs, aggregation domains, speed factor) of a multi-node or multi-pod gang's
-        slots, for the locality tally (None otherwise), and the speed factor."""
-        snap = self.snap
+    def start_job(self, i: int, gang: Gang, slots: Sequence[Slot]) -> None:
+        job, snap = self.jobs[i], self.snap
+        self.placer.hold(gang, slots)
+        self.pending.remove(i)
+        self.why.pop(i, None)
         used = {s.node for s in slots}
         tors = {snap.nodes[n].labels[TOR_LABEL] + snap.nodes[n].labels[AGG_LABEL] for n in used}
         aggs = {snap.nodes[n].labels[AGG_LABEL] for n in used}
@@ -437,28 +410,14 @@ class ReplayRun:
         one_clique = len(cl) == 1 and None not in cl
         factor = spread_factor(job.pods * job.gpus, len(used), len(tors), len(aggs), one_clique)
         if len(used) > 1 or job.pods > 1:
-            return (len(tors), len(aggs), factor), factor
-        return None, factor
-
-    def start_job(self, i: int, gang: Gang, slots: Sequence[Slot],
-                  scheduled_end: float | None = None) -> None:
-        """Start job i on `slots`; `scheduled_end`: a departure already queued (a restart),
-        not queued twice."""
-        job = self.jobs[i]
-        self.placer.hold(gang, slots)
-        self.pending.remove(i)
-        self.why.pop(i, None)
-        locality, factor = self.spread(job, slots)
-        if locality is not None:
-            self.tally.locality.append(locality)
+            self.tally.locality.append((len(tors), len(aggs), factor))
         self.usage[job.tier] += job.gpu_milli_total
         self.running[i] = (gang, list(slots), factor)
         self.started_at.setdefault(i, self.now)
         self.run_start[i] = self.now
         self.ends_at[i] = self.now + job.duration / factor
         self.account(job, gang, slots, factor, +1)
-        if self.ends_at[i] != scheduled_end:
-            heapq.heappush(self.events, (self.ends_at[i], 0, "depart", i))
+        heapq.heappush(self.events, (self.ends_at[i], 0, "depart", i))
 
     # ------------------------------------------------------------ the result
     def result(self) -> ReplayResult:
@@ -501,7 +460,6 @@ class ReplayRun:
                         for g, w in sorted(tally.waited.items())},
             series_t=tally.series_t, series_alloc=tally.series_alloc,
             series_islands=tally.series_islands,
-            bursts={k: round(v, 4) for k, v in sorted(tally.bursts.items())},
         )
 
     def delays(self) -> dict[str, dict[str, float]]:

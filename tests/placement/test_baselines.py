@@ -20,7 +20,7 @@ from nexus_admit.placement.validate import violations
 from tests.factories import A100, HOST, RACK, T4, config, gpu_node, node_state, snapshot
 
 CONFIG = config()
-ENGINES = ("nexus", "nexus-batch")  # the CP-SAT engine, alone and with bursts placed jointly
+ENGINES = ("nexus",)  # the CP-SAT engine
 BASELINES = [p for p in policy_names() if p not in ENGINES]
 
 
