@@ -104,20 +104,10 @@ _OWNER_TYPES: dict[str, WorkloadType] = {
 OWNER_KINDS = frozenset(_OWNER_TYPES)
 
 # owners whose pods carry an index (completion index, replica index, rank)
-_INDEXED_OWNERS = frozenset(
-    {
-        "JobSet",
-        "PyTorchJob",
-        "TFJob",
-        "MPIJob",
-        "XGBoostJob",
-        "PaddleJob",
-        "JAXJob",
-        "TrainJob",
-        "LeaderWorkerSet",
-        "StatefulSet",
-    }
-)
+_INDEXED_OWNERS = frozenset({
+    "JobSet", "PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "TrainJob",
+    "LeaderWorkerSet", "StatefulSet",
+})
 
 _INFERENCE_LABELS = (
     "serving.kserve.io/inferenceservice",
