@@ -6,7 +6,8 @@ trace under the FGD paper's protocol on a fixed half of the openb nodes, seed 42
 paper's six baselines and the nexus CP-SAT engine, and prints both tables. `--report DIR`
 also writes Markdown, PNG plots and JSON there and says where. The full study of the paper
 is `--trace all --seeds 42-51 --nodes 1`. The traces come from the copy shipped in the
-package unless `--data` / `$NEXUS_ADMIT_DATA` names another directory.
+package unless `--data` / `$NEXUS_ADMIT_DATA` names another directory; `--pods` and
+`--nodes-file` run a user's own pod and node lists (openb's columns) through the protocol.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from rich.table import Table
 from nexus_admit.model import ObjectiveWeights
 from nexus_admit.sim import replay as rp
 from nexus_admit.sim.data import DATA_ENV, csv_path, packaged_data
-from nexus_admit.sim.openb import NODE_LIST, TRACES, OpenbRun, pod_list
+from nexus_admit.sim.openb import (
+    NODE_COLUMNS,
+    NODE_LIST,
+    POD_COLUMNS,
+    TRACES,
+    OpenbRun,
+    TraceError,
+    pod_list,
+    read_nodes,
+    read_pods,
+)
 from nexus_admit.sim.openb_report import write_openb_report
 from nexus_admit.sim.report import (
     paired_summary,
@@ -152,6 +163,14 @@ def simulate(
         envvar=DATA_ENV, show_default=False,
         help="directory holding other traces as openb/ and lingjun/ (.csv or .csv.gz); "
              "default: the data shipped with nexus-admit")] = None,
+    pods: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, show_default=False,
+        help=f"your own pod list for the openb study, instead of --trace (.csv or .csv.gz; "
+             f"openb's columns: {', '.join(POD_COLUMNS)}, optional gpu_spec)")] = None,
+    nodes_file: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, show_default=False,
+        help=f"your own node list for the openb study, instead of openb's (openb's "
+             f"columns: {', '.join(NODE_COLUMNS)}); --nodes samples it")] = None,
     report: Annotated[Path | None, typer.Option(
         help="write README.md, PNG plots and JSON into this directory")] = None,
     openb: Annotated[bool, typer.Option(help="run the openb study")] = True,
@@ -192,18 +211,51 @@ def simulate(
         if report is not None:
             _print_report(console, report)
         return
-    traces = list(TRACES) if trace == "all" else _split(trace)
-    for t in traces:
-        if t not in TRACES:
-            raise typer.BadParameter(f"unknown trace {t!r}; known: {', '.join(TRACES)}")
-    if not (data_dir / "openb").is_dir():
-        raise typer.BadParameter(f"{data_dir}/openb not found; {_DATA_HINT}", param_hint="--data")
-    for relative in (NODE_LIST, *(pod_list(t) for t in traces)):
-        _require(data_dir, relative, "openb")
+    traces = _openb_traces(trace, data_dir, pods, nodes_file)
     seed_list = parse_seeds(seeds)
     seeds_for = {"nexus": parse_seeds(nexus_seeds)} if nexus_seeds else {}
-    spec = StudySpec(traces, _split(policies), seed_list, data_dir, workers, nodes, seeds_for)
+    spec = StudySpec(traces, _split(policies), seed_list, data_dir, workers, nodes, seeds_for,
+                     pods, nodes_file)
     _openb_study(console, spec, report, notes)
+
+
+def _openb_traces(trace: str, data_dir: Path, pods: Path | None, nodes_file: Path | None
+                  ) -> list[str]:
+    """The openb study's trace names, once every list they read is there (and a user's own
+    lists read without a fault)."""
+    if pods is not None:
+        traces = [_trace_name(pods)]
+    else:
+        traces = list(TRACES) if trace == "all" else _split(trace)
+        for t in traces:
+            if t not in TRACES:
+                raise typer.BadParameter(f"unknown trace {t!r}; known: {', '.join(TRACES)}")
+    bundled = ([] if nodes_file else [NODE_LIST]) + ([] if pods else [pod_list(t) for t in traces])
+    if bundled and not (data_dir / "openb").is_dir():
+        raise typer.BadParameter(f"{data_dir}/openb not found; {_DATA_HINT}", param_hint="--data")
+    for relative in bundled:
+        _require(data_dir, relative, "openb")
+    _check_own_lists(pods, nodes_file)
+    return traces
+
+
+def _trace_name(pods: Path) -> str:
+    """What a user's pod list's runs are called: its file name without .csv / .gz."""
+    name = pods.name.removesuffix(".gz").removesuffix(".csv")
+    return name or pods.name
+
+
+def _check_own_lists(pods: Path | None, nodes_file: Path | None) -> None:
+    """Read a user's own lists before any run starts (the runs read them again in their
+    worker processes), so a malformed row stops here with its file, line and column."""
+    try:
+        if pods is not None:
+            read_pods(pods)
+        if nodes_file is not None:
+            read_nodes(nodes_file)
+    except TraceError as err:
+        typer.echo(f"error: {err}", err=True)  # as written: no markup, no emoji codes (":100:")
+        raise typer.Exit(2) from None
 
 
 def _replay_scenarios(
@@ -317,7 +369,9 @@ def _openb_study(
         meta = {"traces": spec.traces, "seeds": spec.seeds, "policies": spec.policies,
                 "runs": total, "seconds": result.seconds, "workers": spec.workers,
                 "node_fraction": spec.node_fraction,
-                "nexus_seeds": spec.seeds_for.get("nexus")}
+                "nexus_seeds": spec.seeds_for.get("nexus"),
+                "pods_file": spec.pods_file and str(spec.pods_file),
+                "nodes_file": spec.nodes_file and str(spec.nodes_file)}
         write_openb_report(rows, result.runs, report, meta, [*notes, *OPENB_NOTES], paired)
         _print_report(console, report)
 

@@ -3,7 +3,7 @@
 By default, the copy shipped inside the package (`nexus_admit/data/`, gzip-compressed CSV;
 sources and licences in its README.md). `$NEXUS_ADMIT_DATA` or `--data` name another
 directory with the same layout (`openb/…`, `lingjun/topo.csv`), holding plain `.csv` or
-`.csv.gz` files.
+`.csv.gz` files. `simulate --pods/--nodes-file` read single files (`open_text`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["DATA_ENV", "csv_path", "default_data", "open_csv", "packaged_data"]
+__all__ = ["DATA_ENV", "csv_path", "default_data", "open_csv", "open_text", "packaged_data"]
 
 DATA_ENV = "NEXUS_ADMIT_DATA"
 
@@ -48,6 +48,11 @@ def open_csv(data: Path, relative: str) -> TextIO:
     path = csv_path(data, relative)
     if path is None:
         raise FileNotFoundError(f"{Path(data) / relative} not found (nor its .gz)")
+    return open_text(path)
+
+
+def open_text(path: Path) -> TextIO:
+    """Open a CSV file as text for `csv.DictReader`, gzip-compressed when it ends in .gz."""
     if path.suffix == ".gz":
         return gzip.open(path, "rt", newline="", encoding="utf-8")
     return open(path, newline="", encoding="utf-8")

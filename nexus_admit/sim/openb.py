@@ -11,14 +11,19 @@
 Every pod is a one-pod gang placed by a registered placement policy through the same
 `place()` the controller uses; the snapshot is a `TrackedSnapshot` so vectorised policies
 refresh only the nodes that changed.
+
+A user's own pod and node lists (`simulate --pods/--nodes-file`) take openb's columns
+(`POD_COLUMNS`, `NODE_COLUMNS`); a row the protocol cannot read stops the run with a
+`TraceError` naming the file, the line and the column.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -44,18 +49,21 @@ from nexus_admit.placement.fragmentation import (
 )
 from nexus_admit.placement.sequence import OrderedPlacer
 from nexus_admit.placement.tracking import TrackedSnapshot
-from nexus_admit.sim.data import default_data, open_csv
+from nexus_admit.sim.data import csv_path, default_data, open_text
 from nexus_admit.sim.policies import policy_for
 
 __all__ = [
     "DEFAULT_DATA",
     "GPU_PRODUCT_LABEL",
+    "NODE_COLUMNS",
     "NODE_LIST",
     "OPENB_NEXUS_CONFIG",
+    "POD_COLUMNS",
     "PUBLISHED",
     "TRACES",
     "OpenbPod",
     "OpenbRun",
+    "TraceError",
     "allocation_at",
     "cluster_fragmentation",
     "gpu_request",
@@ -64,6 +72,8 @@ __all__ = [
     "load_pods",
     "pod_list",
     "pod_set",
+    "read_nodes",
+    "read_pods",
     "run_openb",
     "workload_distribution",
 ]
@@ -129,6 +139,14 @@ def gpu_request(pod: OpenbPod) -> int:
 
 
 NODE_LIST = "openb/openb_node_list_gpu_node.csv"
+# the columns the protocol reads (openb's names); others are ignored, gpu_spec is optional
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+
+
+class TraceError(ValueError):
+    """A pod or node list the protocol cannot read: the message names the file, the line
+    and the column."""
 
 
 def pod_list(trace: str) -> str:
@@ -136,18 +154,70 @@ def pod_list(trace: str) -> str:
     return f"openb/openb_pod_list_{trace}.csv"
 
 
+def _bundled(data: Path, relative: str) -> Path:
+    path = csv_path(data, relative)
+    if path is None:
+        raise FileNotFoundError(f"{Path(data) / relative} not found (nor its .gz)")
+    return path
+
+
+def _rows(path: Path, columns: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, row) of a CSV file whose header holds `columns`."""
+    line = 1
+    try:
+        with open_text(path) as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or ())]
+            if missing:
+                raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} "
+                                 f"(wants {', '.join(columns)})")
+            for row in reader:
+                line = reader.line_num
+                yield line, row
+    except (UnicodeDecodeError, csv.Error, gzip.BadGzipFile, EOFError) as err:
+        raise TraceError(f"{path}: not a readable CSV file after line {line} ({err})") from None
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str, most: int | None = None
+         ) -> int:
+    text = row.get(column)
+    try:
+        value = int(text or "")
+    except ValueError:
+        raise TraceError(f"{path}:{line}: column {column}: {text!r} is not a whole "
+                         "number") from None
+    if value < 0 or (most is not None and value > most):
+        bound = f"0 to {most}" if most is not None else ">= 0"
+        raise TraceError(f"{path}:{line}: column {column}: {value} is out of range ({bound})")
+    return value
+
+
+def _text(path: Path, line: int, row: dict[str, str], column: str) -> str:
+    text = (row.get(column) or "").strip()
+    if not text:
+        raise TraceError(f"{path}:{line}: column {column} is empty")
+    return text
+
+
 @lru_cache(maxsize=4)
-def _node_rows(data: str) -> tuple[tuple[str, int, int, int, str], ...]:
-    with open_csv(Path(data), NODE_LIST) as f:
-        return tuple(
-            (r["sn"], int(r["cpu_milli"]), int(r["memory_mib"]), int(r["gpu"]), r["model"])
-            for r in csv.DictReader(f)
-        )
+def _node_rows(path: Path) -> tuple[tuple[str, int, int, int, str], ...]:
+    rows: dict[str, tuple[str, int, int, int, str]] = {}
+    for line, r in _rows(path, NODE_COLUMNS):
+        name = _text(path, line, r, "sn")
+        if name in rows:
+            raise TraceError(f"{path}:{line}: column sn: node {name!r} is listed twice")
+        gpus, model = _int(path, line, r, "gpu"), (r.get("model") or "").strip()
+        if gpus and not model:
+            raise TraceError(f"{path}:{line}: column model is empty for a node with {gpus} GPUs")
+        rows[name] = (name, _int(path, line, r, "cpu_milli"), _int(path, line, r, "memory_mib"),
+                      gpus, model)
+    if not any(gpus for _, _, _, gpus, _ in rows.values()):
+        raise TraceError(f"{path}: no node with a GPU (column gpu)")
+    return tuple(rows.values())
 
 
-def load_nodes(data: Path = DEFAULT_DATA) -> list[Node]:
-    """The 1213 GPU nodes of openb as fresh `Node`s (GPU model as the GFD product label)."""
-    rows = _node_rows(str(data))
+def read_nodes(path: Path) -> list[Node]:
+    """A node list in openb's columns as fresh `Node`s (GPU model as the GFD product label)."""
     return [
         Node(
             name=name,
@@ -157,22 +227,43 @@ def load_nodes(data: Path = DEFAULT_DATA) -> list[Node]:
             gpu_memory_mib=_VRAM.get(model, 0), gpu_free=[GPU_WHOLE] * gpus,
             free_cpu_milli=cpu, free_memory_mib=mem, free_pods=110,
         )
-        for name, cpu, mem, gpus, model in rows
+        for name, cpu, mem, gpus, model in _node_rows(Path(path))
     ]
 
 
+def load_nodes(data: Path = DEFAULT_DATA) -> list[Node]:
+    """The 1213 GPU nodes of openb as fresh `Node`s."""
+    return read_nodes(_bundled(data, NODE_LIST))
+
+
 @lru_cache(maxsize=8)
+def read_pods(path: Path) -> tuple[OpenbPod, ...]:
+    """A pod list in openb's columns; gpu_milli is per GPU (at most 1000), gpu_spec the GPU
+    models allowed, separated by |."""
+    out = [_pod(path, line, r) for line, r in _rows(path, POD_COLUMNS)]
+    # the protocol inflates the list by its GPU request: without one it never ends
+    if not any(gpu_request(p) for p in out):
+        raise TraceError(f"{path}: no pod requests a GPU (columns num_gpu, gpu_milli)")
+    return tuple(out)
+
+
+def _pod(path: Path, line: int, r: dict[str, str]) -> OpenbPod:
+    gpus, milli = _int(path, line, r, "num_gpu"), _int(path, line, r, "gpu_milli", GPU_WHOLE)
+    if gpus and not milli:
+        raise TraceError(f"{path}:{line}: column gpu_milli: 0 for a pod with num_gpu {gpus}")
+    if gpus > 1 and milli != GPU_WHOLE:
+        raise TraceError(f"{path}:{line}: column gpu_milli: a share of a GPU ({milli}) needs "
+                         f"num_gpu 1, not {gpus}")
+    spec = tuple(s for s in (r.get("gpu_spec") or "").split("|") if s)
+    return OpenbPod(_text(path, line, r, "name"), _int(path, line, r, "cpu_milli"),
+                    _int(path, line, r, "memory_mib"), gpus, milli, spec)
+
+
 def load_pods(trace: str, data: Path = DEFAULT_DATA) -> tuple[OpenbPod, ...]:
     """One of `TRACES`: default, multigpu50, gpuspec33."""
     if trace not in TRACES:
         raise ValueError(f"unknown openb trace {trace!r}; known: {list(TRACES)}")
-    out = []
-    with open_csv(data, pod_list(trace)) as f:
-        for r in csv.DictReader(f):
-            spec = tuple(s for s in (r.get("gpu_spec") or "").split("|") if s)
-            out.append(OpenbPod(r["name"], int(r["cpu_milli"]), int(r["memory_mib"]),
-                                int(r["num_gpu"]), int(r["gpu_milli"]), spec))
-    return tuple(out)
+    return read_pods(_bundled(data, pod_list(trace)))
 
 
 def workload_distribution(pods: Sequence[OpenbPod]) -> WorkloadDistribution:
@@ -296,13 +387,16 @@ def run_openb(
     node_fraction: float = 1.0,
     config: PlacementConfig | None = None,
     policy_factory: Callable[[str, int, Sequence[OpenbPod]], PlacementPolicy] | None = None,
+    pods_file: Path | None = None,
+    nodes_file: Path | None = None,
 ) -> OpenbRun:
     """One run of the protocol. `limit` stops after that many pods (smoke tests);
     `node_fraction` < 1 keeps a fixed random sample of the nodes (a smaller cluster; the
-    pod list is then cut down to 1.3 × its capacity by the same step 1)."""
+    pod list is then cut down to 1.3 × its capacity by the same step 1). `pods_file`,
+    `nodes_file`: a user's own lists instead of the bundled ones (`trace` names the run)."""
     started = time.perf_counter()
-    original = load_pods(trace, data)
-    nodes = load_nodes(data)
+    original = load_pods(trace, data) if pods_file is None else read_pods(pods_file)
+    nodes = load_nodes(data) if nodes_file is None else read_nodes(nodes_file)
     if node_fraction < 1.0:
         keep = max(1, round(node_fraction * len(nodes)))
         nodes = sorted(random.Random(0).sample(nodes, keep), key=lambda n: n.name)

@@ -66,6 +66,10 @@ class StudySpec:
     node_fraction: float = 1.0
     # policy -> seeds to run it on (e.g. the CP-SAT engine on fewer seeds); default: all
     seeds_for: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    # a user's own pod and node lists (openb's columns) instead of the bundled ones; with
+    # `pods_file`, `traces` is the one name the runs go by
+    pods_file: Path | None = None
+    nodes_file: Path | None = None
 
     def tasks(self) -> list[tuple[str, str, int]]:
         out = []
@@ -84,12 +88,15 @@ class StudyResult:
     seconds: float
 
     def table(self) -> list[dict[str, Any]]:
-        return summarise(self.runs)
+        # the paper's figures are for its own lists only
+        own = self.spec.pods_file is not None or self.spec.nodes_file is not None
+        return summarise(self.runs, published=not own)
 
 
-def _one(task: tuple[str, str, int], data: str, node_fraction: float) -> OpenbRun:
+def _one(task: tuple[str, str, int], spec: StudySpec) -> OpenbRun:
     trace, policy, seed = task
-    return run_openb(trace, policy, seed, Path(data), node_fraction=node_fraction)
+    return run_openb(trace, policy, seed, Path(spec.data), node_fraction=spec.node_fraction,
+                     pods_file=spec.pods_file, nodes_file=spec.nodes_file)
 
 
 def run_study(
@@ -101,7 +108,7 @@ def run_study(
     runs: list[OpenbRun] = []
     if spec.workers <= 1:
         for task in tasks:
-            run = _one(task, str(spec.data), spec.node_fraction)
+            run = _one(task, spec)
             runs.append(run)
             if on_progress:
                 on_progress(len(runs), len(tasks), run)
@@ -109,7 +116,7 @@ def run_study(
         workers = min(spec.workers, len(tasks), os.cpu_count() or 1)
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures: list[Future[OpenbRun]] = [
-                pool.submit(_one, task, str(spec.data), spec.node_fraction) for task in tasks
+                pool.submit(_one, task, spec) for task in tasks
             ]
             pending = set(futures)
             while pending:
@@ -140,10 +147,10 @@ def _levels_text(levels: Mapping[int, float | None]) -> str:
     return " / ".join("–" if v is None else f"{v:.0f}" for v in levels.values())
 
 
-def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
+def summarise(runs: Sequence[OpenbRun], published: bool = True) -> list[dict[str, Any]]:
     """One row per (trace, policy): mean/stdev allocation at 100 % and 130 %, the published
-    figure and the difference, failed pods, 8-GPU nodes no longer pristine and left partly
-    idle at BROKEN_LEVELS, seconds per run."""
+    figure and the difference (when `published`), failed pods, 8-GPU nodes no longer
+    pristine and left partly idle at BROKEN_LEVELS, seconds per run."""
     groups: dict[tuple[str, str], list[OpenbRun]] = defaultdict(list)
     for r in runs:
         groups[(r.trace, r.policy)].append(r)
@@ -153,7 +160,7 @@ def summarise(runs: Sequence[OpenbRun]) -> list[dict[str, Any]]:
         a130 = [r.alloc_130 for r in rs]
         levels = _at_levels(rs, "curve_broken8")
         partial = _at_levels(rs, "curve_partial8")
-        pub = PUBLISHED.get((trace, policy))
+        pub = PUBLISHED.get((trace, policy)) if published else None
         rows.append({
             "trace": trace,
             "policy": policy,

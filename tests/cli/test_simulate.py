@@ -103,3 +103,45 @@ def test_a_data_directory_that_does_not_exist_is_refused_by_its_option(tmp_path:
         assert result.exit_code == 2
         assert "Invalidvaluefor--data" in compact(result.output)
         assert "nopeisnotadirectory" in compact(result.output)
+
+
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn0,96000,393216,8,V100M32\nn1,64000,262144,2,T4\n"
+PODS_CSV = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+            "a,4000,8192,1,500,\nb,8000,16384,2,1000,V100M32\n")
+OWN = ["simulate", "--no-replay", "--policies", "paper-bestfit,fgd", "--workers", "1",
+       "--nodes", "1"]
+
+
+def test_own_pod_and_node_lists_run_through_the_openb_protocol(tmp_path: Path) -> None:
+    pods, nodes = tmp_path / "mine.csv", tmp_path / "fleet.csv"
+    pods.write_text(PODS_CSV)
+    nodes.write_text(NODES_CSV)
+    report = tmp_path / "report"
+    result = runner.invoke(app, [*OWN, "--pods", str(pods), "--nodes-file", str(nodes),
+                                 "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    table = json.loads((report / "openb.json").read_text())["table"]
+    assert {(row["trace"], row["policy"]) for row in table} == {
+        ("mine", "paper-bestfit"), ("mine", "fgd")}
+    # the paper's figures are for its own lists, not these
+    assert all(row["published_100"] is None for row in table)
+
+
+def test_a_malformed_row_in_an_own_list_exits_naming_file_line_and_column(
+        tmp_path: Path) -> None:
+    pods, nodes = tmp_path / "mine.csv", tmp_path / "fleet.csv"
+    filler = "".join(f"f{i},1000,1024,0,0,\n" for i in range(96))
+    pods.write_text(PODS_CSV + filler + "c,4000,8192,1,half,\n")  # line 100, not ":100:"
+    nodes.write_text(NODES_CSV)
+    result = runner.invoke(app, [*OWN, "--pods", str(pods), "--nodes-file", str(nodes)])
+    assert result.exit_code == 2
+    assert f"error: {pods}:100: column gpu_milli: 'half' is not a whole number" in result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)
+    pods.write_text(PODS_CSV)
+    nodes.write_text("sn,cpu_milli,gpu,model\nn0,96000,8,V100M32\n")
+    missing = runner.invoke(app, [*OWN, "--pods", str(pods), "--nodes-file", str(nodes)])
+    assert missing.exit_code == 2
+    assert f"error: {nodes}:1: missing column(s) memory_mib" in missing.output
+    absent = runner.invoke(app, [*OWN, "--pods", str(tmp_path / "nope.csv")])
+    assert absent.exit_code == 2
+    assert "Invalidvaluefor'--pods'" in compact(absent.output)

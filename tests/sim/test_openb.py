@@ -4,6 +4,7 @@ on hand-built cases. Small inputs only; nothing is timed."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from nexus_admit.placement.fragmentation import (
 from nexus_admit.placement.policies import make_policy
 from nexus_admit.placement.tracking import TrackedSnapshot
 from nexus_admit.sim import openb
-from nexus_admit.sim.data import packaged_data
+from nexus_admit.sim.data import csv_path, packaged_data
 from nexus_admit.sim.openb import OpenbPod, gpu_request, inflate
 
 DATA = packaged_data()
@@ -60,6 +61,90 @@ def test_loaders_match_the_data_readme() -> None:
 def test_unknown_trace_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown openb trace"):
         openb.load_pods("nope", DATA)
+
+
+NODES_CSV = """sn,cpu_milli,memory_mib,gpu,model,site
+n0,96000,393216,8,V100M32,x
+n1,96000,393216,8,V100M32,x
+n2,64000,262144,2,T4,y
+n3,32000,131072,0,,y
+"""
+PODS_CSV = """name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos
+a,4000,8192,1,500,,LS
+b,8000,16384,2,1000,V100M32,BE
+c,2000,4096,0,0,,LS
+d,6000,8192,1,1000,T4|V100M32,LS
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_a_users_own_lists_run_through_the_protocol(tmp_path: Path) -> None:
+    nodes = openb.read_nodes(write(tmp_path / "nodes.csv", NODES_CSV))
+    assert [(n.name, n.gpu_count, n.gpu_product) for n in nodes] == [
+        ("n0", 8, "V100M32"), ("n1", 8, "V100M32"), ("n2", 2, "T4"), ("n3", 0, "")]
+    pods_file = write(tmp_path / "pods.csv", PODS_CSV)
+    assert openb.read_pods(pods_file) == (
+        OpenbPod("a", 4000, 8192, 1, 500), OpenbPod("b", 8000, 16384, 2, 1000, ("V100M32",)),
+        OpenbPod("c", 2000, 4096, 0, 0), OpenbPod("d", 6000, 8192, 1, 1000, ("T4", "V100M32")))
+    run = openb.run_openb("mine", "fgd", 42, pods_file=pods_file,
+                          nodes_file=tmp_path / "nodes.csv")
+    assert run.trace == "mine" and run.capacity_milli == 18 * GPU_WHOLE
+    assert run.pods > 4  # inflated to 1.3 x the 18 GPUs
+    assert 0 < run.alloc_100 <= 100 and run.nodes8 == 2
+
+
+def test_the_bundled_lists_given_as_own_files_give_the_same_run() -> None:
+    own = openb.run_openb("mine", "fgd", 42, node_fraction=0.05, limit=300,
+                          pods_file=csv_path(DATA, openb.pod_list("default")),
+                          nodes_file=csv_path(DATA, openb.NODE_LIST))
+    bundled = openb.run_openb("default", "fgd", 42, DATA, node_fraction=0.05, limit=300)
+    assert (own.curve_alloc, own.failed) == (bundled.curve_alloc, bundled.failed)
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("e,4x,8192,1,500,,LS", "pods.csv:6: column cpu_milli: '4x' is not a whole number"),
+    ("e,4000,8192,1,1500,,LS", "pods.csv:6: column gpu_milli: 1500 is out of range (0 to 1000)"),
+    ("e,4000,-1,1,500,,LS", "pods.csv:6: column memory_mib: -1 is out of range (>= 0)"),
+    ("e,4000,8192,2,500,,LS", "pods.csv:6: column gpu_milli: a share of a GPU (500) needs"),
+    ("e,4000,8192,1,0,,LS", "pods.csv:6: column gpu_milli: 0 for a pod with num_gpu 1"),
+    (",4000,8192,1,500,,LS", "pods.csv:6: column name is empty"),
+    ("e,4000,8192", "pods.csv:6: column num_gpu: None is not a whole number"),
+])
+def test_a_malformed_pod_row_names_the_file_line_and_column(tmp_path: Path, row: str,
+                                                            message: str) -> None:
+    path = write(tmp_path / "pods.csv", PODS_CSV + row + "\n")
+    with pytest.raises(openb.TraceError, match=re.escape(message)):
+        openb.read_pods(path)
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ("n1,96000,393216,8,A100", "nodes.csv:6: column sn: node 'n1' is listed twice"),
+    ("n9,96000,393216,eight,A100", "nodes.csv:6: column gpu: 'eight' is not a whole number"),
+    ("n9,96000,393216,8,", "nodes.csv:6: column model is empty for a node with 8 GPUs"),
+])
+def test_a_malformed_node_row_names_the_file_line_and_column(tmp_path: Path, row: str,
+                                                             message: str) -> None:
+    path = write(tmp_path / "nodes.csv", NODES_CSV + row + "\n")
+    with pytest.raises(openb.TraceError, match=re.escape(message)):
+        openb.read_nodes(path)
+
+
+def test_a_missing_column_or_no_gpu_at_all_is_named(tmp_path: Path) -> None:
+    no_milli = write(tmp_path / "p.csv", "name,cpu_milli,memory_mib,num_gpu\na,1,1,1\n")
+    with pytest.raises(openb.TraceError, match=re.escape(
+            "p.csv:1: missing column(s) gpu_milli (wants name, cpu_milli, memory_mib, num_gpu, "
+            "gpu_milli)")):
+        openb.read_pods(no_milli)
+    with pytest.raises(openb.TraceError, match=re.escape("n.csv:1: missing column(s) sn, model")):
+        openb.read_nodes(write(tmp_path / "n.csv", "name,cpu_milli,memory_mib,gpu\n"))
+    cpu_only = write(tmp_path / "cpu.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+                                           "a,1000,1024,0,0\n")
+    with pytest.raises(openb.TraceError, match=re.escape("cpu.csv: no pod requests a GPU")):
+        openb.read_pods(cpu_only)  # the inflation would never end
 
 
 # ---------------------------------------------------------------- protocol
