@@ -331,39 +331,54 @@ class NexusController:
             ("mutatingadmissionpolicy", QUEUE_GATE_POLICY),
         ):
             self.cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+        self._wait_gating_gone()
+
+    def _dry_run_pod(self, labels: dict[str, str]) -> tuple[int, list[dict[str, Any]], str]:
+        """Create a labelled pod as the Job controller, server-side dry run: the exit code,
+        the scheduling gates the admission chain gave it, and kubectl's error output."""
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"generateName": "pod-gate-probe-", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "probe"}]},
+        }
+        r = self.cluster.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-n", "default",
+            f"--as={TRUSTED_POD_CREATORS[0]}", "-f", "-",
+            input=json.dumps(probe), check=False,
+        )
+        gates = json.loads(r.stdout or "{}").get("spec", {}).get("schedulingGates") or []
+        return r.returncode, gates, r.stderr.strip()
+
+    def _wait_gating_gone(self, timeout: float = 30.0) -> None:
+        """The apiserver keeps applying a deleted policy (and calling a deleted webhook) for
+        a moment: wait until a pod of a queue the gate list never named is admitted ungated,
+        so the next test's new queues are not gated with no controller left to ungate them
+        (a LeaderWorkerSet's leader stayed gated that way after a module's teardown)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            code, gates, err = self._dry_run_pod({QUEUE_LABEL: "teardown-probe-unlisted"})
+            if code == 0 and not any(g.get("name") == GATE for g in gates):
+                return
+            if time.monotonic() > deadline:
+                print(f"[nexus_controller] gating still applied {timeout:.0f} s after its "
+                      f"removal: {err or gates}")
+                return
+            time.sleep(0.3)
 
     def _wait_pod_gate_policy(self, timeout: float = 30.0) -> None:
         """The apiserver applies a new policy a moment after it is created: wait until a
         server-side dry run of a labelled pod, created as the Job controller (which the
         webhook skips), comes back gated."""
-        probe = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"generateName": "pod-gate-probe-", "labels": {RESERVATION_LABEL: "probe"}},
-            "spec": {"containers": [{"name": "c", "image": "probe"}]},
-        }
         deadline = time.monotonic() + timeout
         while True:
-            r = self.cluster.kubectl(
-                "create",
-                "--dry-run=server",
-                "-o",
-                "json",
-                "-n",
-                "default",
-                f"--as={TRUSTED_POD_CREATORS[0]}",
-                "-f",
-                "-",
-                input=json.dumps(probe),
-                check=False,
-            )
-            gates = json.loads(r.stdout or "{}").get("spec", {}).get("schedulingGates") or []
-            if r.returncode == 0 and any(g.get("name") == GATE for g in gates):
+            code, gates, err = self._dry_run_pod({RESERVATION_LABEL: "probe"})
+            if code == 0 and any(g.get("name") == GATE for g in gates):
                 return
             if time.monotonic() > deadline:
                 raise cluster_mod.ClusterError(
                     f"the pod gate policy did not gate a dry-run pod within {timeout:.0f} s: "
-                    f"{r.stderr.strip() or gates}"
+                    f"{err or gates}"
                 )
             time.sleep(0.3)
 
