@@ -50,7 +50,7 @@ test: controlplane-background install lint
 	$(BIN)/python -m pytest tests $(NEEDS_HELM:%=--ignore=%)
 	bash e2e/build/build.sh >/dev/null
 	nice -n 10 env NEXUS_E2E_KUBERNETES=oldest bash e2e/build/build.sh >/dev/null 2>.e2e-oldest-build.log &
-	$(BIN)/python -m pytest $(NEEDS_HELM) e2e/tests
+	$(BIN)/python -m pytest --durations=15 $(NEEDS_HELM) e2e/tests
 	$(MAKE) --no-print-directory e2e-oldest
 
 # the unit tests that run the helm binary the control plane build makes

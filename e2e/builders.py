@@ -1,9 +1,11 @@
-"""The test objects every e2e test and the benchmark build: Jobs, LocalQueues, and the
-label and annotation keys, taken from `nexus_admit.kube.labels` so that a key the controller
-reads and the key a test writes can never differ.
+"""The test objects every e2e test and the benchmark build: Jobs, LocalQueues,
+ClusterQueues, AdmissionChecks, and the label and annotation keys, taken from
+`nexus_admit.kube.labels` so that a key the controller reads and the key a test writes can
+never differ.
 
 Why one module: each test file used to spell these out again (the LocalQueue body twelve
-times, a GPU Job six), and a field added to one copy was missing from the others.
+times, a GPU Job six, a ClusterQueue nine), and a field added to one copy was missing from
+the others.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ __all__ = [
     "RR_PLURAL",
     "RR_VERSION",
     "SLOT",
+    "TIER_LABEL",
+    "active_status",
+    "admission_check",
+    "cluster_queue",
     "create_local_queue",
+    "flavor_quota",
     "job",
     "local_queue",
 ]
@@ -40,6 +47,7 @@ RESERVATION = L.LABEL_RESERVATION
 SLOT = L.ANN_SLOT
 NUMA_ZONE = L.ANN_NUMA_ZONE
 GATE = L.GATE_PLACEMENT
+TIER_LABEL = L.LABEL_TIER
 # the AdmissionCheck the plane's manifests (e2e/manifests/nexus.yaml) create
 CHECK = "nexus-placement"
 # never pulled: KWOK plays the kubelets
@@ -63,6 +71,64 @@ def local_queue(
         "metadata": metadata,
         "spec": spec,
     }
+
+
+def flavor_quota(
+    flavor: str, gpus: int | str = 64, *, cpu: str = "1000", memory: str = "10000Gi"
+) -> dict[str, Any]:
+    """One flavor's nominal quota of CPU, memory and GPUs in a ClusterQueue."""
+    return {"name": flavor, "resources": [
+        {"name": "cpu", "nominalQuota": cpu},
+        {"name": "memory", "nominalQuota": memory},
+        {"name": GPU, "nominalQuota": str(gpus)}]}
+
+
+def cluster_queue(
+    name: str,
+    checks: list[str],
+    flavors: list[dict[str, Any]],
+    *,
+    tier: str | None = None,
+) -> dict[str, Any]:
+    """A ClusterQueue over every namespace with the AdmissionChecks `checks`, one resource
+    group covering CPU, memory and GPUs with `flavors` (`flavor_quota`), labelled with
+    nexus-admit's `tier` when given."""
+    metadata: dict[str, Any] = {"name": name}
+    if tier is not None:
+        metadata["labels"] = {TIER_LABEL: tier}
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "ClusterQueue",
+        "metadata": metadata,
+        "spec": {
+            "namespaceSelector": {},
+            "admissionChecksStrategy": {"admissionChecks": [{"name": c} for c in checks]},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", GPU], "flavors": flavors}],
+        },
+    }
+
+
+def admission_check(
+    name: str, controller: str, parameters: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An AdmissionCheck of `controller` (with its `parameters` reference, when given)."""
+    spec: dict[str, Any] = {"controllerName": controller}
+    if parameters is not None:
+        spec["parameters"] = parameters
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def active_status(reason: str, message: str, when: str) -> dict[str, Any]:
+    """An AdmissionCheck's status with Active=True, as its controller writes it (a test
+    writes it for a check no controller runs, or Kueue deactivates the queues using it)."""
+    return {"status": {"conditions": [{
+        "type": "Active", "status": "True", "reason": reason, "message": message,
+        "lastTransitionTime": when}]}}
 
 
 def create_local_queue(

@@ -19,7 +19,6 @@ queue-labelled pod and every pod Kueue suspends through a StatefulSet to the web
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import ipaddress
 import json
@@ -41,17 +40,20 @@ if str(E2E_DIR) not in sys.path:
     sys.path.insert(0, str(E2E_DIR))
 
 import cluster as cluster_mod  # noqa: E402
+import nexus_webhooks  # noqa: E402
+from nexus_webhooks import (  # noqa: E402
+    QUEUE_LABEL,
+    RESERVATION_LABEL,
+    SYSTEM_NAMESPACES_EXCLUDED,
+)
 
-from nexus_admit.kube import labels as L  # noqa: E402
 from nexus_admit.kube.labels import GATE_PLACEMENT as GATE  # noqa: E402
 from nexus_admit.kube.pod_gate_policy import (  # noqa: E402
     TRUSTED_POD_CREATORS,
-    pin_hook_condition,
     pod_gate_binding,
     pod_gate_policy,
     queue_gate_binding,
     queue_gate_policy,
-    untrusted_creator_condition,
 )
 
 REPO = E2E_DIR.parent
@@ -64,22 +66,9 @@ QUEUE_GATE_POLICY = "nexus-admit-queue-gate"
 # the ConfigMap the queue gate policy reads; the controller keeps it (controller/queue_gate.py)
 GATED_QUEUES_NAMESPACE = "default"
 GATED_QUEUES_CONFIGMAP = "nexus-admit-gated-queues"
-RESERVATION_LABEL = L.LABEL_RESERVATION
-QUEUE_LABEL = L.KUEUE_QUEUE_NAME_LABEL
 # the process environment the image and the chart give the controller
 PROCESS_ENV = {"PYTHONUNBUFFERED": "1", "MALLOC_ARENA_MAX": "2"}
-SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 GATE_MODES = ("policy", "webhook")
-SYSTEM_NAMESPACES_EXCLUDED = {
-    "matchExpressions": [
-        {
-            "key": "kubernetes.io/metadata.name",
-            "operator": "NotIn",
-            "values": ["kube-system", cluster_mod.KUEUE_NAMESPACE],
-        }
-    ]
-}
-
 
 def _nexus_admit_exe() -> str:
     exe = Path(sys.executable).parent / "nexus-admit"
@@ -168,106 +157,14 @@ class NexusController:
     # -- objects ------------------------------------------------------------------------
     def webhook_configuration(self) -> dict[str, Any]:
         """The hooks of the chart's MutatingWebhookConfiguration in this gate mode
-        (charts/nexus-admit/templates/webhook.yaml), by URL."""
-        ca = base64.b64encode((self.cluster.pki / "ca.crt").read_bytes()).decode()
-        hook = {
-            "clientConfig": {
-                "url": f"https://127.0.0.1:{self.webhook_port}/pod-gate",
-                "caBundle": ca,
-            },
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "apiVersions": ["v1"],
-                    "operations": ["CREATE"],
-                    "resources": ["pods"],
-                    "scope": "Namespaced",
-                }
-            ],
-            "namespaceSelector": SYSTEM_NAMESPACES_EXCLUDED,
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "IfNeeded",
-        }
-        # pods that carry a reservation label (Kueue put it on a Job's template)
-        reserved = {
-            **hook,
-            "name": "pod-gate.scheduling.kubenexus.io",
-            "objectSelector": {
-                "matchExpressions": [{"key": RESERVATION_LABEL, "operator": "Exists"}]
-            },
-        }
-        if self.gate_mode == "policy":
-            # the Job controller's pods are gated by the policy (pod_gate_policy.py), and
-            # pods queued in Kueue by the queue gate policy, in the apiserver: no webhook
-            # call, so pods of queues without our check never depend on us
-            hooks = [{**reserved, "matchConditions": [untrusted_creator_condition()]}]
-            if self.pin_at_creation:
-                # the Job controller's pods, gated by the policy: pinned in the same request
-                # when their slot is known, else left gated; never refused
-                hooks.append({
-                    **reserved,
-                    "name": "pod-pin.scheduling.kubenexus.io",
-                    "clientConfig": {
-                        **hook["clientConfig"],
-                        "url": f"https://127.0.0.1:{self.webhook_port}/pod-pin",
-                    },
-                    "failurePolicy": "Ignore",
-                    "reinvocationPolicy": "Never",
-                    "matchConditions": [pin_hook_condition()],
-                })
-        else:
-            no_reservation = {"key": RESERVATION_LABEL, "operator": "DoesNotExist"}
-            if self.pin_at_creation:
-                # a pod it would gate gets its slot's pin instead where the slot is certain;
-                # called once, so it never judges a pod it has already pinned
-                url = f"https://127.0.0.1:{self.webhook_port}/pod-gate-pin"
-                reserved = {**reserved, "clientConfig": {**hook["clientConfig"], "url": url},
-                            "reinvocationPolicy": "Never"}
-            hooks = [
-                reserved,
-                {
-                    # pods queued in Kueue: gated at creation when their queue uses the check
-                    **hook,
-                    "name": "queued-pod-gate.scheduling.kubenexus.io",
-                    "objectSelector": {
-                        "matchExpressions": [
-                            {"key": QUEUE_LABEL, "operator": "Exists"},
-                            no_reservation,
-                        ]
-                    },
-                },
-                {
-                    # pods Kueue suspends through their StatefulSet (no queue label yet)
-                    **hook,
-                    "name": "statefulset-pod-gate.scheduling.kubenexus.io",
-                    "objectSelector": {
-                        "matchExpressions": [
-                            {"key": QUEUE_LABEL, "operator": "DoesNotExist"},
-                            no_reservation,
-                        ]
-                    },
-                    "matchConditions": [
-                        {
-                            "name": "suspended-by-statefulset",
-                            "expression": (
-                                "has(object.metadata.annotations) && "
-                                f"'{SUSPENDING_PARENT}' in object.metadata.annotations && "
-                                f"object.metadata.annotations['{SUSPENDING_PARENT}'] == "
-                                "'statefulset'"
-                            ),
-                        }
-                    ],
-                },
-            ]
-        return {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": self.webhook_config_name},
-            "webhooks": hooks,
-        }
+        (charts/nexus-admit/templates/webhook.yaml), by URL (nexus_webhooks.py)."""
+        return nexus_webhooks.webhook_configuration(
+            self.webhook_config_name,
+            self.gate_mode,
+            self.pin_at_creation,
+            self.webhook_port,
+            (self.cluster.pki / "ca.crt").read_bytes(),
+        )
 
     def install(self) -> None:
         """CRDs, the PlacementConfig, AdmissionCheck, flavor and ClusterQueues, the webhook."""

@@ -72,7 +72,7 @@ async def measure(waiting: int, passes: int) -> dict[str, Any]:
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     for kind in WATCHED_KINDS:
         ctx.store.replace(kind, api.list(kind)[0], None)
-    ctx.synced = True
+    ctx.leadership.synced = True
     await reconcile(ctx)  # the first pass derives everything
     await reconcile(ctx)
     gc.collect()

@@ -261,6 +261,153 @@ def _ms(v: float | None) -> str:
     return "–" if v is None else f"{v * 1000:.0f} ms"
 
 
+Cell = Callable[[Mapping[str, Any]], str]
+
+
+def _p50_p99(metric: str) -> Cell:
+    def cell(p: Mapping[str, Any]) -> str:
+        if not p["controller_metrics"]:
+            return "–"
+        h = p["controller_metrics"].get(metric) or {}
+        return " / ".join(_ms(h.get(q)) for q in ("p50_s", "p99_s"))
+
+    return cell
+
+
+def _full_collections(p: Mapping[str, Any]) -> str:
+    h = (p["controller_metrics"] or {}).get("gc_pause_seconds_full") or {}
+    if not h.get("count"):
+        return "–"
+    return f"{int(h['count'])}, p99 {_ms(h.get('p99_s'))}, {_fmt(h.get('sum_s'), ' s', 1)}"
+
+
+def _renewals(p: Mapping[str, Any]) -> str:
+    by_reason = (p["controller_metrics"] or {}).get("snapshot_renewals")
+    if by_reason is None:
+        return "–"
+    return ", ".join(f"{r} {int(n)}" for r, n in sorted(by_reason.items())) or "0"
+
+
+def _slow_solves(p: Mapping[str, Any]) -> str:
+    lines = p.get("controller_log")
+    if lines is None:
+        return "–"
+    slow = [line for line in lines if "slow solve of" in line]
+    one_pod = sum("(pods 1," in line for line in slow)
+    return f"{len(slow)} ({one_pod} one-pod)"
+
+
+def _solving_and_waiting(p: Mapping[str, Any]) -> str:
+    if not p["controller_metrics"]:
+        return "–"
+    return " / ".join(
+        _fmt((p["controller_metrics"].get(m) or {}).get("sum_s"), " s", 1)
+        for m in ("solve_seconds", "reservation_wait_seconds")
+    )
+
+
+def _gate_calls(p: Mapping[str, Any]) -> str:
+    return " / ".join(
+        str(int(h["calls"])) if h else "0"
+        for h in (
+            p["webhooks"].get(NEXUS_WEBHOOK),
+            next(iter((p.get("admission_policies") or {}).values()), None),
+        )
+    )
+
+
+def _pin_calls(p: Mapping[str, Any]) -> str:
+    h = p["webhooks"].get(PIN_WEBHOOK)
+    return f"{int(h['calls'])}, {_ms(h.get('p50_s'))} / {_ms(h.get('p99_s'))}" if h else "–"
+
+
+def _gating_p99(p: Mapping[str, Any]) -> str:
+    kueue = max(
+        (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),
+        default=None,
+    )
+    return " / ".join([_ms(gate_p99(p)), _ms(kueue)])
+
+
+def _ungate(p: Mapping[str, Any]) -> str:
+    if not p["pods_gated"]:
+        return "no gates seen"  # pinned at creation: gated and ungated inside the create request
+    return " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
+
+
+def _controller_cpu(p: Mapping[str, Any]) -> str:
+    proc = p["controller_process"]
+    return f"{proc['cpu_percent_mean']} %, {proc['cpu_s']} s" if proc else "–"
+
+
+def _controller_rss(p: Mapping[str, Any]) -> str:
+    proc = p["controller_process"]
+    return _fmt(proc.get("rss_peak_mib"), " MiB", 0) if proc else "–"
+
+
+def _on_planned_node(p: Mapping[str, Any]) -> str:
+    if not p.get("pods_with_reservation"):
+        return "n/a"
+    return f"{p['pods_on_planned_node']}/{p['pods_with_reservation']}"
+
+
+def _heartbeats(p: Mapping[str, Any]) -> str:
+    return " / ".join(
+        _fmt(int(v) if (v := (p.get("node_heartbeats") or {}).get(k)) is not None else None)
+        for k in ("node_leases_renewed", "lease_puts", "node_status")
+    )
+
+
+# the phase table's rows, one column per phase: what the Workloads saw
+_WORKLOAD_ROWS: list[tuple[str, Cell]] = [
+    ("Workloads all Running", lambda p: f"{p['all_running']}/{p['workloads']}"),
+    ("pods", lambda p: str(p["pods"])),
+    ("admission throughput (Workloads/s)", lambda p: _fmt(p["throughput_wl_per_s"])),
+    ("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"])),
+    ("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1)),
+    ("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1)),
+    ("create → all bound p50 / p99", lambda p: " / ".join(
+        _fmt(p.get(f"create_to_bound_{q}_s"), " s", 1) for q in ("p50", "p99"))),
+    ("KWOK pod stage plays failed; replays refused", lambda p: "; ".join(
+        _fmt(p.get(k)) for k in ("kwok_failed_pod_stages", "kwok_refused_replays"))),
+]
+# what the controller did
+_CONTROLLER_ROWS: list[tuple[str, Cell]] = [
+    ("solve p50 / p99", _p50_p99("solve_seconds")),
+    ("one-pod solve p50 / p99", _p50_p99("solve_seconds_one_pod")),
+    ("  its CPU time p50 / p99", _p50_p99("solve_cpu_seconds_one_pod")),
+    ("  with facts kept: p50 / p99", _p50_p99("solve_seconds_one_pod_kept")),
+    ("  with facts kept: CPU p50 / p99", _p50_p99("solve_cpu_seconds_one_pod_kept")),
+    ("  derived over the fleet", lambda p: _fmt(fleet_scans({"phases": {"nexus": p}}))),
+    ("full collections: count, p99, total", _full_collections),
+    ("snapshot renewals (the engine's fleet facts again)", _renewals),
+    ("shapes warmed while waiting for quota",
+     lambda p: _fmt((p["controller_metrics"] or {}).get("warmed_shapes"), "", 0)),
+    ("solves ≥ 100 ms logged (one-pod among them)", _slow_solves),
+    ("solving / waiting for reservation creates (total)", _solving_and_waiting),
+]
+# admission in the apiserver, the controller's process, the cluster around the phase
+_ADMISSION_ROWS: list[tuple[str, Cell]] = [
+    ("nexus webhook calls / gate policy calls", _gate_calls),
+    ("pin-at-creation hook calls, p50 / p99", _pin_calls),
+    ("pod gating p99 (nexus webhook, policy / Kueue's webhooks)", _gating_p99),
+    ("ungate p50 / p99 (gate seen → gone)", _ungate),
+    ("ungate p99 (controller metric)",
+     lambda p: _ms((p["controller_metrics"].get("ungate_seconds") or {}).get("p99_s"))),
+    ("controller CPU (mean %, s)", _controller_cpu),
+    ("controller peak RSS", _controller_rss),
+]
+_CLUSTER_ROWS: list[tuple[str, Cell]] = [
+    ("pods on planned node", _on_planned_node),
+    ("double-booked GPUs", lambda p: _fmt(p.get("double_booked_gpus"))),
+    ("pods in the cluster at the phase's start / end",
+     lambda p: f"{_fmt(p.get('cluster_pods_at_start'))} / {_fmt(p.get('cluster_pods_at_end'))}"),
+    ("node leases renewed / lease PUTs / node status writes", _heartbeats),
+    ("waited for a lease renewal round first", lambda p: _fmt(p.get("lease_wait_s"), " s", 0)),
+    ("load average (1 min, mean)", lambda p: _fmt(p["load"]["load1_mean"], "", 1)),
+]
+
+
 def _phase_table(result: Mapping[str, Any]) -> Table:
     phases = result["phases"]
     t = Table(
@@ -270,160 +417,9 @@ def _phase_table(result: Mapping[str, Any]) -> Table:
     )
     t.add_column("metric")
     for name in phases:
-        t.add_column(
-            PHASE_TITLES.get(name, name), justify="right"
-        )
-
-    def row(label: str, fn: Any) -> None:
-        t.add_row(label, *[fn(ph) for ph in phases.values()])
-
-    row("Workloads all Running", lambda p: f"{p['all_running']}/{p['workloads']}")
-    row("pods", lambda p: str(p["pods"]))
-    row("admission throughput (Workloads/s)", lambda p: _fmt(p["throughput_wl_per_s"]))
-    row("  burst only", lambda p: _fmt(p["burst_throughput_wl_per_s"]))
-    row("create → all Running p50", lambda p: _fmt(p["create_to_running_p50_s"], " s", 1))
-    row("create → all Running p99", lambda p: _fmt(p["create_to_running_p99_s"], " s", 1))
-    row("create → all bound p50 / p99", lambda p: " / ".join(
-        _fmt(p.get(f"create_to_bound_{q}_s"), " s", 1) for q in ("p50", "p99")))
-    row("KWOK pod stage plays failed; replays refused", lambda p: "; ".join(
-        _fmt(p.get(k)) for k in ("kwok_failed_pod_stages", "kwok_refused_replays")))
-    def p50_p99(metric: str) -> Any:
-        def cell(p: Mapping[str, Any]) -> str:
-            if not p["controller_metrics"]:
-                return "–"
-            h = p["controller_metrics"].get(metric) or {}
-            return " / ".join(_ms(h.get(q)) for q in ("p50_s", "p99_s"))
-
-        return cell
-
-    row("solve p50 / p99", p50_p99("solve_seconds"))
-    row("one-pod solve p50 / p99", p50_p99("solve_seconds_one_pod"))
-    row("  its CPU time p50 / p99", p50_p99("solve_cpu_seconds_one_pod"))
-    row("  with facts kept: p50 / p99", p50_p99("solve_seconds_one_pod_kept"))
-    row("  with facts kept: CPU p50 / p99", p50_p99("solve_cpu_seconds_one_pod_kept"))
-    row("  derived over the fleet", lambda p: _fmt(fleet_scans({"phases": {"nexus": p}})))
-
-    def full_collections(p: Mapping[str, Any]) -> str:
-        h = (p["controller_metrics"] or {}).get("gc_pause_seconds_full") or {}
-        if not h.get("count"):
-            return "–"
-        return f"{int(h['count'])}, p99 {_ms(h.get('p99_s'))}, {_fmt(h.get('sum_s'), ' s', 1)}"
-
-    row("full collections: count, p99, total", full_collections)
-
-    def renewals(p: Mapping[str, Any]) -> str:
-        by_reason = (p["controller_metrics"] or {}).get("snapshot_renewals")
-        if by_reason is None:
-            return "–"
-        return ", ".join(f"{r} {int(n)}" for r, n in sorted(by_reason.items())) or "0"
-
-    row("snapshot renewals (the engine's fleet facts again)", renewals)
-    row("shapes warmed while waiting for quota",
-        lambda p: _fmt((p["controller_metrics"] or {}).get("warmed_shapes"), "", 0))
-
-    def slow_solves(p: Mapping[str, Any]) -> str:
-        lines = p.get("controller_log")
-        if lines is None:
-            return "–"
-        slow = [line for line in lines if "slow solve of" in line]
-        one_pod = sum("(pods 1," in line for line in slow)
-        return f"{len(slow)} ({one_pod} one-pod)"
-
-    row("solves ≥ 100 ms logged (one-pod among them)", slow_solves)
-    row(
-        "solving / waiting for reservation creates (total)",
-        lambda p: (
-            " / ".join(
-                _fmt((p["controller_metrics"].get(m) or {}).get("sum_s"), " s", 1)
-                for m in ("solve_seconds", "reservation_wait_seconds")
-            )
-            if p["controller_metrics"]
-            else "–"
-        ),
-    )
-    row(
-        "nexus webhook calls / gate policy calls",
-        lambda p: " / ".join(
-            str(int(h["calls"])) if h else "0"
-            for h in (
-                p["webhooks"].get(NEXUS_WEBHOOK),
-                next(iter((p.get("admission_policies") or {}).values()), None),
-            )
-        ),
-    )
-    row(
-        "pin-at-creation hook calls, p50 / p99",
-        lambda p: (
-            f"{int(h['calls'])}, {_ms(h.get('p50_s'))} / {_ms(h.get('p99_s'))}"
-            if (h := p["webhooks"].get(PIN_WEBHOOK))
-            else "–"
-        ),
-    )
-    row(
-        "pod gating p99 (nexus webhook, policy / Kueue's webhooks)",
-        lambda p: " / ".join(
-            [
-                _ms(gate_p99(p)),
-                _ms(
-                    max(
-                        (h["p99_s"] or 0 for n, h in p["webhooks"].items() if n.endswith(".kb.io")),
-                        default=None,
-                    )
-                ),
-            ]
-        ),
-    )
-    row(
-        "ungate p50 / p99 (gate seen → gone)",
-        lambda p: (
-            " / ".join(_ms(p.get(q)) for q in ("ungate_client_p50_s", "ungate_client_p99_s"))
-            if p["pods_gated"]
-            # pinned at creation: gated and ungated inside the create request
-            else "no gates seen"
-        ),
-    )
-    row(
-        "ungate p99 (controller metric)",
-        lambda p: _ms((p["controller_metrics"].get("ungate_seconds") or {}).get("p99_s")),
-    )
-    row(
-        "controller CPU (mean %, s)",
-        lambda p: (
-            f"{p['controller_process']['cpu_percent_mean']} %, {p['controller_process']['cpu_s']} s"
-            if p["controller_process"]
-            else "–"
-        ),
-    )
-    row(
-        "controller peak RSS",
-        lambda p: (
-            _fmt(p["controller_process"].get("rss_peak_mib"), " MiB", 0)
-            if p["controller_process"]
-            else "–"
-        ),
-    )
-    row(
-        "pods on planned node",
-        lambda p: (
-            f"{p['pods_on_planned_node']}/{p['pods_with_reservation']}"
-            if p.get("pods_with_reservation")
-            else "n/a"
-        ),
-    )
-    row("double-booked GPUs", lambda p: _fmt(p.get("double_booked_gpus")))
-    row(
-        "pods in the cluster at the phase's start / end",
-        lambda p: f"{_fmt(p.get('cluster_pods_at_start'))} / {_fmt(p.get('cluster_pods_at_end'))}",
-    )
-    row(
-        "node leases renewed / lease PUTs / node status writes",
-        lambda p: " / ".join(
-            _fmt(int(v) if (v := (p.get("node_heartbeats") or {}).get(k)) is not None else None)
-            for k in ("node_leases_renewed", "lease_puts", "node_status")
-        ),
-    )
-    row("waited for a lease renewal round first", lambda p: _fmt(p.get("lease_wait_s"), " s", 0))
-    row("load average (1 min, mean)", lambda p: _fmt(p["load"]["load1_mean"], "", 1))
+        t.add_column(PHASE_TITLES.get(name, name), justify="right")
+    for label, cell in _WORKLOAD_ROWS + _CONTROLLER_ROWS + _ADMISSION_ROWS + _CLUSTER_ROWS:
+        t.add_row(label, *[cell(ph) for ph in phases.values()])
     return t
 
 

@@ -55,13 +55,13 @@ KUEUE_CONVERSION_CRDS = {
 # Kueue integrations whose kinds are built into Kubernetes (pkg/controller/jobs/*,
 # FrameworkName): always enabled
 KUEUE_BUILTIN_FRAMEWORKS = ["batch/job", "pod", "deployment", "statefulset"]
-# KWOK stages shipped with kwok (kustomize/stage/...): node lifecycle + pods become Running
-# and are deleted for real. Pod completion is ours (e2e/kwok/pod-complete.yaml): opt-in.
+# KWOK stages shipped with kwok (kustomize/stage/...): node lifecycle + pods become Running.
+# Pod completion and deletion are ours (e2e/kwok/): completion opt-in, deletion at once
+# unless a pod asks to stay until the end of its grace period.
 KWOK_STAGES = [
     "stage/node/fast/node-initialize.yaml",
     "stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "stage/pod/fast/pod-ready.yaml",
-    "stage/pod/fast/pod-delete.yaml",
 ]
 
 
@@ -575,8 +575,8 @@ def rare_node_status(stage: str, node_grace: int) -> str:
     return out
 
 
-def kwok_config(b: Path, ports: dict[str, int], node_grace: int | None, extra_stage: Path) -> str:
-    """KWOK's configuration and stages: `extra_stage` is e2e/kwok/pod-complete.yaml."""
+def kwok_config(b: Path, ports: dict[str, int], node_grace: int | None, own_stages: Path) -> str:
+    """KWOK's configuration and stages: `own_stages` is e2e/kwok (every .yaml in it)."""
     conf = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
         "kind": "KwokConfiguration",
@@ -609,7 +609,7 @@ def kwok_config(b: Path, ports: dict[str, int], node_grace: int | None, extra_st
         if rel.endswith("/node-heartbeat-with-lease.yaml") and node_grace:
             text = rare_node_status(text, node_grace)
         parts.append(text)
-    parts.append(extra_stage.read_text())
+    parts.extend(stage.read_text() for stage in sorted(own_stages.glob("*.yaml")))
     return "\n---\n".join(p.strip() for p in parts) + "\n"
 
 

@@ -25,10 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import job, local_queue
+from builders import cluster_queue, flavor_quota, job, local_queue
 from e2e_util import (
     AUTO_GATE_MODE,
-    GPU,
     KUEUE_GROUP,
     KUEUE_VERSION,
     condition,
@@ -471,30 +470,8 @@ def kueue_objects() -> list[dict[str, Any]]:
     group = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
     return [
         {"apiVersion": group, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}, "spec": {}},
-        {
-            "apiVersion": group,
-            "kind": "ClusterQueue",
-            "metadata": {"name": CQ, "labels": {"scheduling.kubenexus.io/tier": "gold"}},
-            "spec": {
-                "namespaceSelector": {},
-                "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", GPU],
-                        "flavors": [
-                            {
-                                "name": FLAVOR,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "512"},
-                                    {"name": "memory", "nominalQuota": "4096Gi"},
-                                    {"name": GPU, "nominalQuota": "64"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
+        cluster_queue(CQ, [CHECK], [flavor_quota(FLAVOR, cpu="512", memory="4096Gi")],
+                      tier="gold"),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": JOBS_NS}},
     ]
 
@@ -727,6 +704,12 @@ def test_the_service_account_may_change_only_the_fields_it_owns(
     (the test above); here every other change it could make through RBAC is refused."""
     for suffix in ("pods", "checks"):
         assert kubectl_json(e2e_cluster, "get", "validatingadmissionpolicy", f"{POLICY}-{suffix}")
+    _pod_writes_only_its_own(e2e_cluster, core_v1)
+    _status_writes_only_its_own(e2e_cluster)
+
+
+def _pod_writes_only_its_own(e2e_cluster: Any, core_v1: client.CoreV1Api) -> None:
+    """Its own annotation, gate and pin pass; a tenant's fields, another's gate do not."""
     (running, *_) = core_v1.list_namespaced_pod(JOBS_NS, label_selector="job-name=gang").items
     pod = ("pod", running.metadata.name, "-n", JOBS_NS)
     slot_key = "scheduling.kubenexus.io/slot"
@@ -785,9 +768,12 @@ def test_the_service_account_may_change_only_the_fields_it_owns(
         assert not ok, f"{what} was allowed"
         assert "denied request" in err and words in err, f"{what}: {err}"
 
-    # Workload and AdmissionCheck status. The ServiceAccount may patch but not get a
-    # status subresource, which `kubectl patch` does first: the patches go through the
-    # API client, impersonating it.
+
+def _status_writes_only_its_own(e2e_cluster: Any) -> None:
+    """Its own check entry and AdmissionCheck status pass; another check's entry, a
+    Workload condition and another AdmissionCheck do not. The ServiceAccount may patch but
+    not get a status subresource, which `kubectl patch` does first: the patches go through
+    the API client, impersonating it."""
     api = client.CustomObjectsApi(impersonating(e2e_cluster, SA))
     (wl,) = [
         w

@@ -503,20 +503,25 @@ def test_a_workload_waiting_for_quota_is_warmed_then_placed_when_kueue_reserves(
     assert pod.spec.node_name == slots[pod.metadata.annotations[SLOT]]["node"]
 
 
-def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
+def test_pod_bypassing_kueue_onto_a_running_gangs_node_moves_that_slot_alone(
     nexus_namespace, core_v1, batch_v1, custom_objects
 ):
     """A pod outside Kueue bound straight to a node (spec.nodeName skips the scheduler) takes
-    the GPUs a gang's slot holds; the gang's replacement pod, pinned there, cannot be
-    scheduled: nexus-admit sends the gang back through Retry with that reason, and Kueue's
-    requeue places it again elsewhere."""
+    the GPUs a running gang's slot holds while that slot's pod is replaced: nexus-admit moves
+    the slot to a node of the gang's rack with room (same reservation, Event SlotMoved, no
+    Retry), the replacement pod runs there and the gang's other pods are not touched.
+    Before issue 57 the replacement was pinned to the taken node and the whole gang,
+    running pods included, went back through Retry."""
     ns = nexus_namespace
     batch_v1.create_namespaced_job(
         ns, job("victim", "nexus-silver", pods=4, gpus=8, cpu="8", backoff_limit=20)
     )
     pods = wait_for("victim Running", lambda: running(core_v1, ns, "victim", 4), timeout=120)
-    target = sorted(pods, key=lambda p: p.metadata.name)[0]
+    reservation_uid = reservation_of(
+        custom_objects, ns, workload_of(custom_objects, ns, "victim"))["metadata"]["uid"]
+    target, *others = sorted(pods, key=lambda p: p.metadata.name)
     taken = target.spec.node_name
+    kept = {p.metadata.uid: p.spec.node_name for p in others}
     bypass = client.V1Pod(
         metadata=client.V1ObjectMeta(name="bypass"),
         spec=client.V1PodSpec(
@@ -533,23 +538,32 @@ def test_pod_bypassing_kueue_onto_a_reserved_node_sends_the_gang_to_retry(
     core_v1.create_namespaced_pod(ns, bypass)
     core_v1.delete_namespaced_pod(target.metadata.name, ns, grace_period_seconds=0)
 
-    retry = wait_for(
-        "PlacementRetry naming the unschedulable pod",
-        lambda: event(core_v1, ns, "PlacementRetry", "cannot be scheduled"),
+    moved = wait_for(
+        "SlotMoved off the taken node",
+        lambda: event(core_v1, ns, "SlotMoved", f"moved from node {taken}"),
         timeout=90,
     )
-    assert taken in retry.message
     again = wait_for(
-        "victim placed again and Running",
+        "victim Running on its slots, none on the taken node",
         lambda: (
             p
             if (p := running(core_v1, ns, "victim", 4))
             and all(x.spec.node_name != taken for x in p)
             else None
         ),
-        timeout=180,
+        timeout=120,
     )
-    assert len(again) == 4
+    wl = workload_of(custom_objects, ns, "victim")
+    rr = reservation_of(custom_objects, ns, wl)
+    # a Retry would have released this reservation and placed the gang under a new one
+    # (the gang may have been answered Retry before it was first placed: the test before
+    # holds GPUs until its namespace is gone, so PlacementRetry Events tell nothing here)
+    assert rr["metadata"]["uid"] == reservation_uid, "no Retry: only the slot moved"
+    slots = slots_of(rr)
+    for p in again:
+        assert p.spec.node_name == slots[p.metadata.annotations[SLOT]]["node"]
+    assert {p.metadata.uid: p.spec.node_name for p in again if p.metadata.uid in kept} == kept
+    assert condition(wl, "Admitted") == "True", moved.message
 
 
 def test_a_missing_placement_config_deactivates_the_check_and_its_queues(

@@ -434,11 +434,13 @@ def test_reservation_deleted_by_hand_sends_the_gang_through_retry_and_it_is_plac
     print(f"\n[watch gap] reservation deleted → Retry in {t_noticed:.1f}s: {retry.message}")
 
 
-def test_node_cordoned_under_an_unanswered_reservation_is_retried_elsewhere(
+def test_node_cordoned_under_an_unanswered_reservation_moves_its_slot_before_the_answer(
     nexus_namespace, controller, core_v1, batch_v1, custom_objects
 ):
     """Killed after the reservation write (no Ready yet); one of its nodes is cordoned while
-    the controller is down: the restart must not answer Ready from that reservation."""
+    the controller is down: the restart must not answer Ready from that node. It moves the
+    slot to a healthy node of the gang's domain (the same reservation, Event SlotMoved;
+    issue 56 item 4; before it sent the gang through Retry) and answers Ready from it."""
     ns = nexus_namespace
     controller.stop()
     controller.start(env={"NEXUS_FAULT": "kill-after-reservation:1"})
@@ -449,18 +451,20 @@ def test_node_cordoned_under_an_unanswered_reservation_is_retried_elsewhere(
     core_v1.patch_node(node, {"spec": {"unschedulable": True}})
     try:
         controller.start()
-        retry = wait_for(
-            "PlacementRetry: node cordoned",
-            lambda: event(core_v1, ns, "PlacementRetry", f"node {node} of slot"),
+        moved = wait_for(
+            "SlotMoved: node cordoned",
+            lambda: event(core_v1, ns, "SlotMoved", f"from node {node}, which was cordoned"),
             timeout=60,
         )
-        assert "was cordoned" in retry.message
+        assert rr["metadata"]["name"] in moved.message
         pods = wait_for(
-            "cordon placed again and Running on its slots",
+            "cordon Running on its slots",
             lambda: running_on_slots(custom_objects, core_v1, ns, "cordon", 2),
             timeout=120,
         )
         assert node not in {p.spec.node_name for p in pods}
+        (held,) = all_reservations(custom_objects, ns)
+        assert held["metadata"]["uid"] == rr["metadata"]["uid"], "the same reservation"
         assert_invariants(custom_objects, core_v1, ns)
     finally:
         core_v1.patch_node(node, {"spec": {"unschedulable": None}})

@@ -210,6 +210,29 @@ def _event_on(core_v1, ns: str, name: str, reasons: tuple[str, ...]):
     )
 
 
+def _restart_and_queue_a_taker(
+    nexus_controller, core_v1, batch_v1, custom_objects, ns: str, victim: str, node: str
+) -> None:
+    """With the controller stopped (its first pass back meets both at once): `victim`
+    deleted (its Job re-creates it) and a Job "taker" queued that fits only on `node`."""
+    nexus_controller.stop(signal.SIGKILL)
+    try:
+        core_v1.delete_namespaced_pod(victim, ns, grace_period_seconds=0)
+        taker = job("taker", "nexus-gold", pods=1, gpus=8)
+        taker.spec.template.spec.node_selector = {HOSTNAME: node}
+        batch_v1.create_namespaced_job(ns, taker)
+        wait_for(
+            "taker's quota reserved",
+            lambda: (w := workload_of(custom_objects, ns, "taker"))
+            and any(c["type"] == "QuotaReserved" and c["status"] == "True"
+                    for c in w.get("status", {}).get("conditions", [])),
+            timeout=60,
+        )
+    finally:
+        # back before the Job re-creates the pod (it waits its pod-failure backoff, 10 s)
+        nexus_controller.start()
+
+
 @pytest.mark.parametrize("pods", [2, 1], ids=["one-of-two-pods", "the-only-pod"])
 def test_a_bound_gang_past_its_ttl_keeps_its_slot_while_a_pod_restarts(
     pods, nexus_namespace, nexus_controller, core_v1, batch_v1, custom_objects
@@ -251,22 +274,8 @@ def test_a_bound_gang_past_its_ttl_keeps_its_slot_while_a_pod_restarts(
     victim = max(bound, key=lambda p: int(p.metadata.annotations[INDEX]))
     node, slot = victim.spec.node_name, victim.metadata.annotations[SLOT]
 
-    nexus_controller.stop(signal.SIGKILL)
-    try:
-        core_v1.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0)
-        taker = job("taker", "nexus-gold", pods=1, gpus=8)
-        taker.spec.template.spec.node_selector = {HOSTNAME: node}
-        batch_v1.create_namespaced_job(ns, taker)
-        wait_for(
-            "taker's quota reserved",
-            lambda: (w := workload_of(custom_objects, ns, "taker"))
-            and any(c["type"] == "QuotaReserved" and c["status"] == "True"
-                    for c in w.get("status", {}).get("conditions", [])),
-            timeout=60,
-        )
-    finally:
-        # back before the Job re-creates the pod (it waits its pod-failure backoff, 10 s)
-        nexus_controller.start()
+    _restart_and_queue_a_taker(nexus_controller, core_v1, batch_v1, custom_objects, ns,
+                               victim.metadata.name, node)
 
     def replacement():
         return next(

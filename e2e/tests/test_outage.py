@@ -275,17 +275,9 @@ def test_release_unstrands_a_gang_gated_while_the_controller_is_down(
 LEASE = "nexus-admit-outage"
 
 
-def test_degraded_a_follower_marks_the_check_inactive_while_nobody_leads(
-    e2e_cluster, custom_objects, controller_down
-) -> None:
-    """The Lease is held by a dead replica and a ValidatingAdmissionPolicy refuses every
-    write to it: the follower cannot lead, and says so on the AdmissionCheck."""
-    from nexus_controller import NexusController
-
-    kubectl = e2e_cluster.kubectl
-    now = subprocess.run(
-        ["date", "-u", "+%Y-%m-%dT%H:%M:%S.000000Z"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+def _lease_held_by_a_dead_replica(now: str) -> tuple[dict[str, Any], ...]:
+    """The Lease a dead replica holds, and a ValidatingAdmissionPolicy with its binding
+    that refuses every write to it."""
     lease = {
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -327,6 +319,21 @@ def test_degraded_a_follower_marks_the_check_inactive_while_nobody_leads(
         "metadata": {"name": LEASE},
         "spec": {"policyName": LEASE, "validationActions": ["Deny"]},
     }
+    return lease, vap, binding
+
+
+def test_degraded_a_follower_marks_the_check_inactive_while_nobody_leads(
+    e2e_cluster, custom_objects, controller_down
+) -> None:
+    """The Lease is held by a dead replica and a ValidatingAdmissionPolicy refuses every
+    write to it: the follower cannot lead, and says so on the AdmissionCheck."""
+    from nexus_controller import NexusController
+
+    kubectl = e2e_cluster.kubectl
+    now = subprocess.run(
+        ["date", "-u", "+%Y-%m-%dT%H:%M:%S.000000Z"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    lease, vap, binding = _lease_held_by_a_dead_replica(now)
     follower = NexusController(
         e2e_cluster,
         name="nexus-admit-follower",

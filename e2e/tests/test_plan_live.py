@@ -18,8 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from builders import create_local_queue, job
-from e2e_util import GPU, KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
+from builders import (
+    active_status,
+    admission_check,
+    cluster_queue,
+    create_local_queue,
+    flavor_quota,
+    job,
+)
+from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
 
 from nexus_admit.kube import labels as L
@@ -47,65 +54,15 @@ def nexus_queue(custom_objects, batch_v1, e2e_namespace):
     """A silver ClusterQueue on the a100 flavor guarded by a nexus AdmissionCheck."""
     suffix = uuid.uuid4().hex[:6]
     check, cq = f"nexus-e2e-{suffix}", f"nexus-silver-{suffix}"
-    _cluster_object(
-        custom_objects,
-        "admissionchecks",
-        {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-            "kind": "AdmissionCheck",
-            "metadata": {"name": check},
-            "spec": {"controllerName": CHECK_CONTROLLER},
-        },
-    )
+    _cluster_object(custom_objects, "admissionchecks", admission_check(check, CHECK_CONTROLLER))
     # What the controller does while healthy; without it Kueue deactivates the queue.
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     custom_objects.patch_cluster_custom_object_status(
-        KUEUE_GROUP,
-        KUEUE_VERSION,
-        "admissionchecks",
-        check,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Active",
-                        "status": "True",
-                        "reason": "Ready",
-                        "message": "e2e stands in for the controller",
-                        "lastTransitionTime": now,
-                    }
-                ]
-            }
-        },
+        KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", check,
+        active_status("Ready", "e2e stands in for the controller", now),
     )
-    _cluster_object(
-        custom_objects,
-        "clusterqueues",
-        {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cq, "labels": {"scheduling.kubenexus.io/tier": "silver"}},
-            "spec": {
-                "namespaceSelector": {},
-                "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", GPU],
-                        "flavors": [
-                            {
-                                "name": "a100",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "1000"},
-                                    {"name": "memory", "nominalQuota": "10000Gi"},
-                                    {"name": GPU, "nominalQuota": "128"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-    )
+    _cluster_object(custom_objects, "clusterqueues", cluster_queue(
+        cq, [check], [flavor_quota("a100", 128)], tier="silver"))
     create_local_queue(custom_objects, e2e_namespace, "nexus", cq)
     yield "nexus"
     # Cluster-scoped objects outlive the namespace: remove them fully so later tests see
