@@ -79,9 +79,11 @@ RESOURCES: dict[str, Resource] = {
     "ResourceSlice": Resource(L.DRA_API_GROUP, "v1", "resourceslices", False),
     "ResourceClaim": Resource(L.DRA_API_GROUP, "v1", "resourceclaims", True),
     "ResourceClaimTemplate": Resource(L.DRA_API_GROUP, "v1", "resourceclaimtemplates", True),
+    "DeviceTaintRule": Resource(L.DRA_API_GROUP, "v1", "devicetaintrules", False),
     "ResourceReservation": Resource(L.API_GROUP, L.API_VERSION, "resourcereservations", True),
     "PlacementConfig": Resource(L.API_GROUP, L.API_VERSION, "placementconfigs", False),
     "RuntimeClass": Resource("node.k8s.io", "v1", "runtimeclasses", False),
+    "LimitRange": Resource("", "v1", "limitranges", True),
     "Lease": Resource("coordination.k8s.io", "v1", "leases", True),
     "ConfigMap": Resource("", "v1", "configmaps", True),
     "StatefulSet": Resource("apps", "v1", "statefulsets", True),
@@ -379,6 +381,21 @@ class KubeApi:
             "PATCH",
             RESOURCES[kind].path(namespace, name, "status"),
             body={"status": dict(status)},
+            content_type=_MERGE,
+            query={"fieldManager": FIELD_MANAGER},
+        )
+
+    def merge_spec(
+        self, kind: str, name: str, namespace: str | None, spec: Mapping[str, Any],
+        resource_version: str,
+    ) -> dict[str, Any]:
+        """JSON merge patch of `spec` fields, refused (409) unless the object is still at
+        `resource_version`: what was read to compute it is what it replaces."""
+        return self._write(
+            f"patch {kind} {namespace or ''}/{name}",
+            "PATCH",
+            RESOURCES[kind].path(namespace, name),
+            body={"metadata": {"resourceVersion": resource_version}, "spec": dict(spec)},
             content_type=_MERGE,
             query={"fieldManager": FIELD_MANAGER},
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.controller.context import CheckView, Context
@@ -21,12 +22,24 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.kueue import our_check_names
+from nexus_admit.kube.queues import multikueue_managers
 from nexus_admit.kube.translate import placement_config_from_object
 from nexus_admit.model import PlacementConfig
 
-__all__ = ["active_condition", "resolve_check", "sync_checks"]
+__all__ = ["CheckInputs", "active_condition", "on_manager", "resolve_check", "sync_checks"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckInputs:
+    """Check name → (what its view was resolved from, the view): kept while nothing
+    changed."""
+
+    resolved: dict[str, tuple[object, CheckView]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.resolved = {}
 
 
 def resolve_check(
@@ -65,12 +78,24 @@ def resolve_check(
     return CheckView(name, config)
 
 
+def on_manager(check: str, cluster_queue: str) -> CheckView:
+    """A check listed by a MultiKueue manager's ClusterQueue is inactive: the manager
+    dispatches Workloads to worker clusters and has no GPU nodes to place them on, so every
+    Workload would be refused one by one. Kueue then marks the ClusterQueue inactive with
+    this message, where its admin looks."""
+    return CheckView(
+        check, None,
+        f"ClusterQueue {cluster_queue} is a MultiKueue manager's (it also lists a MultiKueue "
+        f"check): list {check} on the worker clusters' ClusterQueues instead, where the GPU "
+        "nodes are", reason="MultiKueueManager")
+
+
 def active_condition(view: CheckView) -> dict[str, str]:
     if view.config is None:
         return {
             "type": "Active",
             "status": "False",
-            "reason": "InvalidParameters",
+            "reason": view.reason,
             "message": view.problem,
         }
     return {
@@ -109,11 +134,12 @@ def _resolved(
         name = str(meta(check).get("name"))
     except Exception:  # malformed: resolve_check says what is wrong
         return resolve_check(check, configs, topologies)
-    known = ctx.check_inputs.get(name)
+    resolved = ctx.component(CheckInputs).resolved
+    known = resolved.get(name)
     if known is not None and known[0] == inputs:
         return known[1]
     view = resolve_check(check, configs, topologies)
-    ctx.check_inputs[name] = (inputs, view)
+    resolved[name] = (inputs, view)
     return view
 
 
@@ -123,11 +149,16 @@ async def sync_checks(ctx: Context) -> None:
     # the Topologies alone: a dump of the whole store would list every pod for them
     topologies = ClusterDump(by_kind={"Topology": ctx.store.items("Topology")}).kueue_topologies()
     views: dict[str, CheckView] = {}
-    for check in ctx.store.items("AdmissionCheck"):
+    checks = ctx.store.items("AdmissionCheck")
+    managers = multikueue_managers(
+        ctx.store.items("ClusterQueue"), checks, our_check_names(checks))
+    for check in checks:
         spec = child(check, "spec")
         if spec.get("controllerName") != L.ADMISSION_CHECK_CONTROLLER:
             continue
         view = _resolved(ctx, check, configs, topologies)
+        if view.name in managers:
+            view = on_manager(view.name, managers[view.name])
         views[view.name] = view
         want = active_condition(view)
         have = _current(check)
@@ -135,7 +166,7 @@ async def sync_checks(ctx: Context) -> None:
             continue
         if view.config is None:
             log.warning("AdmissionCheck %s inactive: %s", view.name, view.problem)
-        cond = {**want, "lastTransitionTime": ctx.clock().strftime("%Y-%m-%dT%H:%M:%SZ")}
+        cond = {**want, "lastTransitionTime": ctx.clocks.wall().strftime("%Y-%m-%dT%H:%M:%SZ")}
         body = {
             "apiVersion": L.KUEUE_GROUP_VERSION,
             "kind": "AdmissionCheck",
@@ -148,6 +179,7 @@ async def sync_checks(ctx: Context) -> None:
             ctx.metrics.errors.labels("admissioncheck").inc()
             log.warning("could not set Active on AdmissionCheck %s: %s", view.name, e)
     ctx.checks = views
-    ctx.check_inputs = {k: v for k, v in ctx.check_inputs.items() if k in views}
+    state = ctx.component(CheckInputs)
+    state.resolved = {k: v for k, v in state.resolved.items() if k in views}
     # every check of ours, active or not: a pod of its queues is gated either way
     await sync_queue_gate(ctx, our_check_names(ctx.store.items("AdmissionCheck")))

@@ -1,4 +1,9 @@
-"""Everything the handlers share, in one record passed through kopf's memo (no globals).
+"""The controller's runtime, in one record passed through kopf's memo (no globals): its
+clients, options, engine, store, ledger, metrics and clocks, background work and wake-ups.
+
+A component's own caches are not here: each component (lifecycle, owning Jobs, warming, the
+webhook, the ungater...) defines its state in its own module, with one `reset()`, and finds
+it with `ctx.component(ItsState)`; a leadership change resets them all (`operator.elect`).
 
 Who calls it: `operator.py` builds one `Context` at start-up; every other module receives it.
 """
@@ -6,36 +11,44 @@ Who calls it: `operator.py` builds one `Context` at start-up; every other module
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
-
-from cachetools import TTLCache
+from typing import Any, Protocol, TypeVar, cast
 
 from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
 from nexus_admit.controller.ledger import Ledger
 from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.pod_owners import OwnerChains
 from nexus_admit.controller.runtime.lease import LeaseElector
-from nexus_admit.controller.store import PerObject, Store
+from nexus_admit.controller.store import Store
 from nexus_admit.controller.tasks import Background
-from nexus_admit.controller.warm import WarmShapes
 from nexus_admit.kube.cluster.live import LiveSnapshot
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 
-__all__ = ["CheckView", "Context", "Promised", "WorkloadView", "utc_now"]
+__all__ = [
+    "CheckView",
+    "Clocks",
+    "Component",
+    "Context",
+    "Leadership",
+    "Promised",
+    "Signals",
+    "Workers",
+    "WorkloadView",
+    "utc_now",
+]
 
 # a reservation a Workload's Ready check names ("namespace/name", name, when the check
 # turned Ready; lifecycle.promised_reservations)
 Promised = tuple[str, str, datetime | None]
 
 # a Workload, its place in Kueue's order when it waits on our check (else None), and
-# whether it waits for quota in a queue of ours (loop/cycle.workload_views)
+# whether it waits for quota in a queue of ours (loop/inputs.workload_views)
 WorkloadView = tuple[dict[str, Any], tuple[int, str, str] | None, bool]
 
 
@@ -43,11 +56,17 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-# a name the apiserver just said does not exist is not asked again for this long: a flood
-# of pod reviews naming made-up queues or reservations costs one GET per name, not per pod
-WEBHOOK_MISS_SECONDS = 2.0
-# a Job the apiserver said does not exist is not read again for this long (owning_jobs.py)
-JOB_MISS_SECONDS = 30.0
+
+
+class Component(Protocol):
+    """A component's own state (its caches and memos), made on first use by
+    `Context.component`."""
+
+    def reset(self) -> None:
+        """Forget what a leader must not carry into another term (a leadership change)."""
+
+
+C = TypeVar("C", bound=Component)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,126 +76,49 @@ class CheckView:
     name: str
     config: PlacementConfig | None
     problem: str = ""  # set when the check is inactive
+    reason: str = "InvalidParameters"  # the Active condition's reason when inactive
 
 
 @dataclass
-class Context:
-    options: RunOptions
-    api: KubeApi
-    engine: PlacementPolicy
-    store: Store = field(default_factory=Store)
-    ledger: Ledger = field(default_factory=Ledger)
-    # the resourceVersion each kind was last listed at (None: not served), where its
-    # watch starts (informer.py); and the client the watch streams use (their own
-    # connections: a stream holds one for minutes), None: `api`
-    list_versions: dict[str, str | None] = field(default_factory=dict)
-    watch_api: KubeApi | None = None
-    metrics: Metrics = field(default_factory=Metrics)
-    clock: Callable[[], datetime] = utc_now
-    # one worker: CP-SAT runs with one search worker, and decisions are made in order anyway
-    solver: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="solver")
-    )
-    checks: dict[str, CheckView] = field(default_factory=dict)
-    # check name → (what its view was resolved from, the view): kept while nothing changed
-    check_inputs: dict[str, tuple[object, CheckView]] = field(default_factory=dict)
-    # the queue list last written to the gate policy's ConfigMap (queue_gate.py); None:
-    # not written by this process yet
-    gated_queues: dict[str, str] | None = None
-    # (workload uid → attempt) whose answer is written but not yet seen through the watch:
-    # the store may still show the check Pending, and must not get a second answer
-    answered: dict[str, str] = field(default_factory=dict)
-    # pods patched by the ungater whose update the watch has not delivered yet: uid → slot
-    ungating: dict[str, str] = field(default_factory=dict)
-    # pods with a reservation label that are not part of its Workload, already told so
-    refused_pods: set[str] = field(default_factory=set)
-    # objects already reported as skipped, one Event per object version (controller/skipped.py)
-    skipped_reported: dict[str, None] = field(default_factory=dict)
-    # reservation "namespace/name" → monotonic time its status was last written
-    status_written: dict[str, float] = field(default_factory=dict)
-    # reservation "namespace/name" → what the lifecycle step last found it quiet on
-    # (`lifecycle.Quiet`): not looked at again until one of those objects changes
-    lifecycle_quiet: dict[str, object] = field(default_factory=dict)
-    # the store's lists (`Store.listed`) a pass last derived its Workload views from, and
-    # those views: nothing is walked again while the lists are the same objects
-    owners_pruned: tuple[list[dict[str, object]], ...] | None = None
-    owners_pruned_at: float = float("-inf")  # monotonic; Jobs are let go every so often
-    workload_views: tuple[tuple[object, ...], list[dict[str, object]],
-                          list[dict[str, object]]] | None = None
-    # each Workload's view (loop/cycle.workload_views), kept while the store holds it
-    workload_view_memo: PerObject[WorkloadView] = field(default_factory=PerObject)
-    # each Workload's Jobs (owners.prune_owner_jobs over every Workload) and the
-    # reservations its Ready checks name (lifecycle.sync_missing), kept while the store
-    # holds it; the waiting Workloads whose Jobs were read ahead (owners.prefetch_owner_jobs)
-    job_refs_memo: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
-    prefetched: PerObject[None] = field(default_factory=PerObject)
-    promised_memo: PerObject[list[list[Promised]]] = field(default_factory=PerObject)
-    # each waiting Workload's (tier, GPU milli) demand (demand.pending_demands; the passes'
-    # backfill and the capacity metrics, one after the other), kept while the store holds it
-    demand_memo: PerObject[tuple[str, int] | None] = field(default_factory=PerObject)
-    # the shapes of the Workloads waiting for quota, derived ahead (controller/warm.py)
-    warm_shapes: WarmShapes = field(default_factory=WarmShapes)
-    warm_planned: float = 0.0  # when a pass may plan its shapes again mid-way (monotonic)
-    # draining reservation "namespace/name" → monotonic time its gang was last solved
-    # without it (loop.place: a drain moved off once its gang fits)
-    drain_checked: dict[str, float] = field(default_factory=dict)
-    # reservation "namespace/name" this run deleted to place its Workload again
-    # (controller/inflight.py) → (monotonic time, the (node, GPUs) it held): a store that
-    # still shows the deleted one must not answer from it
-    withdrawn: dict[str, tuple[float, frozenset[tuple[str, tuple[int, ...]]]]] = field(
-        default_factory=dict)
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # the ungater runs apart from the placing pass, so a gated pod never waits behind
-    # solves: its own wake-up (pods and reservations changed) and its pass in progress
-    ungate_wake: asyncio.Event = field(default_factory=asyncio.Event)
-    ungate_task: asyncio.Task[None] | None = None
-    # the ungater's pin patches in flight (its loop does not wait for a pass's patches)
-    ungate_writes: Background = field(default_factory=lambda: Background(limit=16))
-    background: Background = field(default_factory=Background)  # check writes, Events
-    capacity_recorded: float = float("-inf")  # monotonic time of the last capacity metrics
-    # snapshots kept from the store's changes (kube/cluster/live.py), made on first use:
-    # "placing" (the passes') and "bound" (without reservations, the capacity metrics)
-    live: dict[str, LiveSnapshot] = field(default_factory=dict)
-    lifecycle_synced: float = float("-inf")  # monotonic time of the last lifecycle step
-    lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
-    # Job reads in flight ("namespace/name"), shared by the passes that wait on them
-    job_reads: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
-    # Jobs the apiserver just answered NotFound ("namespace/name/uid"): not read again for a
-    # while, so a Workload naming a Job that is gone (or never was) costs one GET per
-    # interval, not one per pass (a pass runs on every event)
-    jobs_missing: TTLCache[str, bool] = field(
-        default_factory=lambda: TTLCache(maxsize=4096, ttl=JOB_MISS_SECONDS)
-    )
+class Clocks:
+    """The two clocks: `wall` for what is written and compared with the cluster's times,
+    `monotonic` (seconds) for intervals and throttles. Injected, so a unit test of timing
+    behaviour advances a fake clock instead of sleeping."""
+
+    wall: Callable[[], datetime] = utc_now
+    monotonic: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class Leadership:
+    """Whether this replica may decide: listed every kind once, and (with leader election)
+    holds the Lease and has re-listed since it took it."""
+
     synced: bool = False  # every kind listed once: only then may the loop decide anything
-    faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
     elector: LeaseElector | None = None  # None: no leader election, this process acts
     # leader, and re-listed since it became one (a follower's watches may lag)
-    leader_ready: bool = False
-    pass_task: asyncio.Task[None] | None = None  # the reconcile pass running now, if any
-    # names the apiserver just answered NotFound to a webhook lookup: (kind, ns, name);
-    # used on the webhook's own loop only (controller/webhook/review.py)
-    webhook_misses: TTLCache[tuple[str, str, str], bool] = field(
-        default_factory=lambda: TTLCache(maxsize=4096, ttl=WEBHOOK_MISS_SECONDS)
-    )
-    # the loop that owns the store; the webhook's thread hands it what it fetched
-    loop: asyncio.AbstractEventLoop | None = None
-    # owners above pods, read on demand (pod_owners.py): one cache per event loop
-    owner_chains: OwnerChains = field(init=False)
-    webhook_owner_chains: OwnerChains = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.owner_chains = OwnerChains(self._get_owner)
-        self.webhook_owner_chains = OwnerChains(self._get_owner)
-
-    async def _get_owner(self, kind: str, name: str, namespace: str) -> dict[str, object] | None:
-        return await asyncio.to_thread(self.api.get, kind, name, namespace)
+    ready: bool = False
 
     def acting(self) -> bool:
         """May this replica decide and write? Always without leader election; with it,
         only while it holds the Lease and has re-listed since it took it."""
         if self.elector is None:
             return True
-        return self.leader_ready and self.elector.leading()
+        return self.ready and self.elector.leading()
+
+
+@dataclass
+class Signals:
+    """The event loop that owns the store, the pass running on it and the wake-ups that
+    start the next ones."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # a placing pass
+    # the ungater runs apart from the placing pass, so a gated pod never waits behind
+    # solves: its own wake-up (pods and reservations changed)
+    ungate_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pass_task: asyncio.Task[None] | None = None  # the reconcile pass running now, if any
+    # the loop that owns the store; the webhook's thread hands it what it fetched
+    loop: asyncio.AbstractEventLoop | None = None
 
     def poke(self) -> None:
         """Something changed: run a placing pass and an ungating pass soon."""
@@ -195,3 +137,69 @@ class Context:
             fn(*args)
         else:
             loop.call_soon_threadsafe(fn, *args)
+
+
+def _one_solver_thread() -> ThreadPoolExecutor:
+    # one worker: CP-SAT runs with one search worker, and decisions are made in order anyway
+    return ThreadPoolExecutor(1, thread_name_prefix="solver")
+
+
+@dataclass
+class Workers:
+    """Where work runs apart from the pass: the solver's thread and the background tasks
+    (check writes, Events)."""
+
+    solver: ThreadPoolExecutor = field(default_factory=_one_solver_thread)
+    background: Background = field(default_factory=Background)
+
+
+@dataclass
+class Context:
+    options: RunOptions
+    api: KubeApi
+    engine: PlacementPolicy
+    store: Store = field(default_factory=Store)
+    ledger: Ledger = field(default_factory=Ledger)
+    # the client the watch streams use (their own connections: a stream holds one for
+    # minutes), None: `api`
+    watch_api: KubeApi | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    clocks: Clocks = field(default_factory=Clocks)
+    workers: Workers = field(default_factory=Workers)
+    checks: dict[str, CheckView] = field(default_factory=dict)
+    signals: Signals = field(default_factory=Signals)
+    # snapshots kept from the store's changes (kube/cluster/live.py), made on first use:
+    # "placing" (the passes') and "bound" (without reservations, the capacity metrics)
+    live: dict[str, LiveSnapshot] = field(default_factory=dict)
+    leadership: Leadership = field(default_factory=Leadership)
+    faults: Faults = field(default_factory=Faults)  # test-only crash points (NEXUS_FAULT)
+    # each component's state, by its type (`component`)
+    _components: dict[type[Component], Component] = field(default_factory=dict, repr=False)
+
+    def component(self, kind: type[C]) -> C:
+        """This process's state of one component (`kind()`, made on first use)."""
+        found = self._components.get(kind)
+        if found is None:  # setdefault: the webhook's thread may make its own at once
+            found = self._components.setdefault(kind, kind())
+        return cast(C, found)
+
+    def components(self) -> list[Component]:
+        """Every component's state made so far: what a leadership change resets."""
+        return list(self._components.values())
+
+    async def read_owner(self, kind: str, name: str, namespace: str
+                         ) -> dict[str, object] | None:
+        """One owner object from the apiserver (what `pod_owners.OwnerChains` reads with)."""
+        return await asyncio.to_thread(self.api.get, kind, name, namespace)
+
+    def acting(self) -> bool:
+        """May this replica decide and write? (`Leadership.acting`)"""
+        return self.leadership.acting()
+
+    def poke(self) -> None:
+        """Something changed: run a placing pass and an ungating pass soon."""
+        self.signals.poke()
+
+    def call_in_loop(self, fn: Callable[..., object], *args: object) -> None:
+        """Run `fn(*args)` on the loop that owns the store (`Signals.call_in_loop`)."""
+        self.signals.call_in_loop(fn, *args)

@@ -57,7 +57,7 @@ async def mark_no_leader(ctx: Context, elector: LeaseElector, seconds: float) ->
     c = elector.config
     cond = {
         **no_leader_condition(seconds, f"{c.namespace}/{c.name}", elector.holder),
-        "lastTransitionTime": ctx.clock().strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": ctx.clocks.wall().strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     written = 0
     for check in ctx.store.items("AdmissionCheck"):

@@ -19,6 +19,7 @@ from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.queues import cluster_queue_checks
 from nexus_admit.model import GPU_WHOLE
 
 __all__ = ["pending_demands", "pending_gpus_by_tier", "queues_using", "waiting_queue",
@@ -26,11 +27,7 @@ __all__ = ["pending_demands", "pending_gpus_by_tier", "queues_using", "waiting_q
 
 
 def _uses_check(cq: Mapping[str, Any], checks: Collection[str]) -> bool:
-    strategy = child(child(cq, "spec"), "admissionChecksStrategy")
-    names = {
-        str(c.get("name")) for c in strategy.get("admissionChecks") or [] if isinstance(c, Mapping)
-    }
-    return bool(names & set(checks))
+    return bool(cluster_queue_checks(cq) & set(checks))
 
 
 def _done(workload: Mapping[str, Any]) -> bool:
@@ -107,7 +104,7 @@ def workload_demand(
     if cq is None:
         return None
     try:
-        per_pod = workload_template_requests(workload)
+        per_pod = workload_template_requests(workload, kueue)
     except TranslationError:
         return None
     counts = {

@@ -32,7 +32,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,11 +41,12 @@ from nexus_admit.controller.metrics import Metrics
 from nexus_admit.controller.outcome import Outcome
 from nexus_admit.controller.writes import Reserved, answer, answer_refused, settle
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.quantity import parse_milli
 from nexus_admit.kube.reservations import (
     reservation_is_live,
     reservation_key,
+    reservation_pod_label,
     reservation_slots,
 )
 from nexus_admit.model import Gang, Placement, Slot
@@ -54,6 +55,7 @@ from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = [
     "InFlight",
+    "Withdrawn",
     "WritePipeline",
     "held_by",
     "overlaps_other",
@@ -136,7 +138,7 @@ class WritePipeline:
                 later = {reservation_key(e.workload) for e in self.entries}
                 entry.withdrawn = _promised_elsewhere(
                     self.ctx, reservation_key(entry.workload),
-                    _whole_of(entry.gang, reserved.found), later, self.ctx.clock())
+                    _whole_of(entry.gang, reserved.found), later, self.ctx.clocks.wall())
         if entry.withdrawn:
             await self._take_back(entry, reserved)
             return False
@@ -144,11 +146,11 @@ class WritePipeline:
         ctx = self.ctx
         if reserved.placement is not None:
             ctx.faults.hit("kill-after-reservation")
-            ctx.background.spawn(
+            ctx.workers.background.spawn(
                 answer(ctx, entry.workload, entry.check, entry.ready(reserved.placement)),
                 name="check-write")
         elif reserved.refusal is not None:
-            ctx.background.spawn(
+            ctx.workers.background.spawn(
                 answer_refused(ctx, entry.workload, entry.check, reserved.refusal,
                                never=reserved.never),
                 name="check-write")
@@ -180,7 +182,7 @@ class WritePipeline:
             if reserved.found is not None:
                 self.placer.hold(entry.gang, reserved.found, over=True)
             ctx.ledger.keep_unsure(rr_key, object_key(entry.workload), entry.gang, held,
-                                   time.monotonic())
+                                   ctx.clocks.monotonic())
             return
         ctx.ledger.withdraw(rr_key)
         self.withdrawn.append((entry.workload, entry.check))
@@ -238,10 +240,10 @@ async def withdraw_reservation(
     ctx: Context, rr_key: str, held: frozenset[tuple[str, tuple[int, ...]]]
 ) -> bool:
     """Delete a reservation (holding `held`: node, GPUs) whose Workload must be placed
-    again; True when it is gone. Remembered (`ctx.withdrawn`) so a store that still shows
+    again; True when it is gone. Remembered (`Withdrawn`) so a store that still shows
     it is not answered from, nor counted against the Workload's next placement."""
     ns, _, name = rr_key.partition("/")
-    ctx.withdrawn[rr_key] = (time.monotonic(), held)
+    ctx.component(Withdrawn).held[rr_key] = (ctx.clocks.monotonic(), held)
     try:
         await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
     except Exception as e:  # ApiException, urllib3's own: it may still be there
@@ -255,20 +257,38 @@ def overlaps_other(ctx: Context, rr: Mapping[str, Any], now: datetime) -> bool:
     """Does this reservation (of a Workload not answered yet) share a whole GPU with
     another live reservation, or with a create of this run the watch has not shown? Only
     reservations of plain placements count: a drain or a preemptor's is written over
-    gangs still leaving."""
+    gangs still leaving. An elastic Job's slices share the slots carried over: the
+    reservations whose pods carry the same label do not count (`kube/slices.py`)."""
     if _mode(rr) not in _EXCLUSIVE_MODES:
         return False
-    return _promised_elsewhere(ctx, object_key(rr), _whole_gpus(rr), (), now)
+    ns, label = meta(rr).get("namespace"), reservation_pod_label(rr)
+    chain = [object_key(o) for o in ctx.store.items(L.KIND_RESOURCE_RESERVATION)
+             if meta(o).get("namespace") == ns and reservation_pod_label(o) == label]
+    return _promised_elsewhere(ctx, object_key(rr), _whole_gpus(rr), chain, now)
 
 
 def held_by(rr: Mapping[str, Any]) -> frozenset[tuple[str, tuple[int, ...]]]:
     return frozenset((s.node, tuple(s.gpus)) for s in reservation_slots(rr))
 
 
+@dataclass
+class Withdrawn:
+    """Reservation "namespace/name" this run deleted to place its Workload again →
+    (monotonic time, the (node, GPUs) it held): a store that still shows the deleted one
+    must not answer from it."""
+
+    held: dict[str, tuple[float, frozenset[tuple[str, tuple[int, ...]]]]] = field(
+        default_factory=dict)
+
+    def reset(self) -> None:
+        """Kept: a deleted reservation the store still shows stays deleted, whoever leads
+        (an entry ends after `--lost-write-seconds`, `loop.inputs.settle_ledger`)."""
+
+
 def withdrawn_copy(ctx: Context, rr: Mapping[str, Any]) -> bool:
     """Is this stored reservation the one this run deleted (same name, same slots: the
     Workload's next placement never takes the GPUs its withdrawn one held)?"""
-    withdrawn = ctx.withdrawn.get(object_key(rr))
+    withdrawn = ctx.component(Withdrawn).held.get(object_key(rr))
     return withdrawn is not None and withdrawn[1] == held_by(rr)
 
 

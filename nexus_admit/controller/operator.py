@@ -46,7 +46,7 @@ from nexus_admit.controller.ungating.at_creation import (
     answer_gate_or_pin_review,
     answer_pin_review,
 )
-from nexus_admit.controller.ungating.ungater import run_ungater
+from nexus_admit.controller.ungating.ungater import UngaterState, run_ungater
 from nexus_admit.controller.webhook.review import answer_review
 from nexus_admit.controller.webhook.server import GuardedWebhookServer
 from nexus_admit.controller.webhook.thread import WebhookThread
@@ -93,6 +93,13 @@ def build_context(options: RunOptions) -> Context:
     )
 
 
+def reset_components(ctx: Context) -> None:
+    """A leadership change, taken or lost: every component forgets what a leader must not
+    carry into another term (each says what in its `reset()`)."""
+    for component in ctx.components():
+        component.reset()
+
+
 def elect(ctx: Context) -> LeaseElector:
     """The Lease elector for `ctx`, wired so that only the leader writes: the KubeApi asks
     `ctx.acting()` before every write, and a lost lease cancels the pass in progress."""
@@ -104,16 +111,15 @@ def elect(ctx: Context) -> LeaseElector:
         # the follower's store may lag its watches: one full re-list before the first
         # decision, and a fresh ledger (nothing it assumed as an earlier leader holds)
         ctx.ledger = Ledger()
-        ctx.answered.clear()
-        ctx.ungating.clear()
-        while ctx.elector is not None and ctx.elector.leading():
+        reset_components(ctx)
+        while ctx.leadership.elector is not None and ctx.leadership.elector.leading():
             try:
                 await lists.relist(ctx)
             except Exception as e:  # an outage: try again while we still lead
                 log.warning("re-list after becoming leader failed, retrying: %s", e)
                 await asyncio.sleep(1)
                 continue
-            ctx.leader_ready = True
+            ctx.leadership.ready = True
             ctx.metrics.leader.set(1)
             log.info("leader: store re-listed, deciding from now on")
             ctx.poke()
@@ -124,16 +130,14 @@ def elect(ctx: Context) -> LeaseElector:
         takeover.append(asyncio.create_task(take_over(), name="leader-takeover"))
 
     async def stopped() -> None:
-        ctx.leader_ready = False
+        ctx.leadership.ready = False
         ctx.metrics.leader.set(0)
         for t in takeover:
             t.cancel()
         takeover.clear()
-        for task in (ctx.pass_task, ctx.ungate_task):
-            if task is not None:
-                task.cancel()
-        ctx.ungate_writes.cancel()
-        ctx.ungating.clear()  # its claims die with the patches: the next leader re-reads pods
+        if ctx.signals.pass_task is not None:
+            ctx.signals.pass_task.cancel()
+        reset_components(ctx)  # the ungater's pass and patches with it
 
     elector = LeaseElector(
         ctx.api,
@@ -147,8 +151,9 @@ def elect(ctx: Context) -> LeaseElector:
         ),
         on_started=started,
         on_stopped=stopped,
+        clock=ctx.clocks.monotonic,
     )
-    ctx.elector = elector
+    ctx.leadership.elector = elector
     ctx.api.write_guard = ctx.acting
     # fencing: a write sent while leading is given up before the Lease could pass on
     ctx.api.write_timeout = o.lease_seconds - o.renew_deadline_seconds
@@ -254,15 +259,16 @@ async def _health_server(ctx: Context, hook: list[WebhookThread]) -> web.AppRunn
     async def readyz(_: web.Request) -> web.Response:
         # with the webhook, ready once it serves (the kinds it reads are listed before it
         # starts, the fleet after): the Service then sends it pod reviews while the placing
-        # loop still waits for the full list (`ctx.synced`)
+        # loop still waits for the full list (`ctx.leadership.synced`)
         if ctx.options.webhook:
             if not (hook and hook[0].alive()):
                 return web.Response(status=503, text="webhook not serving")
-        elif not ctx.synced:
+        elif not ctx.leadership.synced:
             return web.Response(status=503, text="syncing")
         return web.Response(text="ok")
 
-    authorizer = MetricsAuthorizer(ctx.api) if ctx.options.metrics_auth == "kubernetes" else None
+    authorizer = (MetricsAuthorizer(ctx.api, clock=ctx.clocks.monotonic)
+                  if ctx.options.metrics_auth == "kubernetes" else None)
 
     async def metrics(request: web.Request) -> web.Response:
         if authorizer is not None:
@@ -330,10 +336,10 @@ async def run(options: RunOptions) -> None:
         cert.on_reload = ctx.metrics.certificate_reloads.inc
     elector = elect(ctx) if options.leader_elect else None
     ctx.metrics.leader.set(0 if elector else 1)
-    ctx.loop = asyncio.get_running_loop()
+    ctx.signals.loop = asyncio.get_running_loop()
     # room for every concurrent API call (see api.API_THREADS): the default, 4 + cores
     # threads, let a burst of pod pins hold up the placing loop's reservation writes
-    ctx.loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
+    ctx.signals.loop.set_default_executor(ThreadPoolExecutor(API_THREADS, thread_name_prefix="api"))
     hook: list[WebhookThread] = []  # started once the store is synced
     runner = await _health_server(ctx, hook)
     _log_start(options, elector)
@@ -414,15 +420,14 @@ async def _shut_down(
 ) -> None:
     for h in hook:
         await asyncio.to_thread(h.stop)
-    for task in (ctx.pass_task, ctx.ungate_task):
-        if task is not None:
-            task.cancel()
-    ctx.background.cancel()
-    ctx.ungate_writes.cancel()
+    if ctx.signals.pass_task is not None:
+        ctx.signals.pass_task.cancel()
+    ctx.component(UngaterState).stop()
+    ctx.workers.background.cancel()
     for t in tasks:
         t.cancel()
     for t in tasks:
         with contextlib.suppress(asyncio.CancelledError):
             await t
     await runner.cleanup()
-    ctx.solver.shutdown(wait=False, cancel_futures=True)
+    ctx.workers.solver.shutdown(wait=False, cancel_futures=True)

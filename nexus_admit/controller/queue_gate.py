@@ -24,13 +24,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Collection
+from dataclasses import dataclass
 
 from nexus_admit.controller.context import Context
 from nexus_admit.kube.queues import gated_queues
 
-__all__ = ["configmap_body", "sync_queue_gate"]
+__all__ = ["QueueGate", "configmap_body", "sync_queue_gate"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class QueueGate:
+    """The queue list this process last wrote to the gate policy's ConfigMap (None: not
+    written yet)."""
+
+    written: dict[str, str] | None = None
+
+    def reset(self) -> None:
+        self.written = None  # a new leader writes it once: the last one may have since
 
 
 def configmap_body(namespace: str, name: str, listed: dict[str, str]) -> dict[str, object]:
@@ -53,7 +65,8 @@ async def sync_queue_gate(ctx: Context, checks: Collection[str]) -> None:
         checks,
         ctx.store.items("StatefulSet"),
     )
-    if listed == ctx.gated_queues:
+    state = ctx.component(QueueGate)
+    if listed == state.written:
         return
     for problem in problems:
         log.warning("%s", problem)
@@ -72,4 +85,4 @@ async def sync_queue_gate(ctx: Context, checks: Collection[str]) -> None:
         len(gated),
         ", ".join(gated[:20]) + (" …" if len(gated) > 20 else "") or "(none)",
     )
-    ctx.gated_queues = listed
+    state.written = listed

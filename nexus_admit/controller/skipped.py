@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.controller.context import Context
@@ -21,7 +22,7 @@ from nexus_admit.controller.events import post_event
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Skipped
 
-__all__ = ["REASON", "report_skipped"]
+__all__ = ["REASON", "Reported", "report_skipped"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,17 @@ REASON = "ObjectSkipped"  # the Events' reason
 # versions remembered as reported; beyond this the oldest are forgotten (a forgotten one
 # that is still skipped gets one more Event, which is harmless)
 _REMEMBERED = 4096
+
+
+@dataclass
+class Reported:
+    """The skipped objects already reported, one Event per object version (oldest first)."""
+
+    seen: dict[str, None] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        # a follower's Events were refused (only the leader writes): a new leader reports
+        self.seen = {}
 
 # the group/version of the kinds an Event may be about, for its `regarding`
 _API_VERSIONS = {
@@ -62,20 +74,21 @@ def report_skipped(ctx: Context, skipped: Iterable[Skipped], *, action: str = "P
     """Count every skipped object (`count`: once per placing pass, not again for the
     capacity metrics' snapshot) and, once per object version, log it and post a Warning
     Event where its owner looks (in the background: an Event never delays a pass)."""
+    reported = ctx.component(Reported).seen
     for s in skipped:
         if count:
             ctx.metrics.objects_skipped.labels(s.kind, s.reason).inc()
         seen = f"{s.kind}/{s.namespace}/{s.name}/{s.uid}/{s.resource_version}/{s.field}"
-        if seen in ctx.skipped_reported:
+        if seen in reported:
             continue
-        ctx.skipped_reported[seen] = None
-        while len(ctx.skipped_reported) > _REMEMBERED:
-            del ctx.skipped_reported[next(iter(ctx.skipped_reported))]
+        reported[seen] = None
+        while len(reported) > _REMEMBERED:
+            del reported[next(iter(reported))]
         where = f"field {s.field}: " if s.field else ""
         log.warning("%s skipped this pass: %s%s", s.ref, where, s.message)
         regarding, lead = _regarding(ctx, s)
         note = f"{lead}{where}{s.message}; nexus-admit leaves it out until it is fixed"
-        ctx.background.spawn(
+        ctx.workers.background.spawn(
             asyncio.to_thread(
                 post_event,
                 ctx.api,
@@ -83,7 +96,7 @@ def report_skipped(ctx: Context, skipped: Iterable[Skipped], *, action: str = "P
                 REASON,
                 note,
                 event_type="Warning",
-                now=ctx.clock(),
+                now=ctx.clocks.wall(),
                 action=action,
             ),
             name="skipped-object-event",

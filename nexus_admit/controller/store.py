@@ -37,7 +37,7 @@ from nexus_admit.kube.cluster.changes import (
 )
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
-from nexus_admit.kube.reservations import reservation_workload_key
+from nexus_admit.kube.reservations import reservation_pod_label, reservation_workload_key
 from nexus_admit.kube.stored import stripped
 
 __all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "PerObject", "Store", "resource_version"]
@@ -59,10 +59,14 @@ WATCHED_KINDS = (
     # GPUs asked through DRA: templates are read per pod set, claims for what they hold
     "ResourceClaim",
     "ResourceClaimTemplate",
+    # taints put on devices by a rule, not by their slices (GA in 1.37; not served before)
+    "DeviceTaintRule",
     "ResourceReservation",
     "PlacementConfig",
     # their pod overhead joins the requests of a pod set naming them (kube/podspec.py)
     "RuntimeClass",
+    # their container defaults join the requests of a pod set in their namespace
+    "LimitRange",
     # only their queue label is read (`kube/queues.gated_queues`): kept trimmed
     "StatefulSet",
 )
@@ -95,6 +99,14 @@ def _reservation_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     labels = m.get("labels")
     name = labels.get(L.LABEL_RESERVATION) if isinstance(labels, Mapping) else None
     return (str(m.get("namespace")), str(name)) if name else None
+
+
+def _carried_label(rr: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, label) a Workload slice's reservation took over, when not its own name."""
+    m = meta(rr)
+    label = reservation_pod_label(rr)
+    name = str(m.get("name") or "")
+    return (str(m.get("namespace")), label) if label and label != name else None
 
 
 def _gated(pod: Mapping[str, Any]) -> bool:
@@ -144,6 +156,9 @@ class Store:
         default_factory=dict
     )
     _gated_pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod key → pod
+    # reservations of Workload slices by the (namespace, label) their pods carry when that
+    # is not their own name (`kube/slices.py`): reservation key → reservation
+    _carriers: dict[tuple[str, str], dict[str, dict[str, Any]]] = field(default_factory=dict)
     # for the live snapshot (kube/cluster/live.py): what changed since each subscriber last
     # read, and the indexes it reads a changed node's objects through
     _feeds: list[Changes] = field(default_factory=list)
@@ -163,6 +178,11 @@ class Store:
                 self._pods_by_reservation.setdefault(ref, {})[key] = obj
             if _gated(obj):
                 self._gated_pods[key] = obj
+        elif kind == L.KIND_RESOURCE_RESERVATION:
+            self._uncarry(key, bucket.get(key))
+            carried = _carried_label(obj)
+            if carried is not None:
+                self._carriers.setdefault(carried, {})[key] = obj
         bucket[key] = obj
         self.generation += 1
 
@@ -172,7 +192,18 @@ class Store:
         old = self.objects.setdefault(kind, {}).pop(key, None)
         if kind == "Pod":
             self._unindex(key, old)
+        elif kind == L.KIND_RESOURCE_RESERVATION:
+            self._uncarry(key, old)
         self.generation += 1
+
+    def _uncarry(self, key: str, rr: Mapping[str, Any] | None) -> None:
+        carried = _carried_label(rr) if rr is not None else None
+        if carried is not None:
+            carriers = self._carriers.get(carried)
+            if carriers is not None:
+                carriers.pop(key, None)
+                if not carriers:
+                    del self._carriers[carried]
 
     def _unindex(self, key: str, pod: Mapping[str, Any] | None) -> None:
         if pod is None:
@@ -275,8 +306,24 @@ class Store:
         )
 
     def pods_of_reservation(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The pods whose reservation label names `namespace/name` (from the index)."""
-        return list(self._pods_by_reservation.get((namespace, name), {}).values())
+        """The pods whose reservation label names `namespace/name`, and for a Workload
+        slice's reservation the pods carrying the label it took over (from the index)."""
+        pods = self._pods_by_reservation.get((namespace, name), {})
+        rr = self.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{name}")
+        carried = _carried_label(rr) if rr is not None else None
+        if carried is None:
+            return list(pods.values())
+        return [*pods.values(), *self._pods_by_reservation.get(carried, {}).values()]
+
+    def reservation_for_label(self, namespace: str, label: str) -> dict[str, Any] | None:
+        """The reservation that holds the pods carrying reservation label `label`: the
+        newest Workload slice's that took that label over, else the one of that name."""
+        carriers = self._carriers.get((namespace, label))
+        if carriers:
+            return max(carriers.values(), key=lambda rr: (
+                str(meta(rr).get("creationTimestamp") or ""),
+                self.order(L.KIND_RESOURCE_RESERVATION, _key(rr))))
+        return self.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{label}")
 
     def gated_pods(self) -> list[dict[str, Any]]:
         """The pods that carry our scheduling gate (from the index)."""

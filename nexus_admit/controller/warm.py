@@ -92,6 +92,9 @@ class WarmShapes:
     # each waiting Workload's ClusterQueue and place in it (`kueue_order`)
     order: PerObject[tuple[str, tuple[int, str]]] = field(default_factory=PerObject)
 
+    def reset(self) -> None:
+        """Nothing: what it warmed stays true of the engine, whoever leads."""
+
     def plan(self, waiting: list[dict[str, Any]], dump: ClusterDump, active: set[str]) -> None:
         """Derive the shapes to warm from `waiting` (the Workloads waiting for quota in our
         queues), again only when it is another list than last time; a Workload's shape is
@@ -170,13 +173,14 @@ class WarmShapes:
         budget: float = BUDGET_SECONDS,
         stop: Callable[[], bool] = lambda: False,
         syncs: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> int:
         """Warm new shapes, then (`syncs`) sync warmed ones, within `budget` seconds and until
         `stop()` (checked between shapes), where the engine's facts are not being read: in
         the solver's thread, or beside one of its solves (`SolvesBeside`). The number of
         shapes warmed (the engine kept facts for at least one of its flavors)."""
         started = time.perf_counter()
-        tick = time.monotonic()
+        tick = monotonic()
         warmed = 0
 
         def go_on() -> bool:

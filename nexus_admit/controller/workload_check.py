@@ -4,7 +4,7 @@ Who calls it: `loop/` and `lifecycle.py`. Server-side apply with our own field m
 owns exactly the fields of our entry (Kueue's provisioning check does the same), so Kueue's
 and other checks' entries are never touched. An Event goes to the Workload only on a real
 transition (a new state or a new message), so repeated passes do not spam it; it is posted in
-the background (`ctx.background`), since a lost Event never fails the decision.
+the background (`ctx.workers.background`), since a lost Event never fails the decision.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import Outcome
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.errors import meta
+from nexus_admit.kube.kueue import check_entries, check_entry_of
 
 __all__ = ["beside_other_checks", "check_entry", "current_entry", "write_check"]
 
@@ -27,11 +28,7 @@ log = logging.getLogger(__name__)
 
 
 def current_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:
-    status = child(workload, "status")
-    for entry in status.get("admissionChecks") or []:
-        if isinstance(entry, Mapping) and entry.get("name") == check:
-            return dict(entry)
-    return {}
+    return check_entry_of(workload, check)
 
 
 def check_entry(check: str, outcome: Outcome, now: str) -> dict[str, Any]:
@@ -60,8 +57,8 @@ def beside_other_checks(
     set (Kueue v0.21 requires it), and a key another check sets to another value left to
     theirs (the placement honoured their nodeSelector already, `place.within_siblings`)."""
     theirs: dict[tuple[str, str], dict[str, Any]] = {}
-    for entry in child(workload, "status").get("admissionChecks") or []:
-        if not isinstance(entry, Mapping) or entry.get("name") == check:
+    for entry in check_entries(workload):
+        if entry.get("name") == check:
             continue
         for update in entry.get("podSetUpdates") or []:
             if not isinstance(update, Mapping):
@@ -98,7 +95,7 @@ async def write_check(
     if outcome.pod_set_updates:
         outcome = replace(outcome, pod_set_updates=beside_other_checks(
             outcome.pod_set_updates, workload, check))
-    now = ctx.clock()
+    now = ctx.clocks.wall()
     body = {
         "apiVersion": L.KUEUE_GROUP_VERSION,
         "kind": "Workload",
@@ -119,7 +116,7 @@ async def write_check(
     ctx.metrics.placements.labels(outcome.state.value).inc()
     if before.get("state") != outcome.state.value or before.get("message") != outcome.message:
         # best effort, so it need not hold up the next decision: the pass awaits it at its end
-        ctx.background.spawn(
+        ctx.workers.background.spawn(
             asyncio.to_thread(
                 post_event,
                 ctx.api,

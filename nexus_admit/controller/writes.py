@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +34,7 @@ from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.crds import MAX_RESERVATION_SLOTS
 from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.kueue import retry_count
 from nexus_admit.kube.reservations import (
     attempt_key,
     neighbour_order,
@@ -49,6 +49,7 @@ from nexus_admit.placement.sequence import OrderedPlacer
 
 __all__ = [
     "MAX_RESERVATION_BYTES",
+    "Answered",
     "Reserved",
     "answer",
     "answer_refused",
@@ -119,7 +120,7 @@ def assume(
             "when that tier needs it"
         )
     ctx.ledger.assume(reservation_key(workload), object_key(workload), gang, slots,
-                      time.monotonic())
+                      ctx.clocks.monotonic())
     # no spec.expiresAt: the TTL counts from Kueue's admission, not from now (a sibling
     # check may answer long after ours), so the lifecycle times it (`lifecycle.lapses_at`)
     body = reservation_object(
@@ -223,7 +224,7 @@ async def _found_earlier(
         return Reserved(gang, slots, over, None, give_back=True)
     held = placement_of(found, gang)
     kept = tuple(s for s in held.slots if s.node in snapshot.nodes)
-    ctx.ledger.assume(rr_key, key, gang, kept, time.monotonic())
+    ctx.ledger.assume(rr_key, key, gang, kept, ctx.clocks.monotonic())
     return Reserved(gang, slots, over, held, found=kept)
 
 
@@ -247,9 +248,9 @@ async def commit(
         ctx.faults.hit("kill-after-reservation")
         outcome = placed(reserved.placement, gang, reservation_name(workload), snapshot, levels,
                          hardware_class=hardware_class)
-        ctx.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
+        ctx.workers.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
     elif reserved.refusal is not None:
-        ctx.background.spawn(
+        ctx.workers.background.spawn(
             answer_refused(ctx, workload, check, reserved.refusal, never=reserved.never),
             name="check-write")
     return reserved
@@ -283,19 +284,30 @@ async def reserve(
     return reserved.placement
 
 
+@dataclass
+class Answered:
+    """Workload uid → the attempt whose answer is written but not yet seen through the
+    watch: the store may still show the check Pending, and must not get a second answer."""
+
+    attempts: dict[str, str] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.attempts = {}  # a new leader re-lists: the store shows what was written
+
+
 async def answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
     """Write the check's answer. Claimed before the write: a pass that starts while it is in
     flight (the loop does not wait for the writes of the pass before) must not answer, nor
     post its Event, again."""
     uid = str(meta(workload).get("uid") or "")
-    attempt = attempt_key(workload)
+    attempt, answered = attempt_key(workload), ctx.component(Answered)
     if uid:
-        ctx.answered[uid] = attempt
+        answered.attempts[uid] = attempt
     try:
         await write_check(ctx, workload, check, outcome)
     except Exception as e:  # ApiException, OSError, urllib3's own: written again next pass
-        if uid and ctx.answered.get(uid) == attempt:
-            del ctx.answered[uid]
+        if uid and answered.attempts.get(uid) == attempt:  # the pass may have renewed it
+            del answered.attempts[uid]
         ctx.metrics.errors.labels("check").inc()
         log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
 
@@ -312,7 +324,7 @@ async def answer_refused(
             CheckState.REJECTED, clip(f"cannot ever be placed: {refusal}"), "PlacementRejected",
             "Warning"))
         return
-    retries = int(current_entry(workload, check).get("retryCount") or 0)
+    retries = retry_count(workload, check)
     after = retry_backoff_seconds(retries, ctx.options.retry_seconds)
     await answer(ctx, workload, check, retry(
         clip(f"placed, but the apiserver refused its ResourceReservation ({refusal}); "

@@ -4,9 +4,9 @@ log: which NVLink cliques are pristine, and the free GPU share per domain of a l
 A one-pod decision on a 5,000-node snapshot spent a fifth of its time recounting these over
 every node although a pass changes a handful. Each tracker lives in the snapshot's
 `static_cache` (dropped with it whenever labels, taints or the node set change) and reads
-the change-log entries appended since its last call; it answers exactly what the full
-count over the snapshot answers, in the same order. A plain `ClusterSnapshot` has no
-tracker: `Problem` counts over every node, as always.
+the change-log entries appended since its last call (`tracking.ChangeCursor`); it answers
+exactly what the full count over the snapshot answers, in the same order. A plain
+`ClusterSnapshot` has no tracker: `Problem` counts over every node, as always.
 """
 
 from __future__ import annotations
@@ -15,21 +15,11 @@ from collections import defaultdict
 from typing import cast
 
 from nexus_admit.model import ClusterSnapshot, Domain
-from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
-__all__ = ["live_domain_free", "live_pristine_cliques", "pending_changes"]
+__all__ = ["live_domain_free", "live_pristine_cliques"]
 
 Paths = dict[str, tuple[Domain | None, ...]]
-
-
-def pending_changes(snapshot: TrackedSnapshot, seen: int) -> set[str] | None:
-    """The node names changed since change-log entry `seen` that the snapshot still has,
-    or None when it is cheaper (or only safe) to start over: many more changes than a
-    quarter of the nodes, or a log shorter than `seen` (never, for an append-only log)."""
-    log = snapshot.change_log
-    if seen > len(log) or len(log) - seen > 64 + len(snapshot.nodes) // 4:
-        return None
-    return {name for name in log[seen:] if name in snapshot.nodes}
 
 
 class _Cliques:
@@ -37,8 +27,7 @@ class _Cliques:
     how many members of each are not pristine."""
 
     def __init__(self, snapshot: TrackedSnapshot) -> None:
-        self.log = snapshot.change_log
-        self.seen = len(self.log)
+        self.cursor = ChangeCursor(snapshot)
         self.members: dict[str, list[str]] = {}
         self.pristine: dict[str, bool] = {}  # node -> pristine, nodes of cliques only
         self.broken: dict[str, int] = defaultdict(int)
@@ -52,7 +41,7 @@ class _Cliques:
 
     def sync(self, snapshot: TrackedSnapshot) -> bool:
         """Apply the changes since the last call; False when a rebuild is needed."""
-        changed = pending_changes(snapshot, self.seen)
+        changed = self.cursor.changed(snapshot)
         if changed is None:
             return False
         for name in changed:
@@ -65,7 +54,6 @@ class _Cliques:
                 self.pristine[name] = now
                 self.broken[node.clique] += -1 if now else 1
                 self.pristine_now = None
-        self.seen = len(self.log)
         return True
 
     def answer(self) -> dict[str, list[str]]:
@@ -85,7 +73,7 @@ def live_pristine_cliques(snapshot: ClusterSnapshot) -> dict[str, list[str]] | N
         return None
     key = ("live-cliques",)
     tracker = cast(_Cliques | None, snapshot.static_cache.get(key))
-    if tracker is None or tracker.log is not snapshot.change_log or not tracker.sync(snapshot):
+    if tracker is None or not tracker.sync(snapshot):
         tracker = _Cliques(snapshot)
         snapshot.static_cache[key] = tracker
     return tracker.answer()
@@ -95,9 +83,8 @@ class _DomainFree:
     """Free GPU share per domain of one level and what each GPU node adds to it."""
 
     def __init__(self, snapshot: TrackedSnapshot, paths: Paths, level_index: int) -> None:
-        self.log = snapshot.change_log
+        self.cursor = ChangeCursor(snapshot)
         self.paths = paths
-        self.seen = len(self.log)
         self.free: dict[Domain, int] = defaultdict(int)
         self.adds: dict[str, int] = {}
         for node in snapshot:
@@ -108,7 +95,7 @@ class _DomainFree:
         self.level_index = level_index
 
     def sync(self, snapshot: TrackedSnapshot) -> bool:
-        changed = pending_changes(snapshot, self.seen)
+        changed = self.cursor.changed(snapshot)
         if changed is None:
             return False
         for name in changed:
@@ -120,7 +107,6 @@ class _DomainFree:
             assert domain is not None  # it added before
             self.free[domain] += now - before
             self.adds[name] = now
-        self.seen = len(self.log)
         return True
 
 
@@ -136,7 +122,6 @@ def live_domain_free(
     tracker = cast(_DomainFree | None, snapshot.static_cache.get(key))
     if (
         tracker is None
-        or tracker.log is not snapshot.change_log
         or tracker.paths is not paths
         or not tracker.sync(snapshot)
     ):

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from typing import cast
 
 from nexus_admit.model import Domain, PodSet
-from nexus_admit.placement.live_facts import pending_changes
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import Ranking, bound_contexts, lower_bounds
@@ -36,7 +35,7 @@ from nexus_admit.placement.reduction import (
     per_node_limit,
     room_shortfall,
 )
-from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot, too_many_changes
 
 __all__ = ["KEPT_RANKINGS", "LiveReduction", "live_reduction"]
 
@@ -52,7 +51,6 @@ class LiveReduction:
     def __init__(self, problem: Problem, memo: NodeMemo) -> None:
         snapshot = problem.snapshot
         assert isinstance(snapshot, TrackedSnapshot)
-        self.log = snapshot.change_log
         self.config = problem.config
         self.paths = problem.paths
         self.node_class = problem.node_class
@@ -83,14 +81,14 @@ class LiveReduction:
         self.scans: OrderedDict[tuple[object, ...], _ScanRanking] = OrderedDict()
         for name in self.names:
             self._add(problem, name, memo)
-        self.seen = len(self.log)
+        self.cursor = ChangeCursor(snapshot)
         # built by the last `live_reduction` call, over every candidate (not synced)
         self.fresh = True
 
     def fits(self, problem: Problem) -> bool:
         """Whether this tracker answers for `problem` (the same snapshot, config, labels)."""
         return (
-            self.log is cast(TrackedSnapshot, problem.snapshot).change_log
+            self.cursor.follows(problem.snapshot)
             and self.config is problem.config
             and self.paths is problem.paths
             and self.node_class is problem.node_class
@@ -99,7 +97,7 @@ class LiveReduction:
 
     def sync(self, problem: Problem, memo: NodeMemo) -> bool:
         """Read again the nodes changed since the last call; False when a rebuild is due."""
-        changed = pending_changes(cast(TrackedSnapshot, problem.snapshot), self.seen)
+        changed = self.cursor.changed(cast(TrackedSnapshot, problem.snapshot))
         if changed is None:
             return False
         now = set(problem.pristine_cliques)
@@ -116,9 +114,8 @@ class LiveReduction:
                 dirty.update(self.rack_names.get(self.paths[name][self.rack_level], ()))
         for scan in self.scans.values():
             scan.dirty |= dirty
-            if len(scan.dirty) > 64 + len(self.names) // 4:
+            if too_many_changes(len(scan.dirty), len(self.names)):
                 scan.forget()
-        self.seen = len(self.log)
         return True
 
     def _add(self, problem: Problem, name: str, memo: NodeMemo) -> None:

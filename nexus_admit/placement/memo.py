@@ -1,14 +1,14 @@
 """What the engine reads of every candidate node on every solve (free-capacity views and how
 many pods of a shape fit), kept between solves on a `TrackedSnapshot`.
 
-The simulator places tens of thousands of gangs on one long-lived snapshot and each
-placement changes a handful of nodes, yet the engine looks at every node to find
-interchangeable ones; recomputing those views was a large share of each solve on the
-1,213-node openb fleet. On a `TrackedSnapshot` the memo drops exactly the nodes its change
-log names. On any other snapshot (the controller builds a fresh one per Workload) it
-remembers nothing: nothing says what changed between solves, and within one solve the
-bookkeeping would cost more than it saves. An entry also remembers the node object it was
-computed from, so a node replaced under the same name is never answered from the old one.
+The controller's passes (`kube/cluster/live.py`) and the simulator keep one snapshot from
+decision to decision, and each decision changes a handful of nodes, yet the engine looks
+at every node to find interchangeable ones; recomputing those views was a large share of
+each solve on the 1,213-node openb fleet. On a `TrackedSnapshot` the memo drops exactly
+the nodes its change log names (`tracking.ChangeCursor`; all of them past its rebuild
+rule). On any other snapshot it remembers nothing: nothing says what changed between
+solves. An entry also remembers the node object it was computed from, so a node replaced
+under the same name is never answered from the old one.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from nexus_admit.model import (
     PodSet,
     pod_capacity,
 )
-from nexus_admit.placement.tracking import TrackedSnapshot
+from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
 __all__ = ["NodeMemo", "NodeView", "pod_shape"]
 
@@ -50,8 +50,7 @@ class NodeView:
 
 class NodeMemo:
     def __init__(self) -> None:
-        self._snapshot: ClusterSnapshot | None = None
-        self._seen = 0  # change-log entries already applied
+        self._cursor: ChangeCursor | None = None  # on the TrackedSnapshot remembered
         self._views: dict[str, tuple[Node, NodeView]] = {}
         self._caps: dict[str, tuple[Node, dict[_Shape, int]]] = {}
         # per node, values the caller derives from the node state, the config and a
@@ -68,19 +67,18 @@ class NodeMemo:
             self._derived.clear()
             self._config = config
         self._active = isinstance(snapshot, TrackedSnapshot)
-        if isinstance(snapshot, TrackedSnapshot) and snapshot is self._snapshot:
-            log = snapshot.change_log
-            for name in log[self._seen:]:
+        changed = (self._cursor.changed(snapshot) if self._cursor is not None
+                   and isinstance(snapshot, TrackedSnapshot) else None)
+        if changed is not None:
+            for name in changed:
                 self._views.pop(name, None)
                 self._caps.pop(name, None)
                 self._derived.pop(name, None)
-            self._seen = len(log)
             return
         self._views.clear()
         self._caps.clear()
         self._derived.clear()
-        self._snapshot = snapshot if self._active else None
-        self._seen = len(snapshot.change_log) if isinstance(snapshot, TrackedSnapshot) else 0
+        self._cursor = ChangeCursor(snapshot) if isinstance(snapshot, TrackedSnapshot) else None
 
     def view(self, node: Node) -> NodeView:
         entry = self._views.get(node.name)

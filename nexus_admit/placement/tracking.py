@@ -1,9 +1,12 @@
-"""A cluster snapshot that records which nodes changed, so vectorised policies can keep a
-numpy mirror of free capacity and re-read only what moved (the simulator places tens of
-thousands of gangs on one long-lived snapshot).
+"""A cluster snapshot that records which nodes changed, so the caches kept on it re-read
+only what moved: the simulator places tens of thousands of gangs on one long-lived
+snapshot, and the controller's passes keep one from event to event (`kube/cluster/live.py`).
 
-Policies never require it: on a plain `ClusterSnapshot` they rebuild their mirror from all
-nodes, which is what the controller does on every fresh snapshot anyway.
+Nothing requires it: on a plain `ClusterSnapshot` every cache starts from all nodes.
+
+Every cache kept from the log (`memo.NodeMemo`, `live_facts`, `live_reduction`,
+`baselines/vector.NodeMirror`) reads it through a `ChangeCursor`, with one rebuild rule
+(`too_many_changes`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from nexus_admit.model import ClusterSnapshot, Gang, Node, Slot, apply_slots, release_slots
 
-__all__ = ["TrackedSnapshot"]
+__all__ = ["ChangeCursor", "TrackedSnapshot", "too_many_changes"]
 
 
 class TrackedSnapshot(ClusterSnapshot):
@@ -44,3 +47,36 @@ class TrackedSnapshot(ClusterSnapshot):
     def touch(self, names: Iterable[str]) -> None:
         """Record nodes changed by other means (e.g. a node made unschedulable)."""
         self.change_log.extend(names)
+
+
+def too_many_changes(changed: int, size: int) -> bool:
+    """The one rebuild rule of the caches kept from a change log: past 64 changes and a
+    quarter of the `size` items a cache keeps, rebuilding costs less than reading each."""
+    return changed > 64 + size // 4
+
+
+class ChangeCursor:
+    """A cache's place in one snapshot's change log: `changed` gives the nodes changed
+    since its last call, or None when the cache must be rebuilt instead."""
+
+    __slots__ = ("log", "seen")
+
+    def __init__(self, snapshot: TrackedSnapshot) -> None:
+        self.log = snapshot.change_log
+        self.seen = len(self.log)
+
+    def follows(self, snapshot: ClusterSnapshot) -> bool:
+        """Is this cursor on `snapshot`'s log (the same snapshot object)?"""
+        return isinstance(snapshot, TrackedSnapshot) and snapshot.change_log is self.log
+
+    def changed(self, snapshot: TrackedSnapshot) -> set[str] | None:
+        """The names changed since the last call that `snapshot` still has, the cursor
+        moved past them; None (the cursor unmoved) for another log, a log shorter than
+        the cursor (never, for an append-only log) or `too_many_changes`."""
+        log = snapshot.change_log
+        if (log is not self.log or self.seen > len(log)
+                or too_many_changes(len(log) - self.seen, len(snapshot.nodes))):
+            return None
+        names = {name for name in log[self.seen:] if name in snapshot.nodes}
+        self.seen = len(log)
+        return names

@@ -114,6 +114,21 @@ class FakeApi:
         obj.setdefault("status", {}).update(status)
         return self.put(obj)
 
+    def merge_spec(
+        self, kind: str, name: str, namespace: str | None, spec: Mapping[str, Any],
+        resource_version: str,
+    ) -> dict[str, Any]:
+        key = _key(kind, name, namespace)
+        self._maybe_fail("patch", kind)
+        self.writes.append(("patch", kind, key[1]))
+        obj = self.objects.get(key)
+        if obj is None:
+            raise ApiException(status=404, reason="not found")
+        if obj["metadata"].get("resourceVersion") != resource_version:
+            raise ApiException(status=409, reason="the object has been modified")
+        obj.setdefault("spec", {}).update(copy.deepcopy(dict(spec)))
+        return self.put(obj)
+
     def patch_pod(self, name: str, namespace: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         key = _key("Pod", name, namespace)
         self.writes.append(("patch", "Pod", key[1]))

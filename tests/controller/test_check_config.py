@@ -85,3 +85,43 @@ def test_the_config_is_the_same_object_from_pass_to_pass_until_it_changes() -> N
     asyncio.run(sync_checks(ctx))
     again = ctx.checks["nexus"].config
     assert again is not first and again is not None and again.default_tier == "silver"
+
+
+def test_a_check_on_a_multikueue_managers_cluster_queue_is_inactive_saying_where_it_belongs(
+) -> None:
+    """A manager dispatches to workers and has no GPU nodes: the check is refused once,
+    on the AdmissionCheck (Kueue then marks the ClusterQueue inactive), not per Workload.
+    A worker's ClusterQueue (ours alone) keeps it active; a malformed ClusterQueue lists
+    nothing."""
+    import asyncio
+
+    from nexus_admit.controller.check_config import sync_checks
+    from nexus_admit.controller.context import Context
+    from nexus_admit.controller.options import RunOptions
+    from nexus_admit.kube.queues import MULTIKUEUE_CONTROLLER
+    from nexus_admit.placement.policies import make_policy
+    from tests.controller.fake_api import FakeApi
+
+    def cq(name: str, *checks: str) -> dict[str, object]:
+        return {"kind": "ClusterQueue", "metadata": {"name": name}, "spec": {
+            "admissionChecksStrategy": {"admissionChecks": [{"name": c} for c in checks]}}}
+
+    on_worker = {"kind": "AdmissionCheck", **check(None)}
+    on_manager = {"kind": "AdmissionCheck", "metadata": {"name": "nexus-mgr"},
+                  "spec": {"controllerName": L.ADMISSION_CHECK_CONTROLLER}}
+    multikueue = {"kind": "AdmissionCheck", "metadata": {"name": "mk"},
+                  "spec": {"controllerName": MULTIKUEUE_CONTROLLER}}
+    api = FakeApi()
+    ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
+    ctx.store.replace("AdmissionCheck", [on_worker, on_manager, multikueue], 1)
+    ctx.store.replace("ClusterQueue", [
+        cq("workers", "nexus"), cq("manager", "mk", "nexus-mgr"),
+        {"kind": "ClusterQueue", "metadata": {"name": "broken"}, "spec": "nope"}], 1)
+    asyncio.run(sync_checks(ctx))
+    assert ctx.checks["nexus"].config is not None
+    view = ctx.checks["nexus-mgr"]
+    cond = active_condition(view)
+    assert view.config is None and cond["status"] == "False"
+    assert cond["reason"] == "MultiKueueManager"
+    assert "ClusterQueue manager" in cond["message"]
+    assert "worker clusters' ClusterQueues" in cond["message"]

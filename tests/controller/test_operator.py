@@ -115,7 +115,7 @@ def test_readiness_is_the_webhook_serving_or_without_it_the_first_full_list(
 ) -> None:
     options = RunOptions(webhook=webhook, health_addr="127.0.0.1", health_port=0)
     ctx = Context(options=options, api=None, engine=None)  # type: ignore[arg-type]
-    ctx.synced = synced
+    ctx.leadership.synced = synced
     hook: list[Any] = [] if serving is None else [_Serving(serving)]
 
     async def scenario() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.queue_gate import sync_queue_gate
+from nexus_admit.controller.queue_gate import QueueGate, sync_queue_gate
 from tests.controller.fake_api import FakeApi
 
 NAMESPACES = {"a": "uses-check", "b": "uses-check"}  # both have a queue using the check
@@ -70,7 +70,7 @@ def test_a_failed_write_is_retried_next_pass() -> None:
     api.fail[("apply", "ConfigMap")] = 1
     ctx = ctx_with(api)
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
-    assert ctx.gated_queues is None
+    assert ctx.component(QueueGate).written is None
     asyncio.run(sync_queue_gate(ctx, {CHECK}))
     assert written(api) == {
         "a.train": "gpu", "b.serve": "gpu", "a.batch": "", "a.junk": "", **NAMESPACES

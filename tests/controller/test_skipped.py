@@ -24,7 +24,7 @@ def passes(ctx: object, n: int) -> None:
     async def run() -> None:
         for _ in range(n):
             await reconcile(ctx)  # type: ignore[arg-type]
-        await ctx.background.drain()  # type: ignore[attr-defined]
+        await ctx.workers.background.drain()  # type: ignore[attr-defined]
 
     asyncio.run(run())
 

@@ -12,8 +12,9 @@ import pytest
 
 from nexus_admit.controller import warm as warm_mod
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.loop.cycle import PassState
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.warm import assumed_admissions, kueue_order, shape_key
+from nexus_admit.controller.warm import WarmShapes, assumed_admissions, kueue_order, shape_key
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.placement import live_reduction as live_mod
 from nexus_admit.placement.base import Warms
@@ -111,7 +112,7 @@ class Builds:
 def controller(api: FakeApi) -> Context:
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     watch(ctx, api)
-    ctx.synced = True
+    ctx.leadership.synced = True
     return ctx
 
 
@@ -268,7 +269,7 @@ def test_warmed_shapes_are_synced_while_they_wait_and_a_node_joining_warms_them_
     api.put(reserved(api.get("Workload", "w", "default"), "h100"))
     watch(ctx, api)
     run(ctx)  # w is placed; none of its shape waits
-    assert ctx.warm_shapes.current == set()
+    assert ctx.component(WarmShapes).current == set()
     done = len(calls)
     api.put(waiting("again"))  # the same shape waits again: synced at once, not translated
     watch(ctx, api)
@@ -276,7 +277,8 @@ def test_warmed_shapes_are_synced_while_they_wait_and_a_node_joining_warms_them_
     assert len(calls) == done + 2 and translations.count("again") == 0
     api.put(node("n12", labels={"pool": "a100"}))  # a node joins: the snapshot is renewed
     watch(ctx, api)
-    ctx.capacity_recorded = 0.0  # by the next build, here the capacity step's
+    # by the next build, here the capacity step's
+    ctx.component(PassState).capacity_recorded = 0.0
     run(ctx)
     run(ctx)
     assert translations.count("again") == 2, "translated anew against the new fleet"
@@ -292,7 +294,7 @@ def test_kueues_own_queue_status_writes_keep_the_warmed_shapes(
     ctx = controller(api)
     builds = Builds(monkeypatch)
     run(ctx)
-    assert builds.count == 2 and len(ctx.warm_shapes.done) == 1
+    assert builds.count == 2 and len(ctx.component(WarmShapes).done) == 1
     translated: list[str] = []
     real = warm_mod._to_warm
 
@@ -308,7 +310,7 @@ def test_kueues_own_queue_status_writes_keep_the_warmed_shapes(
     watch(ctx, api)
     run(ctx)
     assert translated == ["w2"], "only the new Workload"
-    assert len(ctx.warm_shapes.done) == 2
+    assert len(ctx.component(WarmShapes).done) == 2
     api.put(gpu_queue("a100", "h100", "tas"))  # the flavors' order: Kueue tries a100 first
     api.put(waiting("w3", gpus=4))
     watch(ctx, api)
@@ -374,12 +376,12 @@ def test_a_warm_stopped_between_flavors_warms_the_whole_shape_later(
     monkeypatch.setattr(warm_mod.WarmShapes, "step", stopping)
     run(ctx)
     assert builds.count == 1
-    assert not ctx.warm_shapes.done and len(ctx.warm_shapes.to_warm) == 1
+    assert not ctx.component(WarmShapes).done and len(ctx.component(WarmShapes).to_warm) == 1
     assert ctx.metrics.warmed_shapes._value.get() == 0
     monkeypatch.setattr(warm_mod.WarmShapes, "step", real)
     run(ctx)
     assert builds.count == 2, "the first flavor's tracker synced, the second built"
-    assert len(ctx.warm_shapes.done) == 1 and not ctx.warm_shapes.to_warm
+    assert len(ctx.component(WarmShapes).done) == 1 and not ctx.component(WarmShapes).to_warm
     assert ctx.metrics.warmed_shapes._value.get() == 1
 
 
@@ -405,7 +407,7 @@ def test_a_workload_created_while_a_pass_decides_is_warmed_in_that_pass(
         if not planned:  # the pass has begun: Kueue creates a Workload
             api.put(waiting("late", gpus=4))
             watch(ctx, api)
-        planned.append(len(ctx.warm_shapes.done))
+        planned.append(len(ctx.component(WarmShapes).done))
         real(ctx, active)
 
     monkeypatch.setattr(cycle_mod, "_plan_warming_again", plan_again)
@@ -413,7 +415,7 @@ def test_a_workload_created_while_a_pass_decides_is_warmed_in_that_pass(
     run(ctx)
     assert planned == [0, 1], "planned before each of the two decisions"
     assert "beside-solve:1" in threads, threads
-    assert len(ctx.warm_shapes.done) == 1 and ctx.metrics.warmed_shapes._value.get() == 1
+    assert len(ctx.component(WarmShapes).done) == 1 and ctx.metrics.warmed_shapes._value.get() == 1
     watch(ctx, api)
     assert check_of(api, "a")["state"] == check_of(api, "b")["state"] == "Ready"
 
@@ -427,7 +429,7 @@ def test_beside_a_solve_new_shapes_are_warmed_and_warmed_ones_not_synced(
     api = fleet(waiting("w"))
     ctx = controller(api)
     run(ctx)
-    assert len(ctx.warm_shapes.done) == 1
+    assert len(ctx.component(WarmShapes).done) == 1
     monkeypatch.setattr(warm_mod, "RESYNC_SECONDS", 0.0)
     synced: list[str] = []
 
@@ -437,10 +439,10 @@ def test_beside_a_solve_new_shapes_are_warmed_and_warmed_ones_not_synced(
             return True
 
     configs = {name: view.config for name, view in ctx.checks.items()}
-    args = (Engine(), None, ctx.store.dump(), KueueIndex(), configs, ctx.clock())
-    assert ctx.warm_shapes.step(*args, syncs=False) == 0  # type: ignore[arg-type]
+    args = (Engine(), None, ctx.store.dump(), KueueIndex(), configs, ctx.clocks.wall())
+    assert ctx.component(WarmShapes).step(*args, syncs=False) == 0  # type: ignore[arg-type]
     assert synced == []
-    ctx.warm_shapes.step(*args)  # type: ignore[arg-type]
+    ctx.component(WarmShapes).step(*args)  # type: ignore[arg-type]
     assert len(synced) == 2, "the shape's two flavors synced"
 
 
@@ -450,7 +452,7 @@ def test_planning_between_decisions_adds_new_shapes_and_leaves_the_syncs_to_the_
     api = fleet(waiting("w"))
     ctx = controller(api)
     run(ctx)
-    shapes = ctx.warm_shapes
+    shapes = ctx.component(WarmShapes)
     warmed = set(shapes.done)
     assert len(warmed) == 1 and shapes.current == warmed
     shapes.plan([], ctx.store.dump(), {"nexus"})  # no longer waiting
@@ -486,5 +488,5 @@ def test_planning_between_decisions_derives_a_waiting_list_once(
     dump = ctx.store.dump()
     later = [*dump.kind("Workload")]
     for _ in range(3):
-        ctx.warm_shapes.plan_new(later, dump, {"nexus"})
+        ctx.component(WarmShapes).plan_new(later, dump, {"nexus"})
     assert orders == [1], "the same list again: nothing derived again"

@@ -6,12 +6,14 @@ Each pass is a short recipe of named steps:
 1. `sync_checks`    our AdmissionChecks' Active condition and PlacementConfigs;
 2. `sync_lifecycle` release reservations whose attempt is over, mark Bound, expire, Retry
                     gangs a bypassing pod displaced (released capacity is free for step 3);
+                    then `move_stranded` moves slots whose node failed (`failed_nodes.py`)
+                    or no longer fits what was bound there (`displaced.py`);
 3. `place_pending`  Workloads waiting on our check, in Kueue's order (priority, creation),
                     each decided (`place.place_one`) against one snapshot that already
                     holds the earlier ones.
 
 Gated pods get their slots from the ungater, a task of its own, so a pod never waits for
-the solves of a pass. Check writes and Events go out in the background (`ctx.background`);
+the solves of a pass. Check writes and Events go out in the background (`ctx.workers.background`);
 the loop's next pass does not wait for them (a Workload whose answer is in flight is marked
 answered, `writes.answer`).
 
@@ -32,21 +34,19 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from nexus_admit.controller.check_config import sync_checks
-from nexus_admit.controller.context import Context, WorkloadView
-from nexus_admit.controller.demand import (
-    pending_demands,
-    pending_gpus_by_tier,
-    queues_using,
-    waiting_queue,
-)
+from nexus_admit.controller.context import Context
+from nexus_admit.controller.demand import pending_demands, pending_gpus_by_tier
+from nexus_admit.controller.displaced import find_displaced
+from nexus_admit.controller.failed_nodes import move_stranded
 from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.lifecycle import sync_lifecycle
+from nexus_admit.controller.loop.inputs import PassInputs, read_inputs, workload_views
 from nexus_admit.controller.loop.place import (
     hold_for_provisioning,
     needs_decision,
@@ -54,25 +54,21 @@ from nexus_admit.controller.loop.place import (
     place_one,
 )
 from nexus_admit.controller.loop.record import PassRecord
-from nexus_admit.controller.owning_jobs import (
-    OWNER_KIND,
-    fetch_owner_jobs,
-    prefetch_owner_jobs,
-    prune_owner_jobs,
-)
+from nexus_admit.controller.owning_jobs import fetch_owner_jobs, prefetch_owner_jobs
 from nexus_admit.controller.skipped import report_skipped
-from nexus_admit.controller.warm import BUDGET_SECONDS, IDLE_BUDGET_SECONDS, REPLAN_SECONDS
+from nexus_admit.controller.store import PerObject
+from nexus_admit.controller.warm import (
+    BUDGET_SECONDS,
+    IDLE_BUDGET_SECONDS,
+    REPLAN_SECONDS,
+    WarmShapes,
+)
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import Skipped, meta, object_key
-from nexus_admit.kube.kueue import (
-    KueueIndex,
-    admission_order_key,
-    is_pending_on_check,
-    provisioning_check_names,
-)
-from nexus_admit.kube.reservations import attempt_key, reservation_key
+from nexus_admit.kube.errors import Skipped, object_key
+from nexus_admit.kube.kueue import KueueIndex, provisioning_check_names
+from nexus_admit.kube.reservations import reservation_key
 from nexus_admit.model import ClusterSnapshot, PlacementConfig
 from nexus_admit.placement.base import SolvesBeside, Warms
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -96,18 +92,18 @@ async def run_loop(ctx: Context) -> None:
     """Run a pass whenever something changed, and at least every tick (TTLs, holds)."""
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.wake.wait(), timeout=ctx.options.tick_seconds)
-        ctx.wake.clear()
-        if not ctx.synced or not ctx.acting():
+            await asyncio.wait_for(ctx.signals.wake.wait(), timeout=ctx.options.tick_seconds)
+        ctx.signals.wake.clear()
+        if not ctx.leadership.synced or not ctx.acting():
             continue  # a follower keeps its store warm and decides nothing
         started = time.perf_counter()
         lifecycle = lifecycle_due(ctx)
         # a task of its own, so losing the lease can cancel the pass mid-way
-        ctx.pass_task = asyncio.create_task(
+        ctx.signals.pass_task = asyncio.create_task(
             reconcile(ctx, lifecycle=lifecycle, drain=False), name="reconcile-pass"
         )
-        await asyncio.wait({ctx.pass_task})
-        task, ctx.pass_task = ctx.pass_task, None
+        await asyncio.wait({ctx.signals.pass_task})
+        task, ctx.signals.pass_task = ctx.signals.pass_task, None
         if task.cancelled():
             log.info("reconcile pass cancelled: this replica stopped leading")
             continue
@@ -120,20 +116,38 @@ async def run_loop(ctx: Context) -> None:
         ctx.metrics.pass_seconds.observe(time.perf_counter() - started)
 
 
+@dataclass
+class PassState:
+    """The loop's own memos and timers (monotonic seconds); the Workload views are
+    `inputs.Views`."""
+
+    # each waiting Workload's (tier, GPU milli) demand (demand.pending_demands: the
+    # backfill and the capacity metrics), kept while the store holds it
+    demand_memo: PerObject[tuple[str, int] | None] = field(default_factory=PerObject)
+    lifecycle_synced: float = float("-inf")  # the last lifecycle step
+    lifecycle_wake_set: bool = False  # a pass is already due when the lifecycle is
+    capacity_recorded: float = float("-inf")  # the last capacity metrics
+    warm_planned: float = 0.0  # when a pass may plan its shapes again mid-way
+
+    def reset(self) -> None:
+        """The memo (the timers only say when work is due again)."""
+        self.demand_memo = PerObject()
+
+
 def lifecycle_due(ctx: Context) -> bool:
     """Does this pass include the reservation lifecycle? When not, a wake-up is set for
     when it is due, so a change that comes in between is still acted on then."""
-    now = time.monotonic()
-    due = ctx.lifecycle_synced + LIFECYCLE_EVERY_SECONDS
+    now, state = ctx.clocks.monotonic(), ctx.component(PassState)
+    due = state.lifecycle_synced + LIFECYCLE_EVERY_SECONDS
     if now >= due:
-        ctx.lifecycle_synced = now
+        state.lifecycle_synced = now
         return True
-    if not ctx.lifecycle_wake_set:
-        ctx.lifecycle_wake_set = True
+    if not state.lifecycle_wake_set:
+        state.lifecycle_wake_set = True
 
         def wake() -> None:
-            ctx.lifecycle_wake_set = False
-            ctx.wake.set()
+            state.lifecycle_wake_set = False
+            ctx.signals.wake.set()
 
         asyncio.get_running_loop().call_later(due - now, wake)
     return False
@@ -146,34 +160,48 @@ async def reconcile(ctx: Context, *, lifecycle: bool = True, drain: bool = True)
     try:
         await sync_checks(ctx)
         if lifecycle:
-            await sync_lifecycle(ctx)
+            stranded = await sync_lifecycle(ctx)
+            # and slots whose node pods we do not place took (`displaced.py`)
+            stranded += await find_displaced(ctx, {object_key(s.rr) for s in stranded})
+            if stranded:  # before placing, so no new gang takes the room they move to
+                await move_stranded(ctx, stranded, await _snapshot_now(ctx))
         await place_pending(ctx)
         await record_capacity(ctx)
     finally:
         if drain:
-            await ctx.background.drain()
+            await ctx.workers.background.drain()
+
+
+async def _snapshot_now(ctx: Context) -> ClusterSnapshot:
+    """The passes' snapshot of the store as it is (every live reservation counted)."""
+    skipped: list[Skipped] = []
+    live = live_snapshot(ctx, "placing")
+    plan = live.gather(ctx.store, now=ctx.clocks.wall(), epoch=_epoch(ctx))
+    snapshot = await asyncio.to_thread(live.build, plan, skipped)
+    report_skipped(ctx, skipped)
+    return snapshot
 
 
 async def record_capacity(ctx: Context) -> None:
     """GPUs free / held by reservations / taken by bound pods, and pristine 8-GPU nodes, at
     most every 15 s and in a thread (two snapshots of a large fleet are not free)."""
-    tick = time.monotonic()
-    if tick - ctx.capacity_recorded < CAPACITY_EVERY_SECONDS:
+    tick, state = ctx.clocks.monotonic(), ctx.component(PassState)
+    if tick - state.capacity_recorded < CAPACITY_EVERY_SECONDS:
         return
-    ctx.capacity_recorded = tick
+    state.capacity_recorded = tick
     # also where malformed objects are told while nothing waits for a placement
     skipped = await asyncio.to_thread(
         _record_capacity, ctx, ctx.store.dump(), capacity_plans(ctx)
     )
     report_skipped(ctx, skipped, count=False)
     if ctx.live["placing"].renewed is not None:  # the passes' snapshot too
-        ctx.warm_shapes.forget()
+        ctx.component(WarmShapes).forget()
 
 
 def capacity_plans(ctx: Context) -> tuple[LivePlan, LivePlan]:
     """What the two live snapshots of the capacity metrics (with and without reservations)
     re-read: what changed since they were last built (on the loop's thread)."""
-    now = ctx.clock()
+    now = ctx.clocks.wall()
     placing, bound = live_snapshot(ctx, "placing"), live_snapshot(ctx, "bound")
     return (placing.gather(ctx.store, now=now, epoch=_epoch(ctx)),
             bound.gather(WithoutReservations(ctx.store), now=now))
@@ -208,7 +236,8 @@ def _record_capacity(
     # only the tiers that wait now: a tier whose last Workload was admitted (or a tier no
     # longer configured) must not keep its last figure, nor a label set for ever
     ctx.metrics.pending_gpus.clear()
-    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks, ctx.demand_memo).items():
+    demand_memo = ctx.component(PassState).demand_memo
+    for tier, gpus in pending_gpus_by_tier(dump, ctx.checks, demand_memo).items():
         ctx.metrics.pending_gpus.labels(tier).set(gpus)
     ctx.metrics.pristine_islands.set(
         sum(1 for n in with_rr if n.gpu_count >= 8 and n.is_pristine())
@@ -227,76 +256,73 @@ def count_renewal(ctx: Context, live: LiveSnapshot, nodes: int) -> None:
 
 async def place_pending(ctx: Context) -> None:
     """Every Workload waiting on one of our active checks, in Kueue's order, on one
-    snapshot of the pass."""
+    snapshot of the pass:
+
+    1. `read_inputs`     the waiting Workloads and their Jobs, the ledger settled;
+    2. `WarmShapes.plan` the shapes of those still waiting for quota (controller/warm.py);
+    3. `_pass_snapshot`  the fleet as the store holds it, this pass's own holds left out;
+    4. `_place_batch`    each decided in order on what the earlier left (warming beside the
+                         solves), the writes pipelined;
+    5. `WarmShapes.step` the shapes warmed in what is left of the budget.
+    """
     active = {n for n, v in ctx.checks.items() if v.config is not None}
     if not active:
         return
-    prune_owner_jobs(ctx)
-    dump = ctx.store.dump()
-    pending, waiting = workload_views(ctx, dump, active)
-    # the Jobs of Workloads still waiting for quota in our queues are read ahead
-    prefetch_owner_jobs(ctx, waiting)
-    # those that wait for Kueue's provisioning check are not decided (nor their Jobs read)
-    held = await hold_for_provisioning(
-        ctx, pending, provisioning_check_names(dump.kind("AdmissionCheck")))
-    # their Jobs, read on demand (not watched); a Workload whose Job could not be read waits
-    unread = held | await fetch_owner_jobs(
-        ctx, [w for w in pending if object_key(w) not in held] if held else pending)
-    if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
-        dump = ctx.store.dump()
-    stored = _settle_ledger(ctx, pending)
-    deciding = any(
-        our_pending_check(w, ctx) is not None and needs_decision(ctx, w)
-        for w in pending
-        if object_key(w) not in unread
-    )
-    # the shapes of the Workloads still waiting for quota, derived ahead (controller/warm.py)
+    inputs = await read_inputs(ctx, active)
     warms = ctx.engine if isinstance(ctx.engine, Warms) else None
+    shapes = ctx.component(WarmShapes)
     if warms is not None:
-        ctx.warm_shapes.plan(waiting, dump, active)
-    warming = warms is not None and ctx.warm_shapes.due(time.monotonic())
-    if not deciding and not warming:
+        shapes.plan(inputs.waiting, inputs.dump, active)
+    warming = warms is not None and shapes.due(ctx.clocks.monotonic())
+    if not inputs.deciding and not warming:
         # every one is answered already (the watch has not shown it) or waits for its Job:
         # a pass for each of their events would rebuild the snapshot of the whole fleet
         return
-    now = ctx.clock()
-    # a pending Workload's reservation of this very attempt (we died or failed before its
-    # Ready) holds capacity for every Workload of the pass, also those earlier in order;
-    # older attempts' reservations are released by lifecycle before this step
-    unreserved = frozenset(object_key(w) for w in pending if reservation_key(w) not in stored)
-    # kept from the store's changes: only the nodes an event (or the last pass's
-    # placements) touched are translated again, in a thread, so the webhook and the watches
-    # keep being served (what it reads is gathered here: the store changes on this thread)
-    # a malformed object is left out (never freer than the truth), counted and told once
-    skipped: list[Skipped] = []
-    live = live_snapshot(ctx, "placing")
-    plan = live.gather(ctx.store, exclude_workloads=unreserved, now=now, epoch=_epoch(ctx))
-    snapshot = await asyncio.to_thread(live.build, plan, skipped)
-    count_renewal(ctx, live, len(snapshot.nodes))
-    report_skipped(ctx, skipped)
-    if warms is not None and live.renewed is not None:
-        ctx.warm_shapes.forget()  # translated against other nodes: warmed again
-        ctx.warm_shapes.plan(waiting, dump, active)
+    now = ctx.clocks.wall()
+    snapshot, renewed = await _pass_snapshot(ctx, inputs, now)
+    if warms is not None and renewed:
+        shapes.forget()  # translated against other nodes: warmed again
+        shapes.plan(inputs.waiting, inputs.dump, active)
         warming = True
-    kueue = await asyncio.to_thread(dump.kueue_index)
+    kueue = await asyncio.to_thread(inputs.dump.kueue_index)
     configs = {name: view.config for name, view in ctx.checks.items()}
-    if deciding:
-        beside = _warm_beside_solves(ctx, warms, snapshot, dump, kueue, configs, now)
+    if inputs.deciding:
+        beside = _warm_beside_solves(ctx, warms, snapshot, inputs.dump, kueue, configs, now)
         # the Workloads Kueue creates while the pass decides are planned for between them
         between = partial(_plan_warming_again, ctx, active) if beside is not None else None
         try:
-            await _place_batch(ctx, dump, kueue, snapshot, pending, unread, unreserved, now,
-                               between, frozenset(active))
+            await _place_batch(ctx, inputs.dump, kueue, snapshot, inputs.pending,
+                               inputs.unread, inputs.unreserved, now, between,
+                               frozenset(active))
         finally:
             if beside is not None:
                 beside.work_beside_solves(None)
-        warming = warming or (warms is not None and ctx.warm_shapes.due(time.monotonic()))
+        warming = warming or (warms is not None and shapes.due(ctx.clocks.monotonic()))
     if warms is not None and warming:
-        budget = BUDGET_SECONDS if deciding else IDLE_BUDGET_SECONDS
+        budget = BUDGET_SECONDS if inputs.deciding else IDLE_BUDGET_SECONDS
         warmed = await asyncio.get_running_loop().run_in_executor(
-            ctx.solver, ctx.warm_shapes.step, warms, snapshot, dump, kueue, configs, now,
-            budget)
+            ctx.workers.solver, shapes.step, warms, snapshot, inputs.dump, kueue, configs,
+            now, budget)
         ctx.metrics.warmed_shapes.inc(warmed)
+
+
+async def _pass_snapshot(
+    ctx: Context, inputs: PassInputs, now: datetime
+) -> tuple[ClusterSnapshot, bool]:
+    """Step 3: the pass's snapshot, and whether it was renewed (the engine's facts about
+    the fleet dropped). Kept from the store's changes: only the nodes an event (or the
+    last pass's placements) touched are translated again, in a thread, so the webhook and
+    the watches keep being served (what it reads is gathered here: the store changes on
+    this thread); a malformed object is left out (never freer than the truth), counted
+    and told once."""
+    skipped: list[Skipped] = []
+    live = live_snapshot(ctx, "placing")
+    plan = live.gather(ctx.store, exclude_workloads=inputs.unreserved, now=now,
+                       epoch=_epoch(ctx))
+    snapshot = await asyncio.to_thread(live.build, plan, skipped)
+    count_renewal(ctx, live, len(snapshot.nodes))
+    report_skipped(ctx, skipped)
+    return snapshot, live.renewed is not None
 
 
 def _warm_beside_solves(
@@ -314,8 +340,9 @@ def _warm_beside_solves(
         return None
 
     def warm_beside(done: threading.Event) -> None:
-        warmed = ctx.warm_shapes.step(warms, snapshot, dump, kueue, configs, now, math.inf,
-                                      done.is_set, syncs=False)
+        shapes = ctx.component(WarmShapes)
+        warmed = shapes.step(warms, snapshot, dump, kueue, configs, now, math.inf,
+                             done.is_set, syncs=False, monotonic=ctx.clocks.monotonic)
         ctx.metrics.warmed_shapes.inc(warmed)
 
     beside.work_beside_solves(warm_beside)
@@ -328,15 +355,15 @@ def _plan_warming_again(ctx: Context, active: set[str]) -> None:
     reserves in a burst, are warmed beside the pass's solves. At most every
     `REPLAN_SECONDS`, and never more than a twentieth of the loop's time (6.8 ms a plan
     with 5,000 Workloads waiting, 0.3-0.7 ms with 300, offline)."""
-    started = time.monotonic()
-    if started < ctx.warm_planned:
+    started, state = ctx.clocks.monotonic(), ctx.component(PassState)
+    if started < state.warm_planned:
         return
     dump = ctx.store.dump()
     _, waiting = workload_views(ctx, dump, active)
     prefetch_owner_jobs(ctx, waiting)
-    ctx.warm_shapes.plan_new(waiting, dump, active)
-    done = time.monotonic()
-    ctx.warm_planned = done + max(REPLAN_SECONDS, 20 * (done - started))
+    ctx.component(WarmShapes).plan_new(waiting, dump, active)
+    done = ctx.clocks.monotonic()
+    state.warm_planned = done + max(REPLAN_SECONDS, 20 * (done - started))
 
 
 async def _place_batch(
@@ -352,7 +379,8 @@ async def _place_batch(
     # each node and re-reads only the nodes that changed (events, placements, holds)
     placer = OrderedPlacer(ctx.engine, snapshot)
     ctx.ledger.hold_in(placer)
-    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks, ctx.demand_memo)
+    demands = await asyncio.to_thread(pending_demands, dump, ctx.checks,
+                                      ctx.component(PassState).demand_memo)
     writes = WritePipeline(ctx, placer, ctx.options.creates_in_flight)
     rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)
     try:
@@ -395,18 +423,18 @@ async def _decide_arrivals(
     the snapshot, which does not count its GPUs) waits for the next pass."""
     ctx, writes = rec.ctx, rec.writes
     assert writes is not None
-    deadline = time.monotonic() + ARRIVALS_SECONDS
+    deadline = ctx.clocks.monotonic() + ARRIVALS_SECONDS
     woke = False
     try:
-        while writes.entries and (left := deadline - time.monotonic()) > 0:
-            if not ctx.wake.is_set():
+        while writes.entries and (left := deadline - ctx.clocks.monotonic()) > 0:
+            if not ctx.signals.wake.is_set():
                 idle = time.perf_counter()
-                await _first_of(writes.entries[0].task, ctx.wake, left)
+                await _first_of(writes.entries[0].task, ctx.signals.wake, left)
                 writes.waited += time.perf_counter() - idle
             await writes.room(ctx.metrics)  # the answers back, taken in order
-            if not ctx.wake.is_set():
+            if not ctx.signals.wake.is_set():
                 continue
-            ctx.wake.clear()
+            ctx.signals.wake.clear()
             woke = True
             arrived, arrivals = await _arrivals(rec, active, seen)
             for wl, check in arrivals:
@@ -415,7 +443,7 @@ async def _decide_arrivals(
                 await _place_guarded(arrived, wl, check)
     finally:
         if woke:  # what else those events were about is the next pass's
-            ctx.wake.set()
+            ctx.signals.wake.set()
 
 
 async def _first_of(task: asyncio.Future[Any], event: asyncio.Event, timeout: float) -> None:
@@ -454,43 +482,6 @@ async def _arrivals(
     return replace(rec, dump=dump, kueue=kueue), arrivals
 
 
-# the kinds `pending_workloads` and `waiting_workloads` read (the Kueue index's)
-_VIEWED_KINDS = ("Workload", "ClusterQueue", "LocalQueue", "ResourceFlavor", "AdmissionCheck",
-                 OWNER_KIND)
-
-
-def workload_views(
-    ctx: Context, dump: ClusterDump, active: set[str]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The Workloads waiting on one of our `active` checks, in Kueue's order, and those
-    still waiting for quota in a queue of ours; derived again only when a list they read
-    is another object than last time (the store replaces a kind's list on any change of
-    it), since a pass runs on every event, most of them pods'. Then only the Workloads
-    that changed are looked at again (`store.PerObject`): one Workload's event no longer
-    walks every Workload in the store."""
-    read: tuple[object, ...] = (*(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
-    kept = ctx.workload_views
-    if kept is not None and all(a is b for a, b in zip(read[:-1], kept[0][:-1], strict=True)) \
-            and read[-1] == kept[0][-1]:
-        return kept[1], kept[2]
-    kueue = dump.kueue_index()
-
-    def view(wl: dict[str, Any]) -> WorkloadView:
-        """Kueue's order of a Workload waiting on our check (None: not waiting on it), and
-        whether it waits for quota in a queue of ours."""
-        order = admission_order_key(wl) if is_pending_on_check(wl, active) else None
-        return wl, order, order is None and waiting_queue(wl, kueue, active) is not None
-
-    views = ctx.workload_view_memo.values(
-        dump.kind("Workload"), view, (frozenset(active), *queues_using(kueue, active))
-    )
-    pending = [v[0] for v in sorted((v for v in views if v[1] is not None),
-                                    key=lambda v: cast(tuple[int, str, str], v[1]))]
-    waiting = [v[0] for v in views if v[2]]
-    ctx.workload_views = (read, pending, waiting)
-    return pending, waiting
-
-
 async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> None:
     try:
         await place_one(rec, wl, check)
@@ -498,22 +489,3 @@ async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> Non
         rec.ctx.metrics.errors.labels("workload").inc()
         log.exception("Workload %s: placing failed; the next pass tries again",
                       object_key(wl))
-
-
-def _settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
-    """Forget what the watch has shown (answers, reservations); the stored reservation
-    keys. An assumption ends once the snapshot counts its reservation, or when
-    `--lost-write-seconds` went by without it (released, or never made: a failed pass must
-    not leave its Workload waiting on it for ever; a watch gap re-lists the kind, so a
-    reservation that was made shows within that time)."""
-    waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
-    ctx.answered = {u: a for u, a in ctx.answered.items() if waiting.get(u) == a}
-    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
-    tick = time.monotonic()
-    ctx.drain_checked = {k: t for k, t in ctx.drain_checked.items() if k in stored}
-    ctx.withdrawn = {k: w for k, w in ctx.withdrawn.items()
-                     if tick - w[0] <= ctx.options.lost_write_seconds}
-    ctx.ledger.settle(
-        lambda a: a.reservation in stored or tick - a.since > ctx.options.lost_write_seconds
-    )
-    return stored

@@ -5,12 +5,12 @@ apply the decision with writes."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.elastic import Carry, carry_over
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.inflight import (
     held_by,
@@ -50,8 +50,8 @@ from nexus_admit.controller.preemption.victims import (
     progress,
     running_gangs,
 )
-from nexus_admit.controller.workload_check import current_entry
 from nexus_admit.controller.writes import (
+    Answered,
     answer,
     assume,
     commit,
@@ -63,8 +63,10 @@ from nexus_admit.controller.writes import (
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
 from nexus_admit.kube.kueue import (
+    pending_checks,
     provisioned_by,
     provisioning_check_names,
+    retry_count,
     sibling_node_selectors,
     tas_pod_sets,
     tier_claims,
@@ -72,6 +74,7 @@ from nexus_admit.kube.kueue import (
 )
 from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
 from nexus_admit.kube.serving import with_siblings
+from nexus_admit.kube.slices import carried_domain, with_carried
 from nexus_admit.model import Gang, Placement, PlacementConfig, PodSet
 from nexus_admit.placement.decide import (
     Decision,
@@ -82,12 +85,15 @@ from nexus_admit.placement.decide import (
     Place,
     PlaceOverDrains,
     Preempt,
+    Reject,
+    Retry,
     decide,
 )
 from nexus_admit.placement.preemption import RunningGang
 
 __all__ = [
     "DRAIN_RECHECK_SECONDS",
+    "DrainRechecks",
     "already_answered",
     "hold_for_provisioning",
     "needs_decision",
@@ -132,6 +138,10 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
         # a reservation of this attempt exists (we crashed, the check write failed, or it
         # drains or preempts): answer from it, never solve twice
         await _answer_from_reservation(rec, workload, check, gang, existing, config)
+        return
+    carry = carry_over(ctx, workload, gang)
+    if carry is not None and carry.added is not None:
+        await _place_added(rec, workload, check, gang, carry, config)
         return
     decided = await _decide(rec, workload, gang, config)
     while rec.writes is not None and await _earlier_creates_back(rec, decided[0]):
@@ -261,7 +271,7 @@ async def _decide(
     request = DecisionRequest(gang, config, waiting=rec.demands, running=running,
                               drains=tuple(live), own_drain=own)
     loop = asyncio.get_running_loop()
-    decision = await loop.run_in_executor(ctx.solver, decide, request, capacity)
+    decision = await loop.run_in_executor(ctx.workers.solver, decide, request, capacity)
     for solve in policy.solves:
         labels = (solve.outcome, solve.pods, solve.facts)
         ctx.metrics.solve_seconds.labels(*labels).observe(solve.seconds)
@@ -298,7 +308,7 @@ async def _apply(
     elif isinstance(decision, (MoveOffDrain, KeepDraining)):
         raise AssertionError("a Workload without a reservation has no drain of its own")
     else:  # Retry, Reject
-        retries = int(current_entry(workload, check).get("retryCount") or 0)
+        retries = retry_count(workload, check)
         outcome = unplaced(decision.placement, retries, ctx.options.retry_seconds)
         booked = provisioned_by(
             workload, provisioning_check_names(rec.dump.kind("AdmissionCheck")))
@@ -316,14 +326,74 @@ async def _apply(
             await answer(ctx, workload, check, outcome)
 
 
-async def _write_placed(
-    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, placement: Placement,
+async def _place_added(
+    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, carry: Carry,
     config: PlacementConfig,
 ) -> None:
-    """Assume, reserve, answer: the writes overlap the next Workload's decision."""
+    """A Workload slice that replaces one we placed (an elastic Job scaled up): its running
+    pods keep their slots, carried over; only the added pods are placed, in the carried
+    slots' smallest shared domain first, without preemption. No room: Pending, never Retry
+    (its eviction would stop the Job's running pods)."""
+    assert carry.added is not None
+    ctx = rec.ctx
+    quiet = config.model_copy(update={
+        "preemption": config.preemption.model_copy(update={"enabled": False})})
+    levels = config.resolve_levels(rec.snapshot.kueue_topologies)
+    domain = carried_domain(carry.carried, rec.snapshot.nodes, levels)
+    tries = [within_siblings(carry.added, {ps.name: domain for ps in carry.added.pod_sets}),
+             carry.added] if domain else [carry.added]
+    for added in tries:
+        decided = await _decide(rec, workload, added, quiet)
+        while rec.writes is not None and await _earlier_creates_back(rec, decided[0]):
+            decided = await _decide(rec, workload, added, quiet)
+        decision = decided[0]
+        if isinstance(decision, Place):
+            rec.placer.hold(decision.gang, decision.placement.slots)
+            await _write_placed(rec, workload, check, decision.gang, decision.placement,
+                                config, carry=(carry, gang))
+            return
+    why = decision.placement.reason if isinstance(decision, (Retry, Reject)) else "no room"
+    if isinstance(decision, Reject):
+        retries = retry_count(workload, check)
+        await answer(ctx, workload, check,
+                     unplaced(decision.placement, retries, ctx.options.retry_seconds))
+        return
+    await keep_pending(ctx, workload, check, clip(
+        f"waiting for room for the {sum(ps.count for ps in carry.added.pod_sets)} pod(s) "
+        f"the scale-up adds; the {carry.kept} carried slot(s) stay held: {why}"),
+        "PlacementWaiting")
+
+
+async def _write_placed(
+    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, placement: Placement,
+    config: PlacementConfig, carry: tuple[Carry, Gang] | None = None,
+) -> None:
+    """Assume, reserve, answer: the writes overlap the next Workload's decision. `carry`:
+    a Workload slice's carry-over and its whole gang: the reservation holds the carried
+    slots too, and the check answers for every pod set."""
     ctx = rec.ctx
     body = assume(ctx, rec.placer, workload, gang, placement, config, rec.now)
     levels = config.resolve_levels(rec.snapshot.kueue_topologies)
+    if carry is not None:
+        kept, whole = carry
+        body = with_carried(body, kept.old, kept.carried, [ps.name for ps in whole.pod_sets],
+                            kept.pod_label)
+        merged = placement_of(body, whole)
+        snapshot, name = rec.snapshot, reservation_name(workload)
+
+        def ready_whole(_: Placement) -> Outcome:
+            return placed(merged, whole, name, snapshot, levels,
+                          hardware_class=config.hardware_class)
+
+        if rec.writes is None:
+            reserved = await create_reservation(ctx, snapshot, workload, gang, placement, body)
+            settle(rec.placer, reserved)
+            if reserved.placement is not None:
+                await answer(ctx, workload, check, ready_whole(merged))
+            return
+        rec.writes.start(workload, check, gang, tuple(placement.slots), ready_whole,
+                         create_reservation(ctx, snapshot, workload, gang, placement, body))
+        return
     if rec.writes is None:
         settle(rec.placer, await commit(ctx, rec.snapshot, workload, check, gang, placement,
                                         body, levels, config.hardware_class))
@@ -372,13 +442,24 @@ async def _answer_from_reservation(
                         hardware_class=config.hardware_class))
 
 
+@dataclass
+class DrainRechecks:
+    """Draining reservation "namespace/name" → monotonic time its gang was last solved
+    without it (a drain moved off once its gang fits)."""
+
+    at: dict[str, float] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.at = {}
+
+
 def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
     """At most one solve without a drain per DRAIN_RECHECK_SECONDS: each rebuilds the
     fleet's snapshot, and passes come on every event; a drain waits minutes to hours."""
-    key, tick = object_key(rr), time.monotonic()
-    if tick - ctx.drain_checked.get(key, float("-inf")) < DRAIN_RECHECK_SECONDS:
+    key, tick, checked = object_key(rr), ctx.clocks.monotonic(), ctx.component(DrainRechecks).at
+    if tick - checked.get(key, float("-inf")) < DRAIN_RECHECK_SECONDS:
         return False
-    ctx.drain_checked[key] = tick
+    checked[key] = tick
     return True
 
 
@@ -436,16 +517,8 @@ def within_siblings(gang: Gang, selectors: Mapping[str, Mapping[str, str]]) -> G
 
 def our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
     """The name of our check this Workload waits on (Pending), if any."""
-    status = workload.get("status")
-    entries = status.get("admissionChecks") if isinstance(status, Mapping) else None
-    for entry in entries or []:
-        if (
-            isinstance(entry, Mapping)
-            and entry.get("name") in ctx.checks
-            and entry.get("state") == "Pending"
-        ):
-            return str(entry["name"])
-    return None
+    pending = pending_checks(workload, ctx.checks)
+    return pending[0] if pending else None
 
 
 def still_waits(ctx: Context, workload: Mapping[str, Any]) -> bool:
@@ -469,4 +542,4 @@ def needs_decision(ctx: Context, workload: Mapping[str, Any]) -> bool:
 
 def already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
     uid = str(meta(workload).get("uid") or "")
-    return bool(uid) and ctx.answered.get(uid) == attempt_key(workload)
+    return bool(uid) and ctx.component(Answered).attempts.get(uid) == attempt_key(workload)

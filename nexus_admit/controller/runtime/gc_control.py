@@ -175,7 +175,7 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
     synced_at: float | None = None
     frozen_at: float | None = None
     freezes = 0
-    started = time.monotonic()
+    started = ctx.clocks.monotonic()
     recorded = float("-inf")
     waiting_on: asyncio.Task[None] | None = None  # the pass whose end the freeze waits for
 
@@ -185,7 +185,7 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
         done = freeze_long_lived(whole=freezes % WHOLE_EVERY == 0,
                                  take_census=ctx.options.heap_census)
         freezes += 1
-        frozen_at = time.monotonic()
+        frozen_at = ctx.clocks.monotonic()
         log.info("heap: %d long-lived objects frozen, out of the collector's walks (the full "
                  "collection before took %.0f ms and freed %d objects in reference cycles)",
                  done.frozen, done.seconds * 1000, done.freed)
@@ -200,12 +200,12 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
                 pauses.record(ctx.metrics.gc_pause_seconds)
                 continue
             collect_young()
-            now = time.monotonic()
+            now = ctx.clocks.monotonic()
             if now - recorded < RECORD_EVERY_SECONDS:
                 continue
             recorded = now
             pauses.record(ctx.metrics.gc_pause_seconds)
-            if ctx.synced and synced_at is None:
+            if ctx.leadership.synced and synced_at is None:
                 synced_at = now
             if frozen_at is None:
                 due = synced_at is not None and (
@@ -218,10 +218,10 @@ async def keep_heap(ctx: Context, pauses: CollectorPauses | None = None) -> None
                 due = now - frozen_at >= every
             if not due or waiting_on is not None:
                 continue
-            if ctx.pass_task is None:
+            if ctx.signals.pass_task is None:
                 freeze()
             else:  # the walk waits for the pass's end, so no solve waits on it
-                waiting_on = ctx.pass_task
+                waiting_on = ctx.signals.pass_task
                 waiting_on.add_done_callback(freeze)
     finally:
         if waiting_on is not None:

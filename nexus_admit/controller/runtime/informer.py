@@ -32,14 +32,13 @@ import collections
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.controller.api import ApiException, KubeApi
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.runtime.lists import relist
+from nexus_admit.controller.runtime.lists import ListedVersions, relist
 from nexus_admit.controller.store import WATCHED_KINDS
 from nexus_admit.kube.errors import meta
 from nexus_admit.kube.stored import stripped
@@ -87,26 +86,27 @@ class _Stream:
 
 
 async def run_informers(ctx: Context, kinds: Iterable[str] = WATCHED_KINDS) -> None:
-    """Watch every kind of `kinds`, each from the version `ctx.list_versions` holds."""
+    """Watch every kind of `kinds`, each from the version it was last listed at
+    (`lists.ListedVersions`)."""
     await asyncio.gather(*(run_informer(ctx, kind) for kind in kinds))
 
 
 async def run_informer(ctx: Context, kind: str) -> None:
     """Watch `kind` for ever: resume after a break, list again after a gap."""
     failures = 0
-    listed = ctx.list_versions.get(kind)
+    listed = ctx.component(ListedVersions).by_kind.get(kind)
     stream = None if listed is None else _Stream(listed)
     while True:
         try:
             if stream is None:  # not served when last listed: list again, then watch
                 await asyncio.sleep(UNSERVED_RETRY_SECONDS)
                 await relist(ctx, (kind,))
-                listed = ctx.list_versions.get(kind)
+                listed = ctx.component(ListedVersions).by_kind.get(kind)
                 stream = None if listed is None else _Stream(listed)
                 continue
-            started = time.monotonic()
+            started = ctx.clocks.monotonic()
             await _watch_once(ctx, kind, stream)
-            if time.monotonic() - started < QUICK_END_SECONDS:
+            if ctx.clocks.monotonic() - started < QUICK_END_SECONDS:
                 # the stream ended at once (a proxy cutting it short): never a tight loop
                 await asyncio.sleep(_backoff(failures))
                 failures += 1
@@ -125,7 +125,7 @@ async def run_informer(ctx: Context, kind: str) -> None:
                 await asyncio.sleep(_backoff(failures))
                 failures += 1
                 continue
-            listed = ctx.list_versions.get(kind)
+            listed = ctx.component(ListedVersions).by_kind.get(kind)
             stream = None if listed is None else _Stream(listed)
         except asyncio.CancelledError:
             raise

@@ -5,7 +5,7 @@ Who calls it: `operator.py` (`list_early`, the webhook's kinds, then `initial_li
 rest, before the loops start; `resync_loop` as a background task); `informer.py` lists one
 kind again after a watch gap. The watch streams that keep the store current between lists
 are `informer.py`'s; each kind is watched from the version its last list was read at
-(`ctx.list_versions`). Nothing is ever written on the objects read: the controller does not
+(`ListedVersions`). Nothing is ever written on the objects read: the controller does not
 own Workloads, pods or nodes, and must leave no trace on them.
 """
 
@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -26,6 +27,7 @@ from nexus_admit.kube.stored import stripped
 __all__ = [
     "EARLY_KINDS",
     "LATER_KINDS",
+    "ListedVersions",
     "initial_list",
     "list_early",
     "relist",
@@ -33,6 +35,17 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class ListedVersions:
+    """The resourceVersion each kind was last listed at (None: not served): where its
+    watch starts (`informer.py`)."""
+
+    by_kind: dict[str, str | None] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Kept: they are the store's, not a leader's (a new leader re-lists anyway)."""
 
 
 # the kinds the pod webhook reads from the store without asking the API when they are
@@ -73,7 +86,7 @@ async def _relist_kind(ctx: Context, kind: str) -> None:
     keep = partial(_kept, ctx.store, kind)
     items, version = await asyncio.to_thread(ctx.api.list, kind, keep)
     ctx.store.replace(kind, items, version)
-    ctx.list_versions[kind] = None if version is None else str(version)
+    ctx.component(ListedVersions).by_kind[kind] = None if version is None else str(version)
     log.debug("listed %d %s in %.2f s", len(items), kind, time.perf_counter() - started)
 
 
@@ -104,7 +117,7 @@ async def initial_list(ctx: Context) -> None:
     await ctx.faults.hold("hold-fleet-list")  # test-only (controller/faults.py)
     started = time.perf_counter()
     await relist(ctx, LATER_KINDS)
-    ctx.synced = True
+    ctx.leadership.synced = True
     counts = {k: len(ctx.store.objects[k]) for k in WATCHED_KINDS if ctx.store.objects[k]}
     log.info("store synced in %.1f s: %s", time.perf_counter() - started, counts)
 
@@ -123,11 +136,12 @@ async def resync_loop(ctx: Context) -> None:
     may have cut a watch short in a way its stream did not show), and every
     `--resync-seconds` for safety; a failed re-list is tried again at the next tick. A gap
     a watch stream sees itself (410 Gone) re-lists that kind at once (`informer.py`)."""
-    last = time.monotonic()
+    last = ctx.clocks.monotonic()
     errors = _error_count(ctx)
     while True:
         await asyncio.sleep(ctx.options.tick_seconds)
-        if time.monotonic() - last < ctx.options.resync_seconds and _error_count(ctx) == errors:
+        due = ctx.clocks.monotonic() - last >= ctx.options.resync_seconds
+        if not due and _error_count(ctx) == errors:
             continue
         seen = _error_count(ctx)
         try:
@@ -136,4 +150,4 @@ async def resync_loop(ctx: Context) -> None:
             ctx.metrics.errors.labels("relist").inc()
             log.warning("re-list failed, retrying in %ss: %s", ctx.options.tick_seconds, e)
             continue
-        last, errors = time.monotonic(), seen  # failures during the list: once more
+        last, errors = ctx.clocks.monotonic(), seen  # failures during the list: once more

@@ -23,11 +23,13 @@ import asyncio
 import base64
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from cachetools import TTLCache
+
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.pod_owners import owned_member
+from nexus_admit.controller.pod_owners import OwnerChains, owned_member
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
@@ -40,6 +42,34 @@ from nexus_admit.kube.queues import (
     suspending_statefulset,
 )
 from nexus_admit.kube.reservations import reservation_workload_key, reservation_workload_uid
+
+# a name the apiserver just said does not exist is not asked again for this long: a flood
+# of pod reviews naming made-up queues or reservations costs one GET per name, not per pod
+WEBHOOK_MISS_SECONDS = 2.0
+
+
+def _misses() -> TTLCache[tuple[str, str, str], bool]:
+    return TTLCache(maxsize=4096, ttl=WEBHOOK_MISS_SECONDS)
+
+
+@dataclass
+class WebhookState:
+    """The webhook's caches, used on its own loop only (neither is thread-safe): the names
+    the apiserver just answered NotFound, (kind, namespace, name), and the owners above
+    pods (`pod_owners.py`)."""
+
+    misses: TTLCache[tuple[str, str, str], bool] = field(default_factory=_misses)
+    chains: OwnerChains | None = None
+
+    def owner_chains(self, ctx: Context) -> OwnerChains:
+        if self.chains is None:
+            self.chains = OwnerChains(ctx.read_owner)
+        return self.chains
+
+    def reset(self) -> None:
+        # new objects, not cleared ones: the main loop resets while the webhook's thread reads
+        self.misses, self.chains = _misses(), None
+
 
 __all__ = [
     "GateAnswer",
@@ -216,13 +246,13 @@ async def fetch(
     ctx: Context, kind: str, name: str, namespace: str | None = None
 ) -> dict[str, Any] | None:
     """A GET the watch has not answered yet, with misses remembered for a moment
-    (`ctx.webhook_misses`; the webhook's own loop only, the cache is not thread-safe)."""
-    key = (kind, namespace or "", name)
-    if key in ctx.webhook_misses:
+    (`WebhookState.misses`; the webhook's own loop only)."""
+    key, misses = (kind, namespace or "", name), ctx.component(WebhookState).misses
+    if key in misses:
         return None
     found = await asyncio.to_thread(ctx.api.get, kind, name, namespace)
     if found is None:
-        ctx.webhook_misses[key] = True
+        misses[key] = True
     return found
 
 
@@ -243,7 +273,7 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
             ctx.metrics.webhook_requests.labels("gated").inc()
             return GateAnswer(True, add_gate=L.GATE_PLACEMENT not in gates)
         return GateAnswer(True)
-    rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
+    rr = ctx.store.reservation_for_label(namespace, rr_name)  # an elastic Job's: its newest
     if rr is None:
         rr = await fetch(ctx, L.KIND_RESOURCE_RESERVATION, rr_name, namespace)
     workload = None
@@ -256,8 +286,9 @@ async def review_pod(ctx: Context, pod: Mapping[str, Any], namespace: str) -> Ga
     ancestors: set[str] = set()
     if workload is not None:
         pod_with_ns = {**pod, "metadata": {**meta(pod), "namespace": namespace}}
-        await ctx.webhook_owner_chains.resolve([pod_with_ns])
-        ancestors = ctx.webhook_owner_chains.ancestor_uids(pod_with_ns)
+        chains = ctx.component(WebhookState).owner_chains(ctx)
+        await chains.resolve([pod_with_ns])
+        ancestors = chains.ancestor_uids(pod_with_ns)
     answer = decide(pod, namespace, rr, workload, ancestors)
     ctx.metrics.webhook_requests.labels("gated" if answer.allowed else "denied").inc()
     return answer

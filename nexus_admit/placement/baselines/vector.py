@@ -7,7 +7,8 @@ computed by numpy over all nodes at once.
 Scores depend only on a node's own state and the pod's shape, so each policy keeps, per pod
 shape, the last score of every node and recomputes only nodes whose state changed since
 (node versions in a numpy mirror of free capacity). On a `TrackedSnapshot` the mirror
-itself is refreshed from the change log; on any other snapshot it is rebuilt.
+itself is refreshed from the change log (`tracking.ChangeCursor`, rebuilt past its rule);
+on any other snapshot it is rebuilt.
 
 The final GPU indices and NUMA zone of every pod still come from `fit_pod` (the one
 definition of "fits"), so these policies obey the same hard constraints as every other.
@@ -38,6 +39,7 @@ from nexus_admit.model import (
 )
 from nexus_admit.placement.baselines.podbypod import domain_choices, finish, infeasible
 from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
 __all__ = ["NodeMirror", "VectorPolicy", "best_fit_gpu"]
 
@@ -53,8 +55,7 @@ class NodeMirror:
         nodes = list(snapshot)
         n = len(nodes)
         self.snapshot = snapshot
-        self.log: list[str] | None = getattr(snapshot, "change_log", None)
-        self.cursor = len(self.log) if self.log is not None else 0
+        self.cursor = ChangeCursor(snapshot) if isinstance(snapshot, TrackedSnapshot) else None
         self.size = n
         self.names = [node.name for node in nodes]
         self.index = {name: i for i, name in enumerate(self.names)}
@@ -83,20 +84,24 @@ class NodeMirror:
     def matches(self, snapshot: ClusterSnapshot) -> bool:
         return (
             snapshot is self.snapshot
-            and self.log is not None
-            and getattr(snapshot, "change_log", None) is self.log
+            and self.cursor is not None
+            and self.cursor.follows(snapshot)
             and len(snapshot.nodes) == self.size
         )
 
-    def catch_up(self) -> None:
-        """Re-read nodes named in the change log since last time, and our own stale ones."""
-        assert self.log is not None
-        changed = {self.index[name] for name in self.log[self.cursor:]} | self.stale
-        self.cursor = len(self.log)
+    def catch_up(self) -> bool:
+        """Re-read nodes named in the change log since last time, and our own stale ones;
+        False (nothing read) when the mirror must be rebuilt instead."""
+        assert self.cursor is not None and isinstance(self.snapshot, TrackedSnapshot)
+        names = self.cursor.changed(self.snapshot)
+        if names is None:
+            return False
+        changed = {self.index[name] for name in names} | self.stale
         self.stale = set()
         nodes = self.snapshot.nodes
         for i in changed:
             self.read(i, nodes[self.names[i]])
+        return True
 
     def read(self, i: int, node: Node) -> None:
         self.cpu[i] = node.free_cpu_milli
@@ -179,8 +184,7 @@ class VectorPolicy:
     # ---- machinery ----
     def mirror(self, snapshot: ClusterSnapshot) -> NodeMirror:
         m = self._mirror
-        if m is not None and m.matches(snapshot):
-            m.catch_up()
+        if m is not None and m.matches(snapshot) and m.catch_up():
             return m
         m = NodeMirror(snapshot)
         m.rank = np.fromiter(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,8 @@ import pytest
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import OptionsError, RunOptions
 from nexus_admit.controller.runtime.gc_control import (
+    RECORD_EVERY_SECONDS,
+    YOUNG_EVERY_SECONDS,
     CollectorPauses,
     Freeze,
     collect_young,
@@ -107,18 +110,25 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
 
     monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
+    tick = [1000.0]
+    ctx.clocks.monotonic = lambda: tick[0]
+
+    async def a_record_period() -> None:
+        tick[0] += RECORD_EVERY_SECONDS + 0.1
+        await asyncio.sleep(2.5 * YOUNG_EVERY_SECONDS)  # the task's next step sees it
+
     async def scenario() -> list[int]:
         seen = []
         task = asyncio.create_task(keep_heap(ctx))
-        await asyncio.sleep(1.1)
+        await a_record_period()
         seen.append(len(freezes))  # not synced: nothing frozen
-        ctx.synced = True
-        await asyncio.sleep(1.1)
+        ctx.leadership.synced = True
+        await a_record_period()
         seen.append(len(freezes))  # synced, no snapshot yet: the first pass is on its way
         ctx.live["nexus"] = object()  # type: ignore[assignment]
-        await asyncio.sleep(1.1)
+        await a_record_period()
         seen.append(len(freezes))
-        await asyncio.sleep(1.1)
+        await a_record_period()
         seen.append(len(freezes))  # not again before the period
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -130,7 +140,7 @@ def test_the_heap_is_frozen_once_the_first_snapshot_exists_then_every_period(
 
 def test_a_freeze_takes_the_collectors_pauses_out_of_the_walk() -> None:
     ctx = controller(heap_freeze_seconds=3600)
-    ctx.synced = True
+    ctx.leadership.synced = True
     ctx.live["nexus"] = object()  # type: ignore[assignment]
 
     run_keep_heap(ctx, 0.3)
@@ -140,7 +150,7 @@ def test_a_freeze_takes_the_collectors_pauses_out_of_the_walk() -> None:
 
 def test_no_freeze_when_the_period_is_zero() -> None:
     ctx = controller(heap_freeze_seconds=0)
-    ctx.synced = True
+    ctx.leadership.synced = True
 
     run_keep_heap(ctx, 0.05)
     assert gc.get_freeze_count() == 0
@@ -153,7 +163,7 @@ def test_a_short_period_is_refused() -> None:
 
 def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = controller(heap_freeze_seconds=1)  # below the flag's bound: a test's period
-    ctx.synced = True
+    ctx.leadership.synced = True
     ctx.live["nexus"] = object()  # type: ignore[assignment]
     freezes: list[bool] = []
 
@@ -162,8 +172,10 @@ def test_later_freezes_walk_only_what_is_not_frozen(monkeypatch: pytest.MonkeyPa
         return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
+    ticks = itertools.count(1000.0, 1.0)  # a period passes at every reading
+    ctx.clocks.monotonic = lambda: next(ticks)
 
-    run_keep_heap(ctx, 2.5)
+    run_keep_heap(ctx, 5 * YOUNG_EVERY_SECONDS)
     assert freezes[:3] == [True, False, False]
 
 
@@ -208,24 +220,25 @@ def test_with_a_zero_period_the_collector_runs_as_cpython_runs_it() -> None:
 
 def test_a_due_freeze_waits_for_the_pass_in_progress(monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = controller(heap_freeze_seconds=3600)
-    ctx.synced = True
+    ctx.leadership.synced = True
     ctx.live["nexus"] = object()  # type: ignore[assignment]
     passes_running: list[bool] = []
 
     def freeze(*, whole: bool = False, take_census: bool = False) -> Freeze:
-        passes_running.append(ctx.pass_task is not None and not ctx.pass_task.done())
+        running = ctx.signals.pass_task
+        passes_running.append(running is not None and not running.done())
         return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
 
     async def scenario() -> list[int]:
         seen = []
-        ctx.pass_task = asyncio.create_task(asyncio.sleep(0.6))
+        ctx.signals.pass_task = asyncio.create_task(asyncio.sleep(0.6))
         task = asyncio.create_task(keep_heap(ctx))
         await asyncio.sleep(0.4)
         seen.append(len(passes_running))  # due, but a pass is solving
-        await ctx.pass_task
-        ctx.pass_task = None
+        await ctx.signals.pass_task
+        ctx.signals.pass_task = None
         await asyncio.sleep(0.05)
         seen.append(len(passes_running))  # frozen as the pass ended
         task.cancel()
@@ -273,7 +286,9 @@ def test_a_controller_that_never_syncs_still_collects_every_period(
         return Freeze(0, 0.0, 0)
 
     monkeypatch.setattr("nexus_admit.controller.runtime.gc_control.freeze_long_lived", freeze)
+    ticks = itertools.count(1000.0, 1.0)  # a period passes at every reading
+    ctx.clocks.monotonic = lambda: next(ticks)
 
-    run_keep_heap(ctx, 2.5)
-    assert not ctx.synced
+    run_keep_heap(ctx, 5 * YOUNG_EVERY_SECONDS)
+    assert not ctx.leadership.synced
     assert freezes[:2] == [True, False]

@@ -16,7 +16,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.runtime import informer
 from nexus_admit.controller.runtime.informer import run_informer
-from nexus_admit.controller.runtime.lists import relist
+from nexus_admit.controller.runtime.lists import ListedVersions, relist
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import node
 
@@ -103,18 +103,18 @@ def test_events_are_applied_in_order_and_the_next_request_resumes_from_the_last_
     api = WatchingApi()
     api.put(node("a"))
     ctx = started(api)
-    listed = ctx.list_versions["Node"]
+    listed = ctx.component(ListedVersions).by_kind["Node"]
     api.scripts["Node"] = [[
         event("Node", "ADDED", "b", 200),
         event("Node", "MODIFIED", "b", 201, labels={"v": "2"}),
         event("Node", "DELETED", "a", 202),
         {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "250"}}},
     ]]
-    ctx.wake.clear()
+    ctx.signals.wake.clear()
     run_until(ctx, "Node", lambda: len(api.watched) >= 2)
     assert names(ctx) == {"b"} and ctx.store.get("Node", "b")["metadata"]["labels"]["v"] == "2"  # type: ignore[index]
     assert api.watched[:2] == [("Node", listed), ("Node", "250")], "resumed after the bookmark"
-    assert ctx.wake.is_set() and api.lists == 1
+    assert ctx.signals.wake.is_set() and api.lists == 1
 
 
 def test_a_gap_lists_the_kind_again_and_drops_what_was_deleted_in_it() -> None:
@@ -172,7 +172,8 @@ def test_a_kind_not_served_is_listed_again_and_watched_once_it_is() -> None:
     api = WatchingApi()
     ctx = Context(options=RunOptions(webhook=False), api=api,  # type: ignore[arg-type]
                   engine=None)  # type: ignore[arg-type]
-    ctx.list_versions["Node"] = None  # its list answered 404: the CRD is not installed
+    # its list answered 404: the CRD is not installed
+    ctx.component(ListedVersions).by_kind["Node"] = None
     api.put(node("later"))
     run_until(ctx, "Node", lambda: len(api.watched) >= 1)
     assert names(ctx) == {"later"} and api.watched[0] == ("Node", str(api.rv))

@@ -191,7 +191,7 @@ async def _two_replicas(api: FakeApi, seconds: float) -> list[Context]:
     for name in ("a", "b"):
         ctx = Context(options=fast_options(name), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
         watch(ctx, api)
-        ctx.synced = True
+        ctx.leadership.synced = True
         elector = elect(ctx)
         replicas.append(ctx)
         tasks += [asyncio.create_task(elector.run()), asyncio.create_task(run_loop(ctx))]

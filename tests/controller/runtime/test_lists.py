@@ -83,6 +83,18 @@ def test_no_relist_before_the_period_while_nothing_failed() -> None:
     assert nodes(ctx) == {"kept", "gone"} and relists(ctx) == 0
 
 
+def test_a_relist_once_the_period_has_passed_while_nothing_failed() -> None:
+    ctx = started_controller(FakeApi())
+    tick = [1000.0]
+    ctx.clocks.monotonic = lambda: tick[0]
+
+    def period_passes() -> None:
+        tick[0] += ctx.options.resync_seconds
+
+    asyncio.run(with_resync_loop(ctx, period_passes, until=lambda: relists(ctx) > 0))
+    assert nodes(ctx) == {"kept"} and relists(ctx) == 1, "one period, one re-list"
+
+
 def test_a_failed_step_brings_a_relist_at_the_next_tick() -> None:
     ctx = started_controller(FakeApi())
     fail = lambda: ctx.metrics.errors.labels("check").inc()  # noqa: E731
@@ -130,32 +142,31 @@ def test_an_event_of_the_version_the_store_holds_changes_nothing_and_wakes_nobod
     ctx = started_controller(api)
     asyncio.run(relist(ctx))
     held = ctx.store.get("Node", "n")
-    ctx.wake.clear()
+    ctx.signals.wake.clear()
     deliver(ctx, "Node", api.get("Node", "n") or {}, "ADDED")
-    assert ctx.store.get("Node", "n") is held and not ctx.wake.is_set()
+    assert ctx.store.get("Node", "n") is held and not ctx.signals.wake.is_set()
     newer = api.put(node("n", labels={"new": "label"}))
     deliver(ctx, "Node", newer)
-    assert ctx.store.get("Node", "n") is not held and ctx.wake.is_set()
+    assert ctx.store.get("Node", "n") is not held and ctx.signals.wake.is_set()
 
 
 def test_a_lost_create_is_held_for_its_own_horizon_not_the_re_list_period() -> None:
     """Before: two re-list periods. With a short period an unseen reservation was forgotten
     sooner; with a long one a create never made held its GPUs for twenty minutes."""
-    import time
-
-    from nexus_admit.controller.loop.cycle import _settle_ledger
+    from nexus_admit.controller.loop.inputs import settle_ledger
     from nexus_admit.model import Gang, PodSet, Slot
 
     ctx = started_controller(FakeApi())
     ctx.options = RunOptions(webhook=False, resync_seconds=5, lost_write_seconds=120)
     gang = Gang("ns/w", (PodSet("main", count=1, gpus=8),))
     slot = (Slot("main", 0, "kept", tuple(range(8)), 0),)
-    now = time.monotonic()
+    now = 1000.0
+    ctx.clocks.monotonic = lambda: now
     ctx.ledger.assume("ns/recent", "ns/w", gang, slot, now - 60)
     ctx.ledger.assume("ns/old", "ns/v", gang, slot, now - 121)
     ctx.ledger.lost("ns/recent")
     ctx.ledger.lost("ns/old")
-    _settle_ledger(ctx, [])
+    settle_ledger(ctx, [])
     assert set(ctx.ledger.unsure) == {"ns/recent"}
 
 

@@ -16,6 +16,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.store import Store
 from nexus_admit.controller.webhook.review import (
+    WebhookState,
     answer_review,
     decide,
     gated_spec,
@@ -288,7 +289,7 @@ def test_a_flood_of_reviews_naming_an_unknown_reservation_costs_one_get() -> Non
 
     ctx = webhook_ctx(Counting())
     ctx.store = Store()
-    ctx.webhook_misses = TTLCache(maxsize=8, ttl=60)  # no expiry while the test runs
+    ctx.component(WebhookState).misses = TTLCache(maxsize=8, ttl=60)  # none expires meanwhile
     for _ in range(20):
         response = answered(ctx, pod())
         assert response["allowed"] is False

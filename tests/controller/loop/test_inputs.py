@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.demand import waiting_workloads
-from nexus_admit.controller.loop import cycle
+from nexus_admit.controller.loop import inputs
 from nexus_admit.kube.dump import ClusterDump
 from tests.controller.test_placing import check_of, cluster, controller, pending, run, watch
 from tests.kube.kube_factories import cluster_queue, local_queue, pod, pod_set, workload
@@ -17,13 +17,13 @@ def test_a_pass_on_a_pod_event_walks_no_workload_again(monkeypatch: pytest.Monke
     """A pod's event leaves the Workload views as they were; a Workload's event has only
     that Workload looked at again, not every one in the store."""
     looked_at: list[str] = []
-    real = cycle.is_pending_on_check
+    real = inputs.is_pending_on_check
 
     def counting(wl: dict[str, Any], checks: Any) -> bool:
         looked_at.append(wl["metadata"]["name"])
         return real(wl, checks)
 
-    monkeypatch.setattr(cycle, "is_pending_on_check", counting)
+    monkeypatch.setattr(inputs, "is_pending_on_check", counting)
     api = cluster(pending("a", pods=1, gpus=8))
     ctx, _ = controller(api)
     run(ctx)
@@ -69,7 +69,7 @@ def test_views_kept_per_workload_are_those_a_fresh_walk_gives() -> None:
     active = {"nexus"}
 
     def names() -> tuple[list[str], list[str]]:
-        pending, waiting = cycle.workload_views(ctx, ctx.store.dump(), active)
+        pending, waiting = inputs.workload_views(ctx, ctx.store.dump(), active)
         return ([w["metadata"]["name"] for w in pending],
                 [w["metadata"]["name"] for w in waiting])
 
@@ -100,10 +100,10 @@ def test_views_kept_are_those_a_fresh_walk_gives() -> None:
     ctx, _ = controller(api)
     active = set(ctx.checks) or {"nexus"}
     dump = ctx.store.dump()
-    first = cycle.workload_views(ctx, dump, active)
-    again = cycle.workload_views(ctx, ctx.store.dump(), active)
+    first = inputs.workload_views(ctx, dump, active)
+    again = inputs.workload_views(ctx, ctx.store.dump(), active)
     assert again[0] is first[0] and again[1] is first[1]
     assert [w["metadata"]["name"] for w in first[0]] == [
         w["metadata"]["name"] for w in dump.pending_workloads(active)]
-    other = cycle.workload_views(ctx, ctx.store.dump(), {"another-check"})
+    other = inputs.workload_views(ctx, ctx.store.dump(), {"another-check"})
     assert other[0] == [], "another set of checks: walked again"
