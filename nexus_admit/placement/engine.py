@@ -4,7 +4,10 @@
 - reduction.py: the candidate nodes, then the exact symmetry reduction (nodes that are
   interchangeable for this gang are kept only as many times as the gang could use them);
 - pruning.py: domain-first pruning, only when still above `solver.maxCandidateNodes` (a
-  heuristic: placements found after it report `feasible`, not `optimal`);
+  heuristic: placements found after it report `feasible`, not `optimal`); when the symmetry
+  reduction would keep every candidate (a gang of more pods than any rack has candidates,
+  `keeps_every_candidate`), pruning goes first and the twins are found among the kept
+  nodes only: the same reduction, without a class key per candidate of the fleet;
 - onepod.py: a one-pod gang needs no model, every node left is costed (exact);
 - live_reduction.py: on a `TrackedSnapshot`, the candidates, the reduction and the one-pod
   ranking of a gang of one pod set kept from its change log (the same answers; a plain
@@ -43,8 +46,10 @@ from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import (
     Reduction,
     candidates,
+    keeps_every_candidate,
     reduce_symmetry,
     shortfall,
+    with_twins,
 )
 
 __all__ = ["CpSatEngine", "Reduction", "nexus_policy"]
@@ -205,13 +210,25 @@ class CpSatEngine:
                 return scan_candidates(
                     problem, reduction, self._memo, started, self._terms, self.name
                 )
+            if self._prunes(problem, reduction) and keeps_every_candidate(problem, reduction):
+                # the symmetry reduction would keep every node (a gang of more pods than
+                # any rack has candidates): prune first, find the twins among the kept
+                # nodes only (the same reduction, without a class key per candidate)
+                pruned = prune_domains(problem, reduction)
+                twinned = with_twins(problem, pruned, self._memo, reduction.nodes)
+                return self._solve(problem, twinned, started)
             reduction = reduce_symmetry(problem, reduction, self._memo)
             return self._reduced(problem, reduction, started)
         return self._solve(problem, reduction, started)
 
+    @staticmethod
+    def _prunes(problem: Problem, reduction: Reduction) -> bool:
+        """Whether more nodes are left than the model takes (then pruning cuts them)."""
+        return len(reduction.nodes) > problem.config.solver.max_candidate_nodes
+
     def _reduced(self, problem: Problem, reduction: Reduction, started: float) -> Placement:
         """Solve after the symmetry reduction (pruned first when still too many nodes)."""
-        if len(reduction.nodes) > problem.config.solver.max_candidate_nodes:
+        if self._prunes(problem, reduction):
             reduction = prune_domains(problem, reduction)
         return self._solve(problem, reduction, started)
 

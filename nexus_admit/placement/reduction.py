@@ -19,6 +19,7 @@ __all__ = [
     "class_key",
     "domain_shortfall",
     "holds",
+    "keeps_every_candidate",
     "keeps_off_gpus",
     "lone_class_key",
     "lone_signature",
@@ -28,6 +29,7 @@ __all__ = [
     "room_for_one",
     "room_shortfall",
     "shortfall",
+    "with_twins",
 ]
 
 
@@ -175,6 +177,41 @@ def reduce_symmetry(problem: Problem, red: Reduction, memo: NodeMemo) -> Reducti
         notes.append(f"{len(red.nodes)} candidate nodes, {len(kept)} after symmetry")
     twins = [members for members in groups.values() if len(members) > 1]
     return Reduction(kept, caps, red.exact, notes, twins)
+
+
+def keeps_every_candidate(problem: Problem, red: Reduction) -> bool:
+    """Whether `reduce_symmetry` keeps every candidate of `red`: a class's key holds the
+    node's path above the host, so no class has more members than its parent domain has
+    candidates, and none is cut while no parent domain has more than the gang's pods."""
+    need = problem.gang.pod_count
+    if len(red.nodes) <= need:
+        return True
+    if len(problem.levels) < 2:
+        return False  # every node has the same (empty) path above the host
+    # a domain names the levels above it (model/topology.py), so the level just above
+    # the host tells the parent path; nodes without it are counted together (too many,
+    # never too few)
+    paths = problem.paths
+    per_parent: dict[Domain | None, int] = defaultdict(int)
+    for name in red.nodes:
+        parent = paths[name][-2]
+        per_parent[parent] += 1
+        if per_parent[parent] > need:
+            return False
+    return True
+
+
+def with_twins(
+    problem: Problem, red: Reduction, memo: NodeMemo, candidate_order: Sequence[str]
+) -> Reduction:
+    """`red`, cut from candidates `reduce_symmetry` keeps whole (`keeps_every_candidate`),
+    with the twins that reduction finds among its nodes: the groups of the reduction
+    before the cut, restricted to the kept nodes (members in `candidate_order`, the
+    candidates' order), so pruning first need not derive every candidate's class key."""
+    keep = set(red.nodes)
+    kept = [n for n in candidate_order if n in keep]
+    twins = reduce_symmetry(problem, Reduction(kept, red.caps), memo).twins
+    return Reduction(red.nodes, red.caps, red.exact, list(red.notes), twins, red.hint)
 
 
 def class_key(
