@@ -18,6 +18,7 @@ from typing import Any
 
 import fleet as fleet_mod
 import pytest
+from builders import active_status, admission_check, cluster_queue, flavor_quota
 from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
 from test_controller import (
@@ -210,32 +211,14 @@ def queue_with_a_sibling_check(custom, ns: str) -> Iterator[str]:
     """A gold ClusterQueue (the gpu-any flavor) listing our check and `SIBLING`, an
     AdmissionCheck no controller answers but the test (it sets its Active condition and,
     later, its entry on the Workload), and a LocalQueue of the same name in `ns`."""
-    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "AdmissionCheck",
-        "metadata": {"name": SIBLING},
-        "spec": {"controllerName": "e2e.kubenexus.io/answered-by-the-test"},
-    })
+    custom.create_cluster_custom_object(
+        KUEUE_GROUP, KUEUE_VERSION, "admissionchecks",
+        admission_check(SIBLING, "e2e.kubenexus.io/answered-by-the-test"))
     custom.patch_cluster_custom_object_status(
         KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", SIBLING,
-        {"status": {"conditions": [{"type": "Active", "status": "True", "reason": "ByTheTest",
-                                    "message": "answered by the e2e test",
-                                    "lastTransitionTime": _now()}]}})
-    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "ClusterQueue",
-        "metadata": {"name": TWO_CHECKS, "labels": {"scheduling.kubenexus.io/tier": "gold"}},
-        "spec": {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}, {"name": SIBLING}]},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [{"name": "gpu-any", "resources": [
-                    {"name": "cpu", "nominalQuota": "1000"},
-                    {"name": "memory", "nominalQuota": "10000Gi"},
-                    {"name": "nvidia.com/gpu", "nominalQuota": "64"},
-                ]}],
-            }],
-        },
-    })
+        active_status("ByTheTest", "answered by the e2e test", _now()))
+    custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue(
+        TWO_CHECKS, [CHECK, SIBLING], [flavor_quota("gpu-any")], tier="gold"))
     custom.create_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, ns, "localqueues", {
         "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
         "metadata": {"name": TWO_CHECKS, "namespace": ns},

@@ -18,6 +18,7 @@ from typing import Any
 
 import fleet as fleet_mod
 import pytest
+from builders import cluster_queue, flavor_quota
 from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
 from kubernetes import client
 from provisioner import (
@@ -73,18 +74,8 @@ def queue_with_provisioning(custom, ns: str, cls: str, pool_from_detail: bool) -
             "controllerName": "kueue.x-k8s.io/provisioning-request",
             "parameters": {"apiGroup": KUEUE_GROUP, "kind": "ProvisioningRequestConfig",
                            "name": PROV}}}),
-        ("clusterqueues", {"kind": "ClusterQueue", "metadata": {
-            "name": PROV, "labels": {"scheduling.kubenexus.io/tier": "gold"}}, "spec": {
-            "namespaceSelector": {},
-            "admissionChecksStrategy": {"admissionChecks": [{"name": PROV}, {"name": CHECK}]},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [{"name": "gpu-any", "resources": [
-                    {"name": "cpu", "nominalQuota": "1000"},
-                    {"name": "memory", "nominalQuota": "10000Gi"},
-                    {"name": "nvidia.com/gpu", "nominalQuota": "64"},
-                ]}],
-            }]}}),
+        ("clusterqueues", cluster_queue(PROV, [PROV, CHECK], [flavor_quota("gpu-any")],
+                                        tier="gold")),
     ]
     try:
         for plural, body in objects:

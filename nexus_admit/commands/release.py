@@ -23,7 +23,7 @@ import typer
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta
-from nexus_admit.kube.kueue import is_pending_on_check, our_check_names
+from nexus_admit.kube.kueue import is_pending_on_check, our_check_names, pending_checks
 
 if TYPE_CHECKING:  # the client is imported when the command runs (it needs the controller extra)
     from nexus_admit.controller.api import KubeApi
@@ -56,12 +56,7 @@ def _pending_checks(workload: Mapping[str, Any], ours: Collection[str]) -> list[
             return []
     except TranslationError:  # a malformed Workload: nothing of ours to answer
         return []
-    entries = child(workload, "status").get("admissionChecks")
-    return [
-        str(e["name"])
-        for e in (entries if isinstance(entries, list) else [])
-        if isinstance(e, Mapping) and e.get("name") in ours and e.get("state") == "Pending"
-    ]
+    return pending_checks(workload, ours)
 
 
 def plan_release(

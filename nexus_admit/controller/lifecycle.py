@@ -8,12 +8,13 @@ hold which slots and becomes `Bound` when all are bound. Active steps act: a res
 of whose pods bound within `reservationTtlSeconds` of Kueue admitting its Workload
 (`lapses_at`) is released and its gang sent back through Retry; a pinned pod that stays
 unschedulable (a pod outside Kueue took the capacity) sends its gang back through Retry
-with that reason, and so does a slot whose node was deleted (bound or not) or cordoned or
-NotReady before its pod was bound, and a Ready Workload whose reservation is gone (deleted
-by hand: its pods would stay pinned while nothing holds their capacity), and a gang one of
-whose pods left its slot (its gate lifted by someone else: a tenant cannot unpin a pod to
-jump a reservation unnoticed). A pinned pod whose ResourceClaims kube-scheduler's DRA
-allocator cannot allocate on its node says so in the Retry message.
+with that reason, and so does a pod pinned to a slot whose node was deleted, cordoned or
+went NotReady before the pod bound there (a slot no live pod holds on such a node is
+handed to `failed_nodes.py`, which moves it), and a Ready Workload whose reservation is
+gone (deleted by hand: its pods would stay pinned while nothing holds their capacity),
+and a gang one of whose pods left its slot (its gate lifted by someone else: a tenant
+cannot unpin a pod to jump a reservation unnoticed). A pinned pod whose ResourceClaims
+kube-scheduler's DRA allocator cannot allocate on its node says so in the Retry message.
 
 `release_reason`, `retry_reason` and `missing_reservation` are pure, as is what the pods and
 nodes say (`reservation_pods.py`); the rest writes through `api.py`. A reservation found quiet is
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from nexus_admit.controller.context import Context, Promised
+from nexus_admit.controller.elastic import give_back_surplus, handed_over
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.reservation_pods import (
@@ -39,19 +40,23 @@ from nexus_admit.controller.reservation_pods import (
     conditions_of,
     lost_node,
     reservation_status,
+    stranded_slots,
     unpinned_pod,
     unschedulable_message,
     unschedulable_pin,
     unschedulable_since,
 )
+from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.workload_check import current_entry, write_check
+from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
     PHASE_RESERVED,
+    ReservedSlot,
     attempt_key,
     reservation_attempt,
     reservation_slots,
@@ -61,10 +66,13 @@ from nexus_admit.kube.reservations import (
 from nexus_admit.model import PlacementConfig
 
 __all__ = [
+    "LifecycleState",
     "Quiet",
+    "Stranded",
     "missing_reservation",
     "release",
     "release_reason",
+    "retry_gang",
     "retry_reason",
     "settled",
     "status_due",
@@ -167,6 +175,32 @@ def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> boo
 
 
 @dataclass(frozen=True, slots=True)
+class Stranded:
+    """A live reservation with slots whose node failed and that no live pod holds
+    (`reservation_pods.stranded_slots`), each with why: `failed_nodes.py` moves them."""
+
+    rr: Mapping[str, Any]
+    workload: Mapping[str, Any]
+    slots: tuple[tuple[ReservedSlot, str], ...]
+
+
+@dataclass
+class LifecycleState:
+    """The lifecycle step's memos, by reservation "namespace/name": when its status was
+    last written (monotonic), and what the step last found it quiet on (not looked at
+    again until one of those objects changes); and each Workload's promised reservations
+    (`sync_missing`), kept while the store holds it."""
+
+    status_written: dict[str, float] = field(default_factory=dict)
+    quiet: dict[str, Quiet] = field(default_factory=dict)
+    promised: PerObject[list[list[Promised]]] = field(default_factory=PerObject)
+
+    def reset(self) -> None:
+        """The memos (a status write is due at once, as for a new reservation)."""
+        self.status_written, self.quiet, self.promised = {}, {}, PerObject()
+
+
+@dataclass(frozen=True, slots=True)
 class Quiet:
     """A reservation the lifecycle step found with nothing to do (nothing to release, no
     Retry, no status write due) and every object that answer read. The store replaces an
@@ -246,16 +280,20 @@ class Quiet:
 YIELD_EVERY = 16
 
 
-async def sync_lifecycle(ctx: Context) -> None:
-    now = ctx.clock()
+async def sync_lifecycle(ctx: Context) -> list[Stranded]:
+    """One lifecycle step over every reservation; the ones with stranded slots, which
+    the pass moves next (`failed_nodes.move_stranded`)."""
+    now = ctx.clocks.wall()
+    stranded: list[Stranded] = []
     checks = sorted(ctx.checks)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
     nodes = ctx.store.by_key("Node")  # read only: keyed by name, as lost_node asks
     status_writes = []
-    tick = time.monotonic()
+    tick = ctx.clocks.monotonic()
     live = {object_key(rr) for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
-    ctx.status_written = {k: t for k, t in ctx.status_written.items() if k in live}
-    ctx.lifecycle_quiet = {k: q for k, q in ctx.lifecycle_quiet.items() if k in live}
+    state = ctx.component(LifecycleState)
+    state.status_written = {k: t for k, t in state.status_written.items() if k in live}
+    state.quiet = {k: q for k, q in state.quiet.items() if k in live}
     for i, rr in enumerate(ctx.store.items(L.KIND_RESOURCE_RESERVATION)):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # let the webhook and the watches in between
@@ -266,21 +304,28 @@ async def sync_lifecycle(ctx: Context) -> None:
         key = f"{ns}/{name}"
         workload = ctx.store.get("Workload", reservation_workload_key(rr))
         pods = ctx.store.pods_of_reservation(ns, name)
-        quiet = ctx.lifecycle_quiet.get(key)
+        quiet = state.quiet.get(key)
         if isinstance(quiet, Quiet) and quiet.holds(rr, workload, pods, nodes, checks, now, tick):
             phases[quiet.phase] += 1
             continue
-        ctx.lifecycle_quiet.pop(key, None)
+        state.quiet.pop(key, None)
+        if handed_over(ctx, rr, workload):
+            continue  # an elastic Job's new slice takes these slots over (elastic.py)
         reason = release_reason(rr, workload, checks)
         retry_failed = False
         lapses = lapses_at(rr, workload, _ttl_seconds(ctx, workload, checks))
         if reason is None and workload is not None:
             reason = retry_reason(rr, pods, nodes, now, lapses)
-            if reason is not None and not await _retry(ctx, workload, checks, reason):
+            if reason is not None and not await retry_gang(ctx, workload, checks, reason):
                 reason, retry_failed = None, True  # tried again next pass
         if reason is not None:
             await release(ctx, rr, workload, reason, now)
             continue
+        if await give_back_surplus(ctx, rr, workload, pods):
+            continue  # a scale-down or finished pods: read again next pass
+        failed = stranded_slots(rr, pods, nodes) if workload is not None else []
+        if failed and workload is not None:
+            stranded.append(Stranded(rr, workload, tuple(failed)))
         status = reservation_status(rr, pods)
         phases[status["phase"]] += 1
         # a new reservation's first status write waits as a claims change does: a gang that
@@ -288,21 +333,22 @@ async def sync_lifecycle(ctx: Context) -> None:
         # period starts at its first claim (`unclaimed`), not when it was created: in a
         # burst its Job waits for Kueue longer than that
         if unclaimed(child(rr, "status"), status):
-            ctx.status_written.pop(key, None)
+            state.status_written.pop(key, None)
             since = tick
         else:
-            since = ctx.status_written.setdefault(key, tick)
+            since = state.status_written.setdefault(key, tick)
         if status_due(child(rr, "status"), status, since, tick):
-            ctx.status_written[key] = tick
+            state.status_written[key] = tick
             status_writes.append(_write_status(ctx, ns, name, status))
-        elif not retry_failed:
-            ctx.lifecycle_quiet[key] = Quiet.of(rr, workload, pods, nodes, checks, status, since,
+        elif not retry_failed and not failed:
+            state.quiet[key] = Quiet.of(rr, workload, pods, nodes, checks, status, since,
                                                 lapses)
     # informational and independent of each other: together, not one round trip each
     await gather_bounded(status_writes)
     for phase, n in phases.items():
         ctx.metrics.reservations.labels(phase).set(n)
     await sync_missing(ctx)
+    return stranded
 
 
 DEFAULT_TTL_SECONDS: int = PlacementConfig.model_fields["reservation_ttl_seconds"].default
@@ -412,7 +458,8 @@ def retry_reason(
 ) -> str | None:
     """Why the gang must go back through Retry because its reservation cannot serve it any
     more (unbound past `lapses`, a pin unschedulable past the grace, a pod off its slot, a
-    slot's node gone, cordoned or NotReady), or None."""
+    pod pinned to a slot whose node is gone, cordoned or NotReady before it bound), or
+    None. A slot no pod holds on such a node is not a reason: it moves."""
     message = None
     if lapses is not None and lapses <= now and not _ever_bound(rr, pods):
         message = (
@@ -442,7 +489,7 @@ def retry_reason(
     return message
 
 
-async def _retry(
+async def retry_gang(
     ctx: Context, workload: Mapping[str, Any], checks: Sequence[str], message: str
 ) -> bool:
     """Send the Workload back through Retry on each of our checks it has; False when a
@@ -458,14 +505,14 @@ async def _retry(
                 return False
     uid = str(meta(workload).get("uid") or "")
     if uid:  # the store may still show the check Pending: no placement this attempt
-        ctx.answered[uid] = attempt_key(workload)
+        ctx.component(Answered).attempts[uid] = attempt_key(workload)
     return True
 
 
 async def sync_missing(ctx: Context) -> None:
     """Workloads running on a reservation that is gone: back through Retry, so Kueue
     requeues them and they are placed (and their capacity held) again."""
-    now = ctx.clock()
+    now = ctx.clocks.wall()
     existing = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
     existing |= set(ctx.ledger.assumed)
     checks = sorted(ctx.checks)
@@ -475,12 +522,12 @@ async def sync_missing(ctx: Context) -> None:
         return [promised_reservations(workload, check) for check in checks]
 
     # what each Workload promises is read again only when the store holds a new object
-    kept = ctx.promised_memo.values(workloads, promised, (tuple(checks),))
+    kept = ctx.component(LifecycleState).promised.values(workloads, promised, (tuple(checks),))
     for workload, by_check in zip(workloads, kept, strict=True):
         for check, promises in zip(checks, by_check, strict=True):
             name = first_missing(promises, existing, now) if promises else None
             if name is not None:
-                await _retry(ctx, workload, [check], (
+                await retry_gang(ctx, workload, [check], (
                     f"reservation {name} was deleted while the Workload was admitted on it: "
                     "its pods' capacity is no longer held; the gang is placed again"))
 

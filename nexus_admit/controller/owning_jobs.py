@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from cachetools import TTLCache
+
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.store import PerObject
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.workload import reads_job_completion_mode
 
 __all__ = [
     "OWNER_KIND",
+    "OwningJobs",
     "fetch_owner_jobs",
     "prefetch_owner_jobs",
     "prune_owner_jobs",
@@ -36,6 +40,38 @@ OWNER_KIND = "Job"
 # over every Workload's Jobs ran after each Workload event (a fifth of a pass with 5,000
 # Workloads waiting, e2e/bench_e2e/pass_bench.py)
 PRUNE_EVERY_SECONDS = 10.0
+# a Job the apiserver said does not exist is not read again for this long
+JOB_MISS_SECONDS = 30.0
+
+
+def _missing() -> TTLCache[str, bool]:
+    return TTLCache(maxsize=4096, ttl=JOB_MISS_SECONDS)
+
+
+@dataclass
+class OwningJobs:
+    """What the Jobs above Workloads cost to keep: the reads in flight, the Jobs just
+    answered NotFound, and the memos that keep a pass from walking every Workload."""
+
+    # Job reads in flight ("namespace/name"), shared by the passes that wait on them
+    reads: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
+    # Jobs the apiserver just answered NotFound ("namespace/name/uid"): not read again for a
+    # while, so a Workload naming a Job that is gone (or never was) costs one GET per
+    # interval, not one per pass (a pass runs on every event)
+    missing: TTLCache[str, bool] = field(default_factory=_missing)
+    # each Workload's Jobs (`_job_refs`), and the waiting Workloads whose Jobs were read
+    # ahead (`prefetch_owner_jobs`), kept while the store holds the Workload
+    job_refs: PerObject[list[tuple[str, str, str]]] = field(default_factory=PerObject)
+    prefetched: PerObject[None] = field(default_factory=PerObject)
+    # the store's lists (Workloads, Jobs) the last prune walked, and when (monotonic)
+    pruned: tuple[list[dict[str, object]], ...] | None = None
+    pruned_at: float = float("-inf")
+
+    def reset(self) -> None:
+        """Memos only (a read in flight ends on its own and drops itself from `reads`)."""
+        self.missing = _missing()
+        self.job_refs, self.prefetched = PerObject(), PerObject()
+        self.pruned, self.pruned_at = None, float("-inf")
 
 
 def trimmed_job(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,7 +113,7 @@ async def _read_job(ctx: Context, ns: str, name: str, uid: str) -> bool:
     if job is None or (uid and str(meta(job).get("uid") or "") != uid):
         # the Job the owner reference names is gone (or never was: another Job has its
         # name): the Workload is translated without it, and it is not asked for each pass
-        ctx.jobs_missing[f"{ns}/{name}/{uid}"] = True
+        ctx.component(OwningJobs).missing[f"{ns}/{name}/{uid}"] = True
     return True
 
 
@@ -87,11 +123,11 @@ def _known(ctx: Context, key: str, uid: str) -> bool:
     stored = ctx.store.get(OWNER_KIND, key)
     if stored is not None and (not uid or str(meta(stored).get("uid") or "") == uid):
         return True
-    return f"{key}/{uid}" in ctx.jobs_missing
+    return f"{key}/{uid}" in ctx.component(OwningJobs).missing
 
 
 def _forget_read(ctx: Context, key: str, _: object) -> None:
-    ctx.job_reads.pop(key, None)
+    ctx.component(OwningJobs).reads.pop(key, None)
 
 
 _Reads = dict[str, tuple[asyncio.Task[bool], list[str]]]
@@ -102,16 +138,17 @@ def _reads(ctx: Context, workloads: Sequence[dict[str, Any]]) -> _Reads:
     answer NotFound ("ns/name" → the read and the Workloads that wait on it); a read
     already in flight is shared, not sent twice."""
     out: _Reads = {}
+    in_flight = ctx.component(OwningJobs).reads
     for w in workloads:
         for ns, name, uid in _job_refs(w):
             key = f"{ns}/{name}"
             if _known(ctx, key, uid):
                 continue
             if key not in out:
-                task = ctx.job_reads.get(key)
+                task = in_flight.get(key)
                 if task is None:
                     task = asyncio.create_task(_read_job(ctx, ns, name, uid), name="read-job")
-                    ctx.job_reads[key] = task
+                    in_flight[key] = task
                     task.add_done_callback(partial(_forget_read, ctx, key))
                 out[key] = (task, [])
             out[key][1].append(object_key(w))
@@ -122,10 +159,10 @@ def prefetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> No
     """Start reading the Jobs of Workloads still waiting for quota, without waiting: by the
     time Kueue reserves it, the pass that places the Workload finds its Job in the store
     instead of waiting a round trip for it. Each Workload object is looked at once, when
-    the store first holds it (`ctx.prefetched`): a pass after one Workload's event asked
+    the store first holds it (`OwningJobs.prefetched`): a pass after one Workload's event asked
     the store about every waiting Workload's Jobs. A read that failed, or a Job gone
     since, is read when the Workload is decided (`fetch_owner_jobs`)."""
-    ctx.prefetched.values(workloads, partial(_prefetch_one, ctx))
+    ctx.component(OwningJobs).prefetched.values(workloads, partial(_prefetch_one, ctx))
 
 
 def _prefetch_one(ctx: Context, workload: dict[str, Any]) -> None:
@@ -148,21 +185,22 @@ def prune_owner_jobs(ctx: Context) -> None:
     `PRUNE_EVERY_SECONDS` (and not while neither the Workloads nor the Jobs changed: a
     pass runs on every event). A Job kept longer only holds memory: a Workload's Job is
     read again when its owner reference names another uid."""
+    state = ctx.component(OwningJobs)
     read = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))
-    if ctx.owners_pruned is not None and all(
-        a is b for a, b in zip(read, ctx.owners_pruned, strict=True)
+    if state.pruned is not None and all(
+        a is b for a, b in zip(read, state.pruned, strict=True)
     ):
         return
-    tick = time.monotonic()
-    if tick - ctx.owners_pruned_at < PRUNE_EVERY_SECONDS:
+    tick = ctx.clocks.monotonic()
+    if tick - state.pruned_at < PRUNE_EVERY_SECONDS:
         return
-    ctx.owners_pruned_at = tick
+    state.pruned_at = tick
     # a Workload's Jobs are read again only when the store holds a new object for it
-    wanted = {f"{ns}/{name}" for refs in ctx.job_refs_memo.values(read[0], _job_refs)
+    wanted = {f"{ns}/{name}" for refs in state.job_refs.values(read[0], _job_refs)
               for ns, name, _ in refs}
     for job in ctx.store.items(OWNER_KIND):
         m = meta(job)
         key = f"{m.get('namespace')}/{m.get('name')}"
         if key not in wanted:
             ctx.store.forget(OWNER_KIND, key)
-    ctx.owners_pruned = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))
+    state.pruned = (ctx.store.listed("Workload"), ctx.store.listed(OWNER_KIND))

@@ -1,6 +1,7 @@
 """What a reservation's pods and nodes say about it, read without writing: the slots its pods
 hold (its status), a pod no longer held to its slot, a slot whose node is gone, cordoned or
-NotReady, a pinned pod kube-scheduler keeps finding unschedulable. Pure.
+NotReady (held by a pinned pod: lost; held by none: stranded, it moves), a pinned pod
+kube-scheduler keeps finding unschedulable. Pure.
 
 Who calls it: `lifecycle.py`, which acts on the answers (a status write, a Retry).
 """
@@ -18,6 +19,7 @@ from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     PHASE_BOUND,
     PHASE_RESERVED,
+    ReservedSlot,
     parse_slot_key,
     reservation_slots,
     slot_key,
@@ -26,8 +28,11 @@ from nexus_admit.kube.reservations import (
 __all__ = [
     "UNSCHEDULABLE_GRACE",
     "conditions_of",
+    "failed_node",
     "lost_node",
     "reservation_status",
+    "slot_holders",
+    "stranded_slots",
     "unpinned_pod",
     "unschedulable_message",
     "unschedulable_pin",
@@ -45,35 +50,81 @@ def conditions_of(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, Mapping)}
 
 
+def failed_node(node: Mapping[str, Any] | None) -> str | None:
+    """Why a node can take no pod of a slot now (deleted, cordoned, NotReady), or None."""
+    if node is None:
+        return "was deleted"
+    if child(node, "spec").get("unschedulable"):
+        return "was cordoned"
+    try:
+        not_ready = node_not_ready(node)
+    except TranslationError:
+        return None  # told by the snapshot, which leaves the node out
+    return None if not_ready is None else f"is {not_ready}"
+
+
+def slot_holders(pods: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Slot key → the live pod holding it (pinned or bound; not being deleted, not ended)."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for p in pods:
+        m = meta(p)
+        ref = parse_slot_key(child(m, "annotations").get(L.ANN_SLOT))
+        phase = child(p, "status").get("phase")
+        if ref is None or m.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            continue
+        spec = child(p, "spec")
+        if spec.get("nodeName") or child(spec, "nodeSelector").get(L.HOSTNAME_LABEL):
+            out[slot_key(*ref)] = p
+    return out
+
+
 def lost_node(
     rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
 ) -> str | None:
-    """Why a slot can no longer be used (`nodes`: every Node by name): its node was deleted
-    (a pod bound there is lost with it: nothing runs it, and the pod garbage collector
-    deletes it), or cordoned or NotReady before its pod was bound there (a bound pod keeps
-    running; a NotReady node's taint eviction moves it)."""
-    bound: dict[str, str] = {}
-    for p in pods:
-        ref = parse_slot_key((meta(p).get("annotations") or {}).get(L.ANN_SLOT))
-        if ref is not None and (p.get("spec") or {}).get("nodeName"):
-            bound[slot_key(*ref)] = str(meta(p).get("name"))
+    """Why a slot can no longer be used (`nodes`: every Node by name): its node failed
+    (deleted, cordoned, NotReady) while a live pod is pinned there but not bound (the pin
+    cannot be changed: a pod's nodeSelector is fixed once its gate is lifted), or its node
+    was deleted under its bound pod (lost with it: nothing runs it; the gang's Retry
+    restarts it without counting a failure against its Job's backoffLimit). The gang is
+    placed again. A slot no live pod holds moves instead (`stranded_slots`); a pod bound
+    on a node cordoned or NotReady keeps its slot: it may come back, and it is not
+    nexus's to delete (see `stranded_slots`)."""
+    holders = slot_holders(pods)
     for s in reservation_slots(rr):
-        node = nodes.get(s.node)
-        if node is None:
-            pod = bound.get(s.key)
-            lost = f" with its pod {pod}" if pod else ""
-            return f"node {s.node} of slot {s.key} was deleted{lost}"
-        if s.key in bound:
+        pod = holders.get(s.key)
+        if pod is None:
             continue
-        if (node.get("spec") or {}).get("unschedulable"):
-            return f"node {s.node} of slot {s.key} was cordoned before its pod was bound there"
-        try:
-            not_ready = node_not_ready(node)
-        except TranslationError:
-            not_ready = None  # told by the snapshot, which leaves the node out
-        if not_ready is not None:
-            return f"node {s.node} of slot {s.key} is {not_ready} before its pod was bound there"
+        name = meta(pod).get("name")
+        if child(pod, "spec").get("nodeName"):
+            if s.node not in nodes:
+                return f"node {s.node} of slot {s.key} was deleted with its pod {name}"
+            continue
+        why = failed_node(nodes.get(s.node))
+        if why is not None:
+            return (f"node {s.node} of slot {s.key} {why} while pod {name} was pinned there "
+                    "but not bound")
     return None
+
+
+def stranded_slots(
+    rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], nodes: Mapping[str, Any]
+) -> list[tuple[ReservedSlot, str]]:
+    """The slots whose node failed (deleted, cordoned, NotReady) and that no live pod
+    holds: not claimed yet, or their pod was deleted or ended (a replacement comes). Each
+    with what happened to its node (`failed_node`). They move to a healthy node of the
+    same domain before a pod is pinned there.
+    A pod still bound on a failed node keeps its slot: it may come back (a NotReady node
+    recovers), and deleting it is the node lifecycle controller's taint eviction's, or
+    the Job's podFailurePolicy's, not nexus's; once it is gone its slot is stranded."""
+    holders = slot_holders(pods)
+    out: list[tuple[ReservedSlot, str]] = []
+    for s in reservation_slots(rr):
+        if s.key in holders:
+            continue
+        why = failed_node(nodes.get(s.node))
+        if why is not None:
+            out.append((s, why))
+    return out
 
 
 def unpinned_pod(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:

@@ -30,12 +30,16 @@ __all__ = [
     "PROVISIONING_CONTROLLER",
     "KueueIndex",
     "admission_order_key",
+    "check_entries",
+    "check_entry_of",
     "creation_key",
     "flavor_constraints",
     "is_pending_on_check",
     "our_check_names",
+    "pending_checks",
     "provisioned_by",
     "provisioning_check_names",
+    "retry_count",
     "sibling_node_selectors",
     "tas_pod_sets",
     "tier_claims",
@@ -72,12 +76,37 @@ def provisioning_check_names(admission_checks: Iterable[Obj]) -> set[str]:
     }
 
 
-def _check_entries(workload: Obj) -> list[Mapping[str, Any]]:
+def check_entries(workload: Obj) -> list[Mapping[str, Any]]:
     """The Workload's `status.admissionChecks` entries that are objects (others skipped:
-    this is read on every pass, and a malformed entry is Kueue's to reject)."""
+    this is read on every pass, and a malformed entry is Kueue's to reject). The one place
+    a Workload's check entries are read."""
     status = workload.get("status")
     entries = status.get("admissionChecks") if isinstance(status, Mapping) else None
     return [e for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+
+
+def check_entry_of(workload: Obj, check: str) -> dict[str, Any]:
+    """The Workload's entry for `check` (a copy), or {} when it has none."""
+    return next((dict(e) for e in check_entries(workload) if e.get("name") == check), {})
+
+
+def retry_count(workload: Obj, check: str) -> int:
+    """How often Kueue has evicted the Workload for `check`'s Retry (`retryCount`); 0 when
+    absent or unreadable (a Workload is untrusted input: a bad count must not stop a pass,
+    and the smallest backoff is the safe guess)."""
+    value = check_entry_of(workload, check).get("retryCount")
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+def pending_checks(workload: Obj, checks: Collection[str]) -> list[str]:
+    """The names of `checks` whose entry on the Workload is Pending, in status order."""
+    return [str(e["name"]) for e in check_entries(workload)
+            if e.get("name") in checks and e.get("state") == "Pending"]
 
 
 def unready_provisioning_check(
@@ -86,7 +115,7 @@ def unready_provisioning_check(
     """(name, state, message) of the first of the Workload's `provisioning` checks that is
     not Ready: its nodes are not there (or not booked) yet, so placing now would place
     without them."""
-    for entry in _check_entries(workload):
+    for entry in check_entries(workload):
         name = entry.get("name")
         if name in provisioning and entry.get("state") != "Ready":
             return str(name), str(entry.get("state") or ""), str(entry.get("message") or "")
@@ -97,7 +126,7 @@ def provisioned_by(workload: Obj, provisioning: Collection[str]) -> str | None:
     """The first of the Workload's `provisioning` checks that is Ready: its autoscaler has
     booked the nodes (they may still be booting: cluster-autoscaler says Provisioned once
     the scale-up is under way)."""
-    for entry in _check_entries(workload):
+    for entry in check_entries(workload):
         if entry.get("name") in provisioning and entry.get("state") == "Ready":
             return str(entry["name"])
     return None
@@ -109,7 +138,7 @@ def sibling_node_selectors(workload: Obj, ours: Collection[str]) -> dict[str, di
     the provisioned nodes). A key two checks set to different values: "\0conflict" (no
     node can match; Kueue would refuse to start the pods anyway)."""
     out: dict[str, dict[str, str]] = {}
-    for entry in _check_entries(workload):
+    for entry in check_entries(workload):
         if entry.get("name") in ours or entry.get("state") != "Ready":
             continue
         updates = entry.get("podSetUpdates")
@@ -177,6 +206,8 @@ class KueueIndex:
     owners: Mapping[tuple[str, str, str], Obj] = field(default_factory=dict)
     # RuntimeClasses (node.k8s.io) by name: their pod overhead joins a pod set's requests
     runtime_classes: dict[str, Obj] = field(default_factory=dict)
+    # LimitRanges by namespace: their container defaults join a pod set's requests
+    limit_ranges: dict[str, list[Obj]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -188,9 +219,14 @@ class KueueIndex:
         admission_checks: Iterable[Obj] = (),
         owners: Iterable[Obj] | Mapping[tuple[str, str, str], Obj] = (),
         runtime_classes: Iterable[Obj] = (),
+        limit_ranges: Iterable[Obj] = (),
     ) -> KueueIndex:
         def name(o: Obj) -> str:
             return str(meta(o).get("name") or "")
+
+        by_namespace: dict[str, list[Obj]] = {}
+        for o in limit_ranges:
+            by_namespace.setdefault(str(meta(o).get("namespace") or "default"), []).append(o)
 
         return cls(
             cluster_queues={name(o): o for o in cluster_queues},
@@ -204,6 +240,7 @@ class KueueIndex:
                 for o in owners
             },
             runtime_classes={name(o): o for o in runtime_classes},
+            limit_ranges=by_namespace,
         )
 
     def our_checks(self) -> set[str] | None:
@@ -211,6 +248,10 @@ class KueueIndex:
         if not self.admission_checks:
             return None
         return our_check_names(self.admission_checks.values())
+
+    def limit_ranges_of(self, obj: Obj) -> list[Obj]:
+        """The LimitRanges of the object's namespace (its pods are admitted there)."""
+        return self.limit_ranges.get(str(meta(obj).get("namespace") or "default"), [])
 
     def cluster_queue_name(self, workload: Obj) -> str | None:
         status = mapping(workload, workload.get("status"), "status")

@@ -39,6 +39,7 @@ __all__ = [
     "reservation_key",
     "reservation_name",
     "reservation_object",
+    "reservation_pod_label",
     "reservation_slots",
     "reservation_workload_key",
     "reservation_workload_uid",
@@ -103,6 +104,14 @@ def reservation_name(workload: Obj) -> str:
 
 def reservation_attempt(rr: Obj) -> str:
     return str((meta(rr).get("annotations") or {}).get(L.ANN_ATTEMPT, ""))
+
+
+def reservation_pod_label(rr: Obj) -> str:
+    """The reservation label its pods carry: its own name, or for a Workload slice's
+    reservation the label of the slices before it (`kube/slices.py`)."""
+    m = meta(rr)
+    label = child(m, "annotations").get(L.ANN_POD_LABEL)
+    return label if isinstance(label, str) and label else str(m.get("name") or "")
 
 
 def reservation_workload_uid(rr: Obj) -> str:

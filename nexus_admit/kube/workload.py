@@ -50,6 +50,7 @@ from nexus_admit.kube.podspec import (
     tolerations,
     topology_requests,
     vram_per_gpu_mib,
+    with_limit_range_defaults,
     with_runtime_overhead,
 )
 from nexus_admit.kube.requests import pod_requests
@@ -374,6 +375,8 @@ def _pod_set(ctx: _Context, i: int, ps: Mapping[str, Any], said: _GangWide) -> P
     pspec = mapping(workload, tpl.get("spec"), f"{fld}.template.spec")
     pspec = with_runtime_overhead(workload, pspec, ctx.kueue.runtime_classes,
                                   f"{fld}.template.spec")
+    pspec = with_limit_range_defaults(workload, pspec, ctx.kueue.limit_ranges_of(workload),
+                                      f"{fld}.template.spec")
     req = pod_requests(workload, pspec, f"{fld}.template.spec")
     claimed = _claimed_gpus(ctx, fld, pspec, ann, req.gpus)
     gpu_milli = gpu_share_milli(workload, ann, afld, req)

@@ -328,11 +328,13 @@ def test_rbac_is_exactly_what_the_controller_calls(default_objects: list[dict[st
     expected |= {("kueue.x-k8s.io", "admissionchecks/status", "patch")}
     expected |= {("topology.node.k8s.io", "noderesourcetopologies", v) for v in read}
     expected |= {("node.k8s.io", "runtimeclasses", v) for v in read}  # pod overhead
-    for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates"):
+    expected |= {("", "limitranges", v) for v in read}  # container default requests
+    for kind in ("resourceslices", "resourceclaims", "resourceclaimtemplates", "devicetaintrules"):
         expected |= {("resource.k8s.io", kind, v) for v in read}
     expected |= {("scheduling.kubenexus.io", "placementconfigs", v) for v in read}
     expected |= {
-        ("scheduling.kubenexus.io", "resourcereservations", v) for v in read | {"create", "delete"}
+        ("scheduling.kubenexus.io", "resourcereservations", v)
+        for v in read | {"create", "patch", "delete"}
     }
     expected |= {("scheduling.kubenexus.io", "resourcereservations/status", "patch")}
     expected |= {("events.k8s.io", "events", "create")}

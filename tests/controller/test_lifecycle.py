@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.lifecycle import (
+    LifecycleState,
     missing_reservation,
     release_reason,
     status_due,
@@ -15,6 +16,7 @@ from nexus_admit.controller.lifecycle import (
 from nexus_admit.controller.reservation_pods import (
     lost_node,
     reservation_status,
+    stranded_slots,
     unpinned_pod,
     unschedulable_message,
     unschedulable_pin,
@@ -184,18 +186,29 @@ def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dic
             "status": status}
 
 
+def pinned(name: str, slot: str, node: str) -> dict[str, Any]:
+    """A pod pinned to `node` (our hostname nodeSelector) and not bound yet."""
+    p = pod(name, slot, None, "Pending")
+    p["spec"]["nodeSelector"] = {L.HOSTNAME_LABEL: node}
+    return p
+
+
+def terminating(p: dict[str, Any]) -> dict[str, Any]:
+    p["metadata"]["deletionTimestamp"] = "2026-11-25T10:00:30Z"
+    return p
+
+
 @pytest.mark.parametrize(
     ("nodes", "pods", "says"),
     [
-        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1")}, [], None, id="all-there"),
-        pytest.param(
-            {"n0": node_obj("n0")}, [], "node n1 of slot main/1 was deleted", id="deleted"
-        ),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1")},
+                     [pinned("b", "main/1", "n1")], None, id="all-there"),
+        pytest.param({"n0": node_obj("n0")}, [], None, id="deleted-unclaimed-moves-instead"),
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
-            [],
-            "node n1 of slot main/1 was cordoned before its pod was bound there",
-            id="cordoned",
+            [pinned("b", "main/1", "n1")],
+            "node n1 of slot main/1 was cordoned while pod b was pinned there but not bound",
+            id="cordoned-under-a-pinned-pod",
         ),
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)},
@@ -205,9 +218,10 @@ def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dic
         ),
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", ready="Unknown")},
-            [],
-            "node n1 of slot main/1 is NotReady (Ready Unknown) before its pod was bound there",
-            id="not-ready",
+            [pinned("b", "main/1", "n1")],
+            "node n1 of slot main/1 is NotReady (Ready Unknown) while pod b was pinned there "
+            "but not bound",
+            id="not-ready-under-a-pinned-pod",
         ),
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")},
@@ -217,9 +231,15 @@ def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dic
         ),
         pytest.param(
             {"n0": node_obj("n0"), "n1": node_obj("n1", ready="maybe")},
-            [],
+            [pinned("b", "main/1", "n1")],
             None,
             id="a-malformed-condition-is-left-to-the-snapshot",
+        ),
+        pytest.param(
+            {"n0": node_obj("n0")},
+            [pinned("b", "main/1", "n1")],
+            "node n1 of slot main/1 was deleted while pod b was pinned there but not bound",
+            id="deleted-under-a-pinned-pod",
         ),
         pytest.param(
             {"n0": node_obj("n0")},
@@ -230,7 +250,43 @@ def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dic
     ],
 )
 def test_lost_node(nodes, pods, says) -> None:
+    """Only a pod pinned and not bound to a failed node loses the gang its reservation:
+    its pin cannot change. A slot no pod holds moves (`stranded_slots`); a bound pod is
+    not nexus's to delete."""
     assert lost_node(RR, pods, nodes) == says
+
+
+@pytest.mark.parametrize(
+    ("nodes", "pods", "stranded"),
+    [
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1")}, [], [], id="all-there"),
+        pytest.param({"n0": node_obj("n0")}, [], [("main/1", "was deleted")], id="deleted"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", cordoned=True)}, [],
+                     [("main/1", "was cordoned")], id="cordoned"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")}, [],
+                     [("main/1", "is NotReady (Ready False)")], id="not-ready-unclaimed"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")},
+                     [pod("b", "main/1", "n1")], [], id="a-bound-pod-keeps-its-slot"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")},
+                     [pinned("b", "main/1", "n1")], [], id="a-pinned-pod-is-lost-not-moved"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="False")},
+                     [terminating(pod("b", "main/1", "n1"))],
+                     [("main/1", "is NotReady (Ready False)")], id="its-pod-being-deleted"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="Unknown")},
+                     [pod("b", "main/1", "n1", "Failed")],
+                     [("main/1", "is NotReady (Ready Unknown)")], id="its-pod-failed"),
+        pytest.param({"n0": node_obj("n0"), "n1": node_obj("n1", ready="maybe")}, [], [],
+                     id="a-malformed-condition-is-left-to-the-snapshot"),
+        pytest.param({"n0": node_obj("n0", ready="False"), "n1": node_obj("n1")},
+                     [pod("a", "main/0", "n0", "Succeeded")],
+                     [("main/0", "is NotReady (Ready False)")], id="its-pod-succeeded"),
+    ],
+)
+def test_stranded_slots(nodes, pods, stranded) -> None:
+    """A slot whose node failed and that no live pod holds moves: nothing of the gang
+    runs there, and a replacement pod must not be pinned there."""
+    got = stranded_slots(RR, pods, nodes)
+    assert [(s.key, why) for s, why in got] == stranded
 
 
 def tenant_pod(
@@ -340,19 +396,19 @@ def _placed(api: Any, clock: datetime) -> tuple[Any, dict[str, Any]]:
     from tests.controller.test_placing import controller, run, watch
 
     ctx, _ = controller(api)
-    ctx.clock = lambda: clock
+    ctx.clocks.wall = lambda: clock
     run(ctx)
     watch(ctx, api)
     (rr,) = api.of_kind(L.KIND_RESOURCE_RESERVATION)
     return ctx, rr
 
 
-def _lifecycle(ctx: Any) -> None:
+def _lifecycle(ctx: Any) -> list[Any]:
     import asyncio
 
     from nexus_admit.controller.lifecycle import sync_lifecycle
 
-    asyncio.run(sync_lifecycle(ctx))
+    return asyncio.run(sync_lifecycle(ctx))
 
 
 def _counting_retry_reason(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -402,10 +458,11 @@ def test_a_quiet_reservation_is_read_again_only_when_an_object_it_read_changes(
     assert len(read) == 3
     api.delete("Node", slot["node"])  # the node of its slot went
     watch(ctx, api)
-    _lifecycle(ctx)
+    (stranded,) = _lifecycle(ctx)  # its pod failed: the slot is the mover's
     assert len(read) == 4
-    assert "was deleted" in api.get("Workload", "w", "default")["status"]["admissionChecks"][0][
-        "message"]
+    assert [(s.key, why) for s, why in stranded.slots] == [("main/0", "was deleted")]
+    _lifecycle(ctx)
+    assert len(read) == 5, "a stranded slot is never quiet: looked at until it moved"
 
 
 def test_a_quiet_unbound_reservation_still_expires_and_a_failed_retry_is_tried_again(
@@ -423,7 +480,7 @@ def test_a_quiet_unbound_reservation_still_expires_and_a_failed_retry_is_tried_a
     _lifecycle(ctx)
     assert len(read) == 1, "quiet: no pod yet, not expired"
     expires = t0 + timedelta(seconds=600)  # reservationTtlSeconds after the admission
-    ctx.clock = lambda: expires
+    ctx.clocks.wall = lambda: expires
     api.fail[("apply", "Workload")] = 1  # the Retry write fails once
     _lifecycle(ctx)
     assert len(read) == 2, "its deadline passed: read again"
@@ -459,17 +516,17 @@ def test_a_sibling_check_answered_after_the_ttl_keeps_the_reservation(
     ctx, rr = _placed(api, t0)
     assert "expiresAt" not in rr["spec"] and rr["spec"]["ttlSeconds"] == 600
     later = t0 + timedelta(hours=2)
-    ctx.clock = lambda: later
+    ctx.clocks.wall = lambda: later
     _lifecycle(ctx)
     entry = api.get("Workload", "w", "default")["status"]["admissionChecks"]
     assert [e["state"] for e in entry if e["name"] == "nexus"] == ["Ready"]
     assert api.of_kind(L.KIND_RESOURCE_RESERVATION), "held while the sibling is Pending"
     _admit(api, "w", later)  # the sibling said Ready two hours on
     watch(ctx, api)
-    ctx.clock = lambda: later + timedelta(seconds=599)
+    ctx.clocks.wall = lambda: later + timedelta(seconds=599)
     _lifecycle(ctx)
     assert api.of_kind(L.KIND_RESOURCE_RESERVATION), "within the TTL of the admission"
-    ctx.clock = lambda: later + timedelta(seconds=600)
+    ctx.clocks.wall = lambda: later + timedelta(seconds=600)
     _lifecycle(ctx)
     assert api.of_kind(L.KIND_RESOURCE_RESERVATION) == [], "no pod came within the TTL"
 
@@ -526,25 +583,21 @@ def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_gra
     _lifecycle(ctx)
     _lifecycle(ctx)
     assert len(read) == 1, "within the grace: quiet"
-    ctx.clock = lambda: t0 + UNSCHEDULABLE_GRACE
+    ctx.clocks.wall = lambda: t0 + UNSCHEDULABLE_GRACE
     _lifecycle(ctx)
     entry = api.get("Workload", "w", "default")["status"]["admissionChecks"][0]
     assert entry["state"] == "Retry" and "cannot be scheduled" in entry["message"], entry
 
 
-def test_a_new_reservation_is_first_written_a_period_after_its_first_claim(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import types
-
+def test_a_new_reservation_is_first_written_a_period_after_its_first_claim() -> None:
     import nexus_admit.controller.lifecycle as lifecycle
     from tests.controller.test_placing import cluster, pending, watch
     from tests.kube.kube_factories import pod as make_pod
 
     tick = [1000.0]
-    monkeypatch.setattr(lifecycle, "time", types.SimpleNamespace(monotonic=lambda: tick[0]))
     api = cluster(pending("w", pods=1, gpus=8))
     ctx, rr = _placed(api, datetime(2026, 11, 25, 10, 0, tzinfo=UTC))
+    ctx.clocks.monotonic = lambda: tick[0]
     ns, name = rr["metadata"]["namespace"], rr["metadata"]["name"]
 
     def status() -> dict[str, Any]:
@@ -585,12 +638,12 @@ def test_a_reservation_deleted_under_a_workload_that_did_not_change_is_found() -
     run(ctx)  # the pass sees the reservation: the ledger's assumption of it ends
     assert not ctx.ledger.assumed
     _lifecycle(ctx)  # the promise is read and kept
-    assert len(ctx.promised_memo) > 0
+    assert len(ctx.component(LifecycleState).promised) > 0
     entry = next(c for c in api.get("Workload", "w", "default")["status"]["admissionChecks"])
     assert entry["state"] == "Ready"
     api.delete(L.KIND_RESOURCE_RESERVATION, rr["metadata"]["name"], "default")
     ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)
-    ctx.clock = lambda: clock + timedelta(minutes=5)  # past the watch's grace
+    ctx.clocks.wall = lambda: clock + timedelta(minutes=5)  # past the watch's grace
     _lifecycle(ctx)
     watch(ctx, api)
     entry = next(c for c in api.get("Workload", "w", "default")["status"]["admissionChecks"])

@@ -12,6 +12,7 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.owning_jobs import (
     PRUNE_EVERY_SECONDS,
+    OwningJobs,
     fetch_owner_jobs,
     prefetch_owner_jobs,
     prune_owner_jobs,
@@ -101,20 +102,22 @@ def test_a_deleted_job_is_not_waited_for_nor_read_at_every_pass() -> None:
         prefetch_owner_jobs(ctx, [wl])
         assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
     assert reads == [("Job", "w", "default")]
-    ctx.jobs_missing.clear()  # as when the interval has passed
+    ctx.component(OwningJobs).missing.clear()  # as when the interval has passed
     assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
     assert len(reads) == 2
 
 
 def test_a_job_no_workload_refers_to_is_forgotten_every_so_often() -> None:
     ctx, _, wl = setup()
+    tick = [1000.0]
+    ctx.clocks.monotonic = lambda: tick[0]
     asyncio.run(fetch_owner_jobs(ctx, [wl]))
     prune_owner_jobs(ctx)
     assert len(ctx.store.items("Job")) == 1
     ctx.store.delete("Workload", wl)
     prune_owner_jobs(ctx)
     assert len(ctx.store.items("Job")) == 1  # the last walk was just now
-    ctx.owners_pruned_at -= PRUNE_EVERY_SECONDS
+    tick[0] += PRUNE_EVERY_SECONDS
     prune_owner_jobs(ctx)
     assert ctx.store.items("Job") == []
 
@@ -135,11 +138,11 @@ def test_a_waiting_workloads_jobs_are_read_ahead_once_per_stored_object() -> Non
     async def scenario() -> None:
         for _ in range(3):
             prefetch_owner_jobs(ctx, [wl])
-            await asyncio.gather(*ctx.job_reads.values())
+            await asyncio.gather(*ctx.component(OwningJobs).reads.values())
         assert len(calls) == 1
         changed = copy.deepcopy(wl)  # the store replaces an object that changed
         prefetch_owner_jobs(ctx, [changed])
-        await asyncio.gather(*ctx.job_reads.values())
+        await asyncio.gather(*ctx.component(OwningJobs).reads.values())
         assert len(calls) == 2
         assert await fetch_owner_jobs(ctx, [changed]) == {"default/w"}  # decided: read
         assert len(calls) == 3
@@ -171,14 +174,14 @@ def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again()
 
     async def scenario() -> set[str]:
         prefetch_owner_jobs(ctx, [wl])
-        assert len(ctx.job_reads) == 1  # in flight
+        assert len(ctx.component(OwningJobs).reads) == 1  # in flight
         unread = await fetch_owner_jobs(ctx, [wl])  # waits on the same read
         assert await fetch_owner_jobs(ctx, [wl]) == set()  # in the store now
         return unread
 
     assert asyncio.run(scenario()) == set()
     assert reads == [("Job", "w", "default")]
-    assert ctx.job_reads == {}
+    assert ctx.component(OwningJobs).reads == {}
 
 
 def test_a_pass_reads_the_jobs_of_workloads_still_waiting_for_quota() -> None:
@@ -195,11 +198,11 @@ def test_a_pass_reads_the_jobs_of_workloads_still_waiting_for_quota() -> None:
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     for kind in ("ClusterQueue", "LocalQueue", "AdmissionCheck", "Workload"):
         ctx.store.replace(kind, *api.list(kind))
-    ctx.synced = True
+    ctx.leadership.synced = True
 
     async def scenario() -> None:
         await reconcile(ctx)
-        await asyncio.gather(*ctx.job_reads.values())
+        await asyncio.gather(*ctx.component(OwningJobs).reads.values())
 
     asyncio.run(scenario())
     (kept,) = ctx.store.items("Job")

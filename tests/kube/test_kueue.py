@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 # kube.podspec imported before kube.cluster is a cycle (cluster.snapshot imports podspec)
 import nexus_admit.kube.cluster  # noqa: F401
 from nexus_admit.kube.kueue import (
@@ -49,3 +51,23 @@ def test_sibling_selectors_come_from_other_ready_checks_only() -> None:
     assert sibling_node_selectors(wl, {"nexus"}) == {"main": {"pool": "a"}}
     wl["status"]["admissionChecks"][1]["state"] = "Ready"
     assert sibling_node_selectors(wl, {"nexus"})["main"] == {"pool": "b", "\0conflict": ""}
+
+
+@pytest.mark.parametrize(("entry", "count"), [
+    ({"retryCount": 3}, 3),
+    ({"retryCount": "2"}, 2),
+    ({}, 0),
+    ({"retryCount": "many"}, 0),  # unreadable: the smallest backoff, never a crashed pass
+    ({"retryCount": -1}, 0),
+    ({"retryCount": True}, 0),
+    ({"retryCount": [1]}, 0),
+])
+def test_retry_count_reads_our_entry_and_never_raises(entry: dict[str, Any], count: int
+                                                     ) -> None:
+    from nexus_admit.kube.kueue import retry_count
+
+    wl = {"status": {"admissionChecks": [
+        {"name": "other", "state": "Retry", "retryCount": 9},
+        {"name": "nexus", "state": "Pending", **entry}, "not an entry"]}}
+    assert retry_count(wl, "nexus") == count
+    assert retry_count({"status": "nope"}, "nexus") == 0

@@ -721,3 +721,21 @@ def test_a_malformed_runtime_class_overhead_names_the_runtime_class() -> None:
     broken = _runtime_class("kata", None) | {"overhead": {"podFixed": ["cpu"]}}
     with pytest.raises(TranslationError, match="RuntimeClass kata"):
         _gang(wl, _kueue(runtime_classes=[broken]))
+
+
+def test_a_limit_range_of_the_workloads_namespace_defaults_its_pods_requests() -> None:
+    """The LimitRanger admission plugin fills in the requests a container leaves out; Kueue
+    applies it to its own copy for quota only, so the stored template lacks them."""
+    wl = workload("w", [pod_set("main", 2, cpu="4", memory="16Gi")], namespace="team")
+    container = wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]
+    del container["resources"]["requests"]["cpu"]
+
+    def limit_range(namespace: str, cpu: str) -> dict[str, Any]:
+        return {"kind": "LimitRange", "metadata": {"name": "lr", "namespace": namespace},
+                "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": cpu}}]}}
+
+    kueue = _kueue(limit_ranges=[limit_range("team", "3"), limit_range("other", "50")])
+    (ps,) = _gang(wl, kueue).pod_sets
+    assert (ps.cpu_milli, ps.memory_mib) == (3_000, 16 * 1024)
+    (ps,) = _gang(wl).pod_sets
+    assert ps.cpu_milli == 0

@@ -41,6 +41,8 @@ from functools import partial
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.displaced import is_displaced
+from nexus_admit.controller.reservation_pods import failed_node
 from nexus_admit.controller.ungating.slot_assignment import creation_slot, pod_view, rank_rules
 from nexus_admit.controller.ungating.ungater import (
     node_name_terms,
@@ -49,6 +51,7 @@ from nexus_admit.controller.ungating.ungater import (
     slot_annotations,
 )
 from nexus_admit.controller.webhook.review import (
+    WebhookState,
     answer_review,
     foreign_reason,
     gated_spec,
@@ -91,7 +94,7 @@ async def creation_pin(
     rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name or malformed_gates(pod) is not None or child(pod, "spec").get("nodeName"):
         return None
-    rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{rr_name}")
+    rr = ctx.store.reservation_for_label(namespace, rr_name)  # an elastic Job's: its newest
     if rr is None or meta(rr).get("deletionTimestamp"):
         return None
     workload = ctx.store.get("Workload", reservation_workload_key(rr))
@@ -100,23 +103,27 @@ async def creation_pin(
     with_ns = {**pod, "metadata": {**m, "namespace": namespace}}
     # a Job's pod is proven the Workload's by its own owner (the Job owns both): no read
     if foreign_reason(with_ns, namespace, rr, workload) is not None:
-        await ctx.webhook_owner_chains.resolve([with_ns])
-        ancestors = ctx.webhook_owner_chains.ancestor_uids(with_ns)
+        chains = ctx.component(WebhookState).owner_chains(ctx)
+        await chains.resolve([with_ns])
+        ancestors = chains.ancestor_uids(with_ns)
         if foreign_reason(with_ns, namespace, rr, workload, ancestors) is not None:
             return None  # the ungater refuses it and says why, on the pod
-    members = ctx.store.pods_of_reservation(namespace, rr_name)
+    members = ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name")))
     bound = any(child(p, "spec").get("nodeName") for p in members)
-    if not reservation_is_live(rr, ctx.clock(), bound=bound):
+    if not reservation_is_live(rr, ctx.clocks.wall(), bound=bound):
         return None
     pod_sets = pod_set_names(rr)
     rules = rank_rules(workload)
+    now = ctx.clocks.wall()
     slot = creation_slot(
         reservation_slots(rr),
-        pod_view(with_ns, pod_sets, rules),
-        [pod_view(p, pod_sets, rules) for p in members],
+        pod_view(with_ns, pod_sets, rules, now=now),
+        [pod_view(p, pod_sets, rules, now=now) for p in members],
     )
-    if slot is None:
-        return None
+    if (slot is None or failed_node(ctx.store.get("Node", slot.node)) is not None
+            or is_displaced(ctx, rr, slot.key, slot.node)):
+        return None  # such a slot moves first (`failed_nodes.py`, `displaced.py`); then the
+        # ungater pins the pod
     hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)
     selector = child(pod, "spec").get("nodeSelector") or {}
     if selector.get(L.HOSTNAME_LABEL, hostname) != hostname:

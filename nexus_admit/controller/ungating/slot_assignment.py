@@ -6,6 +6,13 @@ a restarted controller needs no memory; pods with a rank take the slot of the sa
 their pod set, so neighbouring ranks share nodes and racks (`kube.reservations` numbers the
 slots in topology order); the others take the first free slot.
 
+A pod being deleted keeps its slot while it may still hold the node (`holds_slot`): an
+Indexed Job replaces a pod as soon as it starts terminating, and kube-scheduler counts the
+old pod on its node until the kubelet removes it. Pinned at once, the replacement would
+wait unschedulable beside it and, past `reservation_pods.UNSCHEDULABLE_GRACE`, send its
+whole gang back through Retry; kept gated, it is pinned once the old pod is gone, or
+once its grace period and `TERMINATION_MARGIN` have passed (a node that never removes it).
+
 A pod's rank within its pod set, by the kind's own labels (`RankRule`, read from the
 Workload's pod set the way Kueue TAS reads it):
 - Kueue's `topologyRequest`: `podIndexLabel`, and for a pod set made of several Jobs (a
@@ -25,19 +32,23 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta
+from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.requests import pod_requests
 from nexus_admit.kube.reservations import ReservedSlot, parse_slot_key
 
 __all__ = [
     "INDEX_LABELS",
+    "TERMINATION_MARGIN",
     "PodView",
     "RankRule",
     "assign_slots",
     "creation_slot",
+    "holds_slot",
     "pod_view",
     "rank_rules",
 ]
@@ -67,8 +78,9 @@ class PodView:
     rank: int | None
     gated: bool  # carries our scheduling gate
     slot: tuple[str, int] | None  # the slot it holds (annotation), None while gated
-    active: bool  # not terminated, not being deleted
+    active: bool  # holds or may take a slot: not terminated, not deleted (`holds_slot`)
     gpus: int = 0  # nvidia.com/gpu units it requests: it fits only a slot with as many
+    node: str | None = None  # the node it is bound to
 
 
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -155,17 +167,44 @@ def _rule(ps: Mapping[str, Any], names: set[str]) -> RankRule:
     )
 
 
+# how long past the end of its grace period (its deletionTimestamp) a pod being deleted is
+# taken to hold its node: the kubelet stops its containers then, reports, and removes it
+TERMINATION_MARGIN = timedelta(seconds=15)
+
+
+def holds_slot(pod: Mapping[str, Any], now: datetime) -> bool:
+    """Whether a pod still holds its slot: not finished (kube-scheduler does not count a
+    Succeeded or Failed pod), and not being deleted, or being deleted from a node it was
+    bound to until its deletionTimestamp plus TERMINATION_MARGIN. A pod never bound holds
+    no node (the apiserver deletes it at once); an unreadable deletionTimestamp holds
+    nothing, as before."""
+    m = meta(pod)
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    deleting = m.get("deletionTimestamp")
+    if not deleting:
+        return True
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    try:
+        ends = parse_time(deleting)
+    except (TypeError, ValueError):
+        return False
+    return ends is not None and now < ends + TERMINATION_MARGIN
+
+
 def pod_view(
     pod: Mapping[str, Any],
     pod_sets: Sequence[str],
     rules: Mapping[str, RankRule] | None = None,
+    *,
+    now: datetime,
 ) -> PodView:
     m = meta(pod)
     labels = m.get("labels") or {}
     spec = pod.get("spec") or {}
     gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
     pod_set = str(labels.get(KUEUE_PODSET_LABEL) or (pod_sets[0] if len(pod_sets) == 1 else ""))
-    phase = (pod.get("status") or {}).get("phase")
     gated = L.GATE_PLACEMENT in gates
     rule = (rules or {}).get(pod_set, RankRule())
     return PodView(
@@ -176,19 +215,21 @@ def pod_view(
         # our pin sets the slot and lifts the gate in one patch: a gated pod's slot
         # annotation was written by someone else and holds nothing
         slot=None if gated else parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT)),
-        active=phase not in ("Succeeded", "Failed") and not m.get("deletionTimestamp"),
+        active=holds_slot(pod, now),
         gpus=pod_requests(pod, pod.get("spec")).gpus if gated else 0,
+        node=str(spec.get("nodeName") or "") or None,
     )
 
 
 def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict[str, ReservedSlot]:
     """Pod name → slot for every gated pod without a slot that can get one.
 
-    Slots held by active pods are taken; a slot whose pod terminated or was deleted is
-    free again, for its replacement. Ranked pods first (their own index when free), then the
-    others in name order, each the lowest free index of its pod set. Pods left over (more
-    pods than slots) get nothing and stay gated, and so does a pod asking for more GPUs than
-    a slot holds.
+    Slots held by active pods are taken; a slot whose pod terminated or was deleted (and
+    left its node: `holds_slot`) is free again, for its replacement, and so is one that
+    moved off the failed node its pod is still bound to (`controller/failed_nodes.py`).
+    Ranked pods first (their own index when free), then the others in name order, each the
+    lowest free index of its pod set. Pods left over (more pods than slots) get nothing and
+    stay gated, and so does a pod asking for more GPUs than a slot holds.
     """
     free: dict[str, dict[int, ReservedSlot]] = {}
     for s in slots:
@@ -196,7 +237,11 @@ def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict
     pods = sorted(pods, key=lambda p: p.name)
     for p in pods:
         if p.active and p.slot is not None:
-            free.get(p.slot[0], {}).pop(p.slot[1], None)
+            pool = free.get(p.slot[0], {})
+            held = pool.get(p.slot[1])
+            if held is not None and p.node is not None and held.node != p.node:
+                continue  # its slot moved off its failed node: it holds the new node nothing
+            pool.pop(p.slot[1], None)
     waiting = [p for p in pods if p.gated and p.active and p.slot is None]
     out: dict[str, ReservedSlot] = {}
     for p in waiting:

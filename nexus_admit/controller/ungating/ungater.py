@@ -11,9 +11,9 @@ patches go out concurrently; the reservation's status is rewritten by `lifecycle
 per pod.
 
 The slots a pod holds are read back from the pods themselves, so a restart needs no
-memory; `ctx.ungating` only covers our own patches until the watch shows them, so a pass in
-between does not hand the same slot out twice (Kueue TAS's ungater keeps the same kind of
-expectations).
+memory; its claims (`UngaterState`) only cover our own patches until the watch shows
+them, so a pass in between does not hand the same slot out twice (Kueue TAS's ungater keeps
+the same kind of expectations).
 
 Only a pod that is part of the reservation's Workload gets a slot (`webhook/review.foreign_reason`):
 pods created by trusted controllers (the Job controller) are gated in the apiserver by a
@@ -37,10 +37,14 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from nexus_admit.controller.context import Context
+from nexus_admit.controller.displaced import is_displaced
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.pod_owners import owned_member
+from nexus_admit.controller.reservation_pods import failed_node
 from nexus_admit.controller.skipped import report_skipped
 from nexus_admit.controller.tasks import gather_bounded
+from nexus_admit.controller.ungater_state import UngaterState
+from nexus_admit.controller.ungating.replacements import tell_waiting
 from nexus_admit.controller.ungating.slot_assignment import (
     PodView,
     assign_slots,
@@ -49,7 +53,7 @@ from nexus_admit.controller.ungating.slot_assignment import (
 )
 from nexus_admit.controller.webhook.review import foreign_reason
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import Skipped, child, meta
+from nexus_admit.kube.errors import Skipped, child, meta, object_key
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     ReservedSlot,
@@ -59,6 +63,7 @@ from nexus_admit.kube.reservations import (
 )
 
 __all__ = [
+    "UngaterState",
     "node_name_terms",
     "pin_patch",
     "pinned_hostname",
@@ -69,6 +74,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _claims(ctx: Context) -> dict[str, str]:
+    return ctx.component(UngaterState).claims
 
 
 def node_name_terms(pod: Mapping[str, Any], node: str) -> list[dict[str, Any]] | None:
@@ -149,17 +158,18 @@ def _views(
     skipped: list[Skipped],
 ) -> list[PodView]:
     rules = rank_rules(ctx.store.get("Workload", reservation_workload_key(rr)))
+    now = ctx.clocks.wall()
     out = []
     for p in pods:
         try:
-            view = pod_view(p, pod_set_names(rr), rules)
+            view = pod_view(p, pod_set_names(rr), rules, now=now)
         except Exception as e:
             _skip_gated_pod(p, e, skipped)  # a pod off the gate may hold a slot: raises
             continue
         uid = str(meta(p).get("uid") or "")
         if view.slot is not None or not view.gated:
-            ctx.ungating.pop(uid, None)  # the watch shows our patch
-        elif uid in ctx.ungating:
+            _claims(ctx).pop(uid, None)  # the watch shows our patch
+        elif uid in _claims(ctx):
             continue  # patched, not yet seen: its slot is held by the assumption below
         out.append(view)
     return out
@@ -186,14 +196,16 @@ async def run_ungater(ctx: Context) -> None:
     own patch, never the solves queued ahead of it in a burst."""
     while True:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ctx.ungate_wake.wait(), timeout=ctx.options.tick_seconds)
-        ctx.ungate_wake.clear()
-        if not ctx.synced or not ctx.acting():
+            await asyncio.wait_for(ctx.signals.ungate_wake.wait(), timeout=ctx.options.tick_seconds)
+        ctx.signals.ungate_wake.clear()
+        if not ctx.leadership.synced or not ctx.acting():
             continue  # a follower patches nothing
         # a task of its own, so losing the lease can cancel it mid-way
-        ctx.ungate_task = asyncio.create_task(sync_ungating(ctx, wait=False), name="ungating-pass")
-        await asyncio.wait({ctx.ungate_task})
-        task, ctx.ungate_task = ctx.ungate_task, None
+        state = ctx.component(UngaterState)
+        task = state.task = asyncio.create_task(sync_ungating(ctx, wait=False),
+                                                name="ungating-pass")
+        await asyncio.wait({task})
+        state.task = None
         if task.cancelled():
             continue
         if task.exception() is not None:  # one bad pass must not stop the ungater
@@ -221,8 +233,9 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     # flight or failed); once the watch shows it ungated, its pin says which slot it has.
     # Kept for every pod ever patched, this walk grew with the cluster, on every pod event
     still_gated = {str(meta(p).get("uid")) for p in gated}
-    ctx.ungating = {u: s for u, s in ctx.ungating.items() if u in still_gated}
-    ctx.refused_pods &= still_gated
+    state = ctx.component(UngaterState)
+    state.claims = {u: s for u, s in state.claims.items() if u in still_gated}
+    ctx.component(UngaterState).refused &= still_gated
     if not gated:
         return
     skipped: list[Skipped] = []
@@ -232,12 +245,12 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
         for pod in gated:
             uid = str(meta(pod).get("uid"))
             try:
-                release = unpinned_release(pod) and uid not in ctx.ungating
+                release = unpinned_release(pod) and uid not in _claims(ctx)
             except Exception as e:
                 _skip_gated_pod(pod, e, skipped)
                 continue
             if release:
-                ctx.ungating[uid] = ""  # claimed now: the patch may start after the next pass
+                _claims(ctx)[uid] = ""  # claimed now: the patch may start after the next pass
                 claimed.append(uid)
                 writes.append(_lift(ctx, pod))
         reservations: dict[tuple[str, str], None] = {}  # in pod order, once each
@@ -245,10 +258,15 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
             name = child(meta(pod), "labels").get(L.LABEL_RESERVATION)
             if name:
                 reservations[(str(meta(pod).get("namespace")), str(name))] = None
+        seen: set[str] = set()
         for ns, name in reservations:
-            rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{ns}/{name}")
+            # an elastic Job's pods keep the first slice's label: the newest slice's holds them
+            rr = ctx.store.reservation_for_label(ns, name)
             if rr is None or meta(rr).get("deletionTimestamp"):
                 continue  # not seen yet (the next event brings it), or being released
+            if object_key(rr) in seen:
+                continue
+            seen.add(object_key(rr))
             try:
                 chosen = _choose(ctx, ns, rr, skipped)
             except Exception as e:  # this reservation waits; every other gang goes on
@@ -257,12 +275,12 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
             # claim the slots now: the patches below run concurrently with the next pass
             for member, slot in chosen:
                 uid = str(meta(member).get("uid") or "")
-                ctx.ungating[uid] = slot.key
+                _claims(ctx)[uid] = slot.key
                 claimed.append(uid)
                 writes.append(_pin(ctx, member, slot))
     except BaseException:
         for uid in claimed:  # no patch started: nothing may keep these pods from a slot
-            ctx.ungating.pop(uid, None)
+            _claims(ctx).pop(uid, None)
         for w in writes:
             w.close()
         raise
@@ -272,7 +290,7 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
         await gather_bounded(writes, UNGATE_CONCURRENCY)
         return
     for patch in writes:
-        ctx.ungate_writes.spawn(patch, name="pin-patch")
+        ctx.component(UngaterState).writes.spawn(patch, name="pin-patch")
 
 
 async def _resolve_owners(ctx: Context) -> None:
@@ -289,7 +307,7 @@ async def _resolve_owners(ctx: Context) -> None:
                 pods[str(meta(member).get("uid"))] = member
     unproven = [p for p in pods.values() if not _member_by_own_owners(ctx, p)]
     if unproven:
-        await ctx.owner_chains.resolve(unproven)
+        await ctx.component(UngaterState).owner_chains(ctx).resolve(unproven)
 
 
 def _member_by_own_owners(ctx: Context, pod: Mapping[str, Any]) -> bool:
@@ -300,7 +318,7 @@ def _member_by_own_owners(ctx: Context, pod: Mapping[str, Any]) -> bool:
         name = child(m, "labels").get(L.LABEL_RESERVATION)
         if not name:
             return False
-        rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, f"{m.get('namespace')}/{name}")
+        rr = ctx.store.reservation_for_label(str(m.get("namespace")), str(name))
         workload = ctx.store.get("Workload", reservation_workload_key(rr)) if rr else None
         return workload is not None and owned_member(pod, workload)
     except Exception:  # malformed: its owners are read, and `_members` reports it
@@ -313,13 +331,18 @@ def _choose(
     """(pod, slot) for every gated member of the reservation that can get a slot now."""
     pods = _members(ctx, namespace, rr, skipped)
     bound = any(child(p, "spec").get("nodeName") for p in pods)
-    if not reservation_is_live(rr, ctx.clock(), bound=bound):
+    if not reservation_is_live(rr, ctx.clocks.wall(), bound=bound):
         return []  # past its TTL before any pod bound: the lifecycle releases it
     views = _views(ctx, pods, rr, skipped)
     uids = {str(meta(p).get("uid")) for p in pods}
-    taken = {slot for uid, slot in ctx.ungating.items() if uid in uids}
-    slots = [s for s in reservation_slots(rr) if s.key not in taken]
+    taken = {slot for uid, slot in _claims(ctx).items() if uid in uids}
+    # never a slot whose node failed or has no room left for it: the lifecycle moves it
+    # first (`failed_nodes.py`, `displaced.py`)
+    slots = [s for s in reservation_slots(rr) if s.key not in taken
+             and failed_node(ctx.store.get("Node", s.node)) is None
+             and not is_displaced(ctx, rr, s.key, s.node)]
     chosen = assign_slots(slots, views)
+    tell_waiting(ctx, pods, views, chosen)
     by_name = {str(meta(p).get("name")): p for p in pods}
     return [(by_name[pod_name], slot) for pod_name, slot in chosen.items()]
 
@@ -368,7 +391,7 @@ def _members(
     members: list[Mapping[str, Any]] = []
     for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
         try:
-            ancestors = ctx.owner_chains.ancestor_uids(pod)
+            ancestors = ctx.component(UngaterState).owner_chains(ctx).ancestor_uids(pod)
             reason = foreign_reason(pod, namespace, rr, workload, ancestors)
         except Exception as e:
             _skip_gated_pod(pod, e, skipped)
@@ -377,11 +400,11 @@ def _members(
             members.append(pod)
             continue
         uid = str(meta(pod).get("uid") or "")
-        if L.GATE_PLACEMENT in _gates(pod) and uid not in ctx.refused_pods:
-            ctx.refused_pods.add(uid)
+        if L.GATE_PLACEMENT in _gates(pod) and uid not in ctx.component(UngaterState).refused:
+            ctx.component(UngaterState).refused.add(uid)
             ctx.metrics.errors.labels("foreign-pod").inc()
             log.warning("pod %s/%s stays gated: %s", namespace, meta(pod).get("name"), reason)
-            ctx.background.spawn(
+            ctx.workers.background.spawn(
                 asyncio.to_thread(
                     post_event,
                     ctx.api,
@@ -389,7 +412,7 @@ def _members(
                     "PlacementDenied",
                     f"not ungated: {reason}",
                     event_type="Warning",
-                    now=ctx.clock(),
+                    now=ctx.clocks.wall(),
                     action="Ungate",
                 ),
                 name="refused-pod-event",
@@ -405,10 +428,10 @@ async def _lift(ctx: Context, pod: Mapping[str, Any]) -> None:
             ctx.api.patch_pod, str(m.get("name")), str(m.get("namespace")), patch
         )
     except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
-        ctx.ungating.pop(str(m.get("uid")), None)
+        _claims(ctx).pop(str(m.get("uid")), None)
         raise
     except Exception as e:
-        ctx.ungating.pop(str(m.get("uid")), None)
+        _claims(ctx).pop(str(m.get("uid")), None)
         ctx.metrics.errors.labels("ungate").inc()
         log.warning("could not lift the gate of %s/%s: %s", m.get("namespace"), m.get("name"), e)
 
@@ -422,7 +445,7 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
     m = meta(pod)
     hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)
     uid = str(m.get("uid") or "")
-    ctx.ungating[uid] = slot.key
+    _claims(ctx)[uid] = slot.key
     # before the patch goes out: a pass's patches run concurrently, so after one returned
     # the others may all have landed; here this pod, at least, is still gated
     ctx.faults.hit("kill-while-ungating")
@@ -434,10 +457,10 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
             pin_patch(slot, hostname, node_name_terms(pod, slot.node)),
         )
     except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
-        ctx.ungating.pop(uid, None)
+        _claims(ctx).pop(uid, None)
         raise
     except Exception as e:  # the pod stays gated; the next pass tries again
-        ctx.ungating.pop(uid, None)
+        _claims(ctx).pop(uid, None)
         ctx.metrics.errors.labels("ungate").inc()
         log.warning(
             "could not pin pod %s/%s to %s: %s", m.get("namespace"), m.get("name"), slot.node, e
@@ -445,5 +468,5 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
         return
     created = parse_time(m.get("creationTimestamp"))
     if created is not None:
-        ctx.metrics.ungate_seconds.observe(max(0.0, (ctx.clock() - created).total_seconds()))
+        ctx.metrics.ungate_seconds.observe(max(0.0, (ctx.clocks.wall() - created).total_seconds()))
     log.info("pod %s/%s → %s (slot %s)", m.get("namespace"), m.get("name"), slot.node, slot.key)

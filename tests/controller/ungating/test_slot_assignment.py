@@ -3,6 +3,7 @@ live pods are never handed out twice, slots of finished pods are reused."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,15 +11,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nexus_admit.controller.ungating.slot_assignment import (
+    TERMINATION_MARGIN,
     PodView,
     RankRule,
     assign_slots,
     creation_slot,
+    holds_slot,
     pod_view,
     rank_rules,
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
+
+NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
 
 
 def slots(n: int, pod_set: str = "main") -> list[ReservedSlot]:
@@ -75,11 +80,11 @@ def test_pod_view_reads_gate_rank_slot_and_pod_set() -> None:
         "spec": {"schedulingGates": [{"name": L.GATE_PLACEMENT}]},
         "status": {"phase": "Pending"},
     }
-    v = pod_view(p, ["main"])
+    v = pod_view(p, ["main"], now=NOW)
     # a gated pod's slot annotation is not ours (our pin lifts the gate with it): ignored
     assert (v.rank, v.gated, v.slot, v.pod_set, v.active) == (3, True, None, "main", True)
     p["spec"] = {"nodeName": "n"}  # pinned: the annotation is the slot it holds
-    assert pod_view(p, ["main"]).slot == ("main", 3)
+    assert pod_view(p, ["main"], now=NOW).slot == ("main", 3)
 
 
 def test_a_pod_asking_for_more_gpus_than_a_slot_holds_gets_none() -> None:
@@ -100,7 +105,8 @@ def test_kueue_pod_index_label_wins() -> None:
             "labels": {"my/rank": "5", "batch.kubernetes.io/job-completion-index": "1"},
         }
     }
-    assert pod_view(p, ["main"], {"main": RankRule(count=8, index_label="my/rank")}).rank == 5
+    rule = {"main": RankRule(count=8, index_label="my/rank")}
+    assert pod_view(p, ["main"], rule, now=NOW).rank == 5
 
 
 def pod_set(name: str, count: int, topology: dict[str, Any] | None = None, **ann: str) -> dict:
@@ -114,7 +120,7 @@ def pod_set(name: str, count: int, topology: dict[str, Any] | None = None, **ann
 
 def ranked(labels: dict[str, str], pod_set_name: str, workload: dict[str, Any]) -> int | None:
     p = {"metadata": {"name": "p", "labels": {"kueue.x-k8s.io/podset": pod_set_name, **labels}}}
-    return pod_view(p, [], rank_rules(workload)).rank
+    return pod_view(p, [], rank_rules(workload), now=NOW).rank
 
 
 JOBSET_TOPOLOGY = {
@@ -194,9 +200,9 @@ def test_a_rank_is_ascii_digits_of_bounded_length_anything_else_no_rank(
         },
         "spec": {"schedulingGates": [{"name": L.GATE_PLACEMENT}]},
     }
-    assert pod_view(p, ["main"]).rank == rank
+    assert pod_view(p, ["main"], now=NOW).rank == rank
     p["metadata"]["labels"] = {"batch.kubernetes.io/job-completion-index": value}
-    assert pod_view(p, ["main"]).rank == rank
+    assert pod_view(p, ["main"], now=NOW).rank == rank
 
 
 # -- creation_slot: the pin given in a pod's create request (controller/ungating/at_creation.py)
@@ -259,3 +265,90 @@ def test_creation_slot_is_the_slot_assign_slots_would_give_whatever_comes_next(
     assert assign_slots(slots(4), [*others, pinned]) == {
         k: v for k, v in without_pin.items() if k != new.name
     }
+
+
+# -- a pod replaced while it terminates (issue 56 item 5)
+
+
+def job_pod(
+    name: str, rank: int, *, node: str | None = None, deleting: datetime | str | None = None,
+    phase: str = "Running",
+) -> dict[str, Any]:
+    """A Job's pod of rank `rank`: pinned to slot main/<rank> and bound to `node`, or gated
+    without one; being deleted with its grace period ending at `deleting`."""
+    meta: dict[str, Any] = {"name": name, "labels": {INDEX: str(rank)}}
+    spec: dict[str, Any] = {}
+    if node is None:
+        spec["schedulingGates"] = [{"name": L.GATE_PLACEMENT}]
+    else:
+        meta["annotations"] = {L.ANN_SLOT: f"main/{rank}"}
+        spec["nodeName"] = node
+    if deleting is not None:
+        meta["deletionTimestamp"] = (
+            deleting if isinstance(deleting, str) else deleting.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+GRACE_END = NOW + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    ("p", "at", "holds"),
+    [
+        pytest.param(job_pod("run", 1, node="n"), NOW, True, id="running"),
+        pytest.param(job_pod("t", 1, node="n", deleting=GRACE_END), NOW, True,
+                     id="terminating-in-its-grace-period"),
+        pytest.param(job_pod("t", 1, node="n", deleting=GRACE_END),
+                     GRACE_END + TERMINATION_MARGIN - timedelta(seconds=1), True,
+                     id="terminating-within-the-margin"),
+        pytest.param(job_pod("t", 1, node="n", deleting=GRACE_END),
+                     GRACE_END + TERMINATION_MARGIN, False, id="past-grace-and-margin"),
+        pytest.param(job_pod("t", 1, deleting=GRACE_END), NOW, False,
+                     id="never-bound-holds-no-node"),
+        pytest.param(job_pod("t", 1, node="n", deleting=GRACE_END, phase="Failed"), NOW,
+                     False, id="finished-while-terminating"),
+        pytest.param(job_pod("t", 1, node="n", deleting="soon"), NOW, False,
+                     id="unreadable-deletion-time"),
+        pytest.param(job_pod("done", 1, node="n", phase="Succeeded"), NOW, False,
+                     id="succeeded"),
+    ],
+)
+def test_holds_slot(p: dict[str, Any], at: datetime, holds: bool) -> None:
+    assert holds_slot(p, at) is holds
+    assert pod_view(p, ["main"], now=at).active is holds
+
+
+def test_a_replacement_waits_for_the_terminating_pod_of_its_slot() -> None:
+    """Before: the old pod, being deleted, freed its slot at once; the replacement was
+    pinned beside it, stayed unschedulable, and its gang went through Retry."""
+    kept = job_pod("w-0-a", 0, node="node-0")
+    new = job_pod("w-1-new", 1)
+
+    def chosen(*pods: dict[str, Any], at: datetime = NOW) -> dict[str, int]:
+        views = [pod_view(p, ["main"], now=at) for p in pods]
+        return {k: s.index for k, s in assign_slots(slots(2), views).items()}
+
+    old = job_pod("w-1-old", 1, node="node-0", deleting=GRACE_END)
+    assert chosen(kept, old, new) == {}
+    assert chosen(kept, new) == {"w-1-new": 1}, "the old pod gone"
+    assert chosen(kept, old, new, at=GRACE_END + TERMINATION_MARGIN) == {"w-1-new": 1}
+    views = [pod_view(p, ["main"], now=NOW) for p in (kept, old)]
+    assert creation_slot(slots(2), pod_view(new, ["main"], now=NOW), views) is None
+
+
+def test_a_slot_moved_off_the_failed_node_of_its_terminating_pod_is_free_at_once() -> None:
+    """The old pod, being deleted on a node that failed, never leaves it (no kubelet): once
+    its slot moved to a healthy node (`controller/failed_nodes.py`), it holds that node
+    nothing and its replacement is pinned there without waiting out its grace period."""
+    kept = job_pod("w-0-a", 0, node="node-0")
+    new = job_pod("w-1-new", 1)
+
+    def chosen(old_node: str, slot_node: str) -> dict[str, tuple[int, str]]:
+        old = job_pod("w-1-old", 1, node=old_node, deleting=GRACE_END)
+        views = [pod_view(p, ["main"], now=NOW) for p in (kept, old, new)]
+        moved = [slots(2)[0], ReservedSlot("main", 1, slot_node, (1,), 0)]
+        return {k: (s.index, s.node) for k, s in assign_slots(moved, views).items()}
+
+    assert chosen("dead", "healthy") == {"w-1-new": (1, "healthy")}
+    assert chosen("node-0", "node-0") == {}, "on its slot's own node it still holds it"

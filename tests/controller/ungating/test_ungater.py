@@ -7,13 +7,20 @@ pods on the real control plane)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.options import RunOptions
-from nexus_admit.controller.ungating.ungater import node_name_terms, pin_patch, sync_ungating
+from nexus_admit.controller.ungating.slot_assignment import TERMINATION_MARGIN
+from nexus_admit.controller.ungating.ungater import (
+    UngaterState,
+    node_name_terms,
+    pin_patch,
+    sync_ungating,
+)
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
 from nexus_admit.placement.policies import make_policy
@@ -64,7 +71,7 @@ def setup(*pods: dict[str, Any], with_rr: bool = True) -> tuple[Context, FakeApi
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     for kind in ("Node", "Pod", "Workload", L.KIND_RESOURCE_RESERVATION):
         ctx.store.replace(kind, *api.list(kind))
-    ctx.synced = True
+    ctx.leadership.synced = True
     return ctx, api
 
 
@@ -125,6 +132,40 @@ def test_a_replacement_pod_takes_the_slot_its_predecessor_left() -> None:
     assert pinned(api, "p-1b") == ("n1", [])
 
 
+def test_a_replacement_waits_gated_while_its_predecessor_terminates_on_the_slots_node() -> None:
+    """Before: the old pod, being deleted, left its slot at once; the replacement was pinned
+    beside it, kube-scheduler found it unschedulable, and 20 s later the gang went through
+    Retry (issue 56 item 5). Now it waits, told once by an Event, and is pinned once the
+    old pod is gone or its grace period and the margin have passed."""
+    ctx, api = setup(gated_pod("p-0", 0), gated_pod("p-1", 1))
+    asyncio.run(sync_ungating(ctx))
+    now = ctx.clocks.wall()
+    old = api.get("Pod", "p-1", "default")
+    assert old is not None
+    old["spec"]["nodeName"] = "n1"
+    grace_end = now + timedelta(seconds=30)
+    old["metadata"]["deletionTimestamp"] = grace_end.strftime("%Y-%m-%dT%H:%M:%SZ")
+    api.put(old)
+    api.put(gated_pod("p-1b", 1))
+    ctx.store.replace("Pod", *api.list("Pod"))
+    ctx.clocks.wall = lambda: now
+
+    async def two_passes() -> None:
+        await sync_ungating(ctx)
+        await sync_ungating(ctx)
+        await ctx.workers.background.drain()
+
+    asyncio.run(two_passes())
+    assert pinned(api, "p-1b") == (None, [{"name": L.GATE_PLACEMENT}])
+    (event,) = api.list("Event")[0]  # told once
+    assert (event["reason"], event["type"], event["regarding"]["name"]) == (
+        "PlacementWaiting", "Normal", "p-1b")
+    assert event["note"].startswith("waits for pod p-1, which still holds slot main/1 on node n1")
+    ctx.clocks.wall = lambda: grace_end + TERMINATION_MARGIN
+    asyncio.run(sync_ungating(ctx))
+    assert pinned(api, "p-1b") == ("n1", [])
+
+
 def test_pods_of_a_reservation_the_store_does_not_hold_stay_gated() -> None:
     ctx, api = setup(gated_pod("p-0", 0), with_rr=False)
     asyncio.run(sync_ungating(ctx))
@@ -146,7 +187,7 @@ def test_a_failed_patch_leaves_the_slot_free_for_the_next_pass() -> None:
     api.patch_pod = failing  # type: ignore[method-assign]
     asyncio.run(sync_ungating(ctx))
     assert pinned(api, "p-0")[0] is None
-    assert ctx.ungating == {}
+    assert ctx.component(UngaterState).claims == {}
     asyncio.run(sync_ungating(ctx))
     assert pinned(api, "p-0") == ("n0", [])
 
@@ -160,7 +201,7 @@ def test_a_pod_of_another_job_with_the_label_stays_gated_and_is_told_why_once() 
     async def two_passes() -> None:
         await sync_ungating(ctx)
         await sync_ungating(ctx)
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
 
     asyncio.run(two_passes())
     assert pinned(api, "intruder") == (None, [{"name": L.GATE_PLACEMENT}])
@@ -203,9 +244,9 @@ def test_the_loops_passes_do_not_wait_for_patches_and_never_send_one_twice() -> 
         api.put(gated_pod("p-1", 1))
         ctx.store.replace("Pod", *api.list("Pod"))
         await sync_ungating(ctx, wait=False)  # p-1 only
-        assert set(ctx.ungating.values()) == {"main/0", "main/1"}
+        assert set(ctx.component(UngaterState).claims.values()) == {"main/0", "main/1"}
         gate.set()
-        await ctx.ungate_writes.drain()
+        await ctx.component(UngaterState).writes.drain()
 
     asyncio.run(scenario())
     assert api.count("patch", "Pod") == 2
@@ -272,12 +313,12 @@ def test_a_reservation_that_fails_is_told_to_its_workload_and_the_others_go_on(
     async def two_passes() -> None:
         await sync_ungating(ctx)
         await sync_ungating(ctx)  # the same version: counted again, told once
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
 
     asyncio.run(two_passes())
     assert pinned(api, "gold-0") == ("n1", [])
     assert pinned(api, "p-0") == (None, [{"name": L.GATE_PLACEMENT}])
-    assert ctx.ungating == {"uid-gold-0": "main/0"}  # no claim left on p-0
+    assert ctx.component(UngaterState).claims == {"uid-gold-0": "main/0"}  # no claim left on p-0
     (event,) = events(api)
     assert event["type"] == "Warning" and event["reason"] == "ObjectSkipped"
     assert event["regarding"]["kind"] == "Workload" and event["regarding"]["name"] == "w"
@@ -293,17 +334,17 @@ def test_a_gated_pod_that_cannot_be_read_is_told_and_its_gang_mates_are_ungated(
 
     real = ungater.pod_view
 
-    def fails_for_odd(pod: Any, *args: Any) -> Any:
+    def fails_for_odd(pod: Any, *args: Any, **kwargs: Any) -> Any:
         if pod["metadata"]["name"] == "odd":
             raise KeyError("odd field")
-        return real(pod, *args)
+        return real(pod, *args, **kwargs)
 
     monkeypatch.setattr(ungater, "pod_view", fails_for_odd)
     ctx, api = setup(gated_pod("odd", 0), gated_pod("p-1", 1))
 
     async def one_pass() -> None:
         await sync_ungating(ctx)
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
 
     asyncio.run(one_pass())
     assert pinned(api, "p-1") == ("n1", [])
@@ -332,7 +373,7 @@ def test_a_failed_pass_takes_back_its_claims_and_the_next_pass_pins(
     monkeypatch.setattr(store_class, "get", broken)
     with pytest.raises(RuntimeError):
         asyncio.run(sync_ungating(ctx))
-    assert ctx.ungating == {}  # rr-1's claim on p-0 taken back
+    assert ctx.component(UngaterState).claims == {}  # rr-1's claim on p-0 taken back
     assert api.count("patch", "Pod") == 0
     monkeypatch.setattr(store_class, "get", real_get)
     asyncio.run(sync_ungating(ctx))
@@ -353,7 +394,7 @@ def test_a_pod_naming_the_workload_by_label_alone_gets_no_slot() -> None:
 
     async def one_pass() -> None:
         await sync_ungating(ctx)
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
 
     asyncio.run(one_pass())
     assert pinned(api, "rider") == (None, [{"name": L.GATE_PLACEMENT}])
