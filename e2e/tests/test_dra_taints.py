@@ -14,6 +14,7 @@ and the apiserver drops them, and the module skips).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import dra_harness as H
@@ -112,3 +113,58 @@ def test_a_tainted_gpu_is_given_only_to_a_claim_that_tolerates_it(
     assert not [d for d in untolerated if d[1] in tainted]
     said = _retries(core_v1, ns, "untolerated")
     assert all("cannot be scheduled" not in m for m in said), said
+
+
+def _taint_rule(custom, name: str, pool: str) -> None:
+    """A DeviceTaintRule (resource.k8s.io/v1, GA in 1.37) tainting every GPU of `pool`, as
+    an admin or a health controller taints a node's devices without touching its slices."""
+    custom.create_cluster_custom_object(*H.RESOURCE, "devicetaintrules", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": {"driver": H.DRIVER, "pool": pool},
+                 "taint": dict(H.UNHEALTHY)},
+    })
+
+
+def test_a_device_taint_rule_keeps_an_untolerating_claim_off_the_devices_it_selects(
+    taint_ns: str, batch_v1, core_v1, custom_objects
+) -> None:
+    ns = taint_ns
+    rule = "clean-node-drained"
+    try:
+        _taint_rule(custom_objects, rule, CLEAN.name)
+    except client.ApiException as e:
+        if e.status == 404:
+            pytest.skip("this apiserver does not serve resource.k8s.io/v1 DeviceTaintRules")
+        raise
+    try:
+        # every GPU of the clean node is now tainted by the rule, six of the other by its
+        # slice: no node has four GPUs this claim may take now, so it waits (its check
+        # Pending, an Event saying so) instead of being pinned where the allocator cannot
+        # serve it
+        claim_template(custom_objects, ns, "four", 4)
+        claim_job(batch_v1, ns, "ruled-out", pods=1, template="four")
+        wait_for("the untolerating Workload waiting for nodes", lambda: [
+            e for e in H.events(core_v1, ns, "PlacementWaiting")
+            if "ruled-out" in e.involved_object.name], timeout=120)
+        assert not [p.metadata.name for p in core_v1.list_namespaced_pod(
+            ns, label_selector="job-name=ruled-out").items if p.spec.node_name]
+
+        # a claim that tolerates the taint is placed meanwhile
+        claim_template(custom_objects, ns, "four-ok", 4, tolerations=[TOLERATE])
+        claim_job(batch_v1, ns, "tolerant-of-rule", pods=1, template="four-ok")
+        (pod,) = wait_for("the tolerating pod Running", lambda: (
+            p if len(p := running_pods(core_v1, ns, "tolerant-of-rule")) == 1 else None),
+            timeout=180)
+        assert pod.spec.node_name in NODES
+    finally:
+        with contextlib.suppress(client.ApiException):
+            custom_objects.delete_cluster_custom_object(*H.RESOURCE, "devicetaintrules", rule)
+
+    # the rule withdrawn, the waiting Workload is placed on untainted devices and runs
+    (pod,) = wait_for("the formerly ruled-out pod Running", lambda: (
+        p if len(p := running_pods(core_v1, ns, "ruled-out")) == 1 else None), timeout=120)
+    held = _held(custom_objects, ns, pod.metadata.name)
+    assert len(held) == 4 and not [d for n, d in held
+                                   if n == TAINTED.name and d in {f"gpu-{i}" for i in
+                                                                  TAINTED.tainted}], held

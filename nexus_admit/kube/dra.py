@@ -24,7 +24,8 @@ NVLink clique, and a clique another ComputeDomain holds (a live ResourceReservat
 `compute-domain`: `domain_cliques`; a bound pod naming another channel template:
 `pod_domain_cliques`) is closed to it.
 
-Device taints (ResourceSlice `devices[].taints`, GA in Kubernetes 1.37): a GPU device with a
+Device taints (ResourceSlice `devices[].taints`, and DeviceTaintRules selecting a device by
+driver, pool and name; both GA in Kubernetes 1.37): a GPU device with a
 NoSchedule or NoExecute taint that not every GPU request of the pod tolerates
 (`exactly.tolerations`, matched as kube-scheduler's allocator matches them) is not the
 pod's: a node is a candidate only when its free GPUs the pod may take number at least the
@@ -127,7 +128,9 @@ class DraIndex:
         templates: Iterable[Obj] = (),
         claims: Iterable[Obj] = (),
         slices: Iterable[Obj] | None = None,
+        taint_rules: Iterable[Obj] = (),
     ) -> DraIndex:
+        """`taint_rules`: DeviceTaintRules (GA in 1.37), whose taints join the devices'."""
         nodes: frozenset[str] | None = None
         if slices is not None:
             nodes = frozenset(
@@ -138,13 +141,52 @@ class DraIndex:
                 and spec.get("nodeName")
                 and spec.get("devices")
             )
-        return cls(_by_key(templates), _by_key(claims), nodes, _device_taints(slices or ()))
+        return cls(_by_key(templates), _by_key(claims), nodes,
+                   _device_taints(slices or (), _taint_rules(taint_rules)))
 
 
-def _device_taints(slices: Iterable[Obj]) -> dict[str, dict[int, tuple[DeviceTaint, ...]]]:
+@dataclass(frozen=True, slots=True)
+class _TaintRule:
+    """A DeviceTaintRule's selector (None: any) and its blocking taint."""
+
+    driver: str | None
+    pool: str | None
+    device: str | None
+    taint: DeviceTaint
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        return (self.driver in (None, driver) and self.pool in (None, pool)
+                and self.device in (None, device))
+
+
+def _taint_rules(rules: Iterable[Obj]) -> list[_TaintRule]:
+    """The DeviceTaintRules whose taint blocks (NoSchedule, NoExecute). A rule without a
+    `deviceSelector` selects no device (the API's rule), an empty one every device; a rule
+    nexus cannot read adds none (the apiserver validates them, so none should exist)."""
+    out: list[_TaintRule] = []
+    for rule in rules:
+        spec = rule.get("spec")
+        if not isinstance(spec, Mapping):
+            continue
+        selector, taint = spec.get("deviceSelector"), spec.get("taint")
+        if not isinstance(selector, Mapping) or not isinstance(taint, Mapping) \
+                or taint.get("effect") not in _BLOCKING_EFFECTS:
+            continue
+        fields = [selector.get(k) for k in ("driver", "pool", "device")]
+        if any(f is not None and not isinstance(f, str) for f in fields):
+            continue
+        driver, pool, device = (f if isinstance(f, str) else None for f in fields)
+        out.append(_TaintRule(driver, pool, device, DeviceTaint(
+            str(taint.get("key") or ""), str(taint.get("value") or ""), str(taint["effect"]))))
+    return out
+
+
+def _device_taints(
+    slices: Iterable[Obj], rules: Sequence[_TaintRule] = ()
+) -> dict[str, dict[int, tuple[DeviceTaint, ...]]]:
     """node → GPU index (as the snapshot numbers the node's devices) → the blocking taints
-    its slices put on that device. A malformed slice adds none: the snapshot leaves its node
-    out and says so."""
+    its slices and the DeviceTaintRules selecting it put on that device. A malformed slice
+    adds none: the snapshot leaves its node out and says so."""
     by_node: dict[str, list[Obj]] = {}
     for sl in slices:
         spec = sl.get("spec")
@@ -157,7 +199,7 @@ def _device_taints(slices: Iterable[Obj]) -> dict[str, dict[int, tuple[DeviceTai
             indices = dra_device_indices(node_slices)
             tainted = {
                 indices[device]: taints
-                for device, taints in _slice_taints(node_slices)
+                for device, taints in _slice_taints(node_slices, rules)
                 if device in indices
             }
         except TranslationError:
@@ -167,7 +209,9 @@ def _device_taints(slices: Iterable[Obj]) -> dict[str, dict[int, tuple[DeviceTai
     return out
 
 
-def _slice_taints(slices: Sequence[Obj]) -> Iterable[tuple[DraDevice, tuple[DeviceTaint, ...]]]:
+def _slice_taints(
+    slices: Sequence[Obj], rules: Sequence[_TaintRule]
+) -> Iterable[tuple[DraDevice, tuple[DeviceTaint, ...]]]:
     for sl in slices:
         spec = mapping(sl, sl.get("spec"), "spec")
         pool = str(mapping(sl, spec.get("pool"), "spec.pool").get("name") or "")
@@ -175,13 +219,14 @@ def _slice_taints(slices: Sequence[Obj]) -> Iterable[tuple[DraDevice, tuple[Devi
             dev = mapping(sl, dev, f"spec.devices[{i}]")
             body = dev.get("basic", dev)  # v1beta1 devices hold their taints in `basic`
             raw = body.get("taints") if isinstance(body, Mapping) else None
+            name = str(dev.get("name") or "")
             taints = tuple(
                 DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""), str(t["effect"]))
                 for t in sequence(sl, raw, f"spec.devices[{i}].taints")
                 if isinstance(t, Mapping) and t.get("effect") in _BLOCKING_EFFECTS
-            )
+            ) + tuple(r.taint for r in rules if r.selects(L.DRA_GPU_DRIVER, pool, name))
             if taints:
-                yield (L.DRA_GPU_DRIVER, pool, str(dev.get("name") or "")), taints
+                yield (L.DRA_GPU_DRIVER, pool, name), taints
 
 
 def _by_key(objs: Iterable[Obj]) -> dict[tuple[str, str], Obj]:

@@ -217,6 +217,40 @@ def test_bound_claim_pod_takes_its_claims_devices_not_its_slots() -> None:
     assert snap.nodes["d1"].gpu_free == [1000] * 6 + [0, 0]
 
 
+def _extended_pod(status: dict[str, Any] | None) -> dict[str, Any]:
+    from kube_factories import pod
+
+    p = pod("p", "d1", namespace="team", gpus=4)
+    if status is not None:
+        p["status"]["extendedResourceClaimStatus"] = status
+    return p
+
+
+SERVED = {"resourceClaimName": "p-extended-resources-x7k2q", "requestMappings": [
+    {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0"}]}
+
+
+@pytest.mark.parametrize(("status", "free"), [
+    (SERVED, 4),  # the claim the scheduler made holds the 4 GPUs: counted once
+    (None, 0),  # served by a device plugin: the request counts too (and over-commits)
+    ({"resourceClaimName": "p-x", "requestMappings": [
+        {"containerName": "main", "resourceName": "example.com/nic", "requestName": "r"}]}, 0),
+    ({"resourceClaimName": "p-x", "requestMappings": "nope"}, 0),  # unreadable: never freer
+])
+def test_a_pod_whose_extended_resource_dra_serves_is_counted_once(
+    status: dict[str, Any] | None, free: int
+) -> None:
+    from nexus_admit.kube.cluster import build_snapshot
+
+    # Kubernetes 1.37 serves `nvidia.com/gpu` on a node whose GPUs only a DRA driver
+    # publishes through a claim it makes for the pod (DeviceClass extendedResourceName)
+    snap = build_snapshot([node("d1", gpus=0)], [_extended_pod(status)], [],
+                          resource_slices=[_slice("d1", 8)],
+                          resource_claims=[_claim("p-extended-resources-x7k2q", "d1",
+                                                  "gpu-0", "gpu-1", "gpu-2", "gpu-3")])
+    assert snap.nodes["d1"].gpu_free.count(1000) == free
+
+
 def test_malformed_claim_is_listed_not_fatal() -> None:
     from nexus_admit.kube.cluster import build_snapshot
     from nexus_admit.kube.errors import Skipped
@@ -353,13 +387,14 @@ BROKEN = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
 
 
 def _taint_gang(slices: list[dict[str, Any]], *requests: dict[str, Any],
-                claims: list[dict[str, Any]] = ()) -> frozenset[str] | None:
+                claims: list[dict[str, Any]] = (), rules: list[dict[str, Any]] = ()
+                ) -> frozenset[str] | None:
     from nexus_admit.kube.cluster import build_snapshot
 
     names = [sl["spec"]["nodeName"] for sl in slices]
     snap = build_snapshot([node(n, gpus=0) for n in names], [], [],
                           resource_slices=slices, resource_claims=list(claims))
-    index = DraIndex.of([template("gpus", *requests)], slices=slices)
+    index = DraIndex.of([template("gpus", *requests)], slices=slices, taint_rules=rules)
     ps = gang(workload("w", [claim_pod_set(1)]), index, nodes=list(snap.nodes.values()))
     return ps.pod_sets[0].allowed_nodes
 
@@ -375,6 +410,42 @@ def test_untainted_gpus_taken_by_claims_do_not_count() -> None:
     slices = [_tainted_slice("t", 4, {0: [BROKEN], 1: [BROKEN]}), _slice("clean", 4)]
     taken = _claim("busy", "t", "gpu-2")
     assert _taint_gang(slices, gpu_request(2), claims=[taken]) == frozenset({"clean"})
+
+
+def _rule(selector: dict[str, str] | None, taint: dict[str, str] = BROKEN) -> dict[str, Any]:
+    spec: dict[str, Any] = {"taint": taint}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": "r"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("rule", "candidates"),
+    [
+        # a whole node's pool tainted (DeviceTaintRule, GA in 1.37): its GPUs are not free
+        (_rule({"driver": "gpu.nvidia.com", "pool": "t"}), {"clean"}),
+        (_rule({"pool": "t"}), {"clean"}),
+        (_rule({}), set()),  # an empty selector selects every device
+        (_rule({"pool": "t", "device": "gpu-0"}), {"t", "clean"}),  # one device: 7 left
+        (_rule(None), {"t", "clean"}),  # no selector selects no device
+        (_rule({"driver": "nic.example.com"}), {"t", "clean"}),  # another driver's devices
+        (_rule({"pool": "t"}, {**BROKEN, "effect": "None"}), {"t", "clean"}),  # not blocking
+        (_rule({"pool": 7}), {"t", "clean"}),  # unreadable: adds none
+    ],
+)
+def test_a_device_taint_rule_taints_the_devices_it_selects(
+    rule: dict[str, Any], candidates: set[str]
+) -> None:
+    slices = [_slice("t", 8), _slice("clean", 8)]
+    assert _taint_gang(slices, gpu_request(4), rules=[rule]) == frozenset(candidates)
+
+
+def test_device_taint_rules_and_slice_taints_add_up() -> None:
+    slices = [_tainted_slice("t", 8, {i: [BROKEN] for i in range(3)}), _slice("clean", 8)]
+    rules = [_rule({"pool": "t", "device": f"gpu-{i}"}) for i in range(3, 5)]
+    assert _taint_gang(slices, gpu_request(4), rules=rules) == frozenset({"clean"})
+    assert _taint_gang(slices, gpu_request(3), rules=rules) == frozenset({"t", "clean"})
 
 
 @pytest.mark.parametrize(
