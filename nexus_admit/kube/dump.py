@@ -185,6 +185,7 @@ class ClusterDump:
             admission_checks=self.kind("AdmissionCheck"),
             owners=OwnerLookup(self),
             runtime_classes=self.kind("RuntimeClass"),
+            limit_ranges=self.kind("LimitRange"),
         )
 
     def dra_index(self) -> DraIndex:
@@ -194,6 +195,7 @@ class ClusterDump:
                 self.kind("ResourceClaimTemplate"),
                 self.kind("ResourceClaim"),
                 self.kind("ResourceSlice"),
+                self.kind("DeviceTaintRule"),
             )
         return self._dra
 
@@ -250,10 +252,12 @@ class ClusterDump:
         objects are left out and listed there instead of raising `TranslationError`
         (`kube.cluster.build_snapshot`)."""
         template_requests: dict[tuple[str, str], tuple[int, int, int]] = {}
+        admitted = KueueIndex.of(runtime_classes=self.kind("RuntimeClass"),
+                                 limit_ranges=self.kind("LimitRange"))
         for wl in self.kind("Workload"):
             # a malformed Workload is reported when it is translated, not here
             with contextlib.suppress(TranslationError):
-                template_requests.update(workload_template_requests(wl))
+                template_requests.update(workload_template_requests(wl, admitted))
         return build_snapshot(
             self.kind("Node"),
             self.kind("Pod"),
@@ -265,6 +269,7 @@ class ClusterDump:
             workloads=self.kind("Workload"),
             exclude_workloads=exclude_workloads,
             template_requests=template_requests,
+            admitted=admitted,
             now=now,
             skipped=skipped,
         )

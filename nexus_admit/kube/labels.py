@@ -18,6 +18,7 @@ __all__ = [
     "ANN_GPU_MEMORY",
     "ANN_NUMA_POLICY",
     "ANN_NUMA_ZONE",
+    "ANN_POD_LABEL",
     "ANN_PREEMPTS",
     "ANN_PREFERRED_TOPOLOGY",
     "ANN_REQUIRED_TOPOLOGY",
@@ -47,6 +48,7 @@ __all__ = [
     "KIND_RESOURCE_RESERVATION",
     "KUEUE_API_GROUP",
     "KUEUE_API_VERSION",
+    "KUEUE_ELASTIC_JOB",
     "KUEUE_GROUP_VERSION",
     "KUEUE_PODSET_GROUP_NAME",
     "KUEUE_PODSET_LABEL",
@@ -55,6 +57,7 @@ __all__ = [
     "KUEUE_POD_GROUP_SERVING",
     "KUEUE_QUEUE_NAME_LABEL",
     "KUEUE_WORKLOAD_ANNOTATION",
+    "KUEUE_WORKLOAD_SLICE_REPLACES",
     "LABEL_BORROWED",
     "LABEL_NUMA_ZONES",
     "LABEL_RESERVATION",
@@ -102,6 +105,11 @@ ANN_GPU_FRACTION: Final = _P + "gpu-fraction"
 # GPUs and CPUs are split evenly by index order.
 LABEL_NUMA_ZONES: Final = _P + "numa-zones"
 
+# ResourceReservation of a Workload slice: the reservation label its pods carry when that
+# is not its own name (a Job's template is stamped once: every slice's pods keep the label
+# of the first slice's reservation)
+ANN_POD_LABEL: Final = _P + "pod-label"
+
 # ---- node facts ----
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
@@ -139,6 +147,10 @@ KUEUE_API_VERSION: Final = "v1beta2"
 KUEUE_GROUP_VERSION: Final = f"{KUEUE_API_GROUP}/{KUEUE_API_VERSION}"
 KUEUE_QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
+# on an elastic Job and each of its Workload slices: "true"
+KUEUE_ELASTIC_JOB: Final = "kueue.x-k8s.io/elastic-job"
+# on a Workload slice of an elastic Job: "namespace/name" of the slice it replaces
+KUEUE_WORKLOAD_SLICE_REPLACES: Final = "kueue.x-k8s.io/workload-slice-replacement-for"
 # on the pods Kueue starts: the pod set of its Workload they belong to
 KUEUE_PODSET_LABEL: Final = "kueue.x-k8s.io/podset"
 KUEUE_PODSET_REQUIRED_TOPOLOGY: Final = "kueue.x-k8s.io/podset-required-topology"

@@ -8,7 +8,7 @@ Every reader raises TranslationError naming the field and what to write instead.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import (
@@ -20,8 +20,13 @@ from nexus_admit.kube.errors import (
     object_ref,
     sequence,
 )
-from nexus_admit.kube.quantity import parse_memory_mib
-from nexus_admit.kube.requests import PodRequests, gpu_fraction_milli, pod_requests
+from nexus_admit.kube.quantity import parse_memory_mib, parse_quantity
+from nexus_admit.kube.requests import (
+    PodRequests,
+    gpu_fraction_milli,
+    pod_level_requests,
+    pod_requests,
+)
 from nexus_admit.model import (
     GPU_WHOLE,
     NodeSelectorRequirement,
@@ -31,6 +36,7 @@ from nexus_admit.model import (
 )
 
 __all__ = [
+    "AdmissionDefaults",
     "annotated_numa_policy",
     "annotated_workload_type",
     "gpu_share_milli",
@@ -40,6 +46,7 @@ __all__ = [
     "topology_level",
     "topology_requests",
     "vram_per_gpu_mib",
+    "with_limit_range_defaults",
     "with_runtime_overhead",
     "workload_template_requests",
 ]
@@ -131,6 +138,87 @@ def with_runtime_overhead(
         own_tolerations = list(sequence(workload, spec.get("tolerations"), f"{field}.tolerations"))
         spec["tolerations"] = own_tolerations + [t for t in extra if t not in own_tolerations]
     return spec
+
+
+def with_limit_range_defaults(
+    workload: Obj, pod_spec: Mapping[str, Any], limit_ranges: Sequence[Obj], field: str
+) -> Mapping[str, Any]:
+    """`pod_spec` as the apiserver admits the pod in a namespace with `limit_ranges`: the
+    LimitRanger admission plugin gives every container (init containers too) the default
+    request of each resource it neither requests nor limits (a limit alone is its request
+    already). Kueue applies the same defaults only to its own copy, for quota; the stored
+    template lacks them. Pod-level requests are fixed before the plugin runs (the pod's
+    defaulting), so a pod-level limit the containers did not request stays the request."""
+    defaults = _limit_range_default_requests(workload, limit_ranges, field)
+    if not defaults:
+        return pod_spec
+    spec = dict(pod_spec)
+    pod_level = pod_level_requests(workload, pod_spec, field)
+    if pod_level:
+        res = mapping(workload, spec.get("resources"), f"{field}.resources")
+        stated = mapping(workload, res.get("requests"), f"{field}.resources.requests")
+        limits = mapping(workload, res.get("limits"), f"{field}.resources.limits")
+        frozen = {k: limits[k] for k in pod_level if k not in stated}
+        spec["resources"] = {**res, "requests": {**frozen, **stated}}
+    for part in ("containers", "initContainers"):
+        containers = sequence(workload, spec.get(part), f"{field}.{part}")
+        if containers:
+            spec[part] = [
+                _with_default_requests(workload, c, defaults, f"{field}.{part}[{i}]")
+                for i, c in enumerate(containers)
+            ]
+    return spec
+
+
+def _limit_range_default_requests(
+    workload: Obj, limit_ranges: Sequence[Obj], field: str
+) -> dict[str, str]:
+    """The default request per resource of the namespace's Container limits: within one
+    LimitRange the last item naming a resource, across LimitRanges the first by name (the
+    apiserver applies them in no stated order). Read as the apiserver stores a LimitRange:
+    an unset defaultRequest is the default, else the max, else the min."""
+    out: dict[str, str] = {}
+    for lr in sorted(limit_ranges, key=lambda o: str(child(o, "metadata").get("name") or "")):
+        own: dict[str, str] = {}
+        for item in _listed(child(lr, "spec").get("limits")):
+            if not isinstance(item, Mapping) or item.get("type") != "Container":
+                continue
+            request: dict[str, Any] = {}
+            for source in ("min", "max", "default", "defaultRequest"):  # the last one wins
+                value = item.get(source)
+                if isinstance(value, Mapping):
+                    request.update(value)
+            for name, qty in request.items():
+                try:
+                    parse_quantity(qty)
+                except (ValueError, TypeError):
+                    raise TranslationError(
+                        object_ref(workload),
+                        field,
+                        f"LimitRange {object_key(lr)} has a default {name} of {qty!r}, not a "
+                        f"quantity: the pods' requests cannot be known",
+                    ) from None
+                own[str(name)] = str(qty)
+        for name, qty in own.items():
+            out.setdefault(name, qty)
+    return out
+
+
+def _with_default_requests(
+    workload: Obj, value: Any, defaults: Mapping[str, str], field: str
+) -> Mapping[str, Any]:
+    container = mapping(workload, value, field)
+    res = mapping(workload, container.get("resources"), f"{field}.resources")
+    requests = dict(mapping(workload, res.get("requests"), f"{field}.resources.requests"))
+    limits = mapping(workload, res.get("limits"), f"{field}.resources.limits")
+    missing = {k: v for k, v in defaults.items() if k not in requests and k not in limits}
+    if not missing:
+        return container
+    return {**container, "resources": {**res, "requests": {**requests, **missing}}}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def node_affinity_terms(
@@ -318,9 +406,23 @@ def topology_requests(
     return found[0], found[1]
 
 
-def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int, int, int]]:
+class AdmissionDefaults(Protocol):
+    """What the apiserver adds to a pod that Kueue's Workload template lacks: RuntimeClasses
+    by name (overhead) and each namespace's LimitRanges (`kube.kueue.KueueIndex` is one)."""
+
+    @property
+    def runtime_classes(self) -> Mapping[str, Obj]: ...
+
+    def limit_ranges_of(self, obj: Obj) -> Sequence[Obj]: ...
+
+
+def workload_template_requests(
+    workload: Obj, admitted: AdmissionDefaults | None = None
+) -> dict[tuple[str, str], tuple[int, int, int]]:
     """{(ns/name, podSet): (cpu milli, memory MiB, GPUs)} per pod, for reservations that do
-    not state their requests."""
+    not state their requests and for what a Kueue TAS assignment holds; with `admitted`,
+    as the apiserver admits the pods (RuntimeClass overhead, LimitRange defaults), as our
+    own pod sets are counted (kube/workload.py)."""
     key = object_key(workload)
     out: dict[tuple[str, str], tuple[int, int, int]] = {}
     for i, ps in enumerate(
@@ -328,6 +430,13 @@ def workload_template_requests(workload: Obj) -> dict[tuple[str, str], tuple[int
     ):
         ps = mapping(workload, ps, f"spec.podSets[{i}]")
         tpl = mapping(workload, ps.get("template"), f"spec.podSets[{i}].template")
-        r = pod_requests(workload, tpl.get("spec"), f"spec.podSets[{i}].template.spec")
+        fld = f"spec.podSets[{i}].template.spec"
+        spec = mapping(workload, tpl.get("spec"), fld)
+        if admitted is not None:
+            spec = with_runtime_overhead(workload, spec, admitted.runtime_classes, fld)
+            spec = with_limit_range_defaults(
+                workload, spec, admitted.limit_ranges_of(workload), fld
+            )
+        r = pod_requests(workload, spec, fld)
         out[(key, str(ps.get("name") or "main"))] = (r.cpu_milli, r.memory_mib, r.gpus)
     return out

@@ -25,6 +25,7 @@ from typing import Any
 from nexus_admit.kube import labels as L
 
 __all__ = [
+    "MULTIKUEUE_CONTROLLER",
     "SUSPENDING_PARENT_ANNOTATION",
     "QueueLookup",
     "cluster_queue_checks",
@@ -32,6 +33,7 @@ __all__ = [
     "gated_queue_key",
     "gated_queues",
     "local_queue_cluster_queue",
+    "multikueue_managers",
     "pod_queue",
     "queue_uses_check",
     "suspending_statefulset",
@@ -47,6 +49,9 @@ SUSPENDING_PARENT_ANNOTATION = "kueue.x-k8s.io/pod-suspending-parent"
 # the value of a namespace's own key when one of its LocalQueues uses the check
 NAMESPACE_USES_CHECK = "uses-check"
 STATEFULSET_PARENT = "statefulset"
+# the controller of Kueue's MultiKueue AdmissionCheck: a ClusterQueue listing one dispatches
+# its Workloads to worker clusters (it is a manager's)
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -79,6 +84,30 @@ def cluster_queue_checks(cluster_queue: Mapping[str, Any] | None) -> set[str]:
     legacy = spec.get("admissionChecks")
     names |= {n for n in (legacy if isinstance(legacy, list) else []) if isinstance(n, str)}
     return names
+
+
+def multikueue_managers(
+    cluster_queues: Iterable[Mapping[str, Any]],
+    admission_checks: Iterable[Mapping[str, Any]],
+    ours: Collection[str],
+) -> dict[str, str]:
+    """Each check of `ours` that a MultiKueue manager's ClusterQueue lists (one that lists a
+    MultiKueue check too) → the first such ClusterQueue's name. Malformed objects count as
+    listing nothing."""
+    multikueue = {
+        str(_mapping(ac.get("metadata")).get("name"))
+        for ac in admission_checks
+        if _mapping(ac.get("spec")).get("controllerName") == MULTIKUEUE_CONTROLLER
+    }
+    out: dict[str, str] = {}
+    if not multikueue:
+        return out
+    for cq in sorted(cluster_queues, key=lambda o: str(_mapping(o.get("metadata")).get("name"))):
+        listed = cluster_queue_checks(cq)
+        if listed & multikueue:
+            for check in sorted(listed & set(ours)):
+                out.setdefault(check, str(_mapping(cq.get("metadata")).get("name")))
+    return out
 
 
 def queue_uses_check(

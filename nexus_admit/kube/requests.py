@@ -6,6 +6,11 @@ effective = max(sum of app containers + restartable (sidecar) init containers,
 
 A container without a request for a resource but with a limit requests the limit (the API
 server defaults it that way for pods; Kueue does the same for Workload pod templates).
+
+Pod-level `spec.resources` (PodLevelResources, on since 1.34) replace the containers' figure
+for the resources they name (CPU, memory, hugepages): a pod-level request, else a pod-level
+limit where no container requests that resource (the apiserver defaults the pod's request to
+it then). Kueue's Workload template carries the pod-level figures as the Job states them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ from nexus_admit.kube.errors import Obj, TranslationError, mapping, object_ref, 
 from nexus_admit.kube.quantity import parse_milli, parse_quantity
 from nexus_admit.model import GPU_WHOLE
 
-__all__ = ["PodRequests", "effective_requests", "gpu_fraction_milli", "pod_requests"]
+__all__ = [
+    "PodRequests",
+    "effective_requests",
+    "gpu_fraction_milli",
+    "pod_level_requests",
+    "pod_requests",
+]
 
 Resources = dict[str, Fraction]
 
@@ -74,10 +85,51 @@ def _container(obj: Obj, c: Any, field: str) -> Resources:
     return requests
 
 
+def _pod_level_resource(name: str) -> bool:
+    """Whether pod-level `spec.resources` may name this resource (kube-scheduler overrides
+    the containers' sum only for these)."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
+
+
+def pod_level_requests(obj: Obj, spec: Any, field: str = "spec") -> Resources:
+    """The pod-level requests the apiserver admits the pod with (empty without pod-level
+    resources): those stated, and a pod-level limit's value for a resource that neither
+    the pod nor any of its containers requests."""
+    spec = mapping(obj, spec, field)
+    return _pod_level(obj, spec, field, None)
+
+
+def _pod_level(
+    obj: Obj, spec: Mapping[str, Any], field: str, by_containers: Resources | None
+) -> Resources:
+    res = mapping(obj, spec.get("resources"), f"{field}.resources")
+    requests = {
+        k: v
+        for k, v in _resource_list(obj, res.get("requests"), f"{field}.resources.requests").items()
+        if _pod_level_resource(k)
+    }
+    limits = _resource_list(obj, res.get("limits"), f"{field}.resources.limits")
+    unstated = [k for k in limits if _pod_level_resource(k) and k not in requests]
+    if unstated:
+        if by_containers is None:
+            by_containers = _containers_requests(obj, spec, field)
+        for k in unstated:
+            if k not in by_containers:
+                requests[k] = limits[k]
+    return requests
+
+
 def effective_requests(obj: Obj, spec: Any, field: str = "spec") -> Resources:
     """Effective requests of the pod spec `spec` (inside `obj`, at path `field`), every
     resource in base units (cores, bytes, devices)."""
     spec = mapping(obj, spec, field)
+    total = _containers_requests(obj, spec, field)
+    total.update(_pod_level(obj, spec, field, total))
+    return _add(total, _resource_list(obj, spec.get("overhead"), f"{field}.overhead"))
+
+
+def _containers_requests(obj: Obj, spec: Mapping[str, Any], field: str) -> Resources:
+    """What the containers request together, as kube-scheduler sums them."""
     main: Resources = {}
     for i, c in enumerate(sequence(obj, spec.get("containers"), f"{field}.containers")):
         main = _add(main, _container(obj, c, f"{field}.containers[{i}]"))
@@ -89,8 +141,7 @@ def effective_requests(obj: Obj, spec: Any, field: str = "spec") -> Resources:
             sidecars = _add(sidecars, r)
         else:
             init_peak = _max(init_peak, _add(sidecars, r))
-    total = _max(_add(main, sidecars), init_peak)
-    return _add(total, _resource_list(obj, spec.get("overhead"), f"{field}.overhead"))
+    return _max(_add(main, sidecars), init_peak)
 
 
 def _resources_key(spec: Any) -> tuple[object, ...] | None:
@@ -127,6 +178,16 @@ def _resources_key(spec: Any) -> tuple[object, ...] | None:
     if overhead is not None and type(overhead) is not dict:
         return None
     parts.append(_quantities(overhead))
+    pod_level = spec.get("resources")
+    if pod_level is not None:
+        if type(pod_level) is not dict:
+            return None
+        req, lim = pod_level.get("requests"), pod_level.get("limits")
+        if (req is not None and type(req) is not dict) or (
+            lim is not None and type(lim) is not dict
+        ):
+            return None
+        parts.append(("pod", _quantities(req), _quantities(lim)))
     return tuple(parts)
 
 

@@ -68,7 +68,7 @@ class Node:
 
     @property
     def free_whole_gpus(self) -> int:
-        return sum(1 for g in self.gpu_free if g == GPU_WHOLE)
+        return self.gpu_free.count(GPU_WHOLE)  # C's count: read per node of every scan
 
     @property
     def free_gpu_milli(self) -> int:
@@ -80,7 +80,8 @@ class Node:
 
     def is_pristine(self) -> bool:
         """A node none of whose GPUs is in use (the node-local NVSwitch island is whole)."""
-        return self.gpu_count > 0 and all(g == GPU_WHOLE for g in self.gpu_free)
+        free = self.gpu_free
+        return bool(free) and free.count(GPU_WHOLE) == len(free)
 
     def numa_zone_of_gpu(self, gpu_index: int) -> int | None:
         for zone in self.numa_zones:

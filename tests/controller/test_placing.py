@@ -19,6 +19,7 @@ from nexus_admit.controller.loop.cycle import reconcile
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.runtime.informer import apply_events
 from nexus_admit.controller.store import WATCHED_KINDS
+from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
@@ -71,7 +72,7 @@ def controller(api: FakeApi) -> tuple[Context, CountingEngine]:
     engine = CountingEngine()
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=engine)  # type: ignore[arg-type]
     watch(ctx, api)
-    ctx.synced = True
+    ctx.leadership.synced = True
     return ctx, engine
 
 
@@ -298,17 +299,17 @@ def test_a_reservation_deleted_by_hand_sends_its_ready_workload_back_through_ret
     api = cluster(pending("w"))
     ctx, _ = controller(api)
     t0 = datetime(2026, 11, 25, 10, 0, 0, tzinfo=UTC)
-    ctx.clock = lambda: t0
+    ctx.clocks.wall = lambda: t0
     run(ctx)
     (rr,) = api.of_kind(RR)
     watch(ctx, api)
     run(ctx)  # every watch event runs a pass
     api.delete(RR, rr["metadata"]["name"], "default")
     watch(ctx, api)
-    ctx.clock = lambda: t0 + timedelta(seconds=5)  # the watch of reservations may lag
+    ctx.clocks.wall = lambda: t0 + timedelta(seconds=5)  # the watch of reservations may lag
     run(ctx)
     assert check_of(api, "w")["state"] == "Ready"
-    ctx.clock = lambda: t0 + timedelta(seconds=30)
+    ctx.clocks.wall = lambda: t0 + timedelta(seconds=30)
     run(ctx)
     entry = check_of(api, "w")
     assert entry["state"] == "Retry"
@@ -318,9 +319,11 @@ def test_a_reservation_deleted_by_hand_sends_its_ready_workload_back_through_ret
     assert api.count("create", RR) == 1
 
 
-def test_a_cordoned_node_under_an_unanswered_reservation_is_retried_not_answered() -> None:
+def test_a_cordoned_node_under_an_unanswered_reservation_moves_its_slot_before_the_answer(
+) -> None:
     """Killed after the reservation, before its Ready; a node of it is cordoned meanwhile:
-    the restart sends the gang through Retry with the reason instead of answering Ready."""
+    the restart moves that slot to a node with room (the same reservation, patched, with a
+    SlotMoved Event) and answers Ready from it, never from the cordoned node."""
     api = cluster(pending("w", pods=1, gpus=8))
     api.fail[("apply", "Workload")] = 1
     first, _ = controller(api)
@@ -334,9 +337,13 @@ def test_a_cordoned_node_under_an_unanswered_reservation_is_retried_not_answered
     restarted, _ = controller(api)
     run(restarted)
     entry = check_of(api, "w")
-    assert entry["state"] == "Retry", entry
-    assert f"node {node_name} of slot main/0 was cordoned" in entry["message"]
-    assert api.of_kind(RR) == [] and api.count("create", RR) == 1
+    assert entry["state"] == "Ready", entry
+    (moved,) = api.of_kind(RR)
+    assert moved["metadata"]["name"] == rr["metadata"]["name"] and api.count("create", RR) == 1
+    (slot,) = moved["spec"]["podSets"][0]["slots"]
+    assert slot["node"] != node_name and len(slot["gpus"]) == 8
+    (event,) = [e for e in api.of_kind("Event") if e["reason"] == "SlotMoved"]
+    assert f"slot main/0 moved from node {node_name}, which was cordoned" in event["note"]
 
 
 def test_a_tier_claimed_by_the_tenant_is_ignored_with_an_event() -> None:
@@ -405,7 +412,7 @@ def test_an_old_pending_event_after_the_ready_one_in_the_same_run_reserves_nothi
     run(ctx)
     watch(ctx, api)  # our reservation and Ready are in the store
     run(ctx)
-    assert ctx.answered == {}, "the guard ends once the watch shows the answer"
+    assert ctx.component(Answered).attempts == {}, "the guard ends once the watch shows it"
     deliver(ctx, "Workload", old)  # type: ignore[arg-type]
     run(ctx)
     assert check_of(api, "w")["state"] == "Ready"
@@ -532,13 +539,18 @@ def test_the_lifecycle_runs_at_most_once_a_second_and_a_skipped_one_wakes_the_lo
     """Back-to-back passes in a burst skip the walk over every reservation, and the loop is
     woken when it is due, so a change seen in between is acted on then, not at the tick."""
     ctx, _ = controller(cluster())
+    tick = [1000.0]
+    ctx.clocks.monotonic = lambda: tick[0]
 
     async def scenario() -> tuple[bool, bool, bool, bool]:
         first = cycle.lifecycle_due(ctx)
+        tick[0] += cycle.LIFECYCLE_EVERY_SECONDS - 0.01  # due in 10 ms
         second = cycle.lifecycle_due(ctx)
-        ctx.wake.clear()
-        await asyncio.wait_for(ctx.wake.wait(), timeout=cycle.LIFECYCLE_EVERY_SECONDS + 1)
-        return first, second, ctx.lifecycle_wake_set, cycle.lifecycle_due(ctx)
+        ctx.signals.wake.clear()
+        await asyncio.wait_for(ctx.signals.wake.wait(), timeout=5)
+        still_set = ctx.component(cycle.PassState).lifecycle_wake_set
+        tick[0] += 0.01
+        return first, second, still_set, cycle.lifecycle_due(ctx)
 
     first, second, still_set, after = asyncio.run(scenario())
     assert first and not second
@@ -586,7 +598,7 @@ def test_a_pass_that_starts_while_a_check_write_is_in_flight_does_not_answer_aga
         await reconcile(ctx, drain=False)
         assert applies == ["Workload"]
         gate.set()
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
         fail[0] = False
         await reconcile(ctx)  # the failed answer is written again, from the reservation
 
@@ -686,8 +698,8 @@ def test_each_pass_places_on_the_snapshot_a_full_build_gives() -> None:
               for s in r["spec"]["podSets"][0]["slots"]}
     assert placed and not placed & taken
     live = ctx.live["placing"]
-    kept = live.build(live.gather(ctx.store, now=ctx.clock()), [])
-    full = ctx.store.dump().snapshot(now=ctx.clock(), skipped=[])
+    kept = live.build(live.gather(ctx.store, now=ctx.clocks.wall()), [])
+    full = ctx.store.dump().snapshot(now=ctx.clocks.wall(), skipped=[])
     assert list(kept.nodes.items()) == list(full.nodes.items())
 
 

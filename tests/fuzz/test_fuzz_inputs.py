@@ -308,11 +308,11 @@ def _a_pass_beside(objects: list[Any]) -> dict[str, Any]:
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     for kind in WATCHED_KINDS:
         ctx.store.replace(kind, *api.list(kind))
-    ctx.synced = True
+    ctx.leadership.synced = True
 
     async def one_pass() -> None:
         await reconcile(ctx)
-        await ctx.background.drain()
+        await ctx.workers.background.drain()
 
     asyncio.run(one_pass())
     wl = api.get("Workload", "good-w", "default")

@@ -395,3 +395,19 @@ def test_each_pass_says_why_the_engines_fleet_facts_were_dropped() -> None:
     w.delete("Node", "n3")
     assert renewed() == "nodes-dropped"
     assert renewed() is None
+
+
+def test_a_tas_assignment_is_counted_with_the_stores_limit_ranges_and_runtime_classes() -> None:
+    w = World()
+    w.put("Node", node("n0"))
+    wl = workload("w0", [{"name": "main", "count": 2, "template": {"spec": {
+        "runtimeClassName": "kata", "containers": [{"name": "c", "resources": {}}]}}}])
+    wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"] = (
+        topology_assignment({"n0": 2}))
+    w.put("Workload", wl)
+    w.put("LimitRange", {"metadata": {"name": "d", "namespace": "default"}, "spec": {
+        "limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]}})
+    w.put("RuntimeClass", {"metadata": {"name": "kata"}, "handler": "kata",
+                           "overhead": {"podFixed": {"cpu": "250m"}}})
+    live = check(w, frozenset())  # equal to a full build of the same objects
+    assert live.nodes["n0"].free_cpu_milli == 64_000 - 2 * (2_000 + 250)

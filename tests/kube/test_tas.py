@@ -14,6 +14,7 @@ from kube_factories import node, pod_set, tas_pod, tas_workload, topology_assign
 from nexus_admit.kube.cluster import build_snapshot
 from nexus_admit.kube.cluster.tas import assignment_nodes, tas_pod_sets_of
 from nexus_admit.kube.errors import Skipped, TranslationError
+from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.model import ClusterSnapshot
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
@@ -90,6 +91,32 @@ def test_a_node_not_in_the_snapshot_is_passed_over() -> None:
 def test_a_mixed_workload_holds_only_its_tas_pod_set() -> None:
     wl = tas_workload("w", {"n0": 1}, others=[pod_set("workers", 2, gpus=4)])
     assert free_gpus(snap([wl])) == {"n0": 6, "n1": 8, "n2": 8}
+
+
+KATA = {"kind": "RuntimeClass", "metadata": {"name": "kata"}, "handler": "kata",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "160Mi"}}}
+CPU_DEFAULT = {"kind": "LimitRange", "metadata": {"name": "d", "namespace": "default"},
+               "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"}}]}}
+
+
+def test_an_assignment_holds_its_pods_as_the_apiserver_admits_them() -> None:
+    # the template asks no CPU: its namespace's LimitRange gives the container its default
+    # request and the RuntimeClass adds the pod's overhead, which the template lacks
+    wl = tas_workload("w", {"n0": 2})
+    spec = wl["spec"]["podSets"][0]["template"]["spec"]
+    spec["runtimeClassName"] = "kata"
+    del spec["containers"][0]["resources"]["requests"]["cpu"]
+    admitted = KueueIndex.of(runtime_classes=[KATA], limit_ranges=[CPU_DEFAULT])
+    raw = snap([wl]).nodes["n0"]
+    s = build_snapshot(NODES, (), (), workloads=[wl], admitted=admitted, now=NOW)
+    assert raw.free_cpu_milli == 64_000
+    assert s.nodes["n0"].free_cpu_milli == 64_000 - 2 * (2_000 + 250)
+    assert s.nodes["n0"].free_memory_mib == raw.free_memory_mib - 2 * 160
+    # a LimitRange of another namespace gives this one nothing
+    elsewhere = {**CPU_DEFAULT, "metadata": {"name": "d", "namespace": "other"}}
+    s = build_snapshot(NODES, (), (), workloads=[wl],
+                       admitted=KueueIndex.of(limit_ranges=[elsewhere]), now=NOW)
+    assert s.nodes["n0"].free_cpu_milli == 64_000
 
 
 @pytest.mark.parametrize("broken", [

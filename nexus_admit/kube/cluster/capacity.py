@@ -23,7 +23,11 @@ from nexus_admit.kube.errors import (
 )
 from nexus_admit.kube.quantity import parse_cpu_milli, parse_memory_mib, parse_milli
 from nexus_admit.kube.requests import PodRequests, gpu_fraction_milli, pod_requests
-from nexus_admit.kube.reservations import reservation_workload_key, slot_key
+from nexus_admit.kube.reservations import (
+    reservation_pod_label,
+    reservation_workload_key,
+    slot_key,
+)
 from nexus_admit.kube.versioned import VersionedCache, object_version
 from nexus_admit.model import GPU_WHOLE, Node
 
@@ -31,11 +35,14 @@ __all__ = [
     "Claim",
     "SlotKey",
     "apply_claim",
+    "claim_fits",
     "gpu_fraction_milli",
     "gpu_share",
+    "gpus_served_by_dra",
     "pod_claim",
     "pod_is_active",
     "reservation_claims",
+    "reservation_slot_claims",
     "slot_ref",
     "slots_by_key",
 ]
@@ -135,6 +142,8 @@ def pod_claim(
         fraction, replicas = None, 1  # every unit a whole device: never freer than the truth
         skip(skipped, pod, e, "counted-whole", f"counted as {req.gpus} whole GPU(s)")
     whole, share = gpu_share(req.gpus, fraction, replicas)
+    if whole and gpus_served_by_dra(pod):
+        whole = 0  # counted once: as the devices its extended-resource claim holds
     devices: tuple[int, ...] | None = None
     try:
         zone = _int_or_none(
@@ -160,6 +169,24 @@ def pod_claim(
     return Claim(node.name, req.cpu_milli, req.memory_mib, whole, share, devices, zone, every_zone)
 
 
+def gpus_served_by_dra(pod: Obj) -> bool:
+    """Did kube-scheduler serve the pod's `nvidia.com/gpu` through DRA (extended-resource
+    mapping, GA in 1.37: a DeviceClass with `extendedResourceName`, on a node whose GPUs
+    only a DRA driver publishes)? Then a ResourceClaim it made for the pod, named in
+    `status.extendedResourceClaimStatus`, holds the devices, and the snapshot counts them
+    from that claim's allocation. Anything unreadable answers no: counted from the request
+    as well, never freer than the truth."""
+    status = pod.get("status")
+    claim = status.get("extendedResourceClaimStatus") if isinstance(status, Mapping) else None
+    if not isinstance(claim, Mapping) or not claim.get("resourceClaimName"):
+        return False
+    mappings = claim.get("requestMappings")
+    if not isinstance(mappings, list):
+        return False
+    return any(isinstance(m, Mapping) and m.get("resourceName") == L.GPU_RESOURCE
+               for m in mappings)
+
+
 def reservation_claims(
     rr: Obj,
     nodes: Mapping[str, Node],
@@ -168,12 +195,27 @@ def reservation_claims(
 ) -> list[Claim]:
     """What a live reservation holds: one claim per slot on a node of the snapshot whose pod
     is not bound yet (a bound pod's slot is in `claimed`, counted as the pod)."""
+    return [c for _, c in reservation_slot_claims(rr, nodes, claimed, template_requests)]
+
+
+def reservation_slot_claims(
+    rr: Obj,
+    nodes: Mapping[str, Node],
+    claimed: set[SlotKey],
+    template_requests: Mapping[tuple[str, str], tuple[int, int, int]],
+    *,
+    on_node: str | None = None,
+) -> list[tuple[str, Claim]]:
+    """`reservation_claims`, each with its slot's key ("<podSet>/<index>"). `on_node`: only
+    the slots on that node (the others are left out without a word: not missing, just not
+    asked for)."""
     m = meta(rr)
     ns = str(m.get("namespace") or "default")
-    rr_name = str(m.get("name") or "")
+    # a Workload slice's pods carry the label of the slice before it (kube/slices.py)
+    names = {str(m.get("name") or ""), reservation_pod_label(rr)}
     wl_key = reservation_workload_key(rr)
     spec = mapping(rr, rr.get("spec"), "spec")
-    out: list[Claim] = []
+    out: list[tuple[str, Claim]] = []
     for i, ps in enumerate(sequence(rr, spec.get("podSets"), "spec.podSets")):
         fld = f"spec.podSets[{i}]"
         ps = mapping(rr, ps, fld)
@@ -184,11 +226,13 @@ def reservation_claims(
             sfld = f"{fld}.slots[{j}]"
             slot = mapping(rr, slot, sfld)
             index = slot.get("index", j)
-            if (ns, rr_name, f"{ps_name}/{index}") in claimed:
+            if any((ns, name, f"{ps_name}/{index}") in claimed for name in names):
                 continue  # its pod is bound and already counted
+            if on_node is not None and slot.get("node") != on_node:
+                continue
             claim = _slot_claim(rr, slot, sfld, nodes, (cpu, mem, share))
             if claim is not None:
-                out.append(claim)
+                out.append((slot_key(ps_name, index), claim))
     return out
 
 
@@ -271,6 +315,18 @@ def _slot_claim(
     return Claim(str(node), cpu, mem, count, 0, devices, zone)
 
 
+def claim_fits(node: Node, claim: Claim) -> bool:
+    """Is there room on `node` for `claim` now, as kube-scheduler counts it: CPU, memory, a
+    pod, and its GPUs (whole free devices, or one device with the share free), whichever
+    devices those are."""
+    if (node.free_cpu_milli < claim.cpu_milli or node.free_memory_mib < claim.memory_mib
+            or node.free_pods < 1):
+        return False
+    if claim.share_milli:
+        return any(free >= claim.share_milli for free in node.gpu_free)
+    return sum(1 for free in node.gpu_free if free == GPU_WHOLE) >= claim.whole_gpus
+
+
 def apply_claim(node: Node, claim: Claim, zone_used: dict[tuple[str, int], int]) -> None:
     node.free_cpu_milli = max(0, node.free_cpu_milli - claim.cpu_milli)
     node.free_memory_mib = max(0, node.free_memory_mib - claim.memory_mib)
@@ -322,10 +378,12 @@ def apply_claim(node: Node, claim: Claim, zone_used: dict[tuple[str, int], int])
 
 
 def slots_by_key(rr: Obj) -> dict[SlotKey, Mapping[str, Any]]:
-    """(namespace, reservation, "<podSet>/<index>") → the slot as written."""
+    """(namespace, reservation, "<podSet>/<index>") → the slot as written, under the label
+    its pods carry as well when that is not its name (a Workload slice's)."""
     out: dict[SlotKey, Mapping[str, Any]] = {}
     m = meta(rr)
     ns = str(m.get("namespace") or "default")
+    names = {str(m.get("name")), reservation_pod_label(rr)}
     spec = mapping(rr, rr.get("spec"), "spec")
     for i, ps in enumerate(sequence(rr, spec.get("podSets"), "spec.podSets")):
         if not isinstance(ps, Mapping):
@@ -333,10 +391,7 @@ def slots_by_key(rr: Obj) -> dict[SlotKey, Mapping[str, Any]]:
         slots = sequence(rr, ps.get("slots"), f"spec.podSets[{i}].slots")
         for j, slot in enumerate(slots):
             if isinstance(slot, Mapping):
-                key = (
-                    ns,
-                    str(m.get("name")),
-                    slot_key(str(ps.get("name") or "main"), slot.get("index", j)),
-                )
-                out[key] = slot
+                for name in names:
+                    out[(ns, name, slot_key(str(ps.get("name") or "main"),
+                                            slot.get("index", j)))] = slot
     return out

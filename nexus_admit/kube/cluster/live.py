@@ -61,13 +61,14 @@ from nexus_admit.kube.cluster.nodes import topologies_from_objects
 from nexus_admit.kube.cluster.snapshot import build_snapshot
 from nexus_admit.kube.cluster.tas import assignment_nodes, has_topology_assignment
 from nexus_admit.kube.errors import Obj, Skipped, TranslationError, meta, object_key
-from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.kube.podspec import AdmissionDefaults, workload_template_requests
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.model import ClusterSnapshot, Node
 from nexus_admit.placement.tracking import TrackedSnapshot
 
-__all__ = ["LivePlan", "LiveSnapshot", "WithoutReservations"]
+__all__ = ["LivePlan", "LiveSnapshot", "WithoutReservations", "admission_defaults"]
 
 # the working snapshot's change log grows with every pass; past this it starts afresh
 _LOG_LIMIT = 200_000
@@ -89,6 +90,8 @@ class _Inputs:
     # assignment names a target node (or changed)
     workloads: list[Obj]
     excluded: frozenset[str] = frozenset()
+    # RuntimeClasses and LimitRanges: a TAS pod set's template counted as its pods admit
+    admitted: AdmissionDefaults | None = None
 
 
 @dataclass(slots=True)
@@ -193,6 +196,9 @@ class LiveSnapshot:
         overlay = (_closure(source, overlay_targets, [], [], excluded,
                             tas_workloads=self._tas_of(overlay_targets))
                    if overlay_targets else None)
+        base.admitted = admission_defaults(source)
+        if overlay is not None:
+            overlay.admitted = base.admitted
         gone: list[_Role] = [("pod", k) for k in changes.pods if source.get("Pod", k) is None]
         gone += [("rr", k) for k in changes.reservations
                  if source.get(L.KIND_RESOURCE_RESERVATION, k) is None]
@@ -479,7 +485,7 @@ def _translate(inputs: _Inputs, now: datetime, skipped: list[Skipped]) -> dict[s
     for wl in inputs.workloads:
         # a malformed Workload is reported when it is translated, not here
         with contextlib.suppress(TranslationError):
-            template_requests.update(workload_template_requests(wl))
+            template_requests.update(workload_template_requests(wl, inputs.admitted))
     snapshot: ClusterSnapshot = build_snapshot(
         inputs.nodes,
         inputs.pods,
@@ -490,10 +496,18 @@ def _translate(inputs: _Inputs, now: datetime, skipped: list[Skipped]) -> dict[s
         workloads=inputs.workloads,
         exclude_workloads=inputs.excluded,
         template_requests=template_requests,
+        admitted=inputs.admitted,
         now=now,
         skipped=skipped,
     )
     return snapshot.nodes
+
+
+def admission_defaults(source: FleetSource) -> KueueIndex:
+    """The RuntimeClasses and LimitRanges the store holds (a change of one marks no node:
+    the nodes a TAS Workload names are read again when they change)."""
+    return KueueIndex.of(runtime_classes=source.by_key("RuntimeClass").values(),
+                         limit_ranges=source.by_key("LimitRange").values())
 
 
 def _roles(inputs: _Inputs) -> dict[tuple[str, str, str, str], _Role]:

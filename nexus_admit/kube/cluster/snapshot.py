@@ -32,9 +32,10 @@ from nexus_admit.kube.cluster.nodes import (
 from nexus_admit.kube.cluster.skipping import culprit, skip
 from nexus_admit.kube.cluster.tas import has_topology_assignment, holds_quota, tas_pod_sets_of
 from nexus_admit.kube.errors import Obj, Skipped, TranslationError, mapping, meta, object_ref
-from nexus_admit.kube.podspec import workload_template_requests
+from nexus_admit.kube.podspec import AdmissionDefaults, workload_template_requests
 from nexus_admit.kube.reservations import (
     reservation_is_live,
+    reservation_pod_label,
     reservation_slots,
     reservation_workload_key,
 )
@@ -56,6 +57,7 @@ def build_snapshot(
     workloads: Iterable[Obj] = (),
     exclude_workloads: Iterable[str] = (),
     template_requests: Mapping[tuple[str, str], tuple[int, int, int]] | None = None,
+    admitted: AdmissionDefaults | None = None,
     now: datetime | None = None,
     skipped: list[Skipped] | None = None,
 ) -> ClusterSnapshot:
@@ -67,7 +69,9 @@ def build_snapshot(
     `resource_claims`: the GPU devices their allocations hold are taken (kube/cluster/
     allocations.py).
     `workloads`: what Kueue TAS assignments hold is taken (kube/cluster/tas.py); the
-    excluded workloads' too (TAS holds it for them, nexus does not).
+    excluded workloads' too (TAS holds it for them, nexus does not); with `admitted`, each
+    pod's template requests as the apiserver admits it (RuntimeClass overhead, LimitRange
+    defaults).
     `skipped`: malformed objects are left out and listed there (never freer than the truth,
     see the package's doc) instead of raising `TranslationError`.
     """
@@ -85,7 +89,7 @@ def build_snapshot(
     )
     for rr in reservations:
         _count_reservation(rr, fleet, ledger, counting, skipped)
-    _count_tas(workloads, pods, fleet, ledger, skipped)
+    _count_tas(workloads, pods, fleet, ledger, skipped, admitted)
     _apply_claims(fleet, ledger)
     return ClusterSnapshot(fleet.nodes, topologies_from_objects(topologies, skipped))
 
@@ -312,8 +316,10 @@ def _count_reservation(
     if reservation_workload_key(rr) in counting.excluded:
         return
     try:
-        rr_ref = (str(meta(rr).get("namespace") or "default"), str(meta(rr).get("name")))
-        live = reservation_is_live(rr, counting.now, bound=rr_ref in counting.bound)
+        ns = str(meta(rr).get("namespace") or "default")
+        bound = any((ns, name) in counting.bound
+                    for name in (str(meta(rr).get("name")), reservation_pod_label(rr)))
+        live = reservation_is_live(rr, counting.now, bound=bound)
     except Exception as e:
         if skipped is None:
             raise
@@ -379,6 +385,7 @@ def _count_tas(
     fleet: _Fleet,
     ledger: _Ledger,
     skipped: list[Skipped] | None,
+    admitted: AdmissionDefaults | None = None,
 ) -> None:
     """Each pod a TAS assignment puts on a node of the snapshot and that is not bound there
     yet takes its pod set's per-pod requests (tas.py)."""
@@ -394,7 +401,7 @@ def _count_tas(
         ns, name = str(m.get("namespace") or "default"), str(m.get("name") or "")
         try:
             pod_sets = tas_pod_sets_of(wl)
-            requests = workload_template_requests(wl)
+            requests = workload_template_requests(wl, admitted)
         except Exception as e:
             if skipped is None:
                 raise
