@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.lifecycle import Stranded
+from nexus_admit.controller.lifecycle_plan import Stranded
 from nexus_admit.controller.reservation_pods import failed_node, slot_holders
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L

@@ -2,21 +2,20 @@
 
 Who calls it: `loop/place.py` (a new slice's reservation carries the old one's slots over:
 `carry_over`) and `lifecycle.py` (the old slice's reservation is kept until the new one's
-exists: `handed_over`; surplus slots of a scale-down or of finished pods are given back:
-`give_back_surplus`). What the objects say is read in `kube/slices.py`; why, in
-docs/controller.md ("Elastic Jobs").
+exists: `handed_over`; surplus slots of a scale-down or of finished pods, which
+`lifecycle_plan.plan_reservation` finds, are given back: `trim_reservation`). What the
+objects say is read in `kube/slices.py`; why, in docs/controller.md ("Elastic Jobs").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nexus_admit.controller.context import Context
-from nexus_admit.controller.ungater_state import UngaterState
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta, object_key
 from nexus_admit.kube.reservations import (
@@ -29,18 +28,13 @@ from nexus_admit.kube.slices import (
     carried_slots,
     replaced_slice,
     slice_waits,
-    surplus_trimmed,
     template_reservation_label,
-    wanted_slots,
 )
 from nexus_admit.model import Gang
 
-__all__ = ["Carry", "carry_over", "give_back_surplus", "handed_over"]
+__all__ = ["Carry", "carry_over", "handed_over", "trim_reservation"]
 
 log = logging.getLogger(__name__)
-
-_TERMINATED = ("Succeeded", "Failed")
-
 
 @dataclass(frozen=True, slots=True)
 class Carry:
@@ -104,25 +98,12 @@ def handed_over(
     return False
 
 
-async def give_back_surplus(
-    ctx: Context, rr: Mapping[str, Any], workload: Mapping[str, Any] | None,
-    pods: Sequence[Mapping[str, Any]],
+async def trim_reservation(
+    ctx: Context, rr: Mapping[str, Any], pod_sets: list[dict[str, Any]]
 ) -> bool:
-    """Drop the slots the Workload no longer asks for (a scale-down, finished pods Kueue
-    counts as reclaimable) that no live pod holds or was just handed; True when the
-    reservation was written (read again next pass)."""
-    if workload is None or meta(rr).get("deletionTimestamp"):
-        return False
-    live = [p for p in pods if child(p, "status").get("phase") not in _TERMINATED]
-    held = {str(child(meta(p), "annotations").get(L.ANN_SLOT)) for p in live}
-    # and the slot the ungater just handed a pod whose pin the watch has not shown yet (a
-    # Job's replacement, as another of its pods finishes): dropped, the pin would name
-    # a slot the reservation no longer has
-    claims = ctx.component(UngaterState).claims
-    held |= {claims[uid] for p in live if claims.get(uid := str(meta(p).get("uid")))}
-    pod_sets = surplus_trimmed(rr, wanted_slots(workload), held)
-    if pod_sets is None:
-        return False
+    """Write the reservation's `spec.podSets` without its surplus slots (a scale-down,
+    finished pods Kueue counts as reclaimable: `lifecycle_plan.plan_reservation` found
+    them); False when the write failed (the next pass reads it again)."""
     m = meta(rr)
     ns, name = str(m.get("namespace")), str(m.get("name"))
     try:

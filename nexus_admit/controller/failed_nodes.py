@@ -23,7 +23,8 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
-from nexus_admit.controller.lifecycle import Stranded, release, retry_gang
+from nexus_admit.controller.lifecycle import release, retry_gang
+from nexus_admit.controller.lifecycle_plan import Stranded
 from nexus_admit.controller.workload_check import current_entry
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key

@@ -1,6 +1,6 @@
 """The ungater's own state (`ungating/ungater.py`), in a layer below the pass steps: the
-lifecycle must respect its claims too (`elastic.give_back_surplus` keeps a slot just handed
-to a pod whose pin the watch has not shown yet)."""
+lifecycle must respect its claims too (`lifecycle_plan.held_slots` keeps a slot just
+handed to a pod whose pin the watch has not shown yet)."""
 
 from __future__ import annotations
 

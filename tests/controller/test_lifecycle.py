@@ -7,12 +7,7 @@ from typing import Any
 
 import pytest
 
-from nexus_admit.controller.lifecycle import (
-    LifecycleState,
-    missing_reservation,
-    release_reason,
-    status_due,
-)
+from nexus_admit.controller.lifecycle import LifecycleState, missing_reservation
 from nexus_admit.controller.reservation_pods import (
     lost_node,
     reservation_status,
@@ -60,23 +55,6 @@ def retried() -> dict[str, Any]:
     w = wl()
     w["status"]["admissionChecks"][0]["state"] = "Retry"
     return w
-
-
-@pytest.mark.parametrize(
-    ("workload", "reason"),
-    [
-        pytest.param(wl(), None, id="live"),
-        pytest.param(None, "deleted", id="deleted"),
-        pytest.param(wl(Finished="True"), "finished", id="finished"),
-        pytest.param(wl(Evicted="True"), "evicted", id="evicted"),
-        pytest.param({**wl(), "spec": {"active": False}}, "deactivated", id="deactivated"),
-        pytest.param(requeued(), "newer quota reservation", id="new-attempt"),
-        pytest.param(retried(), "Retry", id="check-retry"),
-    ],
-)
-def test_release_reason(workload, reason) -> None:
-    got = release_reason(RR, workload, ["nexus"])
-    assert (got is None) if reason is None else (reason in got)
 
 
 def pod(name: str, slot: str, node: str | None, phase: str = "Running") -> dict[str, Any]:
@@ -347,47 +325,6 @@ def test_unpinned_pod(the_pod, says) -> None:
     assert (got is None) if says is None else (got is not None and says in got), got
 
 
-@pytest.mark.parametrize(
-    ("have", "want", "last", "due"),
-    [
-        pytest.param({"phase": "Reserved"}, {"phase": "Bound", "slots": []}, 99.0, True,
-                     id="phase-change-at-once"),
-        pytest.param({"phase": "Reserved", "slots": []}, {"phase": "Reserved", "slots": []},
-                     None, False, id="nothing-changed"),
-        pytest.param({"phase": "Reserved", "slots": []},
-                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, None, True,
-                     id="first-claims"),
-        pytest.param({"phase": "Reserved", "slots": []},
-                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 95.0, False,
-                     id="claims-within-the-period"),
-        pytest.param({"phase": "Reserved", "slots": []},
-                     {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 89.0, True,
-                     id="claims-after-the-period"),
-        pytest.param({}, {"phase": "Bound", "slots": [{"slot": "main/0"}]}, 99.0, True,
-                     id="never-written-bound-at-once"),
-        pytest.param({}, {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 95.0, False,
-                     id="never-written-reserved-waits"),
-        pytest.param({}, {"phase": "Reserved", "slots": []}, 89.0, False,
-                     id="never-written-unclaimed-not-written"),
-        pytest.param({}, {"phase": "Reserved", "slots": [{"slot": "main/0"}]}, 89.0, True,
-                     id="never-written-claims-after-the-period"),
-        pytest.param({"phase": "Bound", "slots": [{"slot": "main/0"}, {"slot": "main/1"}]},
-                     {"phase": "Bound", "slots": [{"slot": "main/1"}]}, 10.0, False,
-                     id="bound-pods-leaving-not-written"),
-        pytest.param({"phase": "Bound", "slots": [{"slot": "main/0"}]},
-                     {"phase": "Bound", "slots": [{"slot": "main/0", "pod": "again"}]}, 10.0,
-                     True, id="bound-slot-taken-again"),
-        pytest.param({"phase": "Reserved", "slots": [{"slot": "main/0"}, {"slot": "main/1"}]},
-                     {"phase": "Reserved", "slots": [{"slot": "main/1"}]}, 10.0, True,
-                     id="reserved-pods-leaving-written"),
-    ],
-)
-def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
-    have: dict[str, Any], want: dict[str, Any], last: float | None, due: bool
-) -> None:
-    assert status_due(have, want, last, now=100.0) is due
-
-
 # ---- the step on a controller: a quiet reservation is not read again ----
 
 
@@ -412,16 +349,16 @@ def _lifecycle(ctx: Any) -> list[Any]:
 
 
 def _counting_retry_reason(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    import nexus_admit.controller.lifecycle as lifecycle
+    import nexus_admit.controller.lifecycle_plan as plan
 
     read: list[str] = []
-    real = lifecycle.retry_reason
+    real = plan.retry_reason
 
     def counting(rr, pods, nodes, now, lapses=None):  # type: ignore[no-untyped-def]
         read.append(rr["metadata"]["name"])
         return real(rr, pods, nodes, now, lapses)
 
-    monkeypatch.setattr(lifecycle, "retry_reason", counting)
+    monkeypatch.setattr(plan, "retry_reason", counting)
     return read
 
 
@@ -531,32 +468,6 @@ def test_a_sibling_check_answered_after_the_ttl_keeps_the_reservation(
     assert api.of_kind(L.KIND_RESOURCE_RESERVATION) == [], "no pod came within the TTL"
 
 
-@pytest.mark.parametrize(
-    ("spec", "conditions", "lapses"),
-    [
-        pytest.param({}, [], None, id="not-admitted"),
-        pytest.param({}, [{"type": "Admitted", "status": "False"}], None, id="admitted-false"),
-        pytest.param({}, [{"type": "Admitted", "status": "True",
-                           "lastTransitionTime": "2026-11-25T10:05:00Z"}],
-                     datetime(2026, 11, 25, 10, 15, tzinfo=UTC), id="ttl-from-admission"),
-        pytest.param({}, [{"type": "Admitted", "status": "True", "lastTransitionTime": "x"}],
-                     datetime(2026, 11, 25, 10, 10, tzinfo=UTC), id="unreadable-time"),
-        pytest.param({"ttlSeconds": 60}, [{"type": "Admitted", "status": "True",
-                                           "lastTransitionTime": "2026-11-25T10:05:00Z"}],
-                     datetime(2026, 11, 25, 10, 6, tzinfo=UTC), id="its-own-ttl"),
-        pytest.param({"expiresAt": "2026-11-25T10:01:00Z"}, [],
-                     datetime(2026, 11, 25, 10, 1, tzinfo=UTC), id="an-earlier-versions"),
-        pytest.param({"expiresAt": "soon"}, [], None, id="unreadable-expiry-is-live"),
-    ],
-)
-def test_lapses_at(spec: dict[str, Any], conditions: list[Any], lapses: Any) -> None:
-    from nexus_admit.controller.lifecycle import lapses_at
-
-    rr = {"metadata": {"name": "r", "creationTimestamp": "2026-11-25T10:00:00Z"}, "spec": spec}
-    workload = {"status": {"conditions": conditions}}
-    assert lapses_at(rr, workload, 600) == lapses
-
-
 def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_grace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -590,7 +501,7 @@ def test_a_pinned_pod_unschedulable_in_a_quiet_reservation_retries_after_the_gra
 
 
 def test_a_new_reservation_is_first_written_a_period_after_its_first_claim() -> None:
-    import nexus_admit.controller.lifecycle as lifecycle
+    import nexus_admit.controller.lifecycle_plan as lifecycle_plan
     from tests.controller.test_placing import cluster, pending, watch
     from tests.kube.kube_factories import pod as make_pod
 
@@ -604,7 +515,7 @@ def test_a_new_reservation_is_first_written_a_period_after_its_first_claim() -> 
         return dict(api.get(L.KIND_RESOURCE_RESERVATION, name, ns).get("status") or {})
 
     _lifecycle(ctx)
-    tick[0] += 3 * lifecycle.STATUS_SLOTS_EVERY_SECONDS  # its Job waits for Kueue
+    tick[0] += 3 * lifecycle_plan.STATUS_SLOTS_EVERY_SECONDS  # its Job waits for Kueue
     _lifecycle(ctx)
     assert status() == {}, "no pod has claimed a slot: nothing to write"
     slot = rr["spec"]["podSets"][0]["slots"][0]
