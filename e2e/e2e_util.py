@@ -80,6 +80,40 @@ def wait_for(
     raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
 
 
+def wait_fleet_clear(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi, ns: str, timeout: float = 120
+) -> None:
+    """Wait (best effort) until no pod of another test namespace is bound on the fleet and
+    no reservation of one holds capacity. Earlier tests' namespaces are deleted in the
+    background; a test that asserts where a gang lands (one rack) must be placed on the
+    whole fleet, not on what their teardown has not freed yet. A namespace that does not
+    go within `timeout` is not waited for again (some teardowns hang on a finalizer)."""
+    left: dict[str, str] = {}
+
+    def clear() -> bool:
+        left.clear()
+        for p in core.list_pod_for_all_namespaces().items:
+            other = p.metadata.namespace
+            if (other != ns and other.startswith("e2e-") and other not in _NOT_CLEARED
+                    and p.spec.node_name and p.status.phase not in ("Succeeded", "Failed")):
+                left.setdefault(other, f"pod {p.metadata.name}")
+        for r in custom.list_cluster_custom_object(
+                L.API_GROUP, L.API_VERSION, "resourcereservations")["items"]:
+            other = r["metadata"]["namespace"]
+            if other != ns and other not in _NOT_CLEARED:
+                left.setdefault(other, f"reservation {r['metadata']['name']}")
+        return not left
+
+    try:
+        wait_for("earlier tests' pods and reservations off the fleet", clear, timeout=timeout)
+    except WaitTimeout:
+        _NOT_CLEARED.update(left)
+        print(f"[wait_fleet_clear] still on the fleet, going on: {sorted(left.items())[:10]}")
+
+
+_NOT_CLEARED: set[str] = set()
+
+
 def condition(obj: dict[str, Any], ctype: str) -> str | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == ctype:

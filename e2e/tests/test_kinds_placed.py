@@ -32,6 +32,7 @@ from e2e_util import (
     mpijob,
     mpijob_deleted_after,
     require_controller,
+    wait_fleet_clear,
     wait_for,
 )
 from kubernetes import client
@@ -158,6 +159,7 @@ def test_jobset_driver_off_gpu_nodes_workers_in_one_rack_by_rank(
 ):
     require_controller("JOBSET_VERSION", "jobset", "jobsets.jobset.x-k8s.io", custom_objects)
     ns, name = nexus_namespace, f"js-{uuid.uuid4().hex[:5]}"
+    wait_fleet_clear(core_v1, custom_objects, ns)  # it asserts one rack
 
     def replicated(rname: str, replicas: int, pods: int, gpus: int) -> dict[str, Any]:
         job = {
@@ -227,6 +229,7 @@ def test_trainjob_4_nodes_in_one_rack_by_rank(
     nexus_namespace, core_v1, custom_objects, torch_runtime
 ):
     ns, name = nexus_namespace, f"tj-{uuid.uuid4().hex[:5]}"
+    wait_fleet_clear(core_v1, custom_objects, ns)  # it asserts one rack
     submitted = time.time()
     tj = _create(
         custom_objects,
@@ -337,6 +340,7 @@ def test_mpijob_launcher_off_gpu_nodes_workers_in_one_rack_by_rank(
     require_controller("MPI_OPERATOR_VERSION", "mpi-operator", "mpijobs.kubeflow.org",
                        custom_objects)
     ns, name = nexus_namespace, f"mpi-{uuid.uuid4().hex[:5]}"
+    wait_fleet_clear(core_v1, custom_objects, ns)  # it asserts one rack
 
     submitted = time.time()
     with mpijob_deleted_after(custom_objects, core_v1, ns, name):
@@ -372,6 +376,7 @@ def test_leaderworkerset_groups_each_in_one_rack_leader_rank_0(
         "LWS_VERSION", "lws", "leaderworkersets.leaderworkerset.x-k8s.io", custom_objects
     )
     ns, name = nexus_namespace, f"lws-{uuid.uuid4().hex[:5]}"
+    wait_fleet_clear(core_v1, custom_objects, ns)  # it asserts one rack
     template = {"spec": _pod_spec(8, restart="Always")}
     submitted = time.time()
     lws = _create(
