@@ -16,7 +16,7 @@ comes back, else the lifecycle's unschedulable grace sends its gang back.
 
 Cheap: only the nodes whose pods, reservations, node objects, devices or TAS assignments
 changed since the last step are counted again (a `Changes` feed of the store, as the live
-snapshot keeps), and the nodes found over-committed until they are not.
+snapshot keeps: its `touched` nodes), and the nodes found over-committed until they are not.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from nexus_admit.kube.cluster.changes import (
     Changes,
     claim_pools,
     needs_templates,
-    pod_reservation,
     slice_pool,
     slot_nodes,
 )
@@ -124,12 +123,10 @@ async def find_displaced(ctx: Context, skip: Iterable[str] = ()) -> list[Strande
     if changes.everything:
         nodes = {n for rr in store.items(L.KIND_RESOURCE_RESERVATION) for n in slot_nodes(rr)}
     else:
-        nodes = set(changes.nodes) | set(state.found)
-        for pod in changes.pods.values():  # a pin moves which slots come first
-            ref = pod_reservation(pod)
-            rr = store.get(L.KIND_RESOURCE_RESERVATION, f"{ref[0]}/{ref[1]}") if ref else None
-            if rr is not None:
-                nodes |= slot_nodes(rr)
+        # a running pod's bind marks its reservation's other nodes for the live snapshot
+        # (`changes.py`); nothing on them changed, so they are not counted again. A pin
+        # moves which slots come first only where slots no longer fit: the nodes found
+        nodes = set(changes.touched) | set(state.found)
     for i, name in enumerate(nodes):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)

@@ -40,6 +40,7 @@ from nexus_admit.controller.lifecycle_plan import (
     Stranded,
     attempt_over,
     plan_reservation,
+    quiet_step,
 )
 from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.store import PerObject
@@ -158,11 +159,16 @@ async def sync_lifecycle(ctx: Context) -> list[Stranded]:
         m, key = meta(rr), object_key(rr)
         workload = ctx.store.get("Workload", reservation_workload_key(rr))
         pods = ctx.store.pods_of_reservation(str(m.get("namespace")), str(m.get("name")))
-        steps.append(plan_reservation(
-            rr, workload, pods, nodes, checks, now, tick,
-            ttl_seconds=_ttl_seconds(ctx, workload, checks),
-            handed_over=handed_over(ctx, rr, workload), claims=claims,
-            quiet=state.quiet.get(key), status_since=state.status_written.get(key)))
+        since = state.status_written.get(key)
+        step = quiet_step(rr, workload, pods, nodes, checks, now, tick,
+                          quiet=state.quiet.get(key), status_since=since)
+        if step is None:  # planned afresh (quiet=None: it was just found not to hold)
+            step = plan_reservation(
+                rr, workload, pods, nodes, checks, now, tick,
+                ttl_seconds=_ttl_seconds(ctx, workload, checks),
+                handed_over=handed_over(ctx, rr, workload), claims=claims,
+                quiet=None, status_since=since)
+        steps.append(step)
     stranded = await _apply(ctx, steps, checks, now)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
     for step in steps:

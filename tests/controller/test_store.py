@@ -163,10 +163,12 @@ def test_the_feed_marks_the_nodes_a_change_moves() -> None:
     changes = feed.take()
     assert changes.nodes == {"n1", "n2"} and set(changes.pods) == {"ns/p"}
     s.upsert("Pod", bound_pod("p", 3, "n3", rr="r"))  # bound: its slot is counted as the pod
-    assert feed.take().nodes == {"n1", "n2", "n3"}
+    changes = feed.take()
+    assert changes.nodes == {"n1", "n2", "n3"}
+    assert changes.touched == {"n3"}, "the other slots' nodes: nothing on them changed"
     s.upsert("Node", {"kind": "Node", "metadata": {"name": "n4", "resourceVersion": "4"}})
     changes = feed.take()
-    assert changes.nodes == changes.node_objects == {"n4"}
+    assert changes.nodes == changes.node_objects == changes.touched == {"n4"}
     gpus = {"kind": "ResourceSlice", "metadata": {"name": "s", "resourceVersion": "5"},
             "spec": {"nodeName": "n5", "driver": "gpu.nvidia.com", "pool": {"name": "p"}}}
     s.upsert("ResourceSlice", gpus)

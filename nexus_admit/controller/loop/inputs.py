@@ -142,7 +142,7 @@ def settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
     waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
     answered = ctx.component(Answered)
     answered.attempts = {u: a for u, a in answered.attempts.items() if waiting.get(u) == a}
-    stored = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    stored = set(ctx.store.by_key(L.KIND_RESOURCE_RESERVATION))  # keyed "namespace/name"
     tick = ctx.clocks.monotonic()
     drains = ctx.component(DrainRechecks)
     drains.at = {k: t for k, t in drains.at.items() if k in stored}

@@ -78,6 +78,10 @@ class Changes:
     """What changed since the live snapshot last read it."""
 
     nodes: set[str] = field(default_factory=set)  # nodes whose free capacity may have moved
+    # those of `nodes` an object on or of the node changed: all but the nodes marked only
+    # because a running pod keeps its reservation's other slots (a count of a node alone,
+    # `overcommit.py`, need not look at them again)
+    touched: set[str] = field(default_factory=set)
     node_objects: set[str] = field(default_factory=set)  # a Node or NRT of these changed
     pods: dict[str, Obj] = field(default_factory=dict)  # key → newest (the last if gone)
     reservations: dict[str, Obj] = field(default_factory=dict)
@@ -89,13 +93,19 @@ class Changes:
 
     def take(self) -> Changes:
         """What was recorded, and start afresh."""
-        out = Changes(self.nodes, self.node_objects, self.pods, self.reservations,
-                      self.slices, self.claims, self.workloads, self.everything,
-                      self.reordered)
-        self.nodes, self.node_objects, self.pods, self.reservations = set(), set(), {}, {}
+        out = Changes(self.nodes, self.touched, self.node_objects, self.pods,
+                      self.reservations, self.slices, self.claims, self.workloads,
+                      self.everything, self.reordered)
+        self.nodes, self.touched, self.node_objects = set(), set(), set()
+        self.pods, self.reservations = {}, {}
         self.slices, self.claims, self.workloads = {}, {}, {}
         self.everything = self.reordered = False
         return out
+
+    def mark(self, *names: str) -> None:
+        """Nodes an object on or of them changed (`nodes` and `touched`)."""
+        self.nodes.update(names)
+        self.touched.update(names)
 
 
 def pod_node(pod: Obj) -> str | None:
@@ -186,20 +196,20 @@ def record_change(
                 continue
             node = slice_node(sl)
             if node:  # its node's GPUs, and whether the node is in the fleet at all
-                changes.nodes.add(node)
+                changes.mark(node)
                 changes.node_objects.add(node)
             pool = slice_pool(sl)
             if pool is not None:
-                changes.nodes |= source.nodes_of_pool(pool)
+                changes.mark(*source.nodes_of_pool(pool))
         changes.slices[key] = new or old or {}
     elif kind == "ResourceClaim":
         for claim in (old, new):
             for pool in claim_pools(claim) if claim is not None else ():
-                changes.nodes |= source.nodes_of_pool(pool)
+                changes.mark(*source.nodes_of_pool(pool))
         changes.claims[key] = new or old or {}
     elif kind in ("Node", "NodeResourceTopology"):
         name = str(meta(new or old or {}).get("name") or key)
-        changes.nodes.add(name)
+        changes.mark(name)
         changes.node_objects.add(name)
         changes.reordered |= kind == "Node" and new is None
     elif kind == "Pod":
@@ -207,27 +217,27 @@ def record_change(
             if pod is not None:
                 node = pod_node(pod)
                 if node:
-                    changes.nodes.add(node)
+                    changes.mark(node)
                 if _active(pod):  # a gated or finished pod holds no slot of its reservation
                     changes.nodes |= _reservation_nodes(source, pod)
         changes.pods[key] = new or old or {}
     elif kind == L.KIND_RESOURCE_RESERVATION:
         for rr in (old, new):
             if rr is not None:
-                changes.nodes |= slot_nodes(rr)
+                changes.mark(*slot_nodes(rr))
         m = meta(new or old or {})
         for pod in source.pods_of_reservation(str(m.get("namespace") or "default"),
                                               str(m.get("name"))):
             node = pod_node(pod)
             if node:
-                changes.nodes.add(node)
+                changes.mark(node)
         changes.reservations[key] = new or old or {}
     elif kind == "Workload":
         for rr in source.reservations_of_workload(object_key(new or old or {})):
             if needs_templates(rr):
-                changes.nodes |= slot_nodes(rr)
+                changes.mark(*slot_nodes(rr))
         tas = [wl for wl in (old, new) if wl is not None and has_topology_assignment(wl)]
         for wl in tas:
-            changes.nodes |= assignment_nodes(wl)
+            changes.mark(*assignment_nodes(wl))
         if tas:
             changes.workloads[key] = new or old or {}
