@@ -37,12 +37,14 @@ from nexus_admit.kube.cluster.changes import (
 )
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta
-from nexus_admit.kube.reservations import reservation_pod_label, reservation_workload_key
+from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
+from nexus_admit.kube.views import PodView, ReservationView, WorkloadView, view_of
 
 __all__ = ["FETCHED_KINDS", "WATCHED_KINDS", "PerObject", "Store", "resource_version"]
 
 T = TypeVar("T")
+Obj = TypeVar("Obj")  # a store object, or its view: kept by identity
 
 # every kind the controller watches; the names are the `kind` of the objects (as in a dump)
 WATCHED_KINDS = (
@@ -71,6 +73,9 @@ WATCHED_KINDS = (
     "StatefulSet",
 )
 
+# the kinds the store keeps a typed view of (`kube/views.py`)
+_VIEWED_KINDS = ("Workload", L.KIND_RESOURCE_RESERVATION, "Pod")
+
 # kinds kept as their identity and labels only: their specs are large and never read
 _TRIMMED_KINDS = frozenset({"StatefulSet"})
 
@@ -93,28 +98,17 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{ns}/{m.get('name')}" if ns else str(m.get("name"))
 
 
-def _reservation_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def _reservation_of(pod: PodView) -> tuple[str, str] | None:
     """(namespace, reservation name) the pod's reservation label names, if any."""
-    m = meta(pod)
-    labels = m.get("labels")
-    name = labels.get(L.LABEL_RESERVATION) if isinstance(labels, Mapping) else None
-    return (str(m.get("namespace")), str(name)) if name else None
+    return (pod.namespace, pod.reservation) if pod.reservation else None
 
 
-def _carried_label(rr: Mapping[str, Any]) -> tuple[str, str] | None:
+def _carried_label(rr: ReservationView | None) -> tuple[str, str] | None:
     """(namespace, label) a Workload slice's reservation took over, when not its own name."""
-    m = meta(rr)
-    label = reservation_pod_label(rr)
-    name = str(m.get("name") or "")
-    return (str(m.get("namespace")), label) if label and label != name else None
-
-
-def _gated(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec")
-    gates = spec.get("schedulingGates") if isinstance(spec, Mapping) else None
-    return isinstance(gates, list) and any(
-        isinstance(g, Mapping) and g.get("name") == L.GATE_PLACEMENT for g in gates
-    )
+    if rr is None:
+        return None
+    label = rr.pod_label
+    return (rr.namespace, label) if label and label != rr.name else None
 
 
 def _trimmed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,38 +160,51 @@ class Store:
     # each kind's objects as the list `dump()` hands out, until that kind changes: a pass
     # takes several dumps (checks, placing, capacity) and copied 20,000 pods for each
     _lists: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # the typed view of each Workload, reservation and pod (`kube/views.py`), built once
+    # when the object is accepted, and each kind's views as one list (as `_lists`)
+    _views: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {k: {} for k in _VIEWED_KINDS})
+    _view_lists: dict[str, list[Any]] = field(default_factory=dict)
 
     def _put(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         self._lists.pop(kind, None)
         bucket = self.objects.setdefault(kind, {})
         self._track(kind, key, bucket.get(key), obj)
-        if kind == "Pod":
-            self._unindex(key, bucket.get(key))
-            ref = _reservation_of(obj)
-            if ref is not None:
-                self._pods_by_reservation.setdefault(ref, {})[key] = obj
-            if _gated(obj):
-                self._gated_pods[key] = obj
-        elif kind == L.KIND_RESOURCE_RESERVATION:
-            self._uncarry(key, bucket.get(key))
-            carried = _carried_label(obj)
-            if carried is not None:
-                self._carriers.setdefault(carried, {})[key] = obj
+        view = view_of(kind, obj)  # never raises: a malformed object's view names why
+        if view is not None:
+            self._view_lists.pop(kind, None)
+            views = self._views[kind]
+            if isinstance(view, PodView):
+                self._unindex(key, views.get(key))
+                ref = _reservation_of(view)
+                if ref is not None:
+                    self._pods_by_reservation.setdefault(ref, {})[key] = obj
+                if view.gated:
+                    self._gated_pods[key] = obj
+            elif isinstance(view, ReservationView):
+                self._uncarry(key, views.get(key))
+                carried = _carried_label(view)
+                if carried is not None:
+                    self._carriers.setdefault(carried, {})[key] = obj
+            views[key] = view
         bucket[key] = obj
         self.generation += 1
 
     def _drop(self, kind: str, key: str) -> None:
         self._lists.pop(kind, None)
         self._track(kind, key, self.objects.setdefault(kind, {}).get(key), None)
-        old = self.objects.setdefault(kind, {}).pop(key, None)
-        if kind == "Pod":
-            self._unindex(key, old)
-        elif kind == L.KIND_RESOURCE_RESERVATION:
-            self._uncarry(key, old)
+        self.objects.setdefault(kind, {}).pop(key, None)
+        if kind in _VIEWED_KINDS:
+            self._view_lists.pop(kind, None)
+            old = self._views[kind].pop(key, None)
+            if kind == "Pod":
+                self._unindex(key, old)
+            elif kind == L.KIND_RESOURCE_RESERVATION:
+                self._uncarry(key, old)
         self.generation += 1
 
-    def _uncarry(self, key: str, rr: Mapping[str, Any] | None) -> None:
-        carried = _carried_label(rr) if rr is not None else None
+    def _uncarry(self, key: str, rr: ReservationView | None) -> None:
+        carried = _carried_label(rr)
         if carried is not None:
             carriers = self._carriers.get(carried)
             if carriers is not None:
@@ -205,7 +212,7 @@ class Store:
                 if not carriers:
                     del self._carriers[carried]
 
-    def _unindex(self, key: str, pod: Mapping[str, Any] | None) -> None:
+    def _unindex(self, key: str, pod: PodView | None) -> None:
         if pod is None:
             return
         ref = _reservation_of(pod)
@@ -309,11 +316,51 @@ class Store:
         """The pods whose reservation label names `namespace/name`, and for a Workload
         slice's reservation the pods carrying the label it took over (from the index)."""
         pods = self._pods_by_reservation.get((namespace, name), {})
-        rr = self.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{name}")
-        carried = _carried_label(rr) if rr is not None else None
+        carried = _carried_label(self.reservation(f"{namespace}/{name}"))
         if carried is None:
             return list(pods.values())
         return [*pods.values(), *self._pods_by_reservation.get(carried, {}).values()]
+
+    # ---- the typed views (`kube/views.py`), built once when an object is accepted
+
+    def workload(self, key: str) -> WorkloadView | None:
+        """The view of the Workload `key` ('namespace/name')."""
+        view: WorkloadView | None = self._views["Workload"].get(key)
+        return view
+
+    def reservation(self, key: str) -> ReservationView | None:
+        """The view of the ResourceReservation `key` ('namespace/name')."""
+        view: ReservationView | None = self._views[L.KIND_RESOURCE_RESERVATION].get(key)
+        return view
+
+    def pod(self, key: str) -> PodView | None:
+        """The view of the Pod `key` ('namespace/name')."""
+        view: PodView | None = self._views["Pod"].get(key)
+        return view
+
+    def workloads(self) -> list[WorkloadView]:
+        """Every Workload's view, the same list until a Workload changes (as `listed`)."""
+        return self._viewed("Workload")
+
+    def reservations(self) -> list[ReservationView]:
+        """Every ResourceReservation's view, the same list until one changes."""
+        return self._viewed(L.KIND_RESOURCE_RESERVATION)
+
+    def _viewed(self, kind: str) -> list[Any]:
+        listed = self._view_lists.get(kind)
+        if listed is None:
+            listed = self._view_lists[kind] = list(self._views[kind].values())
+        return listed
+
+    def pod_views_of_reservation(self, namespace: str, name: str) -> list[PodView]:
+        """`pods_of_reservation`'s pods, as their views."""
+        pods = self._pods_by_reservation.get((namespace, name), {})
+        carried = _carried_label(self.reservation(f"{namespace}/{name}"))
+        views = self._views["Pod"]
+        out = [views[k] for k in pods]
+        if carried is not None:
+            out += [views[k] for k in self._pods_by_reservation.get(carried, {})]
+        return out
 
     def reservation_for_label(self, namespace: str, label: str) -> dict[str, Any] | None:
         """The reservation that holds the pods carrying reservation label `label`: the
@@ -454,7 +501,7 @@ class PerObject(Generic[T]):
     compared by identity, other values by equality) is not what it was."""
 
     def __init__(self) -> None:
-        self._kept: dict[int, tuple[dict[str, Any], T]] = {}
+        self._kept: dict[int, tuple[object, T]] = {}
         self._context: tuple[object, ...] | None = None
 
     def __len__(self) -> int:
@@ -463,8 +510,8 @@ class PerObject(Generic[T]):
 
     def values(
         self,
-        objects: Sequence[dict[str, Any]],
-        derive: Callable[[dict[str, Any]], T],
+        objects: Sequence[Obj],
+        derive: Callable[[Obj], T],
         context: tuple[object, ...] = (),
     ) -> list[T]:
         """`derive(o)` for each of `objects`, in their order."""

@@ -103,7 +103,7 @@ def reservation_name(workload: Obj) -> str:
 
 
 def reservation_attempt(rr: Obj) -> str:
-    return str((meta(rr).get("annotations") or {}).get(L.ANN_ATTEMPT, ""))
+    return str(child(meta(rr), "annotations").get(L.ANN_ATTEMPT, ""))
 
 
 def reservation_pod_label(rr: Obj) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nexus_admit.controller.store import PerObject, Store
+from nexus_admit.kube import labels as L
 
 
 def obj(name: str, rv: int, ns: str | None = "ns", **extra: object) -> dict[str, object]:
@@ -269,3 +270,49 @@ def test_per_object_derives_only_what_the_store_holds_anew() -> None:
         f"w{i}" for i in range(90, 100)]
     assert len(memo) == 10, "the objects no longer listed were let go"
     assert memo.values([], name, ("nexus",)) == [] and len(memo) == 0, "a new context"
+
+
+def test_the_store_builds_each_view_once_when_it_accepts_an_object() -> None:
+    """A view per Workload, reservation and pod, built on the way in and kept while the
+    store keeps that object: the same view until the object changes, none once deleted."""
+    s = Store()
+    rr = {"metadata": {"name": "r", "namespace": "ns", "resourceVersion": "1"},
+          "spec": {"workloadRef": {"name": "w", "uid": "u"}}}
+    pod = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1",
+                        "labels": {L.LABEL_RESERVATION: "r"}}}
+    s.upsert(L.KIND_RESOURCE_RESERVATION, rr)
+    s.upsert("Pod", pod)
+    s.upsert("Workload", {"metadata": {"name": "w", "namespace": "ns", "resourceVersion": "1"}})
+    view = s.reservation("ns/r")
+    assert view is not None and view.raw is s.get(L.KIND_RESOURCE_RESERVATION, "ns/r")
+    assert view.workload_key == "ns/w" and s.workload("ns/w") is s.workloads()[0]
+    assert s.reservations() == [view] and s.reservations() is s.reservations()
+    assert [p.key for p in s.pod_views_of_reservation("ns", "r")] == ["ns/p"]
+    assert s.pod("ns/p") is s.pod_views_of_reservation("ns", "r")[0]
+    s.upsert(L.KIND_RESOURCE_RESERVATION, {**rr, "metadata": {**rr["metadata"],
+                                                                "resourceVersion": "1"}})
+    assert s.reservation("ns/r") is view, "the same object again: the same view"
+    s.upsert(L.KIND_RESOURCE_RESERVATION, {**rr, "metadata": {**rr["metadata"],
+                                                                "resourceVersion": "2"},
+                                           "status": {"phase": "Bound"}})
+    again = s.reservation("ns/r")
+    assert again is not view and again is not None and again.phase == "Bound"
+    assert s.reservations() == [again]
+    s.delete("Pod", pod)
+    assert s.pod("ns/p") is None and s.pod_views_of_reservation("ns", "r") == []
+
+
+def test_a_malformed_object_is_stored_with_a_view_naming_its_problem() -> None:
+    """One bad object never stops the store: its view names the field, the rest go on."""
+    s = Store()
+    s.upsert(L.KIND_RESOURCE_RESERVATION, {
+        "metadata": {"name": "bad", "namespace": "ns", "resourceVersion": "1",
+                     "annotations": ["not", "a", "map"]},
+        "spec": {"expiresAt": "whenever", "podSets": "many"}})
+    s.upsert("Pod", {"metadata": {"name": "p", "namespace": "ns", "labels": "x"},
+                     "spec": 3, "status": {"conditions": "none"}})
+    bad = s.reservation("ns/bad")
+    assert bad is not None and bad.slots == () and bad.problem is not None
+    assert bad.problem.field == "spec.expiresAt"
+    pod = s.pod("ns/p")
+    assert pod is not None and (pod.node, pod.reservation, pod.gated) == (None, None, False)
