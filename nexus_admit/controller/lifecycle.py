@@ -51,12 +51,8 @@ from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import (
-    PHASE_BOUND,
-    PHASE_RESERVED,
-    attempt_key,
-    reservation_workload_key,
-)
+from nexus_admit.kube.reservations import PHASE_BOUND, PHASE_RESERVED, attempt_key
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import PlacementConfig
 
 __all__ = [
@@ -77,7 +73,7 @@ MISSING_GRACE = timedelta(seconds=10)
 
 
 def missing_reservation(
-    workload: Mapping[str, Any], check: str, reservations: Collection[str], now: datetime
+    workload: WorkloadView, check: str, reservations: Collection[str], now: datetime
 ) -> str | None:
     """The reservation our Ready check entry promised the Workload's pods, when it is gone
     (deleted by hand, or lost to a watch gap) while the Workload still runs on it; None
@@ -85,16 +81,16 @@ def missing_reservation(
     return first_missing(promised_reservations(workload, check), reservations, now)
 
 
-def promised_reservations(workload: Mapping[str, Any], check: str) -> list[Promised]:
+def promised_reservations(workload: WorkloadView, check: str) -> list[Promised]:
     """The reservations our Ready check entry names for the Workload's pods while it still
     runs on them ("namespace/name", name, when the entry turned Ready): what
     `missing_reservation` reads of the Workload."""
-    entry = current_entry(workload, check)
+    entry = workload.check(check)
     if entry.get("state") != CheckState.READY.value or attempt_over(workload) is not None:
         return []
-    if meta(workload).get("deletionTimestamp"):
+    if workload.deleting:
         return []
-    ns = str(meta(workload).get("namespace") or "default")
+    ns = workload.namespace or "default"
     since = parse_time(entry.get("lastTransitionTime"))
     out: list[Promised] = []
     for update in entry.get("podSetUpdates") or []:
@@ -146,9 +142,9 @@ async def sync_lifecycle(ctx: Context) -> list[Stranded]:
     now, tick = ctx.clocks.wall(), ctx.clocks.monotonic()
     checks = sorted(ctx.checks)
     nodes = ctx.store.by_key("Node")  # read only: keyed by name, as lost_node asks
-    reservations = ctx.store.items(L.KIND_RESOURCE_RESERVATION)
+    reservations = ctx.store.reservations()
     state = ctx.component(LifecycleState)
-    live = {object_key(rr) for rr in reservations}
+    live = {rr.key for rr in reservations}
     state.status_written = {k: t for k, t in state.status_written.items() if k in live}
     state.quiet = {k: q for k, q in state.quiet.items() if k in live}
     claims = ctx.component(UngaterState).claims
@@ -156,9 +152,9 @@ async def sync_lifecycle(ctx: Context) -> list[Stranded]:
     for i, rr in enumerate(reservations):
         if i % YIELD_EVERY == YIELD_EVERY - 1:
             await asyncio.sleep(0)  # let the webhook and the watches in between
-        m, key = meta(rr), object_key(rr)
-        workload = ctx.store.get("Workload", reservation_workload_key(rr))
-        pods = ctx.store.pods_of_reservation(str(m.get("namespace")), str(m.get("name")))
+        key = rr.key
+        workload = ctx.store.workload(rr.workload_key)
+        pods = ctx.store.pod_views_of_reservation(rr.namespace, rr.name)
         since = state.status_written.get(key)
         step = quiet_step(rr, workload, pods, nodes, checks, now, tick,
                           quiet=state.quiet.get(key), status_since=since)
@@ -166,8 +162,8 @@ async def sync_lifecycle(ctx: Context) -> list[Stranded]:
             step = plan_reservation(
                 rr, workload, pods, nodes, checks, now, tick,
                 ttl_seconds=_ttl_seconds(ctx, workload, checks),
-                handed_over=handed_over(ctx, rr, workload), claims=claims,
-                quiet=None, status_since=since)
+                handed_over=handed_over(ctx, rr.raw, None if workload is None else workload.raw),
+                claims=claims, quiet=None, status_since=since)
         steps.append(step)
     stranded = await _apply(ctx, steps, checks, now)
     phases: dict[str, int] = {PHASE_RESERVED: 0, PHASE_BOUND: 0}
@@ -191,24 +187,23 @@ async def _apply(
     stranded: list[Stranded] = []
     status_writes = []
     for step in steps:
-        key = object_key(step.rr)
-        _keep(state.quiet, key, step.quiet)
-        _keep(state.status_written, key, step.status_since)
+        rr, workload = step.rr, step.workload
+        _keep(state.quiet, rr.key, step.quiet)
+        _keep(state.status_written, rr.key, step.status_since)
         if step.release is not None:
             if step.retry:
-                assert step.workload is not None  # a Retry is planned only for a Workload
-                if not await retry_gang(ctx, step.workload, checks, step.release):
+                assert workload is not None  # a Retry is planned only for a Workload
+                if not await retry_gang(ctx, workload.raw, checks, step.release):
                     continue  # tried again next pass
-            await release(ctx, step.rr, step.workload, step.release, now)
+            await release(ctx, rr.raw, None if workload is None else workload.raw,
+                          step.release, now)
         elif step.trim is not None:
-            await trim_reservation(ctx, step.rr, step.trim)
+            await trim_reservation(ctx, rr.raw, step.trim)
         else:
-            if step.stranded and step.workload is not None:
-                stranded.append(Stranded(step.rr, step.workload, step.stranded))
+            if step.stranded and workload is not None:
+                stranded.append(Stranded(rr.raw, workload.raw, step.stranded))
             if step.status is not None:
-                m = meta(step.rr)
-                status_writes.append(_write_status(
-                    ctx, str(m.get("namespace")), str(m.get("name")), step.status))
+                status_writes.append(_write_status(ctx, rr.namespace, rr.name, step.status))
     await gather_bounded(status_writes)
     return stranded
 
@@ -224,10 +219,10 @@ def _keep(memo: dict[str, T], key: str, value: T | None) -> None:
 DEFAULT_TTL_SECONDS: int = PlacementConfig.model_fields["reservation_ttl_seconds"].default
 
 
-def _ttl_seconds(ctx: Context, workload: Mapping[str, Any] | None, checks: Sequence[str]) -> int:
+def _ttl_seconds(ctx: Context, workload: WorkloadView | None, checks: Sequence[str]) -> int:
     """reservationTtlSeconds of the PlacementConfig of our check the Workload has."""
     for check in checks:
-        if workload is not None and current_entry(workload, check):
+        if workload is not None and workload.check(check):
             config = ctx.checks[check].config
             if config is not None:
                 return config.reservation_ttl_seconds
@@ -266,12 +261,12 @@ async def sync_missing(ctx: Context) -> None:
     """Workloads running on a reservation that is gone: back through Retry, so Kueue
     requeues them and they are placed (and their capacity held) again."""
     now = ctx.clocks.wall()
-    existing = {object_key(r) for r in ctx.store.items(L.KIND_RESOURCE_RESERVATION)}
+    existing = {r.key for r in ctx.store.reservations()}
     existing |= set(ctx.ledger.assumed)
     checks = sorted(ctx.checks)
-    workloads = ctx.store.listed("Workload")
+    workloads = ctx.store.workloads()
 
-    def promised(workload: dict[str, Any]) -> list[list[Promised]]:
+    def promised(workload: WorkloadView) -> list[list[Promised]]:
         return [promised_reservations(workload, check) for check in checks]
 
     # what each Workload promises is read again only when the store holds a new object
@@ -280,7 +275,7 @@ async def sync_missing(ctx: Context) -> None:
         for check, promises in zip(checks, by_check, strict=True):
             name = first_missing(promises, existing, now) if promises else None
             if name is not None:
-                await retry_gang(ctx, workload, [check], (
+                await retry_gang(ctx, workload.raw, [check], (
                     f"reservation {name} was deleted while the Workload was admitted on it: "
                     "its pods' capacity is no longer held; the gang is placed again"))
 

@@ -7,7 +7,8 @@ through Retry, give back surplus slots, hand over stranded slots, write its stat
 nothing until one of those objects changes: `Quiet`), then writes the steps. The reasons
 are `release_reason` (the attempt is over) and `retry_reason` (the reservation can no
 longer serve its gang); when it lapses is `lapses_at`; whether its status is worth a write
-is `status_due`.
+is `status_due`. It reads the store's views of the reservation, its Workload and its pods
+(`kube/views.py`); the nodes as objects.
 """
 
 from __future__ import annotations
@@ -20,29 +21,18 @@ from typing import Any
 from nexus_admit.controller.outcome import CheckState
 from nexus_admit.controller.reservation_pods import (
     UNSCHEDULABLE_GRACE,
-    conditions_of,
     lost_node,
     reservation_status,
     stranded_slots,
     unpinned_pod,
     unschedulable_message,
     unschedulable_pin,
-    unschedulable_since,
 )
-from nexus_admit.controller.workload_check import current_entry
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import (
-    PHASE_BOUND,
-    PHASE_RESERVED,
-    ReservedSlot,
-    attempt_key,
-    reservation_attempt,
-    reservation_slots,
-    reservation_workload_uid,
-)
+from nexus_admit.kube.reservations import PHASE_BOUND, PHASE_RESERVED, ReservedSlot
 from nexus_admit.kube.slices import surplus_trimmed, wanted_slots
+from nexus_admit.kube.views import PodView, ReservationView, WorkloadView
 
 __all__ = [
     "STATUS_SLOTS_EVERY_SECONDS",
@@ -60,60 +50,52 @@ __all__ = [
     "unclaimed",
 ]
 
-_TERMINATED = ("Succeeded", "Failed")
-
 
 def release_reason(
-    rr: Mapping[str, Any], workload: Mapping[str, Any] | None, checks: Sequence[str]
+    rr: ReservationView, workload: WorkloadView | None, checks: Sequence[str]
 ) -> str | None:
     """Why this reservation no longer holds capacity, or None while it should."""
     if workload is None:
         return "its Workload was deleted"
-    uid = reservation_workload_uid(rr)
-    if uid and uid != meta(workload).get("uid"):
+    if rr.workload_uid and rr.workload_uid != workload.uid:
         return "its Workload was deleted and created again"
     over = attempt_over(workload)
     if over is not None:
         return over
-    attempt = reservation_attempt(rr)
-    if attempt and attempt != attempt_key(workload):
+    if rr.attempt and rr.attempt != workload.attempt:
         return "the Workload holds a newer quota reservation"
     for check in checks:
-        state = current_entry(workload, check).get("state")
+        state = workload.check(check).get("state")
         if state in (CheckState.RETRY.value, CheckState.REJECTED.value):
             return f"its placement check is {state}"
     return None
 
 
-def attempt_over(workload: Mapping[str, Any]) -> str | None:
+def attempt_over(workload: WorkloadView) -> str | None:
     """Why the Workload's quota reservation no longer needs placed capacity, or None."""
-    cond = conditions_of(workload)
-    if cond.get("Finished", {}).get("status") == "True":
+    if workload.condition("Finished") == "True":
         return "the Workload finished"
-    spec = child(workload, "spec")
-    if spec.get("active") is False:
+    if not workload.active:
         return "the Workload was deactivated"
-    if cond.get("Evicted", {}).get("status") == "True":
-        why = cond["Evicted"].get("reason") or "evicted"
+    if workload.condition("Evicted") == "True":
+        why = workload.conditions["Evicted"].get("reason") or "evicted"
         return f"the Workload was evicted ({why})"
-    if cond.get("QuotaReserved", {}).get("status") != "True":
+    if workload.condition("QuotaReserved") != "True":
         return "Kueue released the Workload's quota"
     return None
 
 
 
-def _ever_bound(rr: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
-    status = child(rr, "status")
-    if status.get("phase") == PHASE_BOUND:
-        return True
-    return any((p.get("spec") or {}).get("nodeName") for p in pods)
+def _ever_bound(rr: ReservationView, pods: Sequence[PodView]) -> bool:
+    return rr.phase == PHASE_BOUND or any(p.node for p in pods)
 
 
 
 @dataclass(frozen=True, slots=True)
 class Stranded:
     """A live reservation with slots whose node failed and that no live pod holds
-    (`reservation_pods.stranded_slots`), each with why: `failed_nodes.py` moves them."""
+    (`reservation_pods.stranded_slots`), each with why: `failed_nodes.py` moves them.
+    The reservation and Workload as objects (`view.raw`): the move translates them."""
 
     rr: Mapping[str, Any]
     workload: Mapping[str, Any]
@@ -131,9 +113,9 @@ class Quiet:
     once a second: at 5,000 nodes a fifth of the controller's samples after a burst, and
     growing with the gangs that run."""
 
-    rr: Mapping[str, Any]
-    workload: Mapping[str, Any] | None
-    pods: tuple[Mapping[str, Any], ...]
+    rr: ReservationView
+    workload: WorkloadView | None
+    pods: tuple[PodView, ...]
     node_names: tuple[str, ...]
     nodes: tuple[Mapping[str, Any] | None, ...]
     checks: tuple[str, ...]
@@ -147,35 +129,34 @@ class Quiet:
     @classmethod
     def of(
         cls,
-        rr: Mapping[str, Any],
-        workload: Mapping[str, Any] | None,
-        pods: Sequence[Mapping[str, Any]],
+        rr: ReservationView,
+        workload: WorkloadView | None,
+        pods: Sequence[PodView],
         nodes: Mapping[str, Any],
         checks: Sequence[str],
         status: Mapping[str, Any],
         since: float,
         lapses: datetime | None,
     ) -> Quiet:
-        names = tuple(s.node for s in reservation_slots(rr))
+        names = tuple(s.node for s in rr.slots)
         deadlines: list[datetime] = []
         if lapses is not None and not _ever_bound(rr, pods):
             deadlines.append(lapses)
         for pod in pods:
-            waiting = unschedulable_since(pod)
-            if waiting is not None:
-                deadlines.append(waiting + UNSCHEDULABLE_GRACE)
+            if pod.unschedulable_since is not None:
+                deadlines.append(pod.unschedulable_since + UNSCHEDULABLE_GRACE)
         return cls(
             rr, workload, tuple(pods), names, tuple(nodes.get(n) for n in names),
             tuple(checks), str(status["phase"]), min(deadlines, default=None),
-            None if settled(child(rr, "status"), status) or unclaimed(child(rr, "status"), status)
+            None if settled(rr.status, status) or unclaimed(rr.status, status)
             else since + STATUS_SLOTS_EVERY_SECONDS,
         )
 
     def holds(
         self,
-        rr: Mapping[str, Any],
-        workload: Mapping[str, Any] | None,
-        pods: Sequence[Mapping[str, Any]],
+        rr: ReservationView,
+        workload: WorkloadView | None,
+        pods: Sequence[PodView],
         nodes: Mapping[str, Any],
         checks: Sequence[str],
         now: datetime,
@@ -243,7 +224,7 @@ def settled(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
 
 
 def lapses_at(
-    rr: Mapping[str, Any], workload: Mapping[str, Any] | None, ttl_seconds: int
+    rr: ReservationView, workload: WorkloadView | None, ttl_seconds: int
 ) -> datetime | None:
     """When a reservation none of whose pods was bound stops holding: its `spec.ttlSeconds`
     (else `ttl_seconds`, reservationTtlSeconds now) after Kueue admitted its Workload (the
@@ -251,17 +232,13 @@ def lapses_at(
     never come, and none come before admission: a sibling check answered late is waited
     for, its quota held by Kueue meanwhile. None while not admitted. A reservation with
     `spec.expiresAt` (made by an earlier version) lapses then."""
-    spec = child(rr, "spec")
-    try:
-        expires = parse_time(spec.get("expiresAt"))
-    except ValueError:
+    if not rr.expiry_readable:
         return None  # unreadable: live, as the snapshot counts it (and tells it)
-    if expires is not None:
-        return expires
-    own = spec.get("ttlSeconds")
-    if isinstance(own, int) and not isinstance(own, bool) and own > 0:
-        ttl_seconds = own
-    admitted = conditions_of(workload).get("Admitted") if workload is not None else None
+    if rr.expires_at is not None:
+        return rr.expires_at
+    if rr.ttl_seconds is not None:
+        ttl_seconds = rr.ttl_seconds
+    admitted = workload.conditions.get("Admitted") if workload is not None else None
     if admitted is None or admitted.get("status") != "True":
         return None
     try:
@@ -269,13 +246,13 @@ def lapses_at(
     except ValueError:
         since = None
     if since is None:  # no readable time: the reservation's own age is the safe side
-        since = parse_time(meta(rr).get("creationTimestamp"))
+        since = rr.created
     return None if since is None else since + timedelta(seconds=ttl_seconds)
 
 
 def retry_reason(
-    rr: Mapping[str, Any],
-    pods: Sequence[Mapping[str, Any]],
+    rr: ReservationView,
+    pods: Sequence[PodView],
     nodes: Mapping[str, Any],
     now: datetime,
     lapses: datetime | None = None,
@@ -287,7 +264,7 @@ def retry_reason(
     message = None
     if lapses is not None and lapses <= now and not _ever_bound(rr, pods):
         message = (
-            f"reservation {meta(rr).get('name')} expired: no pod of the Workload was bound "
+            f"reservation {rr.name} expired: no pod of the Workload was bound "
             "within reservationTtlSeconds of its admission; the gang is placed again"
         )
     else:
@@ -300,14 +277,14 @@ def retry_reason(
         why = unpinned_pod(rr, pods)
         if why is not None:
             message = (
-                f"reservation {meta(rr).get('name')} no longer holds the gang: {why}; the "
+                f"reservation {rr.name} no longer holds the gang: {why}; the "
                 "gang is placed again"
             )
     if message is None:
         why = lost_node(rr, pods, nodes)
         if why is not None:
             message = (
-                f"reservation {meta(rr).get('name')} cannot be used: {why}; the gang is "
+                f"reservation {rr.name} cannot be used: {why}; the gang is "
                 "placed again"
             )
     return message
@@ -321,8 +298,8 @@ class ReservationStep:
     without them), or hand its stranded slots to `failed_nodes.move_stranded` and write
     its `status`. `quiet` and `status_since` are the step's memos for it afterwards."""
 
-    rr: Mapping[str, Any]
-    workload: Mapping[str, Any] | None
+    rr: ReservationView
+    workload: WorkloadView | None
     phase: str | None = None  # counted in the reservations metric (None: not counted)
     release: str | None = None  # why it is released
     retry: bool = False  # its gang goes back through Retry first, for the same reason
@@ -334,9 +311,9 @@ class ReservationStep:
 
 
 def plan_reservation(
-    rr: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
-    pods: Sequence[Mapping[str, Any]],
+    rr: ReservationView,
+    workload: WorkloadView | None,
+    pods: Sequence[PodView],
     nodes: Mapping[str, Any],
     checks: Sequence[str],
     now: datetime,
@@ -369,12 +346,12 @@ def plan_reservation(
     if reason is not None:
         return ReservationStep(rr, workload, release=reason, retry=True,
                                status_since=status_since)
-    trim = surplus_trimmed(rr, wanted_slots(workload), held_slots(pods, claims))
+    trim = surplus_trimmed(rr.raw, wanted_slots(workload.raw), held_slots(pods, claims))
     if trim is not None:
         return ReservationStep(rr, workload, trim=trim, status_since=status_since)
     failed = tuple(stranded_slots(rr, pods, nodes))
     status = reservation_status(rr, pods)
-    have = child(rr, "status")
+    have = rr.status
     # a new reservation's first status write waits as a claims change does: a gang that
     # binds within the period gets one write (Bound), not Reserved, Claimed, Bound; the
     # period starts at its first claim (`unclaimed`), not when it was created: in a
@@ -392,9 +369,9 @@ def plan_reservation(
 
 
 def quiet_step(
-    rr: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
-    pods: Sequence[Mapping[str, Any]],
+    rr: ReservationView,
+    workload: WorkloadView | None,
+    pods: Sequence[PodView],
     nodes: Mapping[str, Any],
     checks: Sequence[str],
     now: datetime,
@@ -406,18 +383,18 @@ def quiet_step(
     """The step of a reservation with nothing to plan (being deleted, or `quiet` still
     holds), or None. Asked first, before the inputs only a plan reads are derived: in a
     burst most reservations are quiet on most passes."""
-    if meta(rr).get("deletionTimestamp"):
+    if rr.deleting:
         return ReservationStep(rr, workload, quiet=quiet, status_since=status_since)
     if quiet is not None and quiet.holds(rr, workload, pods, nodes, checks, now, tick):
         return ReservationStep(rr, workload, quiet.phase, quiet=quiet, status_since=status_since)
     return None
 
 
-def held_slots(pods: Sequence[Mapping[str, Any]], claims: Mapping[str, str]) -> set[str]:
+def held_slots(pods: Sequence[PodView], claims: Mapping[str, str]) -> set[str]:
     """The slot keys live pods hold, and those the ungater just handed to a live pod whose
     pin the watch has not shown yet (a Job's replacement, as another of its pods finishes):
     never given back, or the pin would name a slot the reservation no longer has."""
-    live = [p for p in pods if child(p, "status").get("phase") not in _TERMINATED]
-    held = {str(child(meta(p), "annotations").get(L.ANN_SLOT)) for p in live}
-    held |= {claims[uid] for p in live if claims.get(uid := str(meta(p).get("uid")))}
+    live = [p for p in pods if not p.terminated]
+    held = {str(p.annotations.get(L.ANN_SLOT)) for p in live}
+    held |= {claims[p.uid] for p in live if claims.get(p.uid)}
     return held

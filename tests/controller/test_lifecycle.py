@@ -17,6 +17,7 @@ from nexus_admit.controller.reservation_pods import (
     unschedulable_pin,
 )
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.views import PodView, ReservationView, WorkloadView
 
 QR_TIME = "2026-11-25T10:00:00Z"
 
@@ -65,24 +66,49 @@ def pod(name: str, slot: str, node: str | None, phase: str = "Running") -> dict[
     }
 
 
+_VIEWS: dict[int, tuple[Any, Any]] = {}
+
+
+def view(obj: Any) -> Any:
+    """The view of a test object, built once per object as the store builds it (a Quiet
+    answer holds while the step sees the very same views)."""
+    kept = _VIEWS.get(id(obj))
+    if kept is None or kept[0] is not obj:
+        if "workloadRef" in (obj.get("spec") or {}):
+            made: Any = ReservationView.of(obj)
+        elif "admissionChecks" in (obj.get("status") or {}) or obj.get("kind") == "Workload":
+            made = WorkloadView.of(obj)
+        else:
+            made = PodView.of(obj)
+        kept = _VIEWS[id(obj)] = (obj, made)
+    return kept[1]
+
+
+def views(objs: list[dict[str, Any]]) -> list[Any]:
+    return [view(o) for o in objs]
+
+
 def test_status_is_bound_only_when_every_slot_is_bound() -> None:
-    half = reservation_status(RR, [pod("a", "main/0", "n0"), pod("b", "main/1", None)])
+    half = reservation_status(view(RR), views([pod("a", "main/0", "n0"), pod("b", "main/1", None)]))
     assert half["phase"] == "Reserved"
     assert [r["state"] for r in half["slots"]] == ["Bound", "Claimed"]
-    full = reservation_status(RR, [pod("a", "main/0", "n0"), pod("b", "main/1", "n1")])
+    full = reservation_status(view(RR), views([pod("a", "main/0", "n0"), pod("b", "main/1", "n1")]))
     assert full["phase"] == "Bound"
-    done = reservation_status(RR, [pod("a", "main/0", "n0", "Succeeded"), pod("b", "main/1", "n1")])
+    done = reservation_status(
+        view(RR), views([pod("a", "main/0", "n0", "Succeeded"), pod("b", "main/1", "n1")]))
     assert done["phase"] == "Reserved" and len(done["slots"]) == 1
 
 
 def test_a_bound_reservation_stays_bound_while_its_pods_restart() -> None:
     bound = {**RR, "status": {"phase": "Bound"}}
-    gone = reservation_status(bound, [])
+    gone = reservation_status(view(bound), views([]))
     assert gone["phase"] == "Bound" and gone["slots"] == []
-    again = reservation_status(bound, [pod("a2", "main/0", None), pod("b", "main/1", "n1")])
+    again = reservation_status(
+        view(bound), views([pod("a2", "main/0", None), pod("b", "main/1", "n1")]))
     assert again["phase"] == "Bound"
     assert [r["state"] for r in again["slots"]] == ["Claimed", "Bound"]
-    assert reservation_status(RR, [])["phase"] == "Reserved"  # never bound: the TTL applies
+    # never bound: the TTL applies
+    assert reservation_status(view(RR), views([]))["phase"] == "Reserved"
 
 
 def test_unschedulable_pin_waits_for_the_grace() -> None:
@@ -104,8 +130,8 @@ def test_unschedulable_pin_waits_for_the_grace() -> None:
             },
         }
 
-    assert unschedulable_pin(p(now - timedelta(seconds=5)), now) is None
-    assert "0/64" in unschedulable_pin(p(now - timedelta(seconds=60)), now)
+    assert unschedulable_pin(view(p(now - timedelta(seconds=5))), now) is None
+    assert "0/64" in unschedulable_pin(view(p(now - timedelta(seconds=60))), now)
 
 
 def test_an_allocator_that_cannot_allocate_the_claims_is_named_in_the_retry_message() -> None:
@@ -114,15 +140,15 @@ def test_an_allocator_that_cannot_allocate_the_claims_is_named_in_the_retry_mess
                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}}
     why = ("0/40 nodes are available: 1 cannot allocate all claims, 39 node(s) didn't match "
            "Pod's node affinity/selector.")
-    message = unschedulable_message(pinned, why)
+    message = unschedulable_message(view(pinned), why)
     assert "pod gang-0 pinned to node dra-ra-1" in message
     assert "DRA allocator cannot allocate its ResourceClaims" in message
     assert why in message and "placed again" in message
     # a pod without claims, or a message about something else: the capacity was taken
     plain = {"metadata": {"name": "p"}, "spec": {"nodeSelector": {L.HOSTNAME_LABEL: "n"}}}
-    assert "bypassed Kueue" in unschedulable_message(plain, why)
+    assert "bypassed Kueue" in unschedulable_message(view(plain), why)
     cpu = "0/40 nodes are available: 1 Insufficient cpu."
-    assert "bypassed Kueue" in unschedulable_message(pinned, cpu)
+    assert "bypassed Kueue" in unschedulable_message(view(pinned), cpu)
 
 
 def ready(since: str = "2026-11-25T10:00:05Z", **conds: str) -> dict[str, Any]:
@@ -155,7 +181,7 @@ NOW = datetime(2026, 11, 25, 10, 1, 0, tzinfo=UTC)
     ],
 )
 def test_missing_reservation(workload, reservations, now, missing) -> None:
-    assert missing_reservation(workload, "nexus", reservations, now) == missing
+    assert missing_reservation(WorkloadView.of(workload), "nexus", reservations, now) == missing
 
 
 def node_obj(name: str, cordoned: bool = False, ready: str | None = None) -> dict[str, Any]:
@@ -231,7 +257,7 @@ def test_lost_node(nodes, pods, says) -> None:
     """Only a pod pinned and not bound to a failed node loses the gang its reservation:
     its pin cannot change. A slot no pod holds moves (`stranded_slots`); a bound pod is
     not nexus's to delete."""
-    assert lost_node(RR, pods, nodes) == says
+    assert lost_node(view(RR), views(pods), nodes) == says
 
 
 @pytest.mark.parametrize(
@@ -263,7 +289,7 @@ def test_lost_node(nodes, pods, says) -> None:
 def test_stranded_slots(nodes, pods, stranded) -> None:
     """A slot whose node failed and that no live pod holds moves: nothing of the gang
     runs there, and a replacement pod must not be pinned there."""
-    got = stranded_slots(RR, pods, nodes)
+    got = stranded_slots(view(RR), views(pods), nodes)
     assert [(s.key, why) for s, why in got] == stranded
 
 
@@ -321,7 +347,7 @@ def tenant_pod(
     ],
 )
 def test_unpinned_pod(the_pod, says) -> None:
-    got = unpinned_pod(RR, [the_pod])
+    got = unpinned_pod(view(RR), [view(the_pod)])
     assert (got is None) if says is None else (got is not None and says in got), got
 
 
@@ -355,7 +381,7 @@ def _counting_retry_reason(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real = plan.retry_reason
 
     def counting(rr, pods, nodes, now, lapses=None):  # type: ignore[no-untyped-def]
-        read.append(rr["metadata"]["name"])
+        read.append(rr.name)
         return real(rr, pods, nodes, now, lapses)
 
     monkeypatch.setattr(plan, "retry_reason", counting)

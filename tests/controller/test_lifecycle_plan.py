@@ -17,7 +17,8 @@ from nexus_admit.controller.lifecycle_plan import (
     release_reason,
     status_due,
 )
-from tests.controller.test_lifecycle import RR, pod, requeued, retried, wl
+from nexus_admit.kube.views import ReservationView, WorkloadView
+from tests.controller.test_lifecycle import RR, pod, requeued, retried, view, views, wl
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 TICK = 1000.0
@@ -40,8 +41,8 @@ def plan(
 ) -> ReservationStep:
     kwargs: dict[str, Any] = {"ttl_seconds": 600, "handed_over": False, "claims": {},
                               "quiet": None, "status_since": None, **memos}
-    return plan_reservation(rr, wl() if workload is None else workload, pods or [], nodes,
-                            ["nexus"], NOW, TICK, **kwargs)
+    return plan_reservation(view(rr), view(wl() if workload is None else workload),
+                            views(pods or []), nodes, ["nexus"], NOW, TICK, **kwargs)
 
 
 def test_a_live_reservation_with_nothing_to_do_is_counted_and_found_quiet() -> None:
@@ -52,7 +53,7 @@ def test_a_live_reservation_with_nothing_to_do_is_counted_and_found_quiet() -> N
     assert isinstance(step.quiet, Quiet)
     assert step.status_since == TICK - 1  # its last write: the period runs on
     again = plan(workload=workload, pods=pods, quiet=step.quiet, status_since=TICK - 1)
-    assert again == ReservationStep(RR, workload, "Reserved", quiet=step.quiet,
+    assert again == ReservationStep(view(RR), view(workload), "Reserved", quiet=step.quiet,
                                     status_since=TICK - 1), "the same objects: skipped"
     changed = plan(workload=wl(), pods=pods, quiet=step.quiet, status_since=TICK - 1)
     assert changed.quiet is not step.quiet, "its Workload changed: read again"
@@ -135,7 +136,8 @@ def test_a_pod_off_its_slot_sends_the_gang_back() -> None:
     ],
 )
 def test_release_reason(workload, reason) -> None:
-    got = release_reason(RR, workload, ["nexus"])
+    got = release_reason(view(RR), None if workload is None else WorkloadView.of(workload),
+                         ["nexus"])
     assert (got is None) if reason is None else (reason in got)
 
 
@@ -202,4 +204,4 @@ def test_status_is_written_on_a_phase_change_and_claims_at_most_every_period(
 def test_lapses_at(spec: dict[str, Any], conditions: list[Any], lapses: Any) -> None:
     rr = {"metadata": {"name": "r", "creationTimestamp": "2026-11-25T10:00:00Z"}, "spec": spec}
     workload = {"status": {"conditions": conditions}}
-    assert lapses_at(rr, workload, 600) == lapses
+    assert lapses_at(ReservationView.of(rr), WorkloadView.of(workload), 600) == lapses
