@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, cast
+from typing import Protocol, TypeVar, cast
 
 from nexus_admit.controller.api import KubeApi
 from nexus_admit.controller.faults import Faults
@@ -39,17 +39,12 @@ __all__ = [
     "Promised",
     "Signals",
     "Workers",
-    "WorkloadView",
     "utc_now",
 ]
 
 # a reservation a Workload's Ready check names ("namespace/name", name, when the check
 # turned Ready; lifecycle.promised_reservations)
 Promised = tuple[str, str, datetime | None]
-
-# a Workload, its place in Kueue's order when it waits on our check (else None), and
-# whether it waits for quota in a queue of ours (loop/inputs.workload_views)
-WorkloadView = tuple[dict[str, Any], tuple[int, str, str] | None, bool]
 
 
 def utc_now() -> datetime:

@@ -3,7 +3,8 @@
 The Workloads waiting on our checks in Kueue's order and those waiting for quota in our
 queues (kept per stored object: one Workload's event does not walk them all), their Jobs
 read, the ledger settled against what the watch has shown. Read on the loop's thread,
-which owns the store.
+which owns the store, from its Workload and reservation views (`kube/views.py`); the pass
+gets the Workloads as objects (`view.raw`), which it translates.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from nexus_admit.controller.context import Context, WorkloadView
+from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import queues_using, waiting_queue
 from nexus_admit.controller.inflight import Withdrawn
 from nexus_admit.controller.loop.place import (
@@ -30,25 +31,34 @@ from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import meta, object_key
-from nexus_admit.kube.kueue import (
-    admission_order_key,
-    is_pending_on_check,
-    provisioning_check_names,
-)
-from nexus_admit.kube.reservations import attempt_key, reservation_key
+from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.kueue import provisioning_check_names
+from nexus_admit.kube.views import WorkloadView
 
 __all__ = ["PassInputs", "Views", "read_inputs", "settle_ledger", "workload_views"]
 
 
+# a Workload's view, its place in Kueue's order when it waits on our check (else None),
+# and whether it waits for quota in a queue of ours (`workload_views`)
+_Sorted = tuple[WorkloadView, tuple[int, str, str] | None, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    read: tuple[object, ...]  # the lists they were derived from
+    pending: list[WorkloadView]
+    waiting: list[WorkloadView]
+    pending_raw: list[dict[str, Any]]
+    waiting_raw: list[dict[str, Any]]
+
+
 @dataclass
 class Views:
-    """The Workload views of the last pass: the store's lists they were derived from and
-    the views (`workload_views`), and each Workload's view kept while the store holds it."""
+    """The Workloads of the last pass (`workload_views`), with the store's lists they were
+    derived from, and what each Workload's view says kept while the store holds it."""
 
-    views: tuple[tuple[object, ...], list[dict[str, object]],
-                 list[dict[str, object]]] | None = None
-    view_memo: PerObject[WorkloadView] = field(default_factory=PerObject)
+    views: _Found | None = None
+    view_memo: PerObject[_Sorted] = field(default_factory=PerObject)
 
     def reset(self) -> None:
         self.views, self.view_memo = None, PerObject()
@@ -71,7 +81,8 @@ async def read_inputs(ctx: Context, active: set[str]) -> PassInputs:
     and the ledger settled against the store."""
     prune_owner_jobs(ctx)
     dump = ctx.store.dump()
-    pending, waiting = workload_views(ctx, dump, active)
+    found = _found(ctx, dump, active)
+    pending, waiting = found.pending_raw, found.waiting_raw
     # the Jobs of Workloads still waiting for quota in our queues are read ahead
     prefetch_owner_jobs(ctx, waiting)
     # those that wait for Kueue's provisioning check are not decided (nor their Jobs read)
@@ -82,7 +93,7 @@ async def read_inputs(ctx: Context, active: set[str]) -> PassInputs:
         ctx, [w for w in pending if object_key(w) not in held] if held else pending)
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
         dump = ctx.store.dump()
-    stored = settle_ledger(ctx, pending)
+    stored = settle_ledger(ctx, found.pending)
     deciding = any(
         our_pending_check(w, ctx) is not None and needs_decision(ctx, w)
         for w in pending
@@ -91,13 +102,12 @@ async def read_inputs(ctx: Context, active: set[str]) -> PassInputs:
     # a pending Workload's reservation of this very attempt (we died or failed before its
     # Ready) holds capacity for every Workload of the pass, also those earlier in order;
     # older attempts' reservations are released by lifecycle before this step
-    unreserved = frozenset(object_key(w) for w in pending if reservation_key(w) not in stored)
+    unreserved = frozenset(w.key for w in found.pending if w.reservation_key not in stored)
     return PassInputs(dump, pending, waiting, unread, unreserved, deciding)
 
 
-# the kinds `pending_workloads` and `waiting_workloads` read (the Kueue index's)
-_VIEWED_KINDS = ("Workload", "ClusterQueue", "LocalQueue", "ResourceFlavor", "AdmissionCheck",
-                 OWNER_KIND)
+# the kinds `workload_views` reads besides the Workloads (the Kueue index's)
+_VIEWED_KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "AdmissionCheck", OWNER_KIND)
 
 
 def workload_views(
@@ -109,37 +119,51 @@ def workload_views(
     it), since a pass runs on every event, most of them pods'. Then only the Workloads
     that changed are looked at again (`store.PerObject`): one Workload's event no longer
     walks every Workload in the store."""
-    read: tuple[object, ...] = (*(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
+    found = _found(ctx, dump, active)
+    return found.pending_raw, found.waiting_raw
+
+
+def _found(ctx: Context, dump: ClusterDump, active: set[str]) -> _Found:
+    """`workload_views`, as the store's views and as objects."""
+    workloads = ctx.store.workloads()
+    read: tuple[object, ...] = (
+        workloads, *(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
     state = ctx.component(Views)
     kept = state.views
-    if kept is not None and all(a is b for a, b in zip(read[:-1], kept[0][:-1], strict=True)) \
-            and read[-1] == kept[0][-1]:
-        return kept[1], kept[2]
+    if kept is not None and all(
+            a is b for a, b in zip(read[:-1], kept.read[:-1], strict=True)) \
+            and read[-1] == kept.read[-1]:
+        return kept
     kueue = dump.kueue_index()
 
-    def view(wl: dict[str, Any]) -> WorkloadView:
+    def view(wl: WorkloadView) -> _Sorted:
         """Kueue's order of a Workload waiting on our check (None: not waiting on it), and
         whether it waits for quota in a queue of ours."""
-        order = admission_order_key(wl) if is_pending_on_check(wl, active) else None
-        return wl, order, order is None and waiting_queue(wl, kueue, active) is not None
+        order = wl.order if wl.pending_on(active) else None
+        return wl, order, order is None and waiting_queue(wl.raw, kueue, active) is not None
 
     views = state.view_memo.values(
-        dump.kind("Workload"), view, (frozenset(active), *queues_using(kueue, active))
-    )
+        workloads, view, (frozenset(active), *queues_using(kueue, active)))
     pending = [v[0] for v in sorted((v for v in views if v[1] is not None),
                                     key=lambda v: cast(tuple[int, str, str], v[1]))]
     waiting = [v[0] for v in views if v[2]]
-    state.views = (read, pending, waiting)
-    return pending, waiting
+    state.views = _Found(read, pending, waiting, [_dict_of(w) for w in pending],
+                         [_dict_of(w) for w in waiting])
+    return state.views
 
 
-def settle_ledger(ctx: Context, pending: list[dict[str, object]]) -> set[str]:
+def _dict_of(view: WorkloadView) -> dict[str, Any]:
+    """The stored object a view was built of, for the steps that translate it."""
+    return cast(dict[str, Any], view.raw)
+
+
+def settle_ledger(ctx: Context, pending: list[WorkloadView]) -> set[str]:
     """Forget what the watch has shown (answers, reservations); the stored reservation
     keys. An assumption ends once the snapshot counts its reservation, or when
     `--lost-write-seconds` went by without it (released, or never made: a failed pass must
     not leave its Workload waiting on it for ever; a watch gap re-lists the kind, so a
     reservation that was made shows within that time)."""
-    waiting = {str(meta(w).get("uid")): attempt_key(w) for w in pending}
+    waiting = {w.uid: w.attempt for w in pending}
     answered = ctx.component(Answered)
     answered.attempts = {u: a for u, a in answered.attempts.items() if waiting.get(u) == a}
     stored = set(ctx.store.by_key(L.KIND_RESOURCE_RESERVATION))  # keyed "namespace/name"

@@ -9,6 +9,7 @@ import pytest
 from nexus_admit.controller.demand import waiting_workloads
 from nexus_admit.controller.loop import inputs
 from nexus_admit.kube.dump import ClusterDump
+from nexus_admit.kube.views import WorkloadView
 from tests.controller.test_placing import check_of, cluster, controller, pending, run, watch
 from tests.kube.kube_factories import cluster_queue, local_queue, pod, pod_set, workload
 
@@ -17,13 +18,13 @@ def test_a_pass_on_a_pod_event_walks_no_workload_again(monkeypatch: pytest.Monke
     """A pod's event leaves the Workload views as they were; a Workload's event has only
     that Workload looked at again, not every one in the store."""
     looked_at: list[str] = []
-    real = inputs.is_pending_on_check
+    real = WorkloadView.pending_on
 
-    def counting(wl: dict[str, Any], checks: Any) -> bool:
-        looked_at.append(wl["metadata"]["name"])
+    def counting(wl: WorkloadView, checks: Any) -> bool:
+        looked_at.append(wl.name)
         return real(wl, checks)
 
-    monkeypatch.setattr(inputs, "is_pending_on_check", counting)
+    monkeypatch.setattr(WorkloadView, "pending_on", counting)
     api = cluster(pending("a", pods=1, gpus=8))
     ctx, _ = controller(api)
     run(ctx)
