@@ -129,3 +129,36 @@ def test_only_nodes_whose_objects_changed_are_counted_again(monkeypatch: Any) ->
     watch(ctx, api)
     asyncio.run(find_displaced(ctx))
     assert counted == [before["b"][1]]
+
+
+def test_a_pod_bound_to_its_slot_counts_only_its_own_node_again(monkeypatch: Any) -> None:
+    """The store marks every node of a running pod's reservation for the live snapshot;
+    nothing on the others changed, so they are not counted again (a burst binds
+    thousands of pods)."""
+    import nexus_admit.controller.displaced as displaced
+
+    api = cluster(pending("a", pods=2, gpus=8), nodes=("n0", "n1", "n2"))
+    ctx, _ = controller(api)
+    run(ctx)
+    watch(ctx, api)
+    (rr,) = api.of_kind(RR)
+    slots = {s["node"] for ps in rr["spec"]["podSets"] for s in ps["slots"]}
+    asyncio.run(find_displaced(ctx))
+    counted: list[str] = []
+    real = displaced._count_node
+
+    def counting(ctx: Any, name: str) -> Any:
+        counted.append(name)
+        return real(ctx, name)
+
+    monkeypatch.setattr(displaced, "_count_node", counting)
+    slot = rr["spec"]["podSets"][0]["slots"][0]
+    api.put(pod("a-0", slot["node"], gpus=8,
+                labels={L.LABEL_RESERVATION: rr["metadata"]["name"]},
+                annotations={L.ANN_SLOT: f"{rr['spec']['podSets'][0]['name']}/0"}))
+    watch(ctx, api)
+    feed = ctx.component(displaced.DisplacedState).feed
+    assert feed is not None and feed.nodes == slots and feed.touched == {slot["node"]}
+    asyncio.run(find_displaced(ctx))
+    assert len(slots) == 2 and counted == [slot["node"]]
+    assert all(e["reason"] != "SlotMoved" for e in api.of_kind("Event"))
