@@ -372,9 +372,19 @@ class Store:
                 self.order(L.KIND_RESOURCE_RESERVATION, _key(rr))))
         return self.get(L.KIND_RESOURCE_RESERVATION, f"{namespace}/{label}")
 
+    def reservation_view_for_label(self, namespace: str, label: str) -> ReservationView | None:
+        """`reservation_for_label`'s reservation, as its view."""
+        rr = self.reservation_for_label(namespace, label)
+        return None if rr is None else self.reservation(_key(rr))
+
     def gated_pods(self) -> list[dict[str, Any]]:
         """The pods that carry our scheduling gate (from the index)."""
         return list(self._gated_pods.values())
+
+    def gated_pod_views(self) -> list[PodView]:
+        """`gated_pods`, as their views."""
+        views = self._views["Pod"]
+        return [views[k] for k in self._gated_pods]
 
     # ---- the live snapshot's feed and indexes (kube/cluster/live.py)
 

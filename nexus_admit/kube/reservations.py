@@ -34,12 +34,14 @@ __all__ = [
     "attempt_key",
     "neighbour_order",
     "parse_slot_key",
+    "phase_holds",
     "reservation_attempt",
     "reservation_is_live",
     "reservation_key",
     "reservation_name",
     "reservation_object",
     "reservation_pod_label",
+    "reservation_pod_sets",
     "reservation_slots",
     "reservation_workload_key",
     "reservation_workload_uid",
@@ -202,10 +204,9 @@ def reservation_is_live(rr: Obj, now: datetime, *, bound: bool = False) -> bool:
     slot stays held while its pod restarts. The snapshot, the ungater and the lifecycle's
     expiry (`_ever_bound`) use the same rule."""
     status = mapping(rr, rr.get("status"), "status")
-    if status.get("phase") == "Released":
-        return False
-    if bound or status.get("phase") == PHASE_BOUND:
-        return True
+    held = phase_holds(status.get("phase"), bound=bound)
+    if held is not None:
+        return held
     try:
         expires = parse_time(mapping(rr, rr.get("spec"), "spec").get("expiresAt"))
     except ValueError:
@@ -213,6 +214,23 @@ def reservation_is_live(rr: Obj, now: datetime, *, bound: bool = False) -> bool:
             object_ref(rr), "spec.expiresAt", "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)"
         ) from None
     return expires is None or expires > now
+
+
+def phase_holds(phase: Any, *, bound: bool) -> bool | None:
+    """`reservation_is_live` as far as the phase decides it: False when Released, True when
+    `bound` or Bound, None when `spec.expiresAt` decides."""
+    if phase == "Released":
+        return False
+    if bound or phase == PHASE_BOUND:
+        return True
+    return None
+
+
+def reservation_pod_sets(rr: Obj) -> list[str]:
+    """The names of the reservation's pod sets, in its order."""
+    pod_sets = child(rr, "spec").get("podSets")
+    items = pod_sets if isinstance(pod_sets, list) else []
+    return [str(ps.get("name")) for ps in items if isinstance(ps, Mapping)]
 
 
 def reservation_object(

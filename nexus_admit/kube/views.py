@@ -26,16 +26,18 @@ from types import MappingProxyType
 from typing import Any
 
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import Skipped
+from nexus_admit.kube.errors import Skipped, TranslationError, object_ref
 from nexus_admit.kube.kueue import check_entries
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import (
     ReservedSlot,
     attempt_key,
     parse_slot_key,
+    phase_holds,
     reservation_attempt,
     reservation_name,
     reservation_pod_label,
+    reservation_pod_sets,
     reservation_slots,
     reservation_workload_key,
     reservation_workload_uid,
@@ -163,6 +165,7 @@ class ReservationView:
     attempt: str  # the quota reservation it was made for (annotation), "" when none
     pod_label: str  # the reservation label its pods carry (`reservation_pod_label`)
     slots: tuple[ReservedSlot, ...]  # malformed entries left out
+    pod_sets: tuple[str, ...]  # its pod sets' names, in its order (`reservation_pod_sets`)
     phase: str  # status.phase, "" when never written
     status: Mapping[str, Any]  # its status as written
     expires_at: datetime | None  # spec.expiresAt (an earlier version's), None when unreadable
@@ -187,12 +190,25 @@ class ReservationView:
             workload_key=reservation_workload_key(obj),
             workload_uid=reservation_workload_uid(obj), attempt=reservation_attempt(obj),
             pod_label=reservation_pod_label(obj), slots=tuple(reservation_slots(obj)),
+            pod_sets=tuple(reservation_pod_sets(obj)),
             phase=str(status.get("phase") or ""), status=status,
             expires_at=expires, expiry_readable=readable,
             ttl_seconds=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0
             else None,
             raw=obj, problem=problem,
         )
+
+    def live(self, now: datetime, *, bound: bool = False) -> bool:
+        """`reservations.reservation_is_live` on the view: not Released, and not past its
+        expiry unless bound. Raises its TranslationError when the expiry decides and cannot
+        be read."""
+        held = phase_holds(self.phase, bound=bound)
+        if held is not None:
+            return held
+        if not self.expiry_readable:
+            raise TranslationError(object_ref(self.raw), "spec.expiresAt",
+                                   "not an RFC 3339 time (e.g. 2025-05-01T10:00:00Z)")
+        return self.expires_at is None or self.expires_at > now
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +226,7 @@ class PodView:
     reservation: str | None  # the reservation label it carries
     slot: tuple[str, int] | None  # (pod set, index) of its slot annotation, when one
     gated: bool  # carries our scheduling gate
+    gates: tuple[str, ...]  # the names of its scheduling gates
     claims: bool  # asks for ResourceClaims (DRA)
     unschedulable_since: datetime | None  # PodScheduled False/Unschedulable, unbound
     unschedulable_message: str
@@ -229,6 +246,8 @@ class PodView:
         waiting = cond.get("status") == "False" and cond.get("reason") == "Unschedulable"
         since, readable = _time(cond.get("lastTransitionTime")) if waiting else (None, True)
         deletion = m.get("deletionTimestamp")
+        gates = tuple(str(g.get("name")) for g in _list(spec["schedulingGates"])
+                      if isinstance(g, Mapping)) if "schedulingGates" in spec else ()
         return cls(
             key=key, namespace=ns, name=name, uid=str(m.get("uid") or ""), node=node,
             pinned=str(_map(spec.get("nodeSelector")).get(L.HOSTNAME_LABEL) or "") or None,
@@ -236,9 +255,7 @@ class PodView:
             deletion=str(deletion) if deletion else None,
             reservation=str(labels.get(L.LABEL_RESERVATION) or "") or None,
             slot=parse_slot_key(annotations.get(L.ANN_SLOT)),
-            gated="schedulingGates" in spec and any(
-                isinstance(g, Mapping) and g.get("name") == L.GATE_PLACEMENT
-                for g in _list(spec["schedulingGates"])),
+            gated=L.GATE_PLACEMENT in gates, gates=gates,
             claims=bool(spec.get("resourceClaims")),
             unschedulable_since=since,
             unschedulable_message=str(cond.get("message") or "unschedulable") if waiting else "",

@@ -87,6 +87,7 @@ def test_the_pod_indexes_follow_labels_gates_deletes_and_relists() -> None:
     s.upsert("Pod", reserved_pod("c", 3, None, gated=True))
     assert {p["metadata"]["name"] for p in s.pods_of_reservation("ns", "rr-1")} == {"a", "b"}
     assert {p["metadata"]["name"] for p in s.gated_pods()} == {"a", "c"}
+    assert [v.raw for v in s.gated_pod_views()] == s.gated_pods()
     s.upsert("Pod", reserved_pod("a", 4, "rr-1", gated=False))  # ungated
     s.upsert("Pod", reserved_pod("b", 5, "rr-2", gated=False))  # relabelled
     assert {p["metadata"]["name"] for p in s.gated_pods()} == {"c"}

@@ -14,6 +14,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.kueue import admission_order_key, check_entry_of, is_pending_on_check
 from nexus_admit.kube.reservations import (
     attempt_key,
+    reservation_is_live,
     reservation_key,
     reservation_name,
     reservation_slots,
@@ -73,6 +74,30 @@ def test_a_reservations_view() -> None:
     assert v.slots == tuple(reservation_slots(RR))
     assert (v.phase, v.ttl_seconds, v.expires_at, v.expiry_readable) == ("Bound", 60, None, True)
     assert v.created == datetime(2026, 11, 25, 10, 0, 1, tzinfo=UTC)
+    assert v.pod_sets == ("main",)
+
+
+@pytest.mark.parametrize(
+    ("phase", "expires", "bound"),
+    [("Bound", None, False), ("Released", None, True), ("Reserved", "2026-11-25T10:00:00Z", False),
+     ("Reserved", "2026-11-25T12:00:00Z", False), ("Reserved", "2026-11-25T10:00:00Z", True),
+     ("", None, False)],
+)
+def test_a_reservations_liveness_is_reservation_is_live(
+    phase: str, expires: str | None, bound: bool
+) -> None:
+    now = datetime(2026, 11, 25, 11, 0, tzinfo=UTC)
+    rr = {**RR, "spec": {**RR["spec"], "expiresAt": expires}, "status": {"phase": phase}}
+    live = reservation_is_live(rr, now, bound=bound)
+    assert ReservationView.of(rr).live(now, bound=bound) is live
+
+
+def test_an_unreadable_expiry_raises_where_reservation_is_live_does() -> None:
+    now = datetime(2026, 11, 25, 11, 0, tzinfo=UTC)
+    rr = {**RR, "spec": {**RR["spec"], "expiresAt": "soon"}, "status": {}}
+    with pytest.raises(ValueError, match=r"spec\.expiresAt"):
+        ReservationView.of(rr).live(now)
+    assert ReservationView.of(rr).live(now, bound=True)
 
 
 def test_a_pods_view() -> None:
@@ -90,6 +115,7 @@ def test_a_pods_view() -> None:
     v = PodView.of(pod)
     assert (v.key, v.node, v.pinned, v.reservation, v.slot, v.gated, v.claims) == (
         "t/p", None, "n0", "w-1", ("main", 0), True, True)
+    assert v.gates == (L.GATE_PLACEMENT,)
     assert v.unschedulable_since == datetime(2026, 11, 25, 10, tzinfo=UTC)
     assert v.unschedulable_message == "0/3 nodes" and v.live and not v.terminated
 

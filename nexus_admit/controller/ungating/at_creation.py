@@ -43,11 +43,10 @@ from typing import Any
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.displaced import is_displaced
 from nexus_admit.controller.reservation_pods import failed_node
-from nexus_admit.controller.ungating.slot_assignment import creation_slot, pod_view, rank_rules
+from nexus_admit.controller.ungating.slot_assignment import creation_slot, rank_rules, ranked_pod
 from nexus_admit.controller.ungating.ungater import (
     node_name_terms,
     pinned_hostname,
-    pod_set_names,
     slot_annotations,
 )
 from nexus_admit.controller.webhook.review import (
@@ -59,12 +58,8 @@ from nexus_admit.controller.webhook.review import (
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import child, meta
-from nexus_admit.kube.reservations import (
-    ReservedSlot,
-    reservation_is_live,
-    reservation_slots,
-    reservation_workload_key,
-)
+from nexus_admit.kube.reservations import ReservedSlot
+from nexus_admit.kube.views import PodView
 
 __all__ = [
     "PIN_GATE_WEBHOOK_ID",
@@ -94,34 +89,34 @@ async def creation_pin(
     rr_name = str(child(m, "labels").get(L.LABEL_RESERVATION) or "")
     if not rr_name or malformed_gates(pod) is not None or child(pod, "spec").get("nodeName"):
         return None
-    rr = ctx.store.reservation_for_label(namespace, rr_name)  # an elastic Job's: its newest
-    if rr is None or meta(rr).get("deletionTimestamp"):
+    # an elastic Job's: its newest
+    rr = ctx.store.reservation_view_for_label(namespace, rr_name)
+    if rr is None or rr.deleting:
         return None
-    workload = ctx.store.get("Workload", reservation_workload_key(rr))
+    workload = ctx.store.workload(rr.workload_key)
     if workload is None:
         return None
     with_ns = {**pod, "metadata": {**m, "namespace": namespace}}
     # a Job's pod is proven the Workload's by its own owner (the Job owns both): no read
-    if foreign_reason(with_ns, namespace, rr, workload) is not None:
+    if foreign_reason(with_ns, namespace, rr.raw, workload.raw) is not None:
         chains = ctx.component(WebhookState).owner_chains(ctx)
         await chains.resolve([with_ns])
         ancestors = chains.ancestor_uids(with_ns)
-        if foreign_reason(with_ns, namespace, rr, workload, ancestors) is not None:
+        if foreign_reason(with_ns, namespace, rr.raw, workload.raw, ancestors) is not None:
             return None  # the ungater refuses it and says why, on the pod
-    members = ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name")))
-    bound = any(child(p, "spec").get("nodeName") for p in members)
-    if not reservation_is_live(rr, ctx.clocks.wall(), bound=bound):
+    members = ctx.store.pod_views_of_reservation(namespace, rr.name)
+    if not rr.live(ctx.clocks.wall(), bound=any(p.node for p in members)):
         return None
-    pod_sets = pod_set_names(rr)
     rules = rank_rules(workload)
     now = ctx.clocks.wall()
+    # the pod being created is in no store yet: its view is built here, once
     slot = creation_slot(
-        reservation_slots(rr),
-        pod_view(with_ns, pod_sets, rules, now=now),
-        [pod_view(p, pod_sets, rules, now=now) for p in members],
+        rr.slots,
+        ranked_pod(PodView.of(with_ns), rr.pod_sets, rules, now=now),
+        [ranked_pod(p, rr.pod_sets, rules, now=now) for p in members],
     )
     if (slot is None or failed_node(ctx.store.get("Node", slot.node)) is not None
-            or is_displaced(ctx, rr, slot.key, slot.node)):
+            or is_displaced(ctx, rr.raw, slot.key, slot.node)):
         return None  # such a slot moves first (`failed_nodes.py`, `displaced.py`); then the
         # ungater pins the pod
     hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)

@@ -11,22 +11,20 @@ time it waits until. Best effort, in the background, like every Event.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.ungating.slot_assignment import (
     TERMINATION_MARGIN,
-    PodView,
+    RankedPod,
     holds_slot,
 )
-from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import child, meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import parse_slot_key, slot_key
+from nexus_admit.kube.reservations import slot_key
+from nexus_admit.kube.views import PodView
 
 __all__ = ["REASON", "ReplacementsTold", "tell_waiting", "terminating_holders"]
 
@@ -45,24 +43,21 @@ class ReplacementsTold:
         self.uids = {}  # a new leader tells again: a follower writes no Event
 
 
-def terminating_holders(
-    pods: Sequence[Mapping[str, Any]], now: datetime
-) -> dict[tuple[str, int], Mapping[str, Any]]:
+def terminating_holders(pods: Sequence[PodView], now: datetime) -> dict[tuple[str, int], PodView]:
     """Slot → the pod being deleted that still holds it (`holds_slot`)."""
-    out: dict[tuple[str, int], Mapping[str, Any]] = {}
+    out: dict[tuple[str, int], PodView] = {}
     for p in pods:
-        if not meta(p).get("deletionTimestamp") or not holds_slot(p, now):
+        if not p.deletion or not holds_slot(p, now):
             continue
-        ref = parse_slot_key(child(meta(p), "annotations").get(L.ANN_SLOT))
-        if ref is not None:
-            out[ref] = p
+        if p.slot is not None:
+            out[p.slot] = p
     return out
 
 
 def tell_waiting(
     ctx: Context,
-    pods: Sequence[Mapping[str, Any]],
-    views: Sequence[PodView],
+    pods: Sequence[PodView],
+    views: Sequence[RankedPod],
     chosen: Collection[str],
 ) -> None:
     """An Event on each gated pod left without a slot whose rank's slot a terminating pod
@@ -72,29 +67,29 @@ def tell_waiting(
     if not holders:
         return
     told = ctx.component(ReplacementsTold).uids
-    by_name = {str(meta(p).get("name")): p for p in pods}
+    by_name = {p.name: p for p in pods}
     for v in views:
         if not v.gated or v.name in chosen or v.rank is None:
             continue
         old = holders.get((v.pod_set, v.rank))
         pod = by_name.get(v.name)
-        uid = str(meta(pod).get("uid") or "") if pod is not None else ""
+        uid = pod.uid if pod is not None else ""
         if old is None or pod is None or not uid or uid in told:
             continue
         told[uid] = None
         while len(told) > _REMEMBERED:
             del told[next(iter(told))]
-        ends = parse_time(meta(old).get("deletionTimestamp"))
+        ends = parse_time(old.deletion)
         until = (ends + TERMINATION_MARGIN).strftime("%Y-%m-%dT%H:%M:%SZ") if ends else "?"
         note = (
-            f"waits for pod {meta(old).get('name')}, which still holds slot "
-            f"{slot_key(v.pod_set, v.rank)} on node {child(old, 'spec').get('nodeName')} "
+            f"waits for pod {old.name}, which still holds slot "
+            f"{slot_key(v.pod_set, v.rank)} on node {old.node} "
             f"while it terminates; pinned there once it is gone (at the latest at {until}, "
             "the end of its grace period and a margin)"
         )
         ctx.workers.background.spawn(
             asyncio.to_thread(
-                post_event, ctx.api, {"apiVersion": "v1", "kind": "Pod", **pod}, REASON, note,
+                post_event, ctx.api, {"apiVersion": "v1", "kind": "Pod", **pod.raw}, REASON, note,
                 now=now, action="Ungate",
             ),
             name="replacement-waiting-event",

@@ -13,6 +13,9 @@ wait unschedulable beside it and, past `reservation_pods.UNSCHEDULABLE_GRACE`, s
 whole gang back through Retry; kept gated, it is pinned once the old pod is gone, or
 once its grace period and `TERMINATION_MARGIN` have passed (a node that never removes it).
 
+Reads the store's views (`kube/views.py`): each pod's `PodView` becomes a `RankedPod`, what
+slot assignment needs of it (its rank, by the rules below, and whether it holds a slot now).
+
 A pod's rank within its pod set, by the kind's own labels (`RankRule`, read from the
 Workload's pod set the way Kueue TAS reads it):
 - Kueue's `topologyRequest`: `podIndexLabel`, and for a pod set made of several Jobs (a
@@ -35,22 +38,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.requests import pod_requests
-from nexus_admit.kube.reservations import ReservedSlot, parse_slot_key
+from nexus_admit.kube.reservations import ReservedSlot
+from nexus_admit.kube.views import PodView, WorkloadView
 
 __all__ = [
     "INDEX_LABELS",
     "TERMINATION_MARGIN",
-    "PodView",
     "RankRule",
+    "RankedPod",
     "assign_slots",
     "creation_slot",
     "holds_slot",
-    "pod_view",
     "rank_rules",
+    "ranked_pod",
 ]
 
 KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
@@ -70,8 +72,8 @@ _RANK = re.compile(r"[0-9]{1,9}")
 
 
 @dataclass(frozen=True, slots=True)
-class PodView:
-    """What slot assignment needs to know of one pod."""
+class RankedPod:
+    """What slot assignment needs to know of one pod (`ranked_pod`)."""
 
     name: str
     pod_set: str
@@ -138,9 +140,10 @@ def _number(v: Any) -> int | None:
     return int(v) if isinstance(v, str) and _RANK.fullmatch(v) else None
 
 
-def rank_rules(workload: Mapping[str, Any] | None) -> dict[str, RankRule]:
-    """Each pod set's RankRule, from the Workload's spec (no Workload: none)."""
-    spec = (workload or {}).get("spec")
+def rank_rules(workload: WorkloadView | None) -> dict[str, RankRule]:
+    """Each pod set's RankRule, from the Workload's spec (no Workload: none): its pod sets
+    as written (`raw`), which the view does not hold."""
+    spec = workload.raw.get("spec") if workload is not None else None
     pod_sets = spec.get("podSets") if isinstance(spec, Mapping) else None
     items = [ps for ps in pod_sets if isinstance(ps, Mapping)] if isinstance(pod_sets, list) else []
     names = {str(ps.get("name") or "main") for ps in items}
@@ -172,56 +175,54 @@ def _rule(ps: Mapping[str, Any], names: set[str]) -> RankRule:
 TERMINATION_MARGIN = timedelta(seconds=15)
 
 
-def holds_slot(pod: Mapping[str, Any], now: datetime) -> bool:
+def holds_slot(pod: PodView, now: datetime) -> bool:
     """Whether a pod still holds its slot: not finished (kube-scheduler does not count a
     Succeeded or Failed pod), and not being deleted, or being deleted from a node it was
     bound to until its deletionTimestamp plus TERMINATION_MARGIN. A pod never bound holds
     no node (the apiserver deletes it at once); an unreadable deletionTimestamp holds
     nothing, as before."""
-    m = meta(pod)
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if pod.terminated:
         return False
-    deleting = m.get("deletionTimestamp")
-    if not deleting:
+    if not pod.deletion:
         return True
-    if not (pod.get("spec") or {}).get("nodeName"):
+    if not pod.node:
         return False
     try:
-        ends = parse_time(deleting)
+        ends = parse_time(pod.deletion)
     except (TypeError, ValueError):
         return False
     return ends is not None and now < ends + TERMINATION_MARGIN
 
 
-def pod_view(
-    pod: Mapping[str, Any],
+def ranked_pod(
+    pod: PodView,
     pod_sets: Sequence[str],
     rules: Mapping[str, RankRule] | None = None,
     *,
     now: datetime,
-) -> PodView:
-    m = meta(pod)
-    labels = m.get("labels") or {}
-    spec = pod.get("spec") or {}
-    gates = [g.get("name") for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
-    pod_set = str(labels.get(KUEUE_PODSET_LABEL) or (pod_sets[0] if len(pod_sets) == 1 else ""))
-    gated = L.GATE_PLACEMENT in gates
+) -> RankedPod:
+    """The pod as slot assignment reads it. Its GPU request is read from the pod as written
+    (`raw`), and only while it is gated (what it asks of the slot it is to take)."""
+    pod_set = str(pod.labels.get(KUEUE_PODSET_LABEL)
+                  or (pod_sets[0] if len(pod_sets) == 1 else ""))
     rule = (rules or {}).get(pod_set, RankRule())
-    return PodView(
-        name=str(m.get("name")),
+    return RankedPod(
+        name=pod.name,
         pod_set=pod_set,
-        rank=rule.rank(labels, m.get("annotations") or {}),
-        gated=gated,
+        rank=rule.rank(pod.labels, pod.annotations),
+        gated=pod.gated,
         # our pin sets the slot and lifts the gate in one patch: a gated pod's slot
         # annotation was written by someone else and holds nothing
-        slot=None if gated else parse_slot_key((m.get("annotations") or {}).get(L.ANN_SLOT)),
+        slot=None if pod.gated else pod.slot,
         active=holds_slot(pod, now),
-        gpus=pod_requests(pod, pod.get("spec")).gpus if gated else 0,
-        node=str(spec.get("nodeName") or "") or None,
+        gpus=pod_requests(pod.raw, pod.raw.get("spec")).gpus if pod.gated else 0,
+        node=pod.node,
     )
 
 
-def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict[str, ReservedSlot]:
+def assign_slots(
+    slots: Iterable[ReservedSlot], pods: Iterable[RankedPod]
+) -> dict[str, ReservedSlot]:
     """Pod name → slot for every gated pod without a slot that can get one.
 
     Slots held by active pods are taken; a slot whose pod terminated or was deleted (and
@@ -256,13 +257,13 @@ def assign_slots(slots: Iterable[ReservedSlot], pods: Iterable[PodView]) -> dict
     return out
 
 
-def _fits(pod: PodView, slot: ReservedSlot) -> bool:
+def _fits(pod: RankedPod, slot: ReservedSlot) -> bool:
     """A pod asking for more GPUs than the slot holds would take devices nobody reserved."""
     return pod.gpus <= len(slot.gpus)
 
 
 def creation_slot(
-    slots: Iterable[ReservedSlot], pod: PodView, others: Iterable[PodView]
+    slots: Iterable[ReservedSlot], pod: RankedPod, others: Iterable[RankedPod]
 ) -> ReservedSlot | None:
     """The slot a pod being created can be pinned to at once, or None: then it stays
     gated and `assign_slots` gives it one later, on the leader.

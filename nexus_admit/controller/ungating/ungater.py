@@ -24,7 +24,9 @@ that says why. Such a pod holds no slot, even if it claims one in its annotation
 Failures stay with their object: a gated pod the pass cannot read is left gated, and a
 reservation whose pods cannot be read is left for the next pass, each counted and told once
 (`skipped.report_skipped`: an Event on the pod, or on the reservation's Workload); every
-other gang is ungated as usual. Claims are written only for a reservation whose slots were
+other gang is ungated as usual. The pass reads the store's views of pods and reservations
+(`kube/views.py`), and their objects (`raw`) only for the owner checks and the patches it
+writes. Claims are written only for a reservation whose slots were
 all chosen, and a pass that fails takes back the claims whose patches it did not start.
 """
 
@@ -46,28 +48,23 @@ from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.ungater_state import UngaterState
 from nexus_admit.controller.ungating.replacements import tell_waiting
 from nexus_admit.controller.ungating.slot_assignment import (
-    PodView,
+    RankedPod,
     assign_slots,
-    pod_view,
     rank_rules,
+    ranked_pod,
 )
 from nexus_admit.controller.webhook.review import foreign_reason
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import Skipped, child, meta, object_key
+from nexus_admit.kube.errors import Skipped, meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import (
-    ReservedSlot,
-    reservation_is_live,
-    reservation_slots,
-    reservation_workload_key,
-)
+from nexus_admit.kube.reservations import ReservedSlot
+from nexus_admit.kube.views import PodView, ReservationView
 
 __all__ = [
     "UngaterState",
     "node_name_terms",
     "pin_patch",
     "pinned_hostname",
-    "pod_set_names",
     "run_ungater",
     "slot_annotations",
     "sync_ungating",
@@ -145,49 +142,36 @@ def pinned_hostname(node: Mapping[str, Any] | None, name: str) -> str:
     return str(labels.get(L.HOSTNAME_LABEL) or name)
 
 
-def pod_set_names(rr: Mapping[str, Any]) -> list[str]:
-    """The names of the reservation's pod sets, in its order."""
-    spec = child(rr, "spec")
-    return [str(ps.get("name")) for ps in spec.get("podSets") or [] if isinstance(ps, Mapping)]
-
-
-def _views(
+def _ranked(
     ctx: Context,
-    pods: Sequence[Mapping[str, Any]],
-    rr: Mapping[str, Any],
+    pods: Sequence[PodView],
+    rr: ReservationView,
     skipped: list[Skipped],
-) -> list[PodView]:
-    rules = rank_rules(ctx.store.get("Workload", reservation_workload_key(rr)))
+) -> list[RankedPod]:
+    rules = rank_rules(ctx.store.workload(rr.workload_key))
     now = ctx.clocks.wall()
     out = []
     for p in pods:
         try:
-            view = pod_view(p, pod_set_names(rr), rules, now=now)
+            ranked = ranked_pod(p, rr.pod_sets, rules, now=now)
         except Exception as e:
             _skip_gated_pod(p, e, skipped)  # a pod off the gate may hold a slot: raises
             continue
-        uid = str(meta(p).get("uid") or "")
-        if view.slot is not None or not view.gated:
-            _claims(ctx).pop(uid, None)  # the watch shows our patch
-        elif uid in _claims(ctx):
+        if ranked.slot is not None or not ranked.gated:
+            _claims(ctx).pop(p.uid, None)  # the watch shows our patch
+        elif p.uid in _claims(ctx):
             continue  # patched, not yet seen: its slot is held by the assumption below
-        out.append(view)
+        out.append(ranked)
     return out
 
 
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 
 
-def unpinned_release(pod: Mapping[str, Any]) -> bool:
+def unpinned_release(pod: PodView) -> bool:
     """A plain pod gated by the webhook (its queue uses our check) that Kueue admitted
     without a reservation label (a TAS flavor: Kueue chose its host): lift our gate only."""
-    labels = meta(pod).get("labels") or {}
-    gates = _gates(pod)
-    return (
-        L.GATE_PLACEMENT in gates
-        and KUEUE_ADMISSION_GATE not in gates
-        and not labels.get(L.LABEL_RESERVATION)
-    )
+    return pod.gated and KUEUE_ADMISSION_GATE not in pod.gates and not pod.reservation
 
 
 async def run_ungater(ctx: Context) -> None:
@@ -228,11 +212,11 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     ungater's loop does not, so a pod created while a gang's patches are in flight gets
     its own at once instead of after the whole batch (its claim keeps the next pass off)."""
     await _resolve_owners(ctx)
-    gated = ctx.store.gated_pods()
+    gated = ctx.store.gated_pod_views()
     # a claim is needed only while the store still shows the pod gated (its patch in
     # flight or failed); once the watch shows it ungated, its pin says which slot it has.
     # Kept for every pod ever patched, this walk grew with the cluster, on every pod event
-    still_gated = {str(meta(p).get("uid")) for p in gated}
+    still_gated = {p.uid for p in gated}
     state = ctx.component(UngaterState)
     state.claims = {u: s for u, s in state.claims.items() if u in still_gated}
     ctx.component(UngaterState).refused &= still_gated
@@ -243,30 +227,23 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
     writes: list[Coroutine[Any, Any, None]] = []
     try:
         for pod in gated:
-            uid = str(meta(pod).get("uid"))
-            try:
-                release = unpinned_release(pod) and uid not in _claims(ctx)
-            except Exception as e:
-                _skip_gated_pod(pod, e, skipped)
-                continue
-            if release:
-                _claims(ctx)[uid] = ""  # claimed now: the patch may start after the next pass
-                claimed.append(uid)
+            if unpinned_release(pod) and pod.uid not in _claims(ctx):
+                _claims(ctx)[pod.uid] = ""  # claimed now: the patch may start after the next pass
+                claimed.append(pod.uid)
                 writes.append(_lift(ctx, pod))
         reservations: dict[tuple[str, str], None] = {}  # in pod order, once each
         for pod in gated:
-            name = child(meta(pod), "labels").get(L.LABEL_RESERVATION)
-            if name:
-                reservations[(str(meta(pod).get("namespace")), str(name))] = None
+            if pod.reservation:
+                reservations[(pod.namespace, pod.reservation)] = None
         seen: set[str] = set()
         for ns, name in reservations:
             # an elastic Job's pods keep the first slice's label: the newest slice's holds them
-            rr = ctx.store.reservation_for_label(ns, name)
-            if rr is None or meta(rr).get("deletionTimestamp"):
+            rr = ctx.store.reservation_view_for_label(ns, name)
+            if rr is None or rr.deleting:
                 continue  # not seen yet (the next event brings it), or being released
-            if object_key(rr) in seen:
+            if rr.key in seen:
                 continue
-            seen.add(object_key(rr))
+            seen.add(rr.key)
             try:
                 chosen = _choose(ctx, ns, rr, skipped)
             except Exception as e:  # this reservation waits; every other gang goes on
@@ -274,9 +251,8 @@ async def sync_ungating(ctx: Context, *, wait: bool = True) -> None:
                 continue
             # claim the slots now: the patches below run concurrently with the next pass
             for member, slot in chosen:
-                uid = str(meta(member).get("uid") or "")
-                _claims(ctx)[uid] = slot.key
-                claimed.append(uid)
+                _claims(ctx)[member.uid] = slot.key
+                claimed.append(member.uid)
                 writes.append(_pin(ctx, member, slot))
     except BaseException:
         for uid in claimed:  # no patch started: nothing may keep these pods from a slot
@@ -297,84 +273,74 @@ async def _resolve_owners(ctx: Context) -> None:
     """Read the owners above every pod of the reservations that gated pods wait for
     (membership needs them: `pod_owners.owned_member`); cached, so a pass after the first
     reads only new owners."""
-    pods: dict[str, Mapping[str, Any]] = {}
-    for pod in ctx.store.gated_pods():
-        pods[str(meta(pod).get("uid"))] = pod
-        name = child(meta(pod), "labels").get(L.LABEL_RESERVATION)
-        if name:
-            ns = str(meta(pod).get("namespace"))
-            for member in ctx.store.pods_of_reservation(ns, str(name)):
-                pods[str(meta(member).get("uid"))] = member
-    unproven = [p for p in pods.values() if not _member_by_own_owners(ctx, p)]
+    pods: dict[str, PodView] = {}
+    for pod in ctx.store.gated_pod_views():
+        pods[pod.uid] = pod
+        if pod.reservation:
+            for member in ctx.store.pod_views_of_reservation(pod.namespace, pod.reservation):
+                pods[member.uid] = member
+    unproven = [p.raw for p in pods.values() if not _member_by_own_owners(ctx, p)]
     if unproven:
         await ctx.component(UngaterState).owner_chains(ctx).resolve(unproven)
 
 
-def _member_by_own_owners(ctx: Context, pod: Mapping[str, Any]) -> bool:
+def _member_by_own_owners(ctx: Context, pod: PodView) -> bool:
     """A pod its own owner references already prove part of its reservation's Workload (a
     Job's pod: the Job owns both), so no owner above it need be read: a GET per Job saved."""
     try:
-        m = meta(pod)
-        name = child(m, "labels").get(L.LABEL_RESERVATION)
-        if not name:
+        if not pod.reservation:
             return False
-        rr = ctx.store.reservation_for_label(str(m.get("namespace")), str(name))
-        workload = ctx.store.get("Workload", reservation_workload_key(rr)) if rr else None
-        return workload is not None and owned_member(pod, workload)
+        rr = ctx.store.reservation_view_for_label(pod.namespace, pod.reservation)
+        workload = ctx.store.workload(rr.workload_key) if rr else None
+        return workload is not None and owned_member(pod.raw, workload.raw)
     except Exception:  # malformed: its owners are read, and `_members` reports it
         return False
 
 
 def _choose(
-    ctx: Context, namespace: str, rr: Mapping[str, Any], skipped: list[Skipped]
-) -> list[tuple[Mapping[str, Any], ReservedSlot]]:
+    ctx: Context, namespace: str, rr: ReservationView, skipped: list[Skipped]
+) -> list[tuple[PodView, ReservedSlot]]:
     """(pod, slot) for every gated member of the reservation that can get a slot now."""
     pods = _members(ctx, namespace, rr, skipped)
-    bound = any(child(p, "spec").get("nodeName") for p in pods)
-    if not reservation_is_live(rr, ctx.clocks.wall(), bound=bound):
+    if not rr.live(ctx.clocks.wall(), bound=any(p.node for p in pods)):
         return []  # past its TTL before any pod bound: the lifecycle releases it
-    views = _views(ctx, pods, rr, skipped)
-    uids = {str(meta(p).get("uid")) for p in pods}
+    ranked = _ranked(ctx, pods, rr, skipped)
+    uids = {p.uid for p in pods}
     taken = {slot for uid, slot in _claims(ctx).items() if uid in uids}
     # never a slot whose node failed or has no room left for it: the lifecycle moves it
     # first (`failed_nodes.py`, `displaced.py`)
-    slots = [s for s in reservation_slots(rr) if s.key not in taken
+    slots = [s for s in rr.slots if s.key not in taken
              and failed_node(ctx.store.get("Node", s.node)) is None
-             and not is_displaced(ctx, rr, s.key, s.node)]
-    chosen = assign_slots(slots, views)
-    tell_waiting(ctx, pods, views, chosen)
-    by_name = {str(meta(p).get("name")): p for p in pods}
+             and not is_displaced(ctx, rr.raw, s.key, s.node)]
+    chosen = assign_slots(slots, ranked)
+    tell_waiting(ctx, pods, ranked, chosen)
+    by_name = {p.name: p for p in pods}
     return [(by_name[pod_name], slot) for pod_name, slot in chosen.items()]
 
 
 _UNREADABLE = "unreadable"
 
 
-def _skip_gated_pod(pod: Mapping[str, Any], error: Exception, skipped: list[Skipped]) -> None:
+def _skip_gated_pod(pod: PodView, error: Exception, skipped: list[Skipped]) -> None:
     """Leave a gated pod the pass cannot read out of it (it holds no slot yet). Any other
     pod may hold a slot, so its reservation is left out instead: `error` is raised again."""
-    if L.GATE_PLACEMENT not in _gates(pod):
+    if not pod.gated:
         raise error
-    log.debug(
-        "gated pod %s/%s left out",
-        meta(pod).get("namespace"),
-        meta(pod).get("name"),
-        exc_info=error,
-    )
+    log.debug("gated pod %s left out", pod.key, exc_info=error)
     skipped.append(
-        Skipped.of(pod, "Pod", "", _UNREADABLE, f"cannot be ungated: {_describe(error)}")
+        Skipped.of(pod.raw, "Pod", "", _UNREADABLE, f"cannot be ungated: {_describe(error)}")
     )
 
 
-def _skipped_reservation(rr: Mapping[str, Any], error: Exception) -> Skipped:
-    log.debug("reservation %s left out of ungating", meta(rr).get("name"), exc_info=error)
+def _skipped_reservation(rr: ReservationView, error: Exception) -> Skipped:
+    log.debug("reservation %s left out of ungating", rr.name, exc_info=error)
     return Skipped.of(
-        rr,
+        rr.raw,
         L.KIND_RESOURCE_RESERVATION,
         "",
         _UNREADABLE,
         f"its gated pods cannot get slots: {_describe(error)}",
-        owner=f"Workload {reservation_workload_key(rr)}",
+        owner=f"Workload {rr.workload_key}",
     )
 
 
@@ -383,32 +349,33 @@ def _describe(error: Exception) -> str:
 
 
 def _members(
-    ctx: Context, namespace: str, rr: Mapping[str, Any], skipped: list[Skipped]
-) -> list[Mapping[str, Any]]:
+    ctx: Context, namespace: str, rr: ReservationView, skipped: list[Skipped]
+) -> list[PodView]:
     """The pods with the reservation's label that are part of its Workload. Any other pod
-    with that label is refused once, with a Warning Event on it, and left gated."""
-    workload = ctx.store.get("Workload", reservation_workload_key(rr))
-    members: list[Mapping[str, Any]] = []
-    for pod in ctx.store.pods_of_reservation(namespace, str(meta(rr).get("name"))):
+    with that label is refused once, with a Warning Event on it, and left gated. (The owner
+    check reads the objects, `raw`: it translates their owner references.)"""
+    workload = ctx.store.workload(rr.workload_key)
+    members: list[PodView] = []
+    for pod in ctx.store.pod_views_of_reservation(namespace, rr.name):
         try:
-            ancestors = ctx.component(UngaterState).owner_chains(ctx).ancestor_uids(pod)
-            reason = foreign_reason(pod, namespace, rr, workload, ancestors)
+            ancestors = ctx.component(UngaterState).owner_chains(ctx).ancestor_uids(pod.raw)
+            reason = foreign_reason(pod.raw, namespace, rr.raw,
+                                    workload.raw if workload else None, ancestors)
         except Exception as e:
             _skip_gated_pod(pod, e, skipped)
             continue
         if reason is None:
             members.append(pod)
             continue
-        uid = str(meta(pod).get("uid") or "")
-        if L.GATE_PLACEMENT in _gates(pod) and uid not in ctx.component(UngaterState).refused:
-            ctx.component(UngaterState).refused.add(uid)
+        if pod.gated and pod.uid not in ctx.component(UngaterState).refused:
+            ctx.component(UngaterState).refused.add(pod.uid)
             ctx.metrics.errors.labels("foreign-pod").inc()
-            log.warning("pod %s/%s stays gated: %s", namespace, meta(pod).get("name"), reason)
+            log.warning("pod %s/%s stays gated: %s", namespace, pod.name, reason)
             ctx.workers.background.spawn(
                 asyncio.to_thread(
                     post_event,
                     ctx.api,
-                    {"apiVersion": "v1", "kind": "Pod", **pod},
+                    {"apiVersion": "v1", "kind": "Pod", **pod.raw},
                     "PlacementDenied",
                     f"not ungated: {reason}",
                     event_type="Warning",
@@ -420,31 +387,22 @@ def _members(
     return members
 
 
-async def _lift(ctx: Context, pod: Mapping[str, Any]) -> None:
-    m = meta(pod)
+async def _lift(ctx: Context, pod: PodView) -> None:
     patch = {"spec": {"schedulingGates": [{"$patch": "delete", "name": L.GATE_PLACEMENT}]}}
     try:
-        await asyncio.to_thread(
-            ctx.api.patch_pod, str(m.get("name")), str(m.get("namespace")), patch
-        )
+        await asyncio.to_thread(ctx.api.patch_pod, pod.name, pod.namespace, patch)
     except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
-        _claims(ctx).pop(str(m.get("uid")), None)
+        _claims(ctx).pop(pod.uid, None)
         raise
     except Exception as e:
-        _claims(ctx).pop(str(m.get("uid")), None)
+        _claims(ctx).pop(pod.uid, None)
         ctx.metrics.errors.labels("ungate").inc()
-        log.warning("could not lift the gate of %s/%s: %s", m.get("namespace"), m.get("name"), e)
+        log.warning("could not lift the gate of %s: %s", pod.key, e)
 
 
-def _gates(pod: Mapping[str, Any]) -> list[str]:
-    spec = child(pod, "spec")
-    return [str(g.get("name")) for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
-
-
-async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None:
-    m = meta(pod)
+async def _pin(ctx: Context, pod: PodView, slot: ReservedSlot) -> None:
     hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)
-    uid = str(m.get("uid") or "")
+    uid = pod.uid
     _claims(ctx)[uid] = slot.key
     # before the patch goes out: a pass's patches run concurrently, so after one returned
     # the others may all have landed; here this pod, at least, is still gated
@@ -452,9 +410,9 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
     try:
         await asyncio.to_thread(
             ctx.api.patch_pod,
-            str(m.get("name")),
-            str(m.get("namespace")),
-            pin_patch(slot, hostname, node_name_terms(pod, slot.node)),
+            pod.name,
+            pod.namespace,
+            pin_patch(slot, hostname, node_name_terms(pod.raw, slot.node)),
         )
     except asyncio.CancelledError:  # this replica stops acting: no claim may outlive it
         _claims(ctx).pop(uid, None)
@@ -462,11 +420,9 @@ async def _pin(ctx: Context, pod: Mapping[str, Any], slot: ReservedSlot) -> None
     except Exception as e:  # the pod stays gated; the next pass tries again
         _claims(ctx).pop(uid, None)
         ctx.metrics.errors.labels("ungate").inc()
-        log.warning(
-            "could not pin pod %s/%s to %s: %s", m.get("namespace"), m.get("name"), slot.node, e
-        )
+        log.warning("could not pin pod %s to %s: %s", pod.key, slot.node, e)
         return
-    created = parse_time(m.get("creationTimestamp"))
+    created = parse_time(meta(pod.raw).get("creationTimestamp"))
     if created is not None:
         ctx.metrics.ungate_seconds.observe(max(0.0, (ctx.clocks.wall() - created).total_seconds()))
-    log.info("pod %s/%s → %s (slot %s)", m.get("namespace"), m.get("name"), slot.node, slot.key)
+    log.info("pod %s → %s (slot %s)", pod.key, slot.node, slot.key)

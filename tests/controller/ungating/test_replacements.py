@@ -14,8 +14,9 @@ from nexus_admit.controller.ungating.replacements import (
     tell_waiting,
     terminating_holders,
 )
-from nexus_admit.controller.ungating.slot_assignment import TERMINATION_MARGIN, PodView
+from nexus_admit.controller.ungating.slot_assignment import TERMINATION_MARGIN, RankedPod
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.views import PodView
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 
@@ -39,9 +40,10 @@ def gated(name: str) -> dict[str, Any]:
 
 def test_terminating_holders_are_pods_being_deleted_that_still_hold_their_node() -> None:
     old = bound("old", "main/1", deleting=GRACE_END)
-    pods = [bound("run", "main/0"), old, bound("late", "main/2", deleting=NOW)]
-    assert terminating_holders(pods, NOW) == {("main", 1): old, ("main", 2): pods[2]}
-    assert terminating_holders(pods, NOW + TERMINATION_MARGIN) == {("main", 1): old}
+    pods = [PodView.of(p) for p in
+            (bound("run", "main/0"), old, bound("late", "main/2", deleting=NOW))]
+    assert terminating_holders(pods, NOW) == {("main", 1): pods[1], ("main", 2): pods[2]}
+    assert terminating_holders(pods, NOW + TERMINATION_MARGIN) == {("main", 1): pods[1]}
     assert terminating_holders(pods, GRACE_END + TERMINATION_MARGIN) == {}
 
 
@@ -49,8 +51,9 @@ def test_only_a_replacement_left_without_a_slot_is_told_and_only_once() -> None:
     api = FakeApi()
     ctx = Context(options=RunOptions(webhook=False), api=api, engine=make_policy("nexus"))  # type: ignore[arg-type]
     ctx.clocks.wall = lambda: NOW
-    pods = [bound("old", "main/1", deleting=GRACE_END), gated("new"), gated("other")]
-    views = [PodView(name, "main", 1, True, None, True) for name in ("new", "other")]
+    pods = [PodView.of(p) for p in
+            (bound("old", "main/1", deleting=GRACE_END), gated("new"), gated("other"))]
+    views = [RankedPod(name, "main", 1, True, None, True) for name in ("new", "other")]
 
     async def tell_twice() -> None:
         tell_waiting(ctx, pods, views, chosen={"other"})  # "other" got a free slot

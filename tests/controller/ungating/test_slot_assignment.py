@@ -12,18 +12,27 @@ from hypothesis import strategies as st
 
 from nexus_admit.controller.ungating.slot_assignment import (
     TERMINATION_MARGIN,
-    PodView,
+    RankedPod,
     RankRule,
     assign_slots,
     creation_slot,
     holds_slot,
-    pod_view,
     rank_rules,
+    ranked_pod,
 )
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.reservations import ReservedSlot
+from nexus_admit.kube.views import PodView, WorkloadView
 
 NOW = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
+
+
+def pod_view(
+    p: dict[str, Any], pod_sets: list[str], rules: dict[str, RankRule] | None = None, *,
+    now: datetime,
+) -> RankedPod:
+    """The pod as the ungater ranks it: its store view first (`kube/views.py`)."""
+    return ranked_pod(PodView.of(p), pod_sets, rules, now=now)
 
 
 def slots(n: int, pod_set: str = "main") -> list[ReservedSlot]:
@@ -38,8 +47,8 @@ def pod(
     slot: int | None = None,
     active: bool = True,
     pod_set: str = "main",
-) -> PodView:
-    return PodView(
+) -> RankedPod:
+    return RankedPod(
         name, pod_set, rank, gated, (pod_set, slot) if slot is not None else None, active
     )
 
@@ -65,7 +74,7 @@ def pod(
         pytest.param([pod("a", 0, pod_set="other")], {}, id="other-pod-set-has-no-slots"),
     ],
 )
-def test_assign_slots(pods: list[PodView], expected: dict[str, int]) -> None:
+def test_assign_slots(pods: list[RankedPod], expected: dict[str, int]) -> None:
     got = assign_slots(slots(4), pods)
     assert {k: v.index for k, v in got.items()} == expected
 
@@ -90,8 +99,8 @@ def test_pod_view_reads_gate_rank_slot_and_pod_set() -> None:
 def test_a_pod_asking_for_more_gpus_than_a_slot_holds_gets_none() -> None:
     """Before: the ungater never compared the pod's requests with the slot's, so a pod of
     the gang asking for 8 GPUs could take a 1-GPU slot and 7 devices nobody reserved."""
-    big = PodView("big", "main", 0, True, None, True, gpus=8)
-    fits = PodView("fits", "main", None, True, None, True, gpus=2)
+    big = RankedPod("big", "main", 0, True, None, True, gpus=8)
+    fits = RankedPod("fits", "main", None, True, None, True, gpus=2)
     got = assign_slots(slots(2), [big, fits])  # each slot holds one device
     assert got == {}
     two = [ReservedSlot("main", i, "n", (0, 1), 0) for i in range(2)]
@@ -120,7 +129,7 @@ def pod_set(name: str, count: int, topology: dict[str, Any] | None = None, **ann
 
 def ranked(labels: dict[str, str], pod_set_name: str, workload: dict[str, Any]) -> int | None:
     p = {"metadata": {"name": "p", "labels": {"kueue.x-k8s.io/podset": pod_set_name, **labels}}}
-    return pod_view(p, [], rank_rules(workload), now=NOW).rank
+    return pod_view(p, [], rank_rules(WorkloadView.of(workload)), now=NOW).rank
 
 
 JOBSET_TOPOLOGY = {
@@ -226,18 +235,18 @@ def test_a_rank_is_ascii_digits_of_bounded_length_anything_else_no_rank(
         pytest.param(pod("p3", 3, gated=False), [], None, id="not-gated"),
     ],
 )
-def test_creation_slot(new: PodView, others: list[PodView], expected: int | None) -> None:
+def test_creation_slot(new: RankedPod, others: list[RankedPod], expected: int | None) -> None:
     slot = creation_slot(slots(4), new, others)
     assert (slot.index if slot is not None else None) == expected
 
 
 def test_creation_slot_needs_a_slot_the_pod_fits() -> None:
-    greedy = PodView("p0", "main", 0, True, None, True, gpus=2)
+    greedy = RankedPod("p0", "main", 0, True, None, True, gpus=2)
     assert creation_slot(slots(2), greedy, []) is None
 
 
 _views = st.builds(
-    PodView,
+    RankedPod,
     name=st.sampled_from([f"p{i}" for i in range(6)]),
     pod_set=st.just("main"),
     rank=st.one_of(st.none(), st.integers(0, 5)),
@@ -250,18 +259,18 @@ _views = st.builds(
 
 @given(new=_views, others=st.lists(_views, max_size=6, unique_by=lambda v: v.name))
 def test_creation_slot_is_the_slot_assign_slots_would_give_whatever_comes_next(
-    new: PodView, others: list[PodView]
+    new: RankedPod, others: list[RankedPod]
 ) -> None:
     """What the webhook pins at creation, the ungater would have chosen too; and the pods
     that still wait get from it what they would have got without the pin."""
     others = [o for o in others if o.name != new.name]
-    new = PodView(new.name, new.pod_set, new.rank, True, None, True, new.gpus)
+    new = RankedPod(new.name, new.pod_set, new.rank, True, None, True, new.gpus)
     slot = creation_slot(slots(4), new, others)
     if slot is None:
         return
     without_pin = assign_slots(slots(4), [*others, new])
     assert without_pin.get(new.name) == slot
-    pinned = PodView(new.name, new.pod_set, new.rank, False, (slot.pod_set, slot.index), True)
+    pinned = RankedPod(new.name, new.pod_set, new.rank, False, (slot.pod_set, slot.index), True)
     assert assign_slots(slots(4), [*others, pinned]) == {
         k: v for k, v in without_pin.items() if k != new.name
     }
@@ -315,7 +324,7 @@ GRACE_END = NOW + timedelta(seconds=30)
     ],
 )
 def test_holds_slot(p: dict[str, Any], at: datetime, holds: bool) -> None:
-    assert holds_slot(p, at) is holds
+    assert holds_slot(PodView.of(p), at) is holds
     assert pod_view(p, ["main"], now=at).active is holds
 
 

@@ -332,14 +332,14 @@ def test_a_gated_pod_that_cannot_be_read_is_told_and_its_gang_mates_are_ungated(
 ) -> None:
     from nexus_admit.controller.ungating import ungater
 
-    real = ungater.pod_view
+    real = ungater.ranked_pod
 
     def fails_for_odd(pod: Any, *args: Any, **kwargs: Any) -> Any:
-        if pod["metadata"]["name"] == "odd":
+        if pod.name == "odd":
             raise KeyError("odd field")
         return real(pod, *args, **kwargs)
 
-    monkeypatch.setattr(ungater, "pod_view", fails_for_odd)
+    monkeypatch.setattr(ungater, "ranked_pod", fails_for_odd)
     ctx, api = setup(gated_pod("odd", 0), gated_pod("p-1", 1))
 
     async def one_pass() -> None:
