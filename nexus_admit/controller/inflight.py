@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.metrics import Metrics
@@ -45,10 +45,10 @@ from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.quantity import parse_milli
 from nexus_admit.kube.reservations import (
     reservation_is_live,
-    reservation_key,
     reservation_pod_label,
     reservation_slots,
 )
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import Gang, Placement, Slot
 from nexus_admit.model.cluster import GPU_WHOLE
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -74,7 +74,7 @@ _EXCLUSIVE_MODES = frozenset({"placed", "borrowed"})
 class InFlight:
     """One feasible placement whose create is on the wire."""
 
-    workload: dict[str, Any]
+    workload: WorkloadView
     check: str
     gang: Gang
     solved: tuple[Slot, ...]  # what the placer holds for it
@@ -92,13 +92,14 @@ class WritePipeline:
         self.placer = placer
         self.depth = max(1, depth)
         self.entries: deque[InFlight] = deque()
+        # as objects: the pass places them again as it placed them first (`place_one`)
         self.withdrawn: list[tuple[dict[str, Any], str | None]] = []
         # the loop's idle wait for the oldest create outside `room` and `flush` (a pass
         # waiting for its creates or for new Workloads), counted in that create's wait
         self.waited = 0.0
 
     def start(
-        self, workload: dict[str, Any], check: str, gang: Gang, solved: tuple[Slot, ...],
+        self, workload: WorkloadView, check: str, gang: Gang, solved: tuple[Slot, ...],
         ready: Callable[[Placement], Outcome], write: Coroutine[Any, Any, Reserved],
     ) -> None:
         assert len(self.entries) < self.depth, "room() before starting the next write"
@@ -135,9 +136,9 @@ class WritePipeline:
             if not entry.withdrawn:
                 # GPUs this run promised to a Workload answered before it (an earlier
                 # placement, or one the watch has not shown): the found one gives way
-                later = {reservation_key(e.workload) for e in self.entries}
+                later = {e.workload.reservation_key for e in self.entries}
                 entry.withdrawn = _promised_elsewhere(
-                    self.ctx, reservation_key(entry.workload),
+                    self.ctx, entry.workload.reservation_key,
                     _whole_of(entry.gang, reserved.found), later, self.ctx.clocks.wall())
         if entry.withdrawn:
             await self._take_back(entry, reserved)
@@ -165,14 +166,14 @@ class WritePipeline:
                 later.withdrawn = True
                 log.info("Workload %s: placement withdrawn, Workload %s's earlier "
                          "reservation holds GPUs on its nodes; placed again",
-                         object_key(later.workload), object_key(earlier.workload))
+                         later.workload.key, earlier.workload.key)
 
     async def _take_back(self, entry: InFlight, reserved: Reserved) -> None:
         """Delete what the withdrawn placement's create may have written; its slots stay
         held in the placer for the rest of the pass (nothing decided now may take them
         while the delete is unsure). Placed again in this pass once nothing of it is left."""
         ctx = self.ctx
-        rr_key = reservation_key(entry.workload)
+        rr_key = entry.workload.reservation_key
         may_exist = reserved.placement is not None or (
             not reserved.give_back and reserved.refusal is None)
         held = reserved.found or entry.solved
@@ -181,11 +182,12 @@ class WritePipeline:
             # it may still exist: its GPUs stay taken until the watch shows it (or not)
             if reserved.found is not None:
                 self.placer.hold(entry.gang, reserved.found, over=True)
-            ctx.ledger.keep_unsure(rr_key, object_key(entry.workload), entry.gang, held,
+            ctx.ledger.keep_unsure(rr_key, entry.workload.key, entry.gang, held,
                                    ctx.clocks.monotonic())
             return
         ctx.ledger.withdraw(rr_key)
-        self.withdrawn.append((entry.workload, entry.check))
+        # the store's own object (a dict), as the pass handed it to `place_one`
+        self.withdrawn.append((cast(dict[str, Any], entry.workload.raw), entry.check))
 
 
 def _whole_of(gang: Gang, slots: Iterable[Slot]) -> set[tuple[str, int]]:

@@ -46,12 +46,12 @@ from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.ungater_state import UngaterState
-from nexus_admit.controller.workload_check import current_entry, write_check
+from nexus_admit.controller.workload_check import workload_view, write_check
 from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta, object_key
+from nexus_admit.kube.errors import meta
 from nexus_admit.kube.quantity import parse_time
-from nexus_admit.kube.reservations import PHASE_BOUND, PHASE_RESERVED, attempt_key
+from nexus_admit.kube.reservations import PHASE_BOUND, PHASE_RESERVED
 from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import PlacementConfig
 
@@ -241,19 +241,20 @@ async def retry_gang(
     ctx: Context, workload: Mapping[str, Any], checks: Sequence[str], message: str
 ) -> bool:
     """Send the Workload back through Retry on each of our checks it has; False when a
-    write failed (tried again next pass)."""
+    write failed (tried again next pass). An object (`failed_nodes.py` holds them): read
+    through its view."""
+    view = workload_view(ctx, workload)
     for check in checks:
-        if current_entry(workload, check):
+        if view.check(check):
             outcome = retry(message, ctx.options.retry_seconds)
             try:
-                await write_check(ctx, workload, check, outcome)
+                await write_check(ctx, view, check, outcome)
             except Exception as e:
                 ctx.metrics.errors.labels("check").inc()
-                log.warning("could not send %s back through Retry: %s", object_key(workload), e)
+                log.warning("could not send %s back through Retry: %s", view.key, e)
                 return False
-    uid = str(meta(workload).get("uid") or "")
-    if uid:  # the store may still show the check Pending: no placement this attempt
-        ctx.component(Answered).attempts[uid] = attempt_key(workload)
+    if view.uid:  # the store may still show the check Pending: no placement this attempt
+        ctx.component(Answered).attempts[view.uid] = view.attempt
     return True
 
 

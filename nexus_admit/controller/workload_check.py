@@ -5,6 +5,9 @@ owns exactly the fields of our entry (Kueue's provisioning check does the same),
 and other checks' entries are never touched. An Event goes to the Workload only on a real
 transition (a new state or a new message), so repeated passes do not spam it; it is posted in
 the background (`ctx.workers.background`), since a lost Event never fails the decision.
+
+It reads the Workload's view (`kube/views.py`: its identity and check entries); the object
+(`raw`) only as the Event's subject. `current_entry` stays for callers that hold objects.
 """
 
 from __future__ import annotations
@@ -19,16 +22,24 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import Outcome
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta
-from nexus_admit.kube.kueue import check_entries, check_entry_of
+from nexus_admit.kube.errors import object_key
+from nexus_admit.kube.kueue import check_entry_of
+from nexus_admit.kube.views import WorkloadView
 
-__all__ = ["beside_other_checks", "check_entry", "current_entry", "write_check"]
+__all__ = ["beside_other_checks", "check_entry", "current_entry", "workload_view", "write_check"]
 
 log = logging.getLogger(__name__)
 
 
 def current_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:
     return check_entry_of(workload, check)
+
+
+def workload_view(ctx: Context, workload: Mapping[str, Any]) -> WorkloadView:
+    """The store's view of this very object, or one built now (an object the store does
+    not hold, or no longer): for callers that still hand Workloads as objects."""
+    view = ctx.store.workload(object_key(workload))
+    return view if view is not None and view.raw is workload else WorkloadView.of(workload)
 
 
 def check_entry(check: str, outcome: Outcome, now: str) -> dict[str, Any]:
@@ -49,7 +60,7 @@ _MERGED_FIELDS = ("labels", "annotations", "nodeSelector")
 
 
 def beside_other_checks(
-    updates: Sequence[Mapping[str, Any]], workload: Mapping[str, Any], check: str
+    updates: Sequence[Mapping[str, Any]], workload: WorkloadView, check: str
 ) -> tuple[dict[str, Any], ...]:
     """Our podSetUpdates as Kueue can merge them with the other checks' of the Workload
     (v0.19.2 applies every check's to the pods and refuses to start them when two set one
@@ -57,7 +68,7 @@ def beside_other_checks(
     set (Kueue v0.21 requires it), and a key another check sets to another value left to
     theirs (the placement honoured their nodeSelector already, `place.within_siblings`)."""
     theirs: dict[tuple[str, str], dict[str, Any]] = {}
-    for entry in check_entries(workload):
+    for entry in workload.checks:
         if entry.get("name") == check:
             continue
         for update in entry.get("podSetUpdates") or []:
@@ -79,7 +90,7 @@ def beside_other_checks(
             kept = {k: v for k, v in value.items() if other.get(k, v) == v}
             if len(kept) < len(value):
                 log.warning("Workload %s: pod set %s: %s %s left to another check's value",
-                            meta(workload).get("name"), name, fld,
+                            workload.name, name, fld,
                             sorted(set(value) - set(kept)))
             if kept:
                 into.setdefault(fld, {}).update(kept)
@@ -87,11 +98,10 @@ def beside_other_checks(
 
 
 async def write_check(
-    ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome
+    ctx: Context, workload: WorkloadView, check: str, outcome: Outcome
 ) -> None:
     """Apply our check entry; raises the API error (the caller decides what it means)."""
-    m = meta(workload)
-    before = current_entry(workload, check)
+    before = workload.check(check)
     if outcome.pod_set_updates:
         outcome = replace(outcome, pod_set_updates=beside_other_checks(
             outcome.pod_set_updates, workload, check))
@@ -99,16 +109,15 @@ async def write_check(
     body = {
         "apiVersion": L.KUEUE_GROUP_VERSION,
         "kind": "Workload",
-        "metadata": {"name": m.get("name"), "namespace": m.get("namespace")},
+        "metadata": {"name": workload.name, "namespace": workload.namespace},
         "status": {
             "admissionChecks": [check_entry(check, outcome, now.strftime("%Y-%m-%dT%H:%M:%SZ"))]
         },
     }
     await asyncio.to_thread(ctx.api.apply_status, "Workload", body)
     log.info(
-        "Workload %s/%s: check %s %s: %s",
-        m.get("namespace"),
-        m.get("name"),
+        "Workload %s: check %s %s: %s",
+        workload.key,
         check,
         outcome.state.value,
         outcome.message,
@@ -120,7 +129,7 @@ async def write_check(
             asyncio.to_thread(
                 post_event,
                 ctx.api,
-                workload,
+                workload.raw,
                 outcome.event_reason,
                 outcome.message,
                 event_type=outcome.event_type,

@@ -8,6 +8,9 @@ an admin fixes it, Kueue requeues with backoff); a create whose answer was lost 
 check write keeps the assumption: the reservation exists, and the next pass finds it by its
 deterministic name and answers from it. AlreadyExists on create means the reservation in
 the cluster is the answer, with its slots, not the ones just solved.
+
+The Workload comes as its view (`kube/views.py`: key, uid, attempt, reservation name, check
+entries); its object (`raw`) is read only to translate it into the reservation's body.
 """
 
 from __future__ import annotations
@@ -30,19 +33,17 @@ from nexus_admit.controller.outcome import (
     retry,
     retry_backoff_seconds,
 )
-from nexus_admit.controller.workload_check import current_entry, write_check
+from nexus_admit.controller.workload_check import write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.crds import MAX_RESERVATION_SLOTS
-from nexus_admit.kube.errors import child, meta, object_key
-from nexus_admit.kube.kueue import retry_count
+from nexus_admit.kube.errors import child
+from nexus_admit.kube.kueue import entry_retry_count
 from nexus_admit.kube.reservations import (
-    attempt_key,
     neighbour_order,
-    reservation_key,
-    reservation_name,
     reservation_object,
     reservation_slots,
 )
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig, Slot, SolveStatus
 from nexus_admit.placement.preemption import is_borrowed
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -99,7 +100,7 @@ def settle(placer: OrderedPlacer, reserved: Reserved) -> bool:
 def assume(
     ctx: Context,
     placer: OrderedPlacer,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     gang: Gang,
     placement: Placement,
     config: PlacementConfig,
@@ -119,12 +120,12 @@ def assume(
             f"borrowed: runs on hardware a tier above {gang.tier} owns, and may be preempted "
             "when that tier needs it"
         )
-    ctx.ledger.assume(reservation_key(workload), object_key(workload), gang, slots,
+    ctx.ledger.assume(workload.reservation_key, workload.key, gang, slots,
                       ctx.clocks.monotonic())
     # no spec.expiresAt: the TTL counts from Kueue's admission, not from now (a sibling
     # check may answer long after ours), so the lifecycle times it (`lifecycle.lapses_at`)
     body = reservation_object(
-        name=reservation_name(workload), workload=workload, gang=gang, placement=placement,
+        name=workload.reservation_name, workload=workload.raw, gang=gang, placement=placement,
         ttl_seconds=config.reservation_ttl_seconds,
     )
     body["metadata"]["annotations"].update(annotations or {})
@@ -165,15 +166,15 @@ def _refusal(e: BaseException) -> str | None:
 async def create_reservation(
     ctx: Context,
     snapshot: ClusterSnapshot,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     gang: Gang,
     placement: Placement,
     body: Mapping[str, Any],
     over: bool = False,
 ) -> Reserved:
     """Create the reservation `assume` made; what it holds, for `settle`."""
-    key = object_key(workload)
-    rr_key = reservation_key(workload)
+    key = workload.key
+    rr_key = workload.reservation_key
     slots = tuple(placement.slots)
     too_large = _too_large(body, len(slots))
     if too_large is not None:
@@ -203,14 +204,14 @@ async def create_reservation(
 async def _found_earlier(
     ctx: Context,
     snapshot: ClusterSnapshot,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     gang: Gang,
     slots: tuple[Slot, ...],
     over: bool,
 ) -> Reserved:
     """AlreadyExists: a decision of this attempt was written before (a create that timed
     out, a store that lags); that reservation is the answer, and its slots what it holds."""
-    key, rr_key = object_key(workload), reservation_key(workload)
+    key, rr_key = workload.key, workload.reservation_key
     log.info("Workload %s: reservation %s already existed (a repeated decision)", key, rr_key)
     ns, _, name = rr_key.partition("/")
     try:
@@ -231,7 +232,7 @@ async def _found_earlier(
 async def commit(
     ctx: Context,
     snapshot: ClusterSnapshot,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     check: str,
     gang: Gang,
     placement: Placement,
@@ -246,7 +247,7 @@ async def commit(
     reserved = await create_reservation(ctx, snapshot, workload, gang, placement, body)
     if reserved.placement is not None:
         ctx.faults.hit("kill-after-reservation")
-        outcome = placed(reserved.placement, gang, reservation_name(workload), snapshot, levels,
+        outcome = placed(reserved.placement, gang, workload.reservation_name, snapshot, levels,
                          hardware_class=hardware_class)
         ctx.workers.background.spawn(answer(ctx, workload, check, outcome), name="check-write")
     elif reserved.refusal is not None:
@@ -259,7 +260,7 @@ async def commit(
 async def reserve(
     ctx: Context,
     placer: OrderedPlacer,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     check: str,
     gang: Gang,
     placement: Placement,
@@ -295,12 +296,12 @@ class Answered:
         self.attempts = {}  # a new leader re-lists: the store shows what was written
 
 
-async def answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome: Outcome) -> None:
+async def answer(ctx: Context, workload: WorkloadView, check: str, outcome: Outcome) -> None:
     """Write the check's answer. Claimed before the write: a pass that starts while it is in
     flight (the loop does not wait for the writes of the pass before) must not answer, nor
     post its Event, again."""
-    uid = str(meta(workload).get("uid") or "")
-    attempt, answered = attempt_key(workload), ctx.component(Answered)
+    uid = workload.uid
+    attempt, answered = workload.attempt, ctx.component(Answered)
     if uid:
         answered.attempts[uid] = attempt
     try:
@@ -309,11 +310,11 @@ async def answer(ctx: Context, workload: Mapping[str, Any], check: str, outcome:
         if uid and answered.attempts.get(uid) == attempt:  # the pass may have renewed it
             del answered.attempts[uid]
         ctx.metrics.errors.labels("check").inc()
-        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
+        log.warning("Workload %s: could not write check %s: %s", workload.key, check, e)
 
 
 async def answer_refused(
-    ctx: Context, workload: Mapping[str, Any], check: str, refusal: str, *, never: bool = False
+    ctx: Context, workload: WorkloadView, check: str, refusal: str, *, never: bool = False
 ) -> None:
     """A reservation the apiserver would not take: Retry with its reason, backing off, so
     the user (check message, Event) and the admin (the reason names what to fix) see it
@@ -324,7 +325,7 @@ async def answer_refused(
             CheckState.REJECTED, clip(f"cannot ever be placed: {refusal}"), "PlacementRejected",
             "Warning"))
         return
-    retries = retry_count(workload, check)
+    retries = entry_retry_count(workload.check(check))
     after = retry_backoff_seconds(retries, ctx.options.retry_seconds)
     await answer(ctx, workload, check, retry(
         clip(f"placed, but the apiserver refused its ResourceReservation ({refusal}); "
@@ -332,12 +333,12 @@ async def answer_refused(
 
 
 async def keep_pending(
-    ctx: Context, workload: Mapping[str, Any], check: str, message: str,
+    ctx: Context, workload: WorkloadView, check: str, message: str,
     event_reason: str = "Preempting",
 ) -> None:
     """Keep the check Pending with `message` (written, with its Event, only when it
     changes); the Workload is not marked answered, so the next pass looks at it again."""
-    entry = current_entry(workload, check)
+    entry = workload.check(check)
     if entry.get("message") == message and entry.get("state") == CheckState.PENDING.value:
         return
     outcome = Outcome(CheckState.PENDING, message, event_reason)
@@ -345,7 +346,7 @@ async def keep_pending(
         await write_check(ctx, workload, check, outcome)
     except Exception as e:
         ctx.metrics.errors.labels("check").inc()
-        log.warning("Workload %s: could not write check %s: %s", object_key(workload), check, e)
+        log.warning("Workload %s: could not write check %s: %s", workload.key, check, e)
 
 
 def placement_of(rr: Mapping[str, Any], gang: Gang) -> Placement:

@@ -33,6 +33,7 @@ __all__ = [
     "check_entries",
     "check_entry_of",
     "creation_key",
+    "entry_retry_count",
     "flavor_constraints",
     "is_pending_on_check",
     "our_check_names",
@@ -94,7 +95,12 @@ def retry_count(workload: Obj, check: str) -> int:
     """How often Kueue has evicted the Workload for `check`'s Retry (`retryCount`); 0 when
     absent or unreadable (a Workload is untrusted input: a bad count must not stop a pass,
     and the smallest backoff is the safe guess)."""
-    value = check_entry_of(workload, check).get("retryCount")
+    return entry_retry_count(check_entry_of(workload, check))
+
+
+def entry_retry_count(entry: Mapping[str, Any]) -> int:
+    """`retry_count` of one check entry (a `WorkloadView.check`)."""
+    value = entry.get("retryCount")
     if isinstance(value, bool) or not isinstance(value, int | str):
         return 0
     try:

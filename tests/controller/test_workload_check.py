@@ -8,14 +8,15 @@ from typing import Any
 import pytest
 
 from nexus_admit.controller.workload_check import beside_other_checks
+from nexus_admit.kube.views import WorkloadView
 
 
-def _workload(*theirs: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"name": "w"}, "status": {"admissionChecks": [
+def _workload(*theirs: dict[str, Any]) -> WorkloadView:
+    return WorkloadView.of({"metadata": {"name": "w"}, "status": {"admissionChecks": [
         {"name": "prov", "state": "Ready", "podSetUpdates": list(theirs)},
         {"name": "nexus", "state": "Pending", "podSetUpdates": [
             {"name": "main", "nodeSelector": {"pool": "stale"}}]},  # our own: not theirs
-    ]}}
+    ]}})
 
 
 OURS = {"name": "main", "labels": {"r": "rr-1"}, "nodeSelector": {"pool": "a", "rack": "r1"}}

@@ -50,6 +50,7 @@ from nexus_admit.controller.preemption.victims import (
     progress,
     running_gangs,
 )
+from nexus_admit.controller.workload_check import workload_view
 from nexus_admit.controller.writes import (
     Answered,
     answer,
@@ -63,18 +64,19 @@ from nexus_admit.controller.writes import (
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, meta, object_key
 from nexus_admit.kube.kueue import (
+    entry_retry_count,
     pending_checks,
     provisioned_by,
     provisioning_check_names,
-    retry_count,
     sibling_node_selectors,
     tas_pod_sets,
     tier_claims,
     unready_provisioning_check,
 )
-from nexus_admit.kube.reservations import attempt_key, reservation_key, reservation_name
+from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.kube.serving import with_siblings
 from nexus_admit.kube.slices import carried_domain, with_carried
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import Gang, Placement, PlacementConfig, PodSet
 from nexus_admit.placement.decide import (
     Decision,
@@ -105,13 +107,16 @@ DRAIN_RECHECK_SECONDS = 10.0  # how often a draining gang is solved as if it did
 
 
 async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> None:
-    """Decide and write the answer for one Workload that waits on our check `check`."""
+    """Decide and write the answer for one Workload that waits on our check `check`. The
+    pass hands it as an object; from here on it is read through its view (`kube/views.py`),
+    the object (`raw`) only where it is translated."""
     ctx = rec.ctx
     if not needs_decision(ctx, workload):
         return
     config = ctx.checks[check].config
     assert config is not None  # only active checks reach here
-    gang = await _translate(rec, workload, check, config)
+    view = workload_view(ctx, workload)
+    gang = await _translate(rec, view, check, config)
     if gang is None:
         return
     gang = within_siblings(gang, sibling_node_selectors(workload, ctx.checks))
@@ -119,10 +124,10 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
     if tas:  # Kueue TAS chose these pod sets' hosts already (the snapshot counts them)
         ours = tuple(ps for ps in gang.pod_sets if ps.name not in tas)
         if not ours:
-            await answer(ctx, workload, check, passthrough(tas))
+            await answer(ctx, view, check, passthrough(tas))
             return
         gang = replace(gang, pod_sets=ours)  # a mixed Workload: we place and pin the rest
-    rr_key = reservation_key(workload)
+    rr_key = view.reservation_key
     existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
     if existing is not None:
         if rec.writes is not None:
@@ -137,18 +142,18 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
             return
         # a reservation of this attempt exists (we crashed, the check write failed, or it
         # drains or preempts): answer from it, never solve twice
-        await _answer_from_reservation(rec, workload, check, gang, existing, config)
+        await _answer_from_reservation(rec, view, check, gang, existing, config)
         return
     carry = carry_over(ctx, workload, gang)
     if carry is not None and carry.added is not None:
-        await _place_added(rec, workload, check, gang, carry, config)
+        await _place_added(rec, view, check, gang, carry, config)
         return
-    decided = await _decide(rec, workload, gang, config)
+    decided = await _decide(rec, view, gang, config)
     while rec.writes is not None and await _earlier_creates_back(rec, decided[0]):
         # an earlier create found a reservation of its attempt on other slots than solved:
         # this decision may have used those; decide again with them held
-        decided = await _decide(rec, workload, gang, config)
-    await _apply(rec, workload, check, decided, config)
+        decided = await _decide(rec, view, gang, config)
+    await _apply(rec, view, check, decided, config)
 
 
 async def _earlier_creates_back(rec: PassRecord, decision: Decision) -> bool:
@@ -162,23 +167,23 @@ async def _earlier_creates_back(rec: PassRecord, decision: Decision) -> bool:
 
 
 async def _translate(
-    rec: PassRecord, workload: Mapping[str, Any], check: str, config: PlacementConfig
+    rec: PassRecord, workload: WorkloadView, check: str, config: PlacementConfig
 ) -> Gang | None:
     """The Workload as a gang; malformed input is Rejected with its field (the user's to
     fix). A tier a tenant claims on the Workload is ignored, with an Event."""
     ctx = rec.ctx
     try:
-        gang = await asyncio.to_thread(rec.dump.gang, workload, config, rec.snapshot,
+        gang = await asyncio.to_thread(rec.dump.gang, workload.raw, config, rec.snapshot,
                                        rec.kueue, now=rec.now)
     except TranslationError as e:
         await answer(ctx, workload, check, rejected_input(e))
         return None
-    gang = with_siblings(gang, _assumed_siblings(rec, gang, object_key(workload)))
+    gang = with_siblings(gang, _assumed_siblings(rec, gang, workload.key))
     gang = _with_assumed_domains(rec, gang)
-    claims = tier_claims(workload)
+    claims = tier_claims(workload.raw)
     if claims:  # said once per quota reservation
         await asyncio.to_thread(
-            post_event, ctx.api, workload, "TierClaimIgnored",
+            post_event, ctx.api, workload.raw, "TierClaimIgnored",
             f"ignored {', '.join(claims)}: the tier comes only from the ClusterQueue label "
             f"{L.LABEL_TIER}; this Workload is placed as tier {gang.tier}",
             event_type="Warning", now=rec.now,
@@ -246,7 +251,7 @@ class _Running:
 
 
 async def _decide(
-    rec: PassRecord, workload: Mapping[str, Any], gang: Gang, config: PlacementConfig,
+    rec: PassRecord, workload: WorkloadView, gang: Gang, config: PlacementConfig,
     own_drain: Mapping[str, Any] | None = None,
 ) -> tuple[Decision, _Running, dict[str, Mapping[str, Any]]]:
     """`decide` in the solver's thread, on the pass's capacity; the running gangs and the
@@ -280,14 +285,14 @@ async def _decide(
 
 
 async def _apply(
-    rec: PassRecord, workload: dict[str, Any], check: str,
+    rec: PassRecord, workload: WorkloadView, check: str,
     decided: tuple[Decision, _Running, dict[str, Mapping[str, Any]]], config: PlacementConfig,
 ) -> None:
     """Write what the decision means."""
     ctx, placer = rec.ctx, rec.placer
     decision, running, drains = decided
     levels = config.resolve_levels(rec.snapshot.kueue_topologies)
-    name = reservation_name(workload)
+    name = workload.reservation_name
     if isinstance(decision, Place):
         placer.hold(decision.gang, decision.placement.slots)
         ctx.faults.hit("kill-after-solve")
@@ -308,10 +313,10 @@ async def _apply(
     elif isinstance(decision, (MoveOffDrain, KeepDraining)):
         raise AssertionError("a Workload without a reservation has no drain of its own")
     else:  # Retry, Reject
-        retries = retry_count(workload, check)
+        retries = entry_retry_count(workload.check(check))
         outcome = unplaced(decision.placement, retries, ctx.options.retry_seconds)
         booked = provisioned_by(
-            workload, provisioning_check_names(rec.dump.kind("AdmissionCheck")))
+            workload.raw, provisioning_check_names(rec.dump.kind("AdmissionCheck")))
         if outcome.state is CheckState.RETRY and booked is not None:
             # the autoscaler booked nodes that are still joining (cluster-autoscaler says
             # Provisioned once the scale-up is under way): Retry would evict and delete
@@ -327,7 +332,7 @@ async def _apply(
 
 
 async def _place_added(
-    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, carry: Carry,
+    rec: PassRecord, workload: WorkloadView, check: str, gang: Gang, carry: Carry,
     config: PlacementConfig,
 ) -> None:
     """A Workload slice that replaces one we placed (an elastic Job scaled up): its running
@@ -354,7 +359,7 @@ async def _place_added(
             return
     why = decision.placement.reason if isinstance(decision, (Retry, Reject)) else "no room"
     if isinstance(decision, Reject):
-        retries = retry_count(workload, check)
+        retries = entry_retry_count(workload.check(check))
         await answer(ctx, workload, check,
                      unplaced(decision.placement, retries, ctx.options.retry_seconds))
         return
@@ -365,7 +370,7 @@ async def _place_added(
 
 
 async def _write_placed(
-    rec: PassRecord, workload: dict[str, Any], check: str, gang: Gang, placement: Placement,
+    rec: PassRecord, workload: WorkloadView, check: str, gang: Gang, placement: Placement,
     config: PlacementConfig, carry: tuple[Carry, Gang] | None = None,
 ) -> None:
     """Assume, reserve, answer: the writes overlap the next Workload's decision. `carry`:
@@ -379,7 +384,7 @@ async def _write_placed(
         body = with_carried(body, kept.old, kept.carried, [ps.name for ps in whole.pod_sets],
                             kept.pod_label)
         merged = placement_of(body, whole)
-        snapshot, name = rec.snapshot, reservation_name(workload)
+        snapshot, name = rec.snapshot, workload.reservation_name
 
         def ready_whole(_: Placement) -> Outcome:
             return placed(merged, whole, name, snapshot, levels,
@@ -398,7 +403,7 @@ async def _write_placed(
         settle(rec.placer, await commit(ctx, rec.snapshot, workload, check, gang, placement,
                                         body, levels, config.hardware_class))
         return
-    snapshot, name = rec.snapshot, reservation_name(workload)
+    snapshot, name = rec.snapshot, workload.reservation_name
 
     def ready(held: Placement) -> Outcome:
         return placed(held, gang, name, snapshot, levels, hardware_class=config.hardware_class)
@@ -408,13 +413,13 @@ async def _write_placed(
 
 
 async def _answer_from_reservation(
-    rec: PassRecord, workload: Mapping[str, Any], check: str, gang: Gang,
+    rec: PassRecord, workload: WorkloadView, check: str, gang: Gang,
     existing: Mapping[str, Any], config: PlacementConfig,
 ) -> None:
     """The snapshot counts `existing` already. A drain waits only while its gang fits
     nowhere else; a preemption waits for its victims to leave; then Ready from it."""
     ctx = rec.ctx
-    name = reservation_name(workload)
+    name = workload.reservation_name
     levels = config.resolve_levels(rec.snapshot.kueue_topologies)
     victims = preempted_victims(existing)
     if (
@@ -487,7 +492,7 @@ async def hold_for_provisioning(
         name, state, said = unready
         why = f"it says: {said}" if said else "the provisioner has not answered yet"
         await keep_pending(
-            ctx, wl, check,
+            ctx, workload_view(ctx, wl), check,
             clip(f"waiting for the provisioning check {name} to be Ready ({state}; {why})"),
             "WaitingForProvisioning",
         )

@@ -31,11 +31,11 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.kueue import KueueIndex, workload_tier
 from nexus_admit.kube.reservations import (
-    reservation_key,
     reservation_name,
     reservation_slots,
     reservation_workload_key,
 )
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.decide import Drain, LiveDrain, MoveOffDrain, PlaceOverDrains, Preempt
 from nexus_admit.placement.preemption import RunningGang
@@ -61,7 +61,7 @@ def live_drain(rr: Mapping[str, Any], tier: str) -> LiveDrain:
 
 def yielding_drains(
     ctx: Context,
-    workload: Mapping[str, Any],
+    workload: WorkloadView,
     now: datetime,
     still_waiting: Callable[[Mapping[str, Any]], bool],
 ) -> dict[str, Mapping[str, Any]]:
@@ -69,7 +69,7 @@ def yielding_drains(
     still waits on our check in the attempt the reservation is for, unanswered (a drain
     that ended in a Ready answer, also one the watch has not shown yet, holds a running
     gang's slots). Whether one gives way to this gang is `decide`'s rule (tier)."""
-    own = object_key(workload)
+    own = workload.key
     out: dict[str, Mapping[str, Any]] = {}
     for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
         if not is_drain(rr) or reservation_workload_key(rr) == own or not still_holds(rr, now):
@@ -97,7 +97,7 @@ def drain_tier(ctx: Context, kueue: KueueIndex, rr: Mapping[str, Any],
 
 
 async def apply_preempt(
-    ctx: Context, placer: OrderedPlacer, workload: Mapping[str, Any], check: str,
+    ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
     decision: Preempt, running: Mapping[str, RunningGang], reservations: Mapping[str, str],
     config: PlacementConfig, now: datetime,
 ) -> None:
@@ -128,14 +128,14 @@ async def apply_preempt(
         victim = ctx.store.get("Workload", preempted.workload)
         if victim is not None:
             await evict(ctx, victim, message, now)
-    rr_key = reservation_key(workload)
-    await announce(ctx, workload, f"{plan.describe()}; reservation {rr_key}", now)
+    rr_key = workload.reservation_key
+    await announce(ctx, workload.raw, f"{plan.describe()}; reservation {rr_key}", now)
     await keep_pending(ctx, workload, check,
                        waiting_message(rr_key, plan.describe(), len(victims)))
 
 
 async def apply_drain(
-    ctx: Context, placer: OrderedPlacer, workload: Mapping[str, Any], check: str,
+    ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
     decision: Drain, reservations: Mapping[str, str], config: PlacementConfig, now: datetime,
 ) -> None:
     """Write the draining reservation at once: it holds those GPUs as the Workloads there
@@ -152,21 +152,21 @@ async def apply_drain(
     if reserved is None:
         return
     ctx.metrics.preemptions.labels("drain").inc()
-    rr_key = reservation_key(workload)
+    rr_key = workload.reservation_key
     text = plan.placement.explanation[-1]
-    await announce(ctx, workload, f"{text}; reservation {rr_key}", now)
+    await announce(ctx, workload.raw, f"{text}; reservation {rr_key}", now)
     await keep_pending(ctx, workload, check, waiting_message(rr_key, text, len(waited_for)))
 
 
 async def apply_over_drains(
-    ctx: Context, placer: OrderedPlacer, workload: Mapping[str, Any], check: str,
+    ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
     decision: PlaceOverDrains, drains: Mapping[str, Mapping[str, Any]],
     config: PlacementConfig, now: datetime,
 ) -> Any:
     """Withdraw the drains the placement crosses (released, with an Event on the drained
     Workload: it drains again on its next pass), then reserve; what the reservation holds,
     or None when a write failed (the next pass decides again)."""
-    own, gang = object_key(workload), decision.gang
+    own, gang = workload.key, decision.gang
     for drain in decision.withdrawn:
         rr = drains[drain.name]
         drained = ctx.store.get("Workload", drain.name)
@@ -185,12 +185,12 @@ async def apply_over_drains(
 
 
 async def apply_move_off(
-    ctx: Context, placer: OrderedPlacer, workload: Mapping[str, Any], check: str,
+    ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
     decision: MoveOffDrain, rr: Mapping[str, Any], config: PlacementConfig, now: datetime,
 ) -> Any:
     """The draining reservation is released and one with the new placement written under
     the same name; what it holds, or None (a write failed: the next pass looks again)."""
-    if not await release(ctx, rr, workload, "drain ended: the gang fits now without it", now):
+    if not await release(ctx, rr, workload.raw, "drain ended: the gang fits now without it", now):
         return None
     ctx.ledger.forget(object_key(rr))
     ctx.metrics.preemptions.labels("drain-moved").inc()
@@ -201,7 +201,7 @@ async def apply_move_off(
 
 
 async def preemption_done(
-    ctx: Context, workload: Mapping[str, Any], check: str, rr: Mapping[str, Any],
+    ctx: Context, workload: WorkloadView, check: str, rr: Mapping[str, Any],
     victims: list[PreemptedVictim], config: PlacementConfig, now: datetime,
 ) -> bool:
     """True once every victim has left (answer Ready from the reservation); meanwhile the

@@ -37,7 +37,7 @@ from typing import Any
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, clip, retry
-from nexus_admit.controller.workload_check import current_entry, write_check
+from nexus_admit.controller.workload_check import current_entry, workload_view, write_check
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster import pod_is_active
 from nexus_admit.kube.dump import ClusterDump
@@ -192,12 +192,13 @@ async def evict(
 ) -> bool:
     """Our check on the victim turns Retry (Kueue evicts and requeues it); False when a
     write failed (tried again on the next pass)."""
+    view = workload_view(ctx, victim)
     for check in sorted(ctx.checks):
-        if current_entry(victim, check).get("state") != CheckState.READY.value:
+        if view.check(check).get("state") != CheckState.READY.value:
             continue
         outcome = retry(message, ctx.options.retry_seconds, "PlacementPreempted")
         try:
-            await write_check(ctx, victim, check, outcome)
+            await write_check(ctx, view, check, outcome)
         except Exception as e:  # ApiException, OSError, urllib3's own
             ctx.metrics.errors.labels("check").inc()
             log.warning("could not evict %s: %s", object_key(victim), e)
