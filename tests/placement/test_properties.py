@@ -131,7 +131,8 @@ def oracle_cases(draw: st.DrawFn) -> tuple[ClusterSnapshot, Gang, PlacementConfi
         tuple(sets),
         tier=draw(st.sampled_from(("gold", "silver", "bronze"))),
         workload_type=draw(st.sampled_from(list(WorkloadType))),
-        required_level=draw(st.sampled_from((None, None, None, None, RACK, BLOCK, HOST))),
+        required_level=_gang_level(sets, draw(st.sampled_from(
+            (None, None, None, None, RACK, BLOCK, HOST)))),
         preferred_level=draw(st.sampled_from((None, RACK, BLOCK))),
         numa_policy=draw(st.sampled_from((*NumaPolicy, NumaPolicy.PREFERRED, NumaPolicy.NONE))),
     )
@@ -143,6 +144,15 @@ def oracle_cases(draw: st.DrawFn) -> tuple[ClusterSnapshot, Gang, PlacementConfi
                            levels={RACK: draw(st.integers(0, 500))} if draw(st.booleans()) else {})
     config = CONFIG.model_copy(update={"weights": ObjectiveWeights(**weights), "spread": spread})
     return snap, gang, config
+
+
+def _gang_level(sets: list[PodSet], drawn: str | None) -> str | None:
+    """The gang's required level as the translation derives it (`kube/workload.py`): the
+    narrowest its GPU pod sets state (every pod set's when none has GPUs); `drawn` when
+    none states one (a gang whose pod sets all follow it)."""
+    deciding = [p for p in sets if p.gpus] or sets
+    stated = [p.required_level for p in deciding if p.required_level is not None]
+    return max(stated, key=(BLOCK, RACK, HOST).index) if stated else drawn
 
 
 # every weight on, in ranges that let each term matter against the others
