@@ -9,6 +9,7 @@
   `keeps_every_candidate`), pruning goes first and the twins are found among the kept
   nodes only: the same reduction, without a class key per candidate of the fleet;
 - onepod.py: a one-pod gang needs no model, every node left is costed (exact);
+  fleet_scan.py finds its candidates with room and their bounds on columns (columns.py);
 - live_reduction.py: on a `TrackedSnapshot`, the candidates, the reduction and the one-pod
   ranking of a gang of one pod set kept from its change log (the same answers; a plain
   snapshot takes the steps above every time);
@@ -35,6 +36,7 @@ from nexus_admit.placement.base import Alongside
 from nexus_admit.placement.baselines.podbypod import infeasible
 from nexus_admit.placement.cpmodel import add_hint, build_model
 from nexus_admit.placement.cpsolve import SolveSettings, solve_model
+from nexus_admit.placement.fleet_scan import fleet_scan
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.live_reduction import live_reduction
 from nexus_admit.placement.memo import NodeMemo
@@ -201,6 +203,10 @@ class CpSatEngine:
                 return scan_ranked(problem, ranking, started, self._terms, self.name)
             return self._reduced(problem, live.reduction(problem), started)
         self._fleet_scans += 1
+        if self._reduce and scans(problem):  # on columns: the same scan, bit for bit
+            scanned = fleet_scan(problem, self._memo, started, self._terms, self.name)
+            if scanned is not None:
+                return scanned
         reduction = candidates(problem, self._memo)
         short = shortfall(problem, reduction)
         if short:

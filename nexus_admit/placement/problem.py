@@ -20,11 +20,36 @@ from nexus_admit.model import (
     pod_capacity,
     with_clique_level,
 )
+from nexus_admit.placement.columns import IntArray, free_gpu_column, level_codes, level_free
 from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
 
-__all__ = ["CLOSED_CLIQUE", "Problem", "prepare"]
+__all__ = ["CLOSED_CLIQUE", "NodePaths", "Problem", "prepare"]
 
 CLOSED_CLIQUE = "NVLink clique held by another ComputeDomain"  # a candidate filter's reason
+
+
+Path = tuple[Domain | None, ...]
+
+
+class NodePaths(dict[str, Path]):
+    """Node name -> `domain_path(node, levels)`, each worked out the first time it is read:
+    a one-pod decision reads the paths of the few nodes it costs (the fleet-wide steps read
+    `columns.level_codes`). A name is in it when the snapshot has the node."""
+
+    def __init__(self, nodes: dict[str, Node], levels: tuple[str, ...]) -> None:
+        super().__init__()
+        self._nodes = nodes
+        self._levels = levels
+
+    def __missing__(self, name: str) -> Path:
+        path = self[name] = domain_path(self._nodes[name], self._levels)
+        return path
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def get(self, name: str, default: Path | None = None) -> Path | None:  # type: ignore[override]
+        return self[name] if name in self._nodes else default
 
 
 @dataclass(slots=True)
@@ -51,6 +76,8 @@ class Problem:
     required_domains: list[tuple[int, frozenset[str]]] = field(default_factory=list)
     # level index -> free GPU share per domain (filled on first use; the snapshot is fixed)
     _domain_free: dict[int, dict[Domain, int]] = field(default_factory=dict, init=False, repr=False)
+    # every node's free GPU share in snapshot order (read on first use, as `_domain_free`)
+    _free_gpu: IntArray | None = field(default=None, init=False, repr=False)
 
     def level_index(self, level: str) -> int:
         return self.levels.index(level)
@@ -112,14 +139,16 @@ class Problem:
         # kept from the change log on a TrackedSnapshot, else counted over every node
         free = live_domain_free(self.snapshot, self.paths, self.levels, level_index)
         if free is None:
-            free = defaultdict(int)
-            paths = self.paths
-            for node in self.snapshot:
-                gpus = node.gpu_free
-                if gpus and (domain := paths[node.name][level_index]) is not None:
-                    free[domain] += sum(gpus)
+            codes = level_codes(self.snapshot, self.levels, level_index)
+            free = defaultdict(int, level_free(self.snapshot, codes, self.free_gpu_column()))
         self._domain_free[level_index] = free
         return free
+
+    def free_gpu_column(self) -> IntArray:
+        """Every node's free GPU share, in snapshot order (columns.free_gpu_column)."""
+        if self._free_gpu is None:
+            self._free_gpu = free_gpu_column(self.snapshot)
+        return self._free_gpu
 
     def idle_room(self, level_index: int) -> dict[Domain, int]:
         """Per domain of one level, how many copies of the whole gang its candidate nodes
@@ -250,8 +279,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     facts_key = ("facts", levels, config.hardware_classes)
     facts = cache.get(facts_key)
     if facts is None:
-        paths = {n.name: domain_path(n, levels) for n in snapshot}
-        facts = (paths, _node_classes(snapshot, config))
+        facts = (NodePaths(snapshot.nodes, levels), _node_classes(snapshot, config))
         cache[facts_key] = facts
     paths, node_class = cast(
         tuple[dict[str, tuple[Domain | None, ...]], dict[str, str | None]], facts
