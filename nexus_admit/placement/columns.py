@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter, methodcaller
 from typing import cast
 
 import numpy as np
@@ -20,11 +20,14 @@ import numpy.typing as npt
 
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Domain, Node, domain_path
 
-__all__ = ["Candidates", "IntArray", "LevelCodes", "candidate_columns", "free_gpu_column",
-           "level_codes", "level_free"]
+__all__ = ["GPU_FREE", "Candidates", "IntArray", "LevelCodes", "candidate_columns",
+           "free_gpu_column", "level_codes", "level_free", "positions", "whole_gpus"]
 
 IntArray = npt.NDArray[np.int64]
 _HOST = "kubernetes.io/hostname"  # named by the node itself, not a label
+GPU_FREE = attrgetter("gpu_free")
+_WHOLE = methodcaller("count", GPU_WHOLE)
+_VRAM = attrgetter("gpu_memory_mib")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +90,8 @@ def _path_of(levels: tuple[str, ...], level_index: int) -> Callable[[dict[str, s
 
 def free_gpu_column(snapshot: ClusterSnapshot) -> IntArray:
     """Every node's free GPU share (`Node.free_gpu_milli`), in snapshot order."""
-    return np.fromiter((sum(n.gpu_free) for n in snapshot.nodes.values()),
-                       dtype=np.int64, count=len(snapshot))
+    return np.fromiter(map(sum, map(GPU_FREE, snapshot.nodes.values())), dtype=np.int64,
+                       count=len(snapshot))
 
 
 def level_free(snapshot: ClusterSnapshot, codes: LevelCodes, free: IntArray) -> dict[Domain, int]:
@@ -119,19 +122,17 @@ def _gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
 @dataclass(frozen=True, slots=True)
 class Candidates:
     """What labels fix of a list of candidate nodes, as columns in its order: where each is
-    in the snapshot, its hardware class (an index into `classes`), VRAM per GPU, GPU count,
-    and its clique as `onepod.gpu_terms` looks it up (`clique or ""`, an index into
-    `cliques`)."""
+    in the snapshot (and, per snapshot node, its place in the list or -1), its hardware
+    class (an index into `classes`), VRAM per GPU and GPU count."""
 
     names: Sequence[str]  # the list they were made from (its identity checks the cache)
     fetch: Callable[[dict[str, Node]], object]  # their Node objects from `snapshot.nodes`
     where: IntArray
+    place: IntArray
     hw_class: IntArray
     classes: list[str | None]
     vram: IntArray
     gpu_count: IntArray
-    clique: IntArray
-    cliques: list[str]
 
     def nodes(self, snapshot: ClusterSnapshot) -> tuple[Node, ...]:
         """The candidates' nodes as the snapshot holds them now."""
@@ -154,34 +155,40 @@ def candidate_columns(snapshot: ClusterSnapshot, names: Sequence[str],
     return made
 
 
-def _static_columns(
-    snapshot: ClusterSnapshot, names: Sequence[str], fetch: Callable[[dict[str, Node]], object],
-    node_class: dict[str, str | None],
-) -> tuple[IntArray, IntArray, list[str | None], IntArray, IntArray, IntArray, list[str]]:
-    """`Candidates`' columns after its names, in its order."""
-    count = len(names)
-    got = fetch(snapshot.nodes)
-    nodes = (cast(Node, got),) if count == 1 else cast(tuple[Node, ...], got)
+def positions(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """Node name -> its place in snapshot order, kept in the snapshot's static cache."""
     position = cast(dict[str, int] | None, snapshot.static_cache.get(("positions",)))
     if position is None or len(position) != len(snapshot):
         position = {name: i for i, name in enumerate(snapshot.nodes)}
         snapshot.static_cache[("positions",)] = position
-    classes: dict[str | None, int] = {}
-    cliques: dict[str, int] = {}
+    return position
+
+
+def _static_columns(
+    snapshot: ClusterSnapshot, names: Sequence[str], fetch: Callable[[dict[str, Node]], object],
+    node_class: dict[str, str | None],
+) -> tuple[IntArray, IntArray, IntArray, list[str | None], IntArray, IntArray]:
+    """`Candidates`' columns after its names and `fetch`, in its order."""
+    count = len(names)
+    got = fetch(snapshot.nodes)
+    nodes = (cast(Node, got),) if count == 1 else cast(tuple[Node, ...], got)
+    where = np.fromiter(map(positions(snapshot).__getitem__, names), dtype=np.int64,
+                        count=count)
+    place = np.full(len(snapshot), -1, dtype=np.int64)
+    place[where] = np.arange(count, dtype=np.int64)
+    of_node = list(map(node_class.__getitem__, names))
+    classes = list(dict.fromkeys(of_node))
+    code = {c: i for i, c in enumerate(classes)}
     return (
-        np.fromiter(map(position.__getitem__, names), dtype=np.int64, count=count),
-        np.fromiter((classes.setdefault(node_class[n], len(classes)) for n in names),
-                    dtype=np.int64, count=count),
-        list(classes),
-        np.fromiter((n.gpu_memory_mib for n in nodes), dtype=np.int64, count=count),
-        np.fromiter((len(n.gpu_free) for n in nodes), dtype=np.int64, count=count),
-        np.fromiter((cliques.setdefault(n.clique or "", len(cliques)) for n in nodes),
-                    dtype=np.int64, count=count),
-        list(cliques),
+        where,
+        place,
+        np.fromiter(map(code.__getitem__, of_node), dtype=np.int64, count=count),
+        classes,
+        np.fromiter(map(_VRAM, nodes), dtype=np.int64, count=count),
+        np.fromiter(map(len, map(GPU_FREE, nodes)), dtype=np.int64, count=count),
     )
 
 
 def whole_gpus(nodes: Sequence[Node]) -> IntArray:
     """Each node's whole free GPUs (`Node.free_whole_gpus`)."""
-    return np.fromiter((n.gpu_free.count(GPU_WHOLE) for n in nodes), dtype=np.int64,
-                       count=len(nodes))
+    return np.fromiter(map(_WHOLE, map(GPU_FREE, nodes)), dtype=np.int64, count=len(nodes))

@@ -14,6 +14,7 @@ take the scan over objects.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,7 @@ from nexus_admit.placement.columns import (
     IntArray,
     candidate_columns,
     level_codes,
+    positions,
     whole_gpus,
 )
 from nexus_admit.placement.memo import NodeMemo
@@ -43,6 +45,7 @@ from nexus_admit.placement.reduction import (
 __all__ = ["column_bounds", "columns_serve", "fleet_scan", "room_mask"]
 
 FloatArray = npt.NDArray[np.float64]
+_PODS, _CPU, _MEMORY = (attrgetter(a) for a in ("free_pods", "free_cpu_milli", "free_memory_mib"))
 
 
 def columns_serve(problem: Problem) -> bool:
@@ -64,13 +67,12 @@ def room_mask(
     if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
         return np.fromiter((room_for_one(n, ps, policy) > 0 for n in nodes), dtype=np.bool_,
                            count=len(nodes))
-    mask = np.fromiter((n.free_pods > 0 for n in nodes), dtype=np.bool_, count=len(nodes))
+    count = len(nodes)
+    mask = np.fromiter(map(_PODS, nodes), dtype=np.int64, count=count) > 0
     if ps.cpu_milli:
-        mask &= np.fromiter((n.free_cpu_milli for n in nodes), dtype=np.int64,
-                            count=len(nodes)) >= ps.cpu_milli
+        mask &= np.fromiter(map(_CPU, nodes), dtype=np.int64, count=count) >= ps.cpu_milli
     if ps.memory_mib:
-        mask &= np.fromiter((n.free_memory_mib for n in nodes), dtype=np.int64,
-                            count=len(nodes)) >= ps.memory_mib
+        mask &= np.fromiter(map(_MEMORY, nodes), dtype=np.int64, count=count) >= ps.memory_mib
     if ps.gpus:
         mask &= whole >= ps.gpus
     return mask
@@ -94,11 +96,26 @@ def column_bounds(
     count = cols.gpu_count[sel]
     pristine = (count > 0) & (whole[sel] == count)
     broken = (count >= problem.config.island_min_gpus) & pristine & (share < free)
-    members = np.array([len(problem.pristine_cliques.get(c, ())) for c in cols.cliques],
-                       dtype=np.int64)[cols.clique[sel]]
+    members = _clique_members(problem, cols)[sel]
     broken_clique = (members > 0) & ((members > 1) | (share < free))
     islands = broken.astype(np.int64) + broken_clique.astype(np.int64)
     return np.asarray(cost + weights["islandsBroken"] * islands, dtype=np.float64)
+
+
+def _clique_members(problem: Problem, cols: Candidates) -> IntArray:
+    """Per candidate, how many members its clique has if all are pristine, else 0 (as
+    `gpu_terms` looks it up: `pristine_cliques.get(node.clique or "", ())`)."""
+    cliques = problem.pristine_cliques
+    if "" in cliques:  # a clique named "": nodes without one look it up too
+        return np.fromiter((len(cliques.get(n.clique or "", ())) for n in
+                            cols.nodes(problem.snapshot)), dtype=np.int64, count=len(cols.names))
+    members = np.zeros(len(cols.names), dtype=np.int64)
+    position = positions(problem.snapshot)
+    for names in cliques.values():
+        at = cols.place[np.fromiter(map(position.__getitem__, names), dtype=np.int64,
+                                    count=len(names))]
+        members[at[at >= 0]] = len(names)
+    return members
 
 
 def _pod_cost(problem: Problem, cols: Candidates, sel: IntArray, weights: dict[str, int],

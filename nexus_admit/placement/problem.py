@@ -224,6 +224,21 @@ def _outside_closed_cliques(
     return kept, why
 
 
+def _pristine_cliques(snapshot: ClusterSnapshot) -> dict[str, list[str]]:
+    """NVLink clique -> its node names (snapshot order), for the cliques all of whose nodes
+    are pristine (`ClusterSnapshot.pristine_cliques`), cliques in order of their first node."""
+    members: dict[str, list[str]] = {}
+    broken: set[str] = set()
+    for node in snapshot:
+        clique = node.clique
+        if clique is None:
+            continue
+        members.setdefault(clique, []).append(node.name)
+        if clique not in broken and not node.is_pristine():
+            broken.add(clique)
+    return {c: names for c, names in members.items() if c not in broken}
+
+
 def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> object:
     """What a tier's allowedClasses add to the eligibility key (nothing when unset)."""
     return None if allowed is None else (tuple(sorted(allowed)), config.hardware_classes)
@@ -289,10 +304,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     if live is not None:
         problem.pristine_cliques = live
     else:
-        pristine = snapshot.pristine_cliques()
-        for node in snapshot:
-            if node.clique in pristine:
-                problem.pristine_cliques.setdefault(node.clique, []).append(node.name)
+        problem.pristine_cliques = _pristine_cliques(snapshot)
     problem.impossible = (
         _check_level(gang.required_level, levels, "required-topology")
         or _check_level(gang.preferred_level, levels, "preferred-topology")

@@ -156,3 +156,18 @@ def test_the_free_gpus_per_domain_on_columns_are_the_count_over_every_node(
             expected[domain] += sum(node.gpu_free)
     got = problem.domain_free_gpu_milli(level)
     assert list(got.items()) == list(expected.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleet=fleets())
+def test_the_pristine_cliques_in_one_pass_are_the_count_over_every_node(
+    fleet: list[Node],
+) -> None:
+    snapshot = ClusterSnapshot.of(fleet)
+    pristine = snapshot.pristine_cliques()
+    expected: dict[str, list[str]] = {}
+    for node in snapshot:
+        if node.clique in pristine:
+            expected.setdefault(node.clique, []).append(node.name)
+    got = prepare(snapshot, Gang("ns/g", (_one_pod(),)), CONFIG).pristine_cliques
+    assert list(got.items()) == list(expected.items())
