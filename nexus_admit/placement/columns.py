@@ -28,6 +28,7 @@ _HOST = "kubernetes.io/hostname"  # named by the node itself, not a label
 GPU_FREE = attrgetter("gpu_free")
 _WHOLE = methodcaller("count", GPU_WHOLE)
 _VRAM = attrgetter("gpu_memory_mib")
+_LABELS = attrgetter("labels")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,29 @@ def level_codes(snapshot: ClusterSnapshot, levels: tuple[str, ...], level_index:
         labels_of = _path_of(levels, level_index)
     else:
         labels_of = itemgetter(*down_to) if len(down_to) > 1 else _one(down_to[0])
-    codes = np.fromiter(map(code, snapshot.nodes.values()), dtype=np.int64, count=len(snapshot))
-    made = LevelCodes(codes, list(index))
+    made = _labelled(snapshot, down_to) if _HOST not in down_to else None
+    if made is None:
+        codes = np.fromiter(map(code, snapshot.nodes.values()), dtype=np.int64,
+                            count=len(snapshot))
+        made = LevelCodes(codes, list(index))
     snapshot.static_cache[key] = made
     return made
+
+
+def _labelled(snapshot: ClusterSnapshot, down_to: tuple[str, ...]) -> LevelCodes | None:
+    """`LevelCodes` when every node has every label of `down_to` (no hostname among them):
+    a node's domain is then its labels' values, read in one pass; None when a node lacks
+    one."""
+    get = itemgetter(*down_to)
+    try:
+        values = list(map(get, map(_LABELS, snapshot.nodes.values())))
+    except KeyError:
+        return None
+    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    if len(down_to) == 1:
+        return LevelCodes(codes, [(v,) for v in index])
+    return LevelCodes(codes, list(index))
 
 
 def _one(level: str) -> Callable[[dict[str, str]], tuple[str]]:

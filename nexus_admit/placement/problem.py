@@ -5,7 +5,10 @@ the nodes it may ever use (static filters) with the reason the others were ruled
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import cast
 
 from nexus_admit.model import (
@@ -372,28 +375,45 @@ def _filter_nodes(
 
     # without a selector, affinity or node list it reads no label and no name:
     # nodes alike in what it reads share the answer (a fleet has few such kinds)
-    alike: dict[tuple[object, ...], str | None] | None = (
-        {} if ps.allowed_nodes is None and not ps.node_selector
-        and not ps.affinity_terms else None
-    )
+    if ps.allowed_nodes is None and not ps.node_selector and not ps.affinity_terms:
+        return _filter_alike(snapshot, paths, node_class, req_idx, rule_out)
     for node in snapshot:
-        name = node.name
-        if alike is None:
-            reason = rule_out(node)
-        else:
-            kind = (node.schedulable, node.taints, len(node.gpu_free),
-                    node.gpu_memory_mib, node.cpu_milli, node.memory_mib,
-                    node.clique is None, node_class[name],
-                    req_idx is not None and paths[name][req_idx] is None)
-            if kind in alike:
-                reason = alike[kind]
-            else:
-                reason = alike[kind] = rule_out(node)
+        reason = rule_out(node)
         if reason is None:
-            ok.append(name)
+            ok.append(node.name)
         else:
             why[reason] += 1
     return ok, why
+
+
+_KIND = attrgetter("schedulable", "taints", "gpu_memory_mib", "cpu_milli", "memory_mib")
+
+
+def _filter_alike(
+    snapshot: ClusterSnapshot,
+    paths: dict[str, tuple[Domain | None, ...]],
+    node_class: dict[str, str | None],
+    req_idx: int | None,
+    rule_out: Callable[[Node], str | None],
+) -> tuple[list[str], Counter[str]]:
+    """`_filter_nodes` when the answer reads only what a node's kind holds (its state,
+    taints, shape, class, whether it has a clique and the required level's label): each
+    kind ruled on once, by its first node, every node read in one pass per fact."""
+    names = list(snapshot.nodes)
+    nodes = list(snapshot.nodes.values())
+    facts: list[Iterable[object]] = [
+        map(_KIND, nodes), map(len, map(attrgetter("gpu_free"), nodes)),
+        map(is_, map(attrgetter("clique"), nodes), repeat(None)),
+        map(node_class.__getitem__, names),
+    ]
+    if req_idx is not None:
+        facts.append(paths[name][req_idx] is None for name in names)
+    kinds = list(zip(*facts, strict=True))
+    first = dict(zip(reversed(kinds), reversed(nodes), strict=True))  # the first node wins
+    reason = {kind: rule_out(node) for kind, node in first.items()}
+    reasons = list(map(reason.__getitem__, kinds))
+    ok = list(compress(names, map(is_, reasons, repeat(None))))
+    return ok, Counter(r for r in reasons if r is not None)
 
 
 def _some_node_holds(ps: PodSet, snapshot: ClusterSnapshot) -> bool:

@@ -31,7 +31,7 @@ from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import scan_candidates, scan_lower_bound, scans
 from nexus_admit.placement.order_terms import OrderTerms
-from nexus_admit.placement.problem import NodePaths, prepare
+from nexus_admit.placement.problem import NodePaths, _filter_nodes, prepare
 from nexus_admit.placement.reduction import candidates, shortfall
 from tests.placement.test_live_reduction import fleets
 from tests.placement.test_onepod import one_pod_gangs
@@ -136,9 +136,13 @@ def test_paths_read_when_asked_and_domain_codes_are_each_nodes_path(
         assert node.name in paths
         assert paths[node.name] == paths.get(node.name) == domain_path(node, levels)
     assert "elsewhere" not in paths and paths.get("elsewhere") is None
-    if level < len(levels):
-        codes = level_codes(snapshot, levels, level)
-        at = [domain_path(node, levels)[level] for node in fleet]
+    if level >= len(levels):
+        return
+    labelled = [Node(name=n.name, labels={BLOCK: "x", RACK: "x", "zone": "x", **n.labels})
+                for n in fleet]  # and with every label: read in one pass
+    for nodes in (fleet, labelled):
+        codes = level_codes(ClusterSnapshot.of(nodes), levels, level)
+        at = [domain_path(node, levels)[level] for node in nodes]
         assert [None if c < 0 else codes.domains[c] for c in codes.codes.tolist()] == at
         assert codes.domains == list(dict.fromkeys(d for d in at if d is not None))
 
@@ -171,3 +175,24 @@ def test_the_pristine_cliques_in_one_pass_are_the_count_over_every_node(
             expected.setdefault(node.clique, []).append(node.name)
     got = prepare(snapshot, Gang("ns/g", (_one_pod(),)), CONFIG).pristine_cliques
     assert list(got.items()) == list(expected.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(gang=gangs(max_sets=1), fleet=fleets())
+def test_the_static_filter_by_kind_rules_as_node_by_node(gang: Gang, fleet: list[Node]) -> None:
+    """Naming every node (`allowed_nodes`) takes the filter node by node: same answers."""
+    snapshot = ClusterSnapshot.of(fleet)
+    ps = gang.pod_sets[0]
+    problem = prepare(snapshot, gang, CONFIG)
+    if problem.impossible.startswith("tier") or ps.node_selector:
+        return
+    level = problem._label_level(ps)
+    req = problem.levels.index(level) if level is not None else None
+    allowed = CONFIG.allowed_classes(gang.tier) if ps.gpus else None
+    named = replace(ps, allowed_nodes=frozenset(snapshot.nodes))
+    by_kind = _filter_nodes(snapshot, ps, problem.paths, problem.node_class, req, level,
+                            allowed)
+    one_by_one = _filter_nodes(snapshot, named, problem.paths, problem.node_class, req, level,
+                               allowed)
+    assert by_kind[0] == one_by_one[0]
+    assert list(by_kind[1].items()) == list(one_by_one[1].items())
