@@ -133,7 +133,7 @@ def _gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
     key = ("gpu-nodes",)
     cached = cast(npt.NDArray[np.bool_] | None, snapshot.static_cache.get(key))
     if cached is None or len(cached) != len(snapshot):
-        cached = np.fromiter((bool(n.gpu_free) for n in snapshot.nodes.values()),
+        cached = np.fromiter(map(bool, map(GPU_FREE, snapshot.nodes.values())),
                              dtype=np.bool_, count=len(snapshot))
         snapshot.static_cache[key] = cached
     return cached

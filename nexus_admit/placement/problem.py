@@ -271,17 +271,12 @@ def _static_key(
 
 def _node_classes(snapshot: ClusterSnapshot, config: PlacementConfig) -> dict[str, str | None]:
     """The hardware class of every node (None without GPUs), matched once per product."""
-    by_product: dict[str, str | None] = {}
-    out: dict[str, str | None] = {}
-    for node in snapshot:
-        if not node.gpu_free:
-            out[node.name] = None
-            continue
-        product = node.gpu_product
-        if product not in by_product:
-            by_product[product] = config.hardware_class(product)
-        out[node.name] = by_product[product]
-    return out
+    nodes = snapshot.nodes.values()
+    kinds = list(zip(map(attrgetter("gpu_product"), nodes),
+                     map(bool, map(attrgetter("gpu_free"), nodes)), strict=True))
+    by_kind = {kind: config.hardware_class(kind[0]) if kind[1] else None
+               for kind in dict.fromkeys(kinds)}
+    return dict(zip(snapshot.nodes, map(by_kind.__getitem__, kinds), strict=True))
 
 
 def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:

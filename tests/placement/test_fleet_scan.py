@@ -31,7 +31,7 @@ from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import scan_candidates, scan_lower_bound, scans
 from nexus_admit.placement.order_terms import OrderTerms
-from nexus_admit.placement.problem import NodePaths, _filter_nodes, prepare
+from nexus_admit.placement.problem import NodePaths, _filter_nodes, _node_classes, prepare
 from nexus_admit.placement.reduction import candidates, shortfall
 from tests.placement.test_live_reduction import fleets
 from tests.placement.test_onepod import one_pod_gangs
@@ -196,3 +196,12 @@ def test_the_static_filter_by_kind_rules_as_node_by_node(gang: Gang, fleet: list
                                allowed)
     assert by_kind[0] == one_by_one[0]
     assert list(by_kind[1].items()) == list(one_by_one[1].items())
+
+
+@settings(max_examples=100, deadline=None)
+@given(fleet=fleets())
+def test_the_classes_matched_per_product_are_each_nodes_class(fleet: list[Node]) -> None:
+    snapshot = ClusterSnapshot.of(fleet)
+    expected = {n.name: CONFIG.hardware_class(n.gpu_product) if n.gpu_free else None
+                for n in fleet}
+    assert list(_node_classes(snapshot, CONFIG).items()) == list(expected.items())
