@@ -46,7 +46,7 @@ def level_codes(snapshot: ClusterSnapshot, levels: tuple[str, ...], level_index:
     kept in the snapshot's static cache. Read from the labels of the levels down to it, a
     domain worked out once per distinct combination of them (a rack's nodes share it)."""
     key = ("level-codes", levels, level_index)
-    cached = cast(LevelCodes | None, snapshot.static_cache.get(key))
+    cached = cast("LevelCodes | None", snapshot.static_cache.get(key))
     if cached is not None and len(cached.codes) == len(snapshot):
         return cached
     down_to = levels[: level_index + 1]
@@ -131,7 +131,7 @@ def level_free(snapshot: ClusterSnapshot, codes: LevelCodes, free: IntArray) -> 
 def _gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
     """Which nodes have GPUs (a non-empty `gpu_free`; its length never changes)."""
     key = ("gpu-nodes",)
-    cached = cast(npt.NDArray[np.bool_] | None, snapshot.static_cache.get(key))
+    cached = cast("npt.NDArray[np.bool_] | None", snapshot.static_cache.get(key))
     if cached is None or len(cached) != len(snapshot):
         cached = np.fromiter(map(bool, map(GPU_FREE, snapshot.nodes.values())),
                              dtype=np.bool_, count=len(snapshot))
@@ -158,7 +158,7 @@ class Candidates:
         """The candidates' nodes as the snapshot holds them now."""
         if len(self.names) == 1:
             return (cast(Node, self.fetch(snapshot.nodes)),)
-        return cast(tuple[Node, ...], self.fetch(snapshot.nodes))
+        return cast("tuple[Node, ...]", self.fetch(snapshot.nodes))
 
 
 def candidate_columns(snapshot: ClusterSnapshot, names: Sequence[str],
@@ -166,7 +166,7 @@ def candidate_columns(snapshot: ClusterSnapshot, names: Sequence[str],
     """`Candidates` of `names` (a non-empty candidate list of `Problem.candidates`), kept in
     the snapshot's static cache while that list is."""
     key = ("candidate-columns", id(names))
-    cached = cast(Candidates | None, snapshot.static_cache.get(key))
+    cached = cast("Candidates | None", snapshot.static_cache.get(key))
     if cached is not None and cached.names is names:
         return cached
     fetch = itemgetter(*names)
@@ -177,7 +177,7 @@ def candidate_columns(snapshot: ClusterSnapshot, names: Sequence[str],
 
 def positions(snapshot: ClusterSnapshot) -> dict[str, int]:
     """Node name -> its place in snapshot order, kept in the snapshot's static cache."""
-    position = cast(dict[str, int] | None, snapshot.static_cache.get(("positions",)))
+    position = cast("dict[str, int] | None", snapshot.static_cache.get(("positions",)))
     if position is None or len(position) != len(snapshot):
         position = {name: i for i, name in enumerate(snapshot.nodes)}
         snapshot.static_cache[("positions",)] = position
@@ -191,7 +191,7 @@ def _static_columns(
     """`Candidates`' columns after its names and `fetch`, in its order."""
     count = len(names)
     got = fetch(snapshot.nodes)
-    nodes = (cast(Node, got),) if count == 1 else cast(tuple[Node, ...], got)
+    nodes = (cast(Node, got),) if count == 1 else cast("tuple[Node, ...]", got)
     where = np.fromiter(map(positions(snapshot).__getitem__, names), dtype=np.int64,
                         count=count)
     place = np.full(len(snapshot), -1, dtype=np.int64)
