@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.metrics import Metrics
@@ -92,8 +92,8 @@ class WritePipeline:
         self.placer = placer
         self.depth = max(1, depth)
         self.entries: deque[InFlight] = deque()
-        # as objects: the pass places them again as it placed them first (`place_one`)
-        self.withdrawn: list[tuple[dict[str, Any], str | None]] = []
+        # their views: the pass places them again as it placed them first (`place_one`)
+        self.withdrawn: list[tuple[WorkloadView, str | None]] = []
         # the loop's idle wait for the oldest create outside `room` and `flush` (a pass
         # waiting for its creates or for new Workloads), counted in that create's wait
         self.waited = 0.0
@@ -186,8 +186,8 @@ class WritePipeline:
                                    ctx.clocks.monotonic())
             return
         ctx.ledger.withdraw(rr_key)
-        # the store's own object (a dict), as the pass handed it to `place_one`
-        self.withdrawn.append((cast(dict[str, Any], entry.workload.raw), entry.check))
+        # the view the pass handed to `place_one`
+        self.withdrawn.append((entry.workload, entry.check))
 
 
 def _whole_of(gang: Gang, slots: Iterable[Slot]) -> set[tuple[str, int]]:

@@ -22,7 +22,8 @@ from cachetools import TTLCache
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.store import PerObject
-from nexus_admit.kube.errors import child, meta, object_key
+from nexus_admit.kube.errors import child, meta
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.kube.workload import reads_job_completion_mode
 
 __all__ = [
@@ -133,14 +134,14 @@ def _forget_read(ctx: Context, key: str, _: object) -> None:
 _Reads = dict[str, tuple[asyncio.Task[bool], list[str]]]
 
 
-def _reads(ctx: Context, workloads: Sequence[dict[str, Any]]) -> _Reads:
+def _reads(ctx: Context, workloads: Sequence[WorkloadView]) -> _Reads:
     """A read of every Job of `workloads` the store lacks and the apiserver did not just
     answer NotFound ("ns/name" → the read and the Workloads that wait on it); a read
     already in flight is shared, not sent twice."""
     out: _Reads = {}
     in_flight = ctx.component(OwningJobs).reads
     for w in workloads:
-        for ns, name, uid in _job_refs(w):
+        for ns, name, uid in _job_refs(w.raw):
             key = f"{ns}/{name}"
             if _known(ctx, key, uid):
                 continue
@@ -151,25 +152,25 @@ def _reads(ctx: Context, workloads: Sequence[dict[str, Any]]) -> _Reads:
                     in_flight[key] = task
                     task.add_done_callback(partial(_forget_read, ctx, key))
                 out[key] = (task, [])
-            out[key][1].append(object_key(w))
+            out[key][1].append(w.key)
     return out
 
 
-def prefetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> None:
+def prefetch_owner_jobs(ctx: Context, workloads: Sequence[WorkloadView]) -> None:
     """Start reading the Jobs of Workloads still waiting for quota, without waiting: by the
     time Kueue reserves it, the pass that places the Workload finds its Job in the store
-    instead of waiting a round trip for it. Each Workload object is looked at once, when
-    the store first holds it (`OwningJobs.prefetched`): a pass after one Workload's event asked
-    the store about every waiting Workload's Jobs. A read that failed, or a Job gone
+    instead of waiting a round trip for it. Each Workload's view is looked at once, when
+    the store first holds it (`OwningJobs.prefetched`): a pass after one Workload's event
+    asked the store about every waiting Workload's Jobs. A read that failed, or a Job gone
     since, is read when the Workload is decided (`fetch_owner_jobs`)."""
     ctx.component(OwningJobs).prefetched.values(workloads, partial(_prefetch_one, ctx))
 
 
-def _prefetch_one(ctx: Context, workload: dict[str, Any]) -> None:
+def _prefetch_one(ctx: Context, workload: WorkloadView) -> None:
     _reads(ctx, [workload])
 
 
-async def fetch_owner_jobs(ctx: Context, workloads: Sequence[dict[str, Any]]) -> set[str]:
+async def fetch_owner_jobs(ctx: Context, workloads: Sequence[WorkloadView]) -> set[str]:
     """Read the Jobs of `workloads` the store lacks. Returns the keys ("ns/name") of the
     Workloads whose Job could not be read (an API error, not a missing Job): they wait for
     the next pass rather than be placed as if their Job were not Indexed."""

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from nexus_admit.controller.store import PerObject
 from nexus_admit.kube import labels as L
@@ -41,6 +41,7 @@ from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import meta, object_key
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.queues import cluster_queue_checks
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig
 from nexus_admit.placement.base import Warms
 
@@ -87,18 +88,20 @@ class WarmShapes:
     resync: list[str] = field(default_factory=list)  # warmed shapes left to sync this round
     synced: float = 0.0  # when the last round of syncs started (monotonic)
     epoch: tuple[object, ...] | None = None  # what `shapes` were derived with
-    # id of a waiting Workload -> (that object, its shape to warm; None: not ours to warm)
-    shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = field(default_factory=dict)
+    # id of a waiting Workload's view -> (that view, its shape to warm; None: not ours to
+    # warm)
+    shapes: dict[int, tuple[WorkloadView, _ToWarm | None]] = field(default_factory=dict)
     # each waiting Workload's ClusterQueue and place in it (`kueue_order`)
     order: PerObject[tuple[str, tuple[int, str]]] = field(default_factory=PerObject)
 
     def reset(self) -> None:
         """Nothing: what it warmed stays true of the engine, whoever leads."""
 
-    def plan(self, waiting: list[dict[str, Any]], dump: ClusterDump, active: set[str]) -> None:
-        """Derive the shapes to warm from `waiting` (the Workloads waiting for quota in our
-        queues), again only when it is another list than last time; a Workload's shape is
-        derived again only when it is another object (the store replaces a changed one)."""
+    def plan(self, waiting: list[WorkloadView], dump: ClusterDump, active: set[str]) -> None:
+        """Derive the shapes to warm from `waiting` (the views of the Workloads waiting for
+        quota in our queues), again only when it is another list than last time; a
+        Workload's shape is derived again only when it is another view (the store builds
+        one for each object it accepts, and replaces a changed object)."""
         if waiting is self.waiting:
             return
         self.waiting = waiting
@@ -109,7 +112,7 @@ class WarmShapes:
         while len(self.done) > KEPT_SHAPES:
             self.done.popitem(last=False)
 
-    def plan_new(self, waiting: list[dict[str, Any]], dump: ClusterDump,
+    def plan_new(self, waiting: list[WorkloadView], dump: ClusterDump,
                  active: set[str]) -> None:
         """Between a pass's decisions: the shapes to warm from `waiting`, and nothing else
         (which shapes wait, and so which are synced again, is the pass's `plan`)."""
@@ -117,7 +120,7 @@ class WarmShapes:
             self.waiting_new = waiting
             self._plan(waiting, dump, active)
 
-    def _plan(self, waiting: list[dict[str, Any]], dump: ClusterDump,
+    def _plan(self, waiting: list[WorkloadView], dump: ClusterDump,
               active: set[str]) -> set[str]:
         """`to_warm` from `waiting`, in Kueue's order; the shapes waiting."""
         # the queues and flavors a shape was derived from: their labels and specs, not their
@@ -130,12 +133,13 @@ class WarmShapes:
         index = dump.kueue_index() if waiting else KueueIndex()
         to_warm: list[_ToWarm] = []
         seen: set[str] = set()
-        shapes: dict[int, tuple[dict[str, Any], _ToWarm | None]] = {}
+        shapes: dict[int, tuple[WorkloadView, _ToWarm | None]] = {}
         for wl in kueue_order(waiting, index, self.order, epoch):
             if len(seen) >= MAX_SHAPES:
                 break
             kept = self.shapes.get(id(wl))
-            shape = kept[1] if kept is not None and kept[0] is wl else _to_warm(wl, index, active)
+            shape = (kept[1] if kept is not None and kept[0] is wl
+                     else _to_warm(cast(dict[str, Any], wl.raw), index, active))
             shapes[id(wl)] = (wl, shape)
             if shape is None or shape.key in seen:
                 continue
@@ -212,21 +216,21 @@ class WarmShapes:
 
 
 def kueue_order(
-    waiting: list[dict[str, Any]], kueue: KueueIndex,
+    waiting: list[WorkloadView], kueue: KueueIndex,
     memo: PerObject[tuple[str, tuple[int, str]]] | None = None, context: object = None,
-) -> list[dict[str, Any]]:
+) -> list[WorkloadView]:
     """`waiting` in the order Kueue reserves quota, as near as the store shows it: each
     scheduling cycle takes the head of every ClusterQueue, a queue's by priority, then age.
     So the n-th of every queue comes before the (n+1)-th of any: the shapes warmed first
     are the ones decided first (in a burst, Kueue reserves within a second of creation).
     `memo` keeps each Workload's queue and place while the store holds it and `context`
     (what its queue name reads of the LocalQueues) is the same."""
-    def place(wl: dict[str, Any]) -> tuple[str, tuple[int, str]]:
+    def place(wl: WorkloadView) -> tuple[str, tuple[int, str]]:
         try:
-            cq = kueue.cluster_queue_name(wl) or ""
+            cq = kueue.cluster_queue_name(wl.raw) or ""
         except Exception:  # malformed: a group of its own, skipped where it is translated
             cq = ""
-        return cq, _queue_position(wl)
+        return cq, _queue_position(wl.raw)
 
     places = ([place(wl) for wl in waiting] if memo is None
               else memo.values(waiting, place, (context,)))

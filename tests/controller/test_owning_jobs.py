@@ -17,6 +17,7 @@ from nexus_admit.controller.owning_jobs import (
     prefetch_owner_jobs,
     prune_owner_jobs,
 )
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.placement.policies import make_policy
 from tests.controller.fake_api import FakeApi
 from tests.kube.kube_factories import pod_set, workload
@@ -56,9 +57,10 @@ def count_reads(api: FakeApi) -> list[tuple[Any, ...]]:
 
 def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
     ctx, api, wl = setup()
+    wl_v = WorkloadView.of(wl)
     reads = count_reads(api)
-    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
-    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == set()
     assert reads == [("Job", "w", "default")]
     (kept,) = ctx.store.items("Job")
     assert kept["spec"] == {"completionMode": "Indexed"}
@@ -71,21 +73,23 @@ def test_a_workloads_job_is_read_once_and_kept_trimmed() -> None:
 def test_a_one_pod_workloads_job_is_not_read() -> None:
     ctx, api, _ = setup()
     one = api.put(workload("one", [pod_set("main", 1)]))
+    one_v = WorkloadView.of(one)
     api.put(job("one"))
     reads = count_reads(api)
-    prefetch_owner_jobs(ctx, [one])
-    assert asyncio.run(fetch_owner_jobs(ctx, [one])) == set()
+    prefetch_owner_jobs(ctx, [one_v])
+    assert asyncio.run(fetch_owner_jobs(ctx, [one_v])) == set()
     assert reads == [] and ctx.store.items("Job") == []
 
 
 def test_a_job_the_api_cannot_return_holds_its_workload_back() -> None:
     ctx, api, wl = setup()
+    wl_v = WorkloadView.of(wl)
 
     def down(*_: Any) -> Any:
         raise OSError("connection refused")
 
     api.get = down  # type: ignore[method-assign]
-    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == {"default/w"}
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == {"default/w"}
     assert ctx.store.items("Job") == []
 
 
@@ -94,24 +98,26 @@ def test_a_deleted_job_is_not_waited_for_nor_read_at_every_pass() -> None:
     that never was) is not read again for `JOB_MISS_SECONDS`: one GET per interval, not one
     per pass, whether its Workload is placed or still waits for quota."""
     ctx, api, wl = setup()
+    wl_v = WorkloadView.of(wl)
     del api.objects[("Job", "default/w")]
     reads = count_reads(api)
-    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == set()
     assert ctx.store.items("Job") == []
     for _ in range(3):
-        prefetch_owner_jobs(ctx, [wl])
-        assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+        prefetch_owner_jobs(ctx, [wl_v])
+        assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == set()
     assert reads == [("Job", "w", "default")]
     ctx.component(OwningJobs).missing.clear()  # as when the interval has passed
-    assert asyncio.run(fetch_owner_jobs(ctx, [wl])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [wl_v])) == set()
     assert len(reads) == 2
 
 
 def test_a_job_no_workload_refers_to_is_forgotten_every_so_often() -> None:
     ctx, _, wl = setup()
+    wl_v = WorkloadView.of(wl)
     tick = [1000.0]
     ctx.clocks.monotonic = lambda: tick[0]
-    asyncio.run(fetch_owner_jobs(ctx, [wl]))
+    asyncio.run(fetch_owner_jobs(ctx, [wl_v]))
     prune_owner_jobs(ctx)
     assert len(ctx.store.items("Job")) == 1
     ctx.store.delete("Workload", wl)
@@ -127,6 +133,7 @@ def test_a_waiting_workloads_jobs_are_read_ahead_once_per_stored_object() -> Non
     every pass (with 5,000 waiting, a pass asked the store about each one's Jobs); a read
     that failed is left to the pass that decides the Workload."""
     ctx, api, wl = setup()
+    wl_v = WorkloadView.of(wl)
     calls: list[tuple[Any, ...]] = []
 
     def down(*args: Any) -> Any:
@@ -137,14 +144,15 @@ def test_a_waiting_workloads_jobs_are_read_ahead_once_per_stored_object() -> Non
 
     async def scenario() -> None:
         for _ in range(3):
-            prefetch_owner_jobs(ctx, [wl])
+            prefetch_owner_jobs(ctx, [wl_v])
             await asyncio.gather(*ctx.component(OwningJobs).reads.values())
         assert len(calls) == 1
         changed = copy.deepcopy(wl)  # the store replaces an object that changed
-        prefetch_owner_jobs(ctx, [changed])
+        changed_v = WorkloadView.of(changed)
+        prefetch_owner_jobs(ctx, [changed_v])
         await asyncio.gather(*ctx.component(OwningJobs).reads.values())
         assert len(calls) == 2
-        assert await fetch_owner_jobs(ctx, [changed]) == {"default/w"}  # decided: read
+        assert await fetch_owner_jobs(ctx, [changed_v]) == {"default/w"}  # decided: read
         assert len(calls) == 3
 
     asyncio.run(scenario())
@@ -155,12 +163,14 @@ def test_a_job_gone_is_not_translated_from_the_store() -> None:
     names a new Job of that name (another uid) is not translated with the old one's
     completion mode."""
     ctx, api, wl = setup()
-    asyncio.run(fetch_owner_jobs(ctx, [wl]))  # the first Job (Indexed), kept
+    wl_v = WorkloadView.of(wl)
+    asyncio.run(fetch_owner_jobs(ctx, [wl_v]))  # the first Job (Indexed), kept
     del api.objects[("Job", "default/w")]
     again = copy.deepcopy(wl)
     again["metadata"]["ownerReferences"][0]["uid"] = "u2"
+    again_v = WorkloadView.of(again)
     ctx.store.upsert("Workload", again)
-    assert asyncio.run(fetch_owner_jobs(ctx, [again])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [again_v])) == set()
     assert ctx.store.items("Job") == []
     assert ctx.store.dump().kueue_index().owner_of(again) is None
 
@@ -170,13 +180,14 @@ def test_a_job_read_in_flight_is_shared_and_a_prefetched_one_is_not_read_again()
     pass that places it later finds it in the store, and two passes asking at once send
     one read."""
     ctx, api, wl = setup()
+    wl_v = WorkloadView.of(wl)
     reads = count_reads(api)
 
     async def scenario() -> set[str]:
-        prefetch_owner_jobs(ctx, [wl])
+        prefetch_owner_jobs(ctx, [wl_v])
         assert len(ctx.component(OwningJobs).reads) == 1  # in flight
-        unread = await fetch_owner_jobs(ctx, [wl])  # waits on the same read
-        assert await fetch_owner_jobs(ctx, [wl]) == set()  # in the store now
+        unread = await fetch_owner_jobs(ctx, [wl_v])  # waits on the same read
+        assert await fetch_owner_jobs(ctx, [wl_v]) == set()  # in the store now
         return unread
 
     assert asyncio.run(scenario()) == set()
@@ -214,23 +225,26 @@ def test_a_job_made_again_under_its_name_is_read_again() -> None:
     names the new one has its Job read, whether the store holds the old one or the
     apiserver just answered NotFound for the old one."""
     ctx, api, wl = setup()
-    asyncio.run(fetch_owner_jobs(ctx, [wl]))  # the first Job, uid "u"
+    wl_v = WorkloadView.of(wl)
+    asyncio.run(fetch_owner_jobs(ctx, [wl_v]))  # the first Job, uid "u"
     reads = count_reads(api)
     api.put({**job("w", mode="NonIndexed"), "metadata": {
         "name": "w", "namespace": "default", "uid": "u2"}})
     again = copy.deepcopy(wl)
     again["metadata"]["ownerReferences"][0]["uid"] = "u2"
+    again_v = WorkloadView.of(again)
     ctx.store.upsert("Workload", again)
-    assert asyncio.run(fetch_owner_jobs(ctx, [again])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [again_v])) == set()
     assert reads == [("Job", "w", "default")]
     (kept,) = ctx.store.items("Job")
     assert kept["metadata"]["uid"] == "u2" and kept["spec"]["completionMode"] == "NonIndexed"
     del api.objects[("Job", "default/w")]
     third = copy.deepcopy(again)
     third["metadata"]["ownerReferences"][0]["uid"] = "u3"
+    third_v = WorkloadView.of(third)
     ctx.store.forget("Job", "default/w")
-    assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()  # NotFound, remembered
-    assert asyncio.run(fetch_owner_jobs(ctx, [third])) == set()
+    assert asyncio.run(fetch_owner_jobs(ctx, [third_v])) == set()  # NotFound, remembered
+    assert asyncio.run(fetch_owner_jobs(ctx, [third_v])) == set()
     assert len(reads) == 2
 
 
@@ -240,8 +254,9 @@ def test_an_owner_reference_naming_another_uid_is_not_read_at_every_pass() -> No
     ctx, api, wl = setup()
     bogus = copy.deepcopy(wl)
     bogus["metadata"]["ownerReferences"][0]["uid"] = "not-the-jobs"
+    bogus_v = WorkloadView.of(bogus)
     ctx.store.upsert("Workload", bogus)
     reads = count_reads(api)
     for _ in range(3):
-        assert asyncio.run(fetch_owner_jobs(ctx, [bogus])) == set()
+        assert asyncio.run(fetch_owner_jobs(ctx, [bogus_v])) == set()
     assert reads == [("Job", "w", "default")]

@@ -16,6 +16,7 @@ from nexus_admit.controller.loop.cycle import PassState
 from nexus_admit.controller.options import RunOptions
 from nexus_admit.controller.warm import WarmShapes, assumed_admissions, kueue_order, shape_key
 from nexus_admit.kube.kueue import KueueIndex
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.placement import live_reduction as live_mod
 from nexus_admit.placement.base import Warms
 from nexus_admit.placement.policies import make_policy
@@ -153,7 +154,7 @@ def test_shapes_are_warmed_in_the_order_kueue_reserves_quota() -> None:
         queued("new-low", "q", None, "2026-01-01T00:00:07Z"),
         queued("broken", "q", "high", None),  # type: ignore[arg-type]
     ]
-    order = [w["metadata"]["name"] for w in kueue_order(wls, kueue)]
+    order = [w.name for w in kueue_order([WorkloadView.of(w) for w in wls], kueue)]
     # each scheduling cycle takes every queue's head: first the heads, then the seconds...
     # (a priority or time that cannot be read counts as none)
     assert order == ["new-high", "other-old", "broken", "other-new", "old-low", "new-low"]
@@ -174,7 +175,7 @@ def test_queue_heads_alike_in_priority_and_age_keep_their_queues_order() -> None
     wls = [queued("x-second", "x", "2026-01-01T00:00:02Z"),
            queued("y-head", "y", "2026-01-01T00:00:01Z"),
            queued("x-head", "x", "2026-01-01T00:00:01Z")]
-    order = [w["metadata"]["name"] for w in kueue_order(wls, kueue)]
+    order = [w.name for w in kueue_order([WorkloadView.of(w) for w in wls], kueue)]
     assert order == ["x-head", "y-head", "x-second"]
 
 
@@ -461,7 +462,7 @@ def test_planning_between_decisions_adds_new_shapes_and_leaves_the_syncs_to_the_
     api.put(waiting("new", gpus=4))
     watch(ctx, api)
     dump = ctx.store.dump()
-    stored = {w["metadata"]["name"]: w for w in dump.kind("Workload")}
+    stored = {w.name: w for w in ctx.store.workloads()}
     again, new = stored["again"], stored["new"]
     shapes.plan_new([again, new], dump, {"nexus"})
     assert [s.workload["metadata"]["name"] for s in shapes.to_warm] == ["new"]
@@ -486,7 +487,7 @@ def test_planning_between_decisions_derives_a_waiting_list_once(
 
     monkeypatch.setattr(warm_mod, "kueue_order", counting)
     dump = ctx.store.dump()
-    later = [*dump.kind("Workload")]
+    later = [*ctx.store.workloads()]
     for _ in range(3):
         ctx.component(WarmShapes).plan_new(later, dump, {"nexus"})
     assert orders == [1], "the same list again: nothing derived again"

@@ -68,7 +68,7 @@ from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReserva
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import Skipped, object_key
 from nexus_admit.kube.kueue import KueueIndex, provisioning_check_names
-from nexus_admit.kube.reservations import reservation_key
+from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import ClusterSnapshot, PlacementConfig
 from nexus_admit.placement.base import SolvesBeside, Warms
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -368,7 +368,7 @@ def _plan_warming_again(ctx: Context, active: set[str]) -> None:
 
 async def _place_batch(
     ctx: Context, dump: ClusterDump, kueue: KueueIndex, snapshot: ClusterSnapshot,
-    pending: list[dict[str, Any]], unread: set[str], unreserved: frozenset[str],
+    pending: list[WorkloadView], unread: set[str], unreserved: frozenset[str],
     now: datetime, between: Callable[[], None] | None = None,
     active: frozenset[str] = frozenset(),
 ) -> None:
@@ -384,9 +384,8 @@ async def _place_batch(
     writes = WritePipeline(ctx, placer, ctx.options.creates_in_flight)
     rec = PassRecord(ctx, dump, kueue, placer, now, demands, writes, unreserved)
     try:
-        batch = [(wl, our_pending_check(wl, ctx)) for wl in pending
-                 if object_key(wl) not in unread]
-        seen = {object_key(wl) for wl in pending}
+        batch = [(wl, our_pending_check(wl, ctx)) for wl in pending if wl.key not in unread]
+        seen = {wl.key for wl in pending}
         # placements withdrawn for an earlier reservation found on their nodes are placed
         # again on the pass's capacity (a few rounds at most: each needs another such find)
         for rounds in range(WITHDRAWN_ROUNDS):
@@ -458,34 +457,33 @@ async def _first_of(task: asyncio.Future[Any], event: asyncio.Event, timeout: fl
 
 async def _arrivals(
     rec: PassRecord, active: frozenset[str], seen: set[str]
-) -> tuple[PassRecord, list[tuple[dict[str, Any], str]]]:
+) -> tuple[PassRecord, list[tuple[WorkloadView, str]]]:
     """The Workloads waiting on one of our `active` checks that the pass has not looked at
     and that have no reservation in the store, in Kueue's order (each marked seen), with
     the pass's record on the store as it is now (their Jobs are in it)."""
     ctx = rec.ctx
     dump = ctx.store.dump()
     pending, _ = workload_views(ctx, dump, set(active))
-    new = [wl for wl in pending if object_key(wl) not in seen]
-    seen.update(object_key(wl) for wl in new)
+    new = [wl for wl in pending if wl.key not in seen]
+    seen.update(wl.key for wl in new)
     new = [wl for wl in new if needs_decision(ctx, wl)
-           and ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(wl)) is None]
+           and ctx.store.get(L.KIND_RESOURCE_RESERVATION, wl.reservation_key) is None]
     held = await hold_for_provisioning(
         ctx, new, provisioning_check_names(dump.kind("AdmissionCheck")))
-    new = [wl for wl in new if object_key(wl) not in held]
+    new = [wl for wl in new if wl.key not in held]
     if not new:
         return rec, []
     unread = await fetch_owner_jobs(ctx, new)  # those whose Job could not be read: next pass
     dump = ctx.store.dump()
     kueue = await asyncio.to_thread(dump.kueue_index)
-    arrivals = [(wl, check) for wl in new if object_key(wl) not in unread
+    arrivals = [(wl, check) for wl in new if wl.key not in unread
                 and (check := our_pending_check(wl, ctx)) is not None]
     return replace(rec, dump=dump, kueue=kueue), arrivals
 
 
-async def _place_guarded(rec: PassRecord, wl: dict[str, Any], check: str) -> None:
+async def _place_guarded(rec: PassRecord, wl: WorkloadView, check: str) -> None:
     try:
         await place_one(rec, wl, check)
     except Exception:  # this Workload waits for the next pass; the others go on
         rec.ctx.metrics.errors.labels("workload").inc()
-        log.exception("Workload %s: placing failed; the next pass tries again",
-                      object_key(wl))
+        log.exception("Workload %s: placing failed; the next pass tries again", wl.key)

@@ -4,13 +4,13 @@ The Workloads waiting on our checks in Kueue's order and those waiting for quota
 queues (kept per stored object: one Workload's event does not walk them all), their Jobs
 read, the ledger settled against what the watch has shown. Read on the loop's thread,
 which owns the store, from its Workload and reservation views (`kube/views.py`); the pass
-gets the Workloads as objects (`view.raw`), which it translates.
+works on those views, and reads their objects (`view.raw`) only where it translates them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.demand import queues_using, waiting_queue
@@ -31,7 +31,6 @@ from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.kueue import provisioning_check_names
 from nexus_admit.kube.views import WorkloadView
 
@@ -48,8 +47,6 @@ class _Found:
     read: tuple[object, ...]  # the lists they were derived from
     pending: list[WorkloadView]
     waiting: list[WorkloadView]
-    pending_raw: list[dict[str, Any]]
-    waiting_raw: list[dict[str, Any]]
 
 
 @dataclass
@@ -69,8 +66,8 @@ class PassInputs:
     """What a pass decides from, read from the store and the ledger on the loop's thread."""
 
     dump: ClusterDump
-    pending: list[dict[str, Any]]  # waiting on one of our active checks, in Kueue's order
-    waiting: list[dict[str, Any]]  # still waiting for quota in a queue of ours
+    pending: list[WorkloadView]  # waiting on one of our active checks, in Kueue's order
+    waiting: list[WorkloadView]  # still waiting for quota in a queue of ours
     unread: set[str]  # not decided this pass: held for provisioning, or their Job unread
     unreserved: frozenset[str]  # pending whose reservation of this attempt is not stored
     deciding: bool  # one of them is ours to decide now
@@ -82,7 +79,7 @@ async def read_inputs(ctx: Context, active: set[str]) -> PassInputs:
     prune_owner_jobs(ctx)
     dump = ctx.store.dump()
     found = _found(ctx, dump, active)
-    pending, waiting = found.pending_raw, found.waiting_raw
+    pending, waiting = found.pending, found.waiting
     # the Jobs of Workloads still waiting for quota in our queues are read ahead
     prefetch_owner_jobs(ctx, waiting)
     # those that wait for Kueue's provisioning check are not decided (nor their Jobs read)
@@ -90,19 +87,19 @@ async def read_inputs(ctx: Context, active: set[str]) -> PassInputs:
         ctx, pending, provisioning_check_names(dump.kind("AdmissionCheck")))
     # a Workload whose Job could not be read waits
     unread = held | await fetch_owner_jobs(
-        ctx, [w for w in pending if object_key(w) not in held] if held else pending)
+        ctx, [w for w in pending if w.key not in held] if held else pending)
     if ctx.store.items(OWNER_KIND) != dump.kind(OWNER_KIND):
         dump = ctx.store.dump()
-    stored = settle_ledger(ctx, found.pending)
+    stored = settle_ledger(ctx, pending)
     deciding = any(
         our_pending_check(w, ctx) is not None and needs_decision(ctx, w)
         for w in pending
-        if object_key(w) not in unread
+        if w.key not in unread
     )
     # a pending Workload's reservation of this very attempt (we died or failed before its
     # Ready) holds capacity for every Workload of the pass, also those earlier in order;
     # older attempts' reservations are released by lifecycle before this step
-    unreserved = frozenset(w.key for w in found.pending if w.reservation_key not in stored)
+    unreserved = frozenset(w.key for w in pending if w.reservation_key not in stored)
     return PassInputs(dump, pending, waiting, unread, unreserved, deciding)
 
 
@@ -112,7 +109,7 @@ _VIEWED_KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "AdmissionCheck
 
 def workload_views(
     ctx: Context, dump: ClusterDump, active: set[str]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[WorkloadView], list[WorkloadView]]:
     """The Workloads waiting on one of our `active` checks, in Kueue's order, and those
     still waiting for quota in a queue of ours; derived again only when a list they read
     is another object than last time (the store replaces a kind's list on any change of
@@ -120,11 +117,11 @@ def workload_views(
     that changed are looked at again (`store.PerObject`): one Workload's event no longer
     walks every Workload in the store."""
     found = _found(ctx, dump, active)
-    return found.pending_raw, found.waiting_raw
+    return found.pending, found.waiting
 
 
 def _found(ctx: Context, dump: ClusterDump, active: set[str]) -> _Found:
-    """`workload_views`, as the store's views and as objects."""
+    """`workload_views`, with the lists they were derived from."""
     workloads = ctx.store.workloads()
     read: tuple[object, ...] = (
         workloads, *(dump.kind(k) for k in _VIEWED_KINDS), frozenset(active))
@@ -147,14 +144,8 @@ def _found(ctx: Context, dump: ClusterDump, active: set[str]) -> _Found:
     pending = [v[0] for v in sorted((v for v in views if v[1] is not None),
                                     key=lambda v: cast(tuple[int, str, str], v[1]))]
     waiting = [v[0] for v in views if v[2]]
-    state.views = _Found(read, pending, waiting, [_dict_of(w) for w in pending],
-                         [_dict_of(w) for w in waiting])
+    state.views = _Found(read, pending, waiting)
     return state.views
-
-
-def _dict_of(view: WorkloadView) -> dict[str, Any]:
-    """The stored object a view was built of, for the steps that translate it."""
-    return cast(dict[str, Any], view.raw)
 
 
 def settle_ledger(ctx: Context, pending: list[WorkloadView]) -> set[str]:

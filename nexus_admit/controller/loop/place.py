@@ -5,7 +5,7 @@ apply the decision with writes."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -62,10 +62,9 @@ from nexus_admit.controller.writes import (
     settle,
 )
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import TranslationError, meta, object_key
+from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.kueue import (
     entry_retry_count,
-    pending_checks,
     provisioned_by,
     provisioning_check_names,
     sibling_node_selectors,
@@ -73,7 +72,6 @@ from nexus_admit.kube.kueue import (
     tier_claims,
     unready_provisioning_check,
 )
-from nexus_admit.kube.reservations import attempt_key, reservation_key
 from nexus_admit.kube.serving import with_siblings
 from nexus_admit.kube.slices import carried_domain, with_carried
 from nexus_admit.kube.views import WorkloadView
@@ -106,21 +104,20 @@ __all__ = [
 DRAIN_RECHECK_SECONDS = 10.0  # how often a draining gang is solved as if it did not drain
 
 
-async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> None:
-    """Decide and write the answer for one Workload that waits on our check `check`. The
-    pass hands it as an object; from here on it is read through its view (`kube/views.py`),
-    the object (`raw`) only where it is translated."""
+async def place_one(rec: PassRecord, view: WorkloadView, check: str) -> None:
+    """Decide and write the answer for one Workload that waits on our check `check`, read
+    through the store's view of it (`kube/views.py`); the object (`raw`) only where it is
+    translated."""
     ctx = rec.ctx
-    if not needs_decision(ctx, workload):
+    if not needs_decision(ctx, view):
         return
     config = ctx.checks[check].config
     assert config is not None  # only active checks reach here
-    view = workload_view(ctx, workload)
     gang = await _translate(rec, view, check, config)
     if gang is None:
         return
-    gang = within_siblings(gang, sibling_node_selectors(workload, ctx.checks))
-    tas = tas_pod_sets(workload, rec.kueue)
+    gang = within_siblings(gang, sibling_node_selectors(view.raw, ctx.checks))
+    tas = tas_pod_sets(view.raw, rec.kueue)
     if tas:  # Kueue TAS chose these pod sets' hosts already (the snapshot counts them)
         ours = tuple(ps for ps in gang.pod_sets if ps.name not in tas)
         if not ours:
@@ -144,7 +141,7 @@ async def place_one(rec: PassRecord, workload: dict[str, Any], check: str) -> No
         # drains or preempts): answer from it, never solve twice
         await _answer_from_reservation(rec, view, check, gang, existing, config)
         return
-    carry = carry_over(ctx, workload, gang)
+    carry = carry_over(ctx, view.raw, gang)
     if carry is not None and carry.added is not None:
         await _place_added(rec, view, check, gang, carry, config)
         return
@@ -469,7 +466,7 @@ def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
 
 
 async def hold_for_provisioning(
-    ctx: Context, workloads: list[dict[str, Any]], provisioning: set[str]
+    ctx: Context, workloads: Sequence[WorkloadView], provisioning: set[str]
 ) -> set[str]:
     """The Workloads (keys) that wait for one of Kueue's `provisioning` checks to be Ready
     before we place them; each keeps our check Pending with a message that says so.
@@ -483,16 +480,16 @@ async def hold_for_provisioning(
     held: set[str] = set()
     for wl in workloads:
         check = our_pending_check(wl, ctx)
-        unready = unready_provisioning_check(wl, provisioning)
+        unready = unready_provisioning_check(wl.raw, provisioning)
         if check is None or unready is None or not needs_decision(ctx, wl):
             continue
-        if ctx.store.get(L.KIND_RESOURCE_RESERVATION, reservation_key(wl)) is not None:
+        if ctx.store.get(L.KIND_RESOURCE_RESERVATION, wl.reservation_key) is not None:
             continue
-        held.add(object_key(wl))
+        held.add(wl.key)
         name, state, said = unready
         why = f"it says: {said}" if said else "the provisioner has not answered yet"
         await keep_pending(
-            ctx, workload_view(ctx, wl), check,
+            ctx, wl, check,
             clip(f"waiting for the provisioning check {name} to be Ready ({state}; {why})"),
             "WaitingForProvisioning",
         )
@@ -520,31 +517,35 @@ def within_siblings(gang: Gang, selectors: Mapping[str, Mapping[str, str]]) -> G
     return replace(gang, pod_sets=tuple(narrowed(ps) for ps in gang.pod_sets))
 
 
-def our_pending_check(workload: Mapping[str, Any], ctx: Context) -> str | None:
-    """The name of our check this Workload waits on (Pending), if any."""
-    pending = pending_checks(workload, ctx.checks)
-    return pending[0] if pending else None
+def our_pending_check(workload: WorkloadView, ctx: Context) -> str | None:
+    """The name of our check this Workload waits on (Pending), if any
+    (`kueue.pending_checks`' first)."""
+    checks = ctx.checks
+    return next((str(e["name"]) for e in workload.checks
+                 if e.get("name") in checks and e.get("state") == "Pending"), None)
 
 
 def still_waits(ctx: Context, workload: Mapping[str, Any]) -> bool:
-    """It waits on our check, and no answer of ours is in flight for it."""
-    return our_pending_check(workload, ctx) is not None and not already_answered(ctx, workload)
+    """It waits on our check, and no answer of ours is in flight for it (a stored
+    Workload, read through its view)."""
+    view = workload_view(ctx, workload)
+    return our_pending_check(view, ctx) is not None and not already_answered(ctx, view)
 
 
-def needs_decision(ctx: Context, workload: Mapping[str, Any]) -> bool:
+def needs_decision(ctx: Context, workload: WorkloadView) -> bool:
     """Is there anything to decide for this pending Workload? Not when its answer is
     written (or going out), nor when its reservation was created in this run and the watch
     has not brought it yet (its check is written again once it does). The pass asks
     before it builds the snapshot, `place_one` before anything else."""
     if already_answered(ctx, workload):
         return False
-    rr_key = reservation_key(workload)
+    rr_key = workload.reservation_key
     return not (
         rr_key in ctx.ledger.assumed
         and ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key) is None
     )
 
 
-def already_answered(ctx: Context, workload: Mapping[str, Any]) -> bool:
-    uid = str(meta(workload).get("uid") or "")
-    return bool(uid) and ctx.component(Answered).attempts.get(uid) == attempt_key(workload)
+def already_answered(ctx: Context, workload: WorkloadView) -> bool:
+    uid = workload.uid
+    return bool(uid) and ctx.component(Answered).attempts.get(uid) == workload.attempt

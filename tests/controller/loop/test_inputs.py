@@ -71,8 +71,7 @@ def test_views_kept_per_workload_are_those_a_fresh_walk_gives() -> None:
 
     def names() -> tuple[list[str], list[str]]:
         pending, waiting = inputs.workload_views(ctx, ctx.store.dump(), active)
-        return ([w["metadata"]["name"] for w in pending],
-                [w["metadata"]["name"] for w in waiting])
+        return [w.name for w in pending], [w.name for w in waiting]
 
     def step() -> tuple[list[str], list[str]]:
         watch(ctx, api)
@@ -104,7 +103,7 @@ def test_views_kept_are_those_a_fresh_walk_gives() -> None:
     first = inputs.workload_views(ctx, dump, active)
     again = inputs.workload_views(ctx, ctx.store.dump(), active)
     assert again[0] is first[0] and again[1] is first[1]
-    assert [w["metadata"]["name"] for w in first[0]] == [
+    assert [w.name for w in first[0]] == [
         w["metadata"]["name"] for w in dump.pending_workloads(active)]
     other = inputs.workload_views(ctx, ctx.store.dump(), {"another-check"})
     assert other[0] == [], "another set of checks: walked again"
