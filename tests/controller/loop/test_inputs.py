@@ -107,3 +107,29 @@ def test_views_kept_are_those_a_fresh_walk_gives() -> None:
         w["metadata"]["name"] for w in dump.pending_workloads(active)]
     other = inputs.workload_views(ctx, ctx.store.dump(), {"another-check"})
     assert other[0] == [], "another set of checks: walked again"
+
+
+def test_a_pass_decides_on_the_stores_views_and_builds_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass's Workloads are the views the store built when it accepted them: placing
+    them (inputs, Job reads, decisions, writes) builds no view again."""
+    api = cluster(pending("a", pods=1, gpus=8), pending("b", pods=2, gpus=4))
+    ctx, _ = controller(api)
+    stored = {v.name: v for v in ctx.store.workloads()}
+    built: list[str] = []
+    real = WorkloadView.of.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[WorkloadView], obj: Any) -> WorkloadView:
+        view: WorkloadView = real(cls, obj)
+        built.append(view.name)
+        return view
+
+    monkeypatch.setattr(WorkloadView, "of", classmethod(counting))
+    pending_views, _ = inputs.workload_views(ctx, ctx.store.dump(), {"nexus"})
+    assert [v.name for v in pending_views] == ["a", "b"]
+    assert all(v is stored[v.name] for v in pending_views)
+    run(ctx)
+    assert built == [], "the store's views, not new ones"
+    watch(ctx, api)
+    assert check_of(api, "a")["state"] == check_of(api, "b")["state"] == "Ready"
