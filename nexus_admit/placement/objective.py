@@ -139,8 +139,10 @@ def evaluate_terms(problem: Problem, slots: Sequence[Slot]) -> dict[str, float]:
     islands = sum(
         1 for n in gpu_nodes if problem.is_island(n) and n.is_pristine() and not filled(n)
     )
-    for members in problem.pristine_cliques.values():
-        if any(m in gpu_milli_on for m in members) and not all(filled(nodes[m]) for m in members):
+    # only the cliques of the nodes it touches can break (not a scan of every clique)
+    pristine = problem.pristine_cliques
+    for clique in {c for n in gpu_nodes if (c := n.clique) is not None and c in pristine}:
+        if not all(filled(nodes[m]) for m in pristine[clique]):
             islands += 1
     # GPU share still idle on the GPU nodes this gang touches, in GPUs
     fragmentation = sum(n.free_gpu_milli - gpu_milli_on[n.name] for n in gpu_nodes) / GPU_WHOLE
