@@ -32,6 +32,7 @@ from nexus_admit.placement.reduction import (
     domain_shortfall,
     keeps_off_gpus,
     lone_class_key,
+    lone_entries,
     per_node_limit,
     room_shortfall,
 )
@@ -79,8 +80,8 @@ class LiveReduction:
                 self.rack_names[self.paths[name][self.rack_level]].append(name)
         # the one-pod scan's rankings by the gang's signature, least recently used first
         self.scans: OrderedDict[tuple[object, ...], _ScanRanking] = OrderedDict()
-        for name in self.names:
-            self._add(problem, name, memo)
+        for name, cap, key in lone_entries(problem, self.names, memo):
+            self._enter(problem, name, cap, key)
         self.cursor = ChangeCursor(snapshot)
         # built by the last `live_reduction` call, over every candidate (not synced)
         self.fresh = True
@@ -124,14 +125,22 @@ class LiveReduction:
         cap = min(memo.capacity(node, ps, problem.gang.numa_policy), ps.count)
         if cap <= 0:
             return
+        key: tuple[object, ...] | None = None
+        if node.clique is None or node.clique not in problem.pristine_cliques:
+            key = lone_class_key(problem, name, cap, memo)
+        self._enter(problem, name, cap, key)
+
+    def _enter(
+        self, problem: Problem, name: str, cap: int, key: tuple[object, ...] | None
+    ) -> None:
+        """Keep a candidate with room for `cap` pods, in its class (`key`) or, with None,
+        as a pristine clique's member (filling a clique needs every member)."""
         self.room += cap
         if self.level is not None:
             self.per_domain[self.paths[name][self.level]] += cap
-        key: tuple[object, ...] | None = None
-        if node.clique is not None and node.clique in problem.pristine_cliques:
-            self.members.add(self.position[name])  # filling a clique needs every member
+        if key is None:
+            self.members.add(self.position[name])
         else:
-            key = lone_class_key(problem, name, cap, memo)
             members = self.classes.setdefault(key, [])
             if members and self.position[name] < members[0]:
                 self._dirty(self.names[members[0]])  # no longer its class's first

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
 from nexus_admit.placement.memo import NodeMemo, pod_shape
@@ -22,7 +23,9 @@ __all__ = [
     "keeps_every_candidate",
     "keeps_off_gpus",
     "lone_class_key",
+    "lone_entries",
     "lone_signature",
+    "node_state",
     "per_node_limit",
     "reduce_symmetry",
     "restrict",
@@ -279,6 +282,22 @@ def node_key(
 ) -> tuple[object, ...]:
     """`symmetry_key` of a node whose caps per pod set are `caps`."""
     node = problem.node(name)
+    return _named(problem, name, node, _state_key(problem, node, caps, memo))
+
+
+def _named(
+    problem: Problem, name: str, node: Node, state: tuple[object, ...]
+) -> tuple[object, ...]:
+    """A node's symmetry key from its state's part (`_state_key`) and what its name and
+    labels fix (its domains above the host, its class, its clique)."""
+    return (problem.paths[name][:-1], problem.node_class[name], *state, node.clique)
+
+
+def _state_key(
+    problem: Problem, node: Node, caps: tuple[int, ...], memo: NodeMemo
+) -> tuple[object, ...]:
+    """The part of `node_key` that reads only the node's state (`node_state`), not its
+    name or labels."""
     view = memo.view(node)
     aligned = tuple(
         memo.capacity(node, ps, NumaPolicy.SINGLE_NUMA_NODE) if node.numa_zones else -1
@@ -291,8 +310,6 @@ def node_key(
         else ()
     )
     return (
-        problem.paths[name][:-1],
-        problem.node_class[name],
         node.gpu_memory_mib,
         caps,
         aligned,
@@ -303,8 +320,52 @@ def node_key(
         view.free_whole_gpus,
         view.free_gpu_milli,
         view.pristine and problem.is_island(node),
-        node.clique,
     )
+
+
+_ZONE_STATE = attrgetter("gpu_indices", "free_cpu_milli")
+
+
+def node_state(node: Node) -> tuple[object, ...]:
+    """Everything `pod_capacity`, `_state_key` and `_frag_key` read of a node besides its
+    name and labels: nodes of equal state answer them alike."""
+    return (node.free_pods, node.free_cpu_milli, node.free_memory_mib, tuple(node.gpu_free),
+            tuple(map(_ZONE_STATE, node.numa_zones)), node.gpu_memory_mib, node.gpu_product)
+
+
+def lone_entries(
+    problem: Problem, names: Sequence[str], memo: NodeMemo
+) -> list[tuple[str, int, tuple[object, ...] | None]]:
+    """For a gang of one pod set and no siblings: each of `names` with room, its room
+    (min(pod_capacity, count)) and its `lone_class_key` (None for a member of a pristine
+    NVLink clique, which is kept whole rather than classed), in `names`' order. Worked
+    out once per node state (a fleet has far fewer states than nodes)."""
+    assert lone_signature(problem) is not None and not problem.gang.siblings
+    ps = problem.gang.pod_sets[0]
+    policy = problem.gang.numa_policy
+    pristine = problem.pristine_cliques
+    by_state: dict[tuple[object, ...], tuple[int, tuple[object, ...], tuple[object, ...]]] = {}
+    out: list[tuple[str, int, tuple[object, ...] | None]] = []
+    for name in names:
+        node = problem.node(name)
+        state = node_state(node)
+        shared = by_state.get(state)
+        if shared is None:
+            cap = min(memo.capacity(node, ps, policy), ps.count)
+            if cap > 0:
+                shared = (cap, _state_key(problem, node, (cap,), memo),
+                          _frag_key(problem, name, memo))
+            else:
+                shared = (cap, (), ())
+            by_state[state] = shared
+        cap, state_part, frag = shared
+        if cap <= 0:
+            continue
+        if node.clique is not None and node.clique in pristine:
+            out.append((name, cap, None))
+        else:
+            out.append((name, cap, (*_named(problem, name, node, state_part), *frag)))
+    return out
 
 
 def holds(problem: Problem, caps: dict[tuple[str, str], int], members: list[str]) -> bool:

@@ -4,6 +4,7 @@ symmetry reduction's twins found after pruning (a gang bigger than any rack)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,12 +29,16 @@ from nexus_admit.placement.reduction import (
     Reduction,
     candidates,
     keeps_every_candidate,
+    lone_class_key,
+    lone_entries,
+    lone_signature,
     reduce_symmetry,
     room_for_one,
     shortfall,
     with_twins,
 )
-from tests.strategies import nodes, pod_sets
+from nexus_admit.placement.tracking import TrackedSnapshot
+from tests.strategies import CONFIG, RACK, gangs, nodes, pod_sets
 
 _near = st.integers(-2, 2)  # a node's free amount minus the pod's need, in units of 1,000
 
@@ -163,3 +168,44 @@ def test_the_engine_pruning_first_is_no_worse_than_the_order_before(
     if before.feasible:
         assert placed.objective <= before.objective + 1e-6
         assert placed.model_objective == before.model_objective
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(nodes("t"), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 7)), min_size=1, max_size=10),
+       gangs(max_sets=1, max_count=3), st.booleans())
+def test_lone_entries_worked_out_per_node_state_equal_each_nodes_own(
+    templates: list[Node], picks: list[tuple[int, int]], gang: Gang, clique_pristine: bool
+) -> None:
+    """The tracker's entries, worked out once per node state, are each node's own room
+    and `lone_class_key`: nodes copied from a few templates (some with one GPU taken)
+    share states but not names, racks or cliques."""
+    fleet = []
+    for i, (pick, taken) in enumerate(picks):
+        template = templates[pick % len(templates)]
+        node = replace(template.copy(), name=f"n{i}",
+                       labels={**template.labels, RACK: f"r{i % 2}"},
+                       clique=f"c{i % 3}" if template.gpu_free else None)
+        if clique_pristine:
+            node.gpu_free = [GPU_WHOLE] * len(node.gpu_free)
+        if 0 <= taken < len(node.gpu_free):
+            node.gpu_free[taken] = 0
+        fleet.append(node)
+    snapshot = TrackedSnapshot.of(fleet)
+    problem = prepare(snapshot, gang, CONFIG)
+    if lone_signature(problem) is None or gang.siblings:
+        return
+    names = problem.candidates[gang.pod_sets[0].name]
+    memo = NodeMemo()
+    memo.sync(snapshot, CONFIG)
+    expected = []
+    ps = gang.pod_sets[0]
+    for name in names:
+        node = problem.node(name)
+        cap = min(pod_capacity(node, ps, gang.numa_policy), ps.count)
+        if cap <= 0:
+            continue
+        whole = node.clique is not None and node.clique in problem.pristine_cliques
+        expected.append((name, cap, None if whole else lone_class_key(problem, name, cap,
+                                                                      NodeMemo())))
+    assert lone_entries(problem, names, memo) == expected
