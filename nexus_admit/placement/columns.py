@@ -21,7 +21,7 @@ import numpy.typing as npt
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Domain, Node, domain_path
 
 __all__ = ["GPU_FREE", "Candidates", "IntArray", "LevelCodes", "candidate_columns",
-           "free_gpu_column", "level_codes", "level_free", "positions", "whole_gpus"]
+           "free_gpu_column", "gpu_nodes", "level_codes", "level_free", "positions", "whole_gpus"]
 
 IntArray = npt.NDArray[np.int64]
 _HOST = "kubernetes.io/hostname"  # named by the node itself, not a label
@@ -118,7 +118,7 @@ def level_free(snapshot: ClusterSnapshot, codes: LevelCodes, free: IntArray) -> 
     """Free GPU share per domain of the level `codes` are of, over the nodes with GPUs and a
     domain there; the domains in order of their first such node (the count over every node
     in `Problem.domain_free_gpu_milli`, as a dict in the same order)."""
-    gpus = _gpu_nodes(snapshot)
+    gpus = gpu_nodes(snapshot)
     sel = (codes.codes >= 0) & gpus
     inside = codes.codes[sel]
     sums = np.bincount(inside, weights=free[sel], minlength=len(codes.domains))
@@ -128,7 +128,7 @@ def level_free(snapshot: ClusterSnapshot, codes: LevelCodes, free: IntArray) -> 
     return {domains[c]: int(sums[c]) for c in order.tolist()}
 
 
-def _gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
+def gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
     """Which nodes have GPUs (a non-empty `gpu_free`; its length never changes)."""
     key = ("gpu-nodes",)
     cached = cast("npt.NDArray[np.bool_] | None", snapshot.static_cache.get(key))

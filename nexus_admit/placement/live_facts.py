@@ -12,9 +12,11 @@ exactly what the full count over the snapshot answers, in the same order. A plai
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import compress
 from typing import cast
 
 from nexus_admit.model import ClusterSnapshot, Domain
+from nexus_admit.placement.columns import free_gpu_column, gpu_nodes, level_codes, level_free
 from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
 __all__ = ["live_domain_free", "live_pristine_cliques"]
@@ -82,16 +84,18 @@ def live_pristine_cliques(snapshot: ClusterSnapshot) -> dict[str, list[str]] | N
 class _DomainFree:
     """Free GPU share per domain of one level and what each GPU node adds to it."""
 
-    def __init__(self, snapshot: TrackedSnapshot, paths: Paths, level_index: int) -> None:
+    def __init__(self, snapshot: TrackedSnapshot, paths: Paths, levels: tuple[str, ...],
+                 level_index: int) -> None:
         self.cursor = ChangeCursor(snapshot)
         self.paths = paths
-        self.free: dict[Domain, int] = defaultdict(int)
-        self.adds: dict[str, int] = {}
-        for node in snapshot:
-            domain = paths[node.name][level_index]
-            if node.gpu_count and domain is not None:
-                self.free[domain] += node.free_gpu_milli
-                self.adds[node.name] = node.free_gpu_milli
+        # counted on the snapshot's columns, as a plain snapshot's count is
+        codes = level_codes(snapshot, levels, level_index)
+        free = free_gpu_column(snapshot)
+        self.free: dict[Domain, int] = defaultdict(int, level_free(snapshot, codes, free))
+        counted = (codes.codes >= 0) & gpu_nodes(snapshot)
+        self.adds: dict[str, int] = dict(
+            zip(compress(snapshot.nodes, counted.tolist()), free[counted].tolist(), strict=True)
+        )
         self.level_index = level_index
 
     def sync(self, snapshot: TrackedSnapshot) -> bool:
@@ -125,7 +129,7 @@ def live_domain_free(
         or tracker.paths is not paths
         or not tracker.sync(snapshot)
     ):
-        tracker = _DomainFree(snapshot, paths, level_index)
+        tracker = _DomainFree(snapshot, paths, levels, level_index)
         snapshot.static_cache[key] = tracker
     free: dict[Domain, int] = defaultdict(int)
     free.update(tracker.free)
