@@ -40,7 +40,14 @@ from nexus_admit.placement.fleet_scan import fleet_scan
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.live_reduction import live_reduction
 from nexus_admit.placement.memo import NodeMemo
-from nexus_admit.placement.onepod import scan_candidates, scan_lower_bound, scan_ranked, scans
+from nexus_admit.placement.onepod import (
+    gradient_scan,
+    scan_candidates,
+    scan_lower_bound,
+    scan_ranked,
+    scans,
+    scans_with_gradient,
+)
 from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem, prepare
 from nexus_admit.placement.pruning import dense_racks, greedy, pod_cost, prune_domains
@@ -201,6 +208,10 @@ class CpSatEngine:
                 if ranking.fresh:
                     self._fleet_scans += 1
                 return scan_ranked(problem, ranking, started, self._terms, self.name)
+            if scans_with_gradient(problem):
+                return gradient_scan(
+                    problem, live.reduction(problem), started, self._terms, self.name
+                )
             return self._reduced(problem, live.reduction(problem), started)
         self._fleet_scans += 1
         if self._reduce and scans(problem):  # on columns: the same scan, bit for bit
@@ -224,6 +235,8 @@ class CpSatEngine:
                 twinned = with_twins(problem, pruned, self._memo, reduction.nodes)
                 return self._solve(problem, twinned, started)
             reduction = reduce_symmetry(problem, reduction, self._memo)
+            if scans_with_gradient(problem):
+                return gradient_scan(problem, reduction, started, self._terms, self.name)
             return self._reduced(problem, reduction, started)
         return self._solve(problem, reduction, started)
 

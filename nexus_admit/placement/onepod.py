@@ -12,7 +12,7 @@ from nexus_admit.model import GPU_WHOLE, Node, Placement, Slot, SolveStatus
 from nexus_admit.placement.baselines.podbypod import finish, infeasible
 from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
-from nexus_admit.placement.order_terms import OrderTerms
+from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.pruning import pod_cost, pod_costs
 from nexus_admit.placement.realise import slots_for
@@ -23,12 +23,14 @@ __all__ = [
     "Ranking",
     "bound_contexts",
     "gpu_terms",
+    "gradient_scan",
     "lower_bounds",
     "rank_order",
     "scan_candidates",
     "scan_lower_bound",
     "scan_ranked",
     "scans",
+    "scans_with_gradient",
 ]
 
 
@@ -38,6 +40,33 @@ def scans(problem: Problem) -> bool:
     alone. Not with fragGradient on: its per-node value may be negative, so the scan's
     lower bound would not hold (the openb study's one-pod gangs keep the model)."""
     return problem.gang.pod_count == 1 and not problem.config.weights.frag_gradient
+
+
+def scans_with_gradient(problem: Problem) -> bool:
+    """A one-pod gang under fragGradient (the openb study's pods): placed by the scan over
+    the symmetry reduction's nodes, each bound raised by its own fragGradient
+    (`gradient_scan`), rather than by a model."""
+    return problem.gang.pod_count == 1 and bool(problem.config.weights.frag_gradient)
+
+
+def gradient_scan(
+    problem: Problem, red: Reduction, started: float, terms: OrderTerms, policy: str
+) -> Placement:
+    """The cheapest node for a one-pod gang under fragGradient, exactly, from the nodes of
+    the symmetry reduction `red`: each ranked by `scan_lower_bound` plus its fragGradient
+    as the placement reports it (negative where the pod fits the node's leftover well, so
+    it cannot be left out of a bound as the scan leaves the others), then costed in that
+    order until no bound can beat the best. The model's optimum, found without a model."""
+    weights = term_weights(problem)
+    grad = problem.config.weights.frag_gradient
+    ps = problem.gang.pod_sets[0]
+    nodes = problem.snapshot.nodes
+    bounds = [  # as the model charges it (fillOrder, never negative, is left out)
+        low + round(grad * terms.frag_per_pod(problem, nodes[name], ps) * SCALE) / SCALE
+        for low, name in zip(lower_bounds(problem, red.nodes, weights), red.nodes, strict=True)
+    ]
+    ranking = Ranking(rank_order(bounds, red.nodes), len(red.nodes), red.notes, red.exact)
+    return scan_ranked(problem, ranking, started, terms, policy, model_costs=True)
 
 
 def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> float:
@@ -177,9 +206,12 @@ def scan_ranked(
     terms: OrderTerms,
     policy: str,
     first_of_class: Callable[[str], bool] | None = None,
+    model_costs: bool = False,
 ) -> Placement:
     """`scan_candidates` from its ranking (kept between decisions on a TrackedSnapshot, of
-    one node per class: no `first_of_class` to ask)."""
+    one node per class: no `first_of_class` to ask). `model_costs`: fragGradient and
+    fillOrder costed as the model's integer coefficients charge them (`gradient_scan`,
+    which stands for the model), not as the placement reports them."""
     ps = problem.gang.pod_sets[0]
     best: tuple[float, list[Slot]] | None = None
     costed = 0
@@ -195,9 +227,11 @@ def scan_ranked(
         if isinstance(slots, str):
             continue  # GPU shares or NUMA zones cannot hold it after all
         costed += 1
-        value = weighted_objective(problem, evaluate_terms(problem, slots)) + sum(
-            weight * v for v, weight in terms.values(problem, slots).values()
-        )
+        value = weighted_objective(problem, evaluate_terms(problem, slots))
+        if model_costs:
+            value += terms.one_pod_cost(problem, name, ps) / SCALE
+        else:
+            value += sum(weight * v for v, weight in terms.values(problem, slots).values())
         if best is None or value < best[0] - 1e-9:
             best = (value, slots)
     if best is None:
@@ -212,7 +246,7 @@ def scan_ranked(
         SolveStatus.OPTIMAL if ranking.exact else SolveStatus.FEASIBLE,
         terms.values(problem, best[1]),
     )
-    placement.model_objective = placement.objective
+    placement.model_objective = best[0] if model_costs else placement.objective
     placement.explanation.extend(ranking.notes)
     placement.explanation.append(
         f"one pod: {ranking.units} candidate nodes ranked by cost, {costed} costed "

@@ -50,6 +50,18 @@ class OrderTerms:
         )
         return table[-1] / max(len(table) - 1, 1) / GPU_WHOLE
 
+    def one_pod_cost(self, problem: Problem, name: str, pod_set: PodSet) -> int:
+        """What `model_terms` charges a gang of one pod of `pod_set` on `name` (its
+        integer coefficients, SCALE per unit of objective)."""
+        weights = problem.config.weights
+        cost = 0
+        if weights.frag_gradient:
+            cost += round(weights.frag_gradient
+                          * self.frag_per_pod(problem, problem.node(name), pod_set) * SCALE)
+        if weights.fill_order and problem.gang.workload_type.packs:
+            cost += round(weights.fill_order * SCALE * self.fill_rank(problem).get(name, 1.0))
+        return cost
+
     def fill_rank(self, problem: Problem) -> dict[str, float]:
         """fillOrder's rank of every node of the snapshot, cached while the snapshot object
         and its size stay the same."""

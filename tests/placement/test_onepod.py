@@ -4,8 +4,10 @@ of interchangeable nodes, with and without siblings and spread rules."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +15,7 @@ from nexus_admit.model import ClusterSnapshot, Gang, Node, Placement, SpreadRule
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fragmentation import WorkloadDistribution
 from nexus_admit.placement.memo import NodeMemo
-from nexus_admit.placement.objective import term_weights
+from nexus_admit.placement.objective import evaluate_terms, term_weights, weighted_objective
 from nexus_admit.placement.onepod import (
     Ranking,
     lower_bounds,
@@ -21,10 +23,13 @@ from nexus_admit.placement.onepod import (
     scan_lower_bound,
     scan_ranked,
     scans,
+    scans_with_gradient,
 )
-from nexus_admit.placement.order_terms import OrderTerms
+from nexus_admit.placement.order_terms import SCALE, OrderTerms
 from nexus_admit.placement.problem import prepare
+from nexus_admit.placement.realise import slots_for
 from nexus_admit.placement.reduction import candidates, reduce_symmetry, shortfall
+from nexus_admit.placement.spread import one_pod_allowed
 from tests.placement.test_live_reduction import fleets
 from tests.strategies import CONFIG, RACK, gangs
 
@@ -112,3 +117,46 @@ def test_the_scan_reads_candidates_in_the_order_of_their_bound_then_their_place(
     names = [f"n{i}" for i in range(len(bounds))]
     expected = sorted(zip(bounds, range(len(names)), names, strict=True))
     assert list(rank_order(bounds, names)) == expected
+
+
+GRADIENT = CONFIG.model_copy(update={"weights": CONFIG.weights.model_copy(
+    update={"frag_gradient": 1000, "fill_order": 700})})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), fleet=fleets())
+def test_a_one_pod_gang_under_frag_gradient_gets_the_cheapest_node_without_a_model(
+    data: st.DataObject, fleet: list[Node]
+) -> None:
+    """Under fragGradient (negative where a pod fits a node's leftover well) the scan
+    still finds the cheapest of every candidate node, costed as the model it replaces
+    charges it, and the model's optimum is the same."""
+    snapshot = ClusterSnapshot.of(fleet)
+    gang = data.draw(one_pod_gangs([n.name for n in fleet]))
+    engine = CpSatEngine(0)
+    placed = engine.place(snapshot, gang, GRADIENT)
+    problem = prepare(snapshot, gang, GRADIENT)
+    if problem.impossible or problem.unavailable or not scans_with_gradient(problem):
+        return
+    memo = NodeMemo()
+    memo.sync(snapshot, GRADIENT)
+    red = candidates(problem, memo)
+    terms = OrderTerms(memo, WorkloadDistribution.default())
+    allowed = one_pod_allowed(problem)
+    ps = gang.pod_sets[0]
+    costs = []
+    for name in red.nodes:
+        slots = slots_for(problem, {(ps.name, name): 1})
+        if isinstance(slots, str) or not allowed(name):
+            continue
+        costs.append(weighted_objective(problem, evaluate_terms(problem, slots))
+                     + terms.one_pod_cost(problem, name, ps) / SCALE)
+    assert placed.feasible == bool(costs) or shortfall(problem, red)
+    if not costs:
+        return
+    assert placed.model_objective == pytest.approx(min(costs), abs=1e-6)
+    model = CpSatEngine(0)._reduced(
+        problem, reduce_symmetry(problem, red, memo), time.perf_counter()
+    )
+    assert model.status == "optimal"
+    assert round(model.model_objective * SCALE) == round(placed.model_objective * SCALE)
