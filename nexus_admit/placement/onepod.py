@@ -54,15 +54,14 @@ def gradient_scan(
 ) -> Placement:
     """The cheapest node for a one-pod gang under fragGradient, exactly, from the nodes of
     the symmetry reduction `red`: each ranked by `scan_lower_bound` plus its fragGradient
-    as the placement reports it (negative where the pod fits the node's leftover well, so
-    it cannot be left out of a bound as the scan leaves the others), then costed in that
-    order until no bound can beat the best. The model's optimum, found without a model."""
+    and fillOrder as the model charges them (fragGradient is negative where the pod fits
+    the node's leftover well, so it cannot be left out of a bound as the scan leaves the
+    terms that are never negative), then costed in that order until no bound can beat
+    the best. The model's optimum, found without a model."""
     weights = term_weights(problem)
-    grad = problem.config.weights.frag_gradient
     ps = problem.gang.pod_sets[0]
-    nodes = problem.snapshot.nodes
-    bounds = [  # as the model charges it (fillOrder, never negative, is left out)
-        low + round(grad * terms.frag_per_pod(problem, nodes[name], ps) * SCALE) / SCALE
+    bounds = [  # both order terms as the model charges them: the costing adds the same
+        low + terms.one_pod_cost(problem, name, ps) / SCALE
         for low, name in zip(lower_bounds(problem, red.nodes, weights), red.nodes, strict=True)
     ]
     ranking = Ranking(rank_order(bounds, red.nodes), len(red.nodes), red.notes, red.exact)

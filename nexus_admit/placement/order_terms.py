@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
+from typing import cast
 
 from ortools.sat.python import cp_model
 
-from nexus_admit.model import GPU_WHOLE, Node, PodSet, Slot
+from nexus_admit.model import GPU_WHOLE, Node, NumaPolicy, PodSet, Slot
 from nexus_admit.placement.fragmentation import WorkloadDistribution, fill_rank, gradient_table
-from nexus_admit.placement.memo import NodeMemo
+from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.problem import Problem
 
 __all__ = ["SCALE", "OrderTerms"]
@@ -34,10 +35,18 @@ class OrderTerms:
     def frag_per_pod(self, problem: Problem, node: Node, pod_set: PodSet) -> float:
         """fragGradient per pod of `pod_set` on `node`, in GPUs: the fragmentation (FGD
         measure, `self.workload`) that as many of these pods as fit add, averaged per pod, so
-        the term is linear in the pod count."""
-        cap = max(
-            1, min(pod_set.count, self.memo.capacity(node, pod_set, problem.gang.numa_policy))
+        the term is linear in the pod count. Remembered per node state on a TrackedSnapshot
+        (NodeMemo.derived): a gradient table per node and shape is most of a decision."""
+        policy = problem.gang.numa_policy
+        signature = ("frag-per-pod", *pod_shape(pod_set), pod_set.count, policy,
+                     id(self.workload))
+        value = self.memo.derived(
+            node, signature, lambda: (self._frag_per_pod(node, pod_set, policy),)
         )
+        return cast(float, value[0])
+
+    def _frag_per_pod(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> float:
+        cap = max(1, min(pod_set.count, self.memo.capacity(node, pod_set, policy)))
         table = gradient_table(
             node.gpu_free,
             node.free_cpu_milli,
