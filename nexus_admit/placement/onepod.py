@@ -61,8 +61,9 @@ def gradient_scan(
     weights = term_weights(problem)
     ps = problem.gang.pod_sets[0]
     bounds = [  # both order terms as the model charges them: the costing adds the same
-        low + terms.one_pod_cost(problem, name, ps) / SCALE
-        for low, name in zip(lower_bounds(problem, red.nodes, weights), red.nodes, strict=True)
+        low + cost / SCALE
+        for low, cost in zip(lower_bounds(problem, red.nodes, weights),
+                             terms.one_pod_costs(problem, red.nodes, ps), strict=True)
     ]
     ranking = Ranking(rank_order(bounds, red.nodes), len(red.nodes), red.notes, red.exact)
     return scan_ranked(problem, ranking, started, terms, policy, model_costs=True)
@@ -228,7 +229,7 @@ def scan_ranked(
         costed += 1
         value = weighted_objective(problem, evaluate_terms(problem, slots))
         if model_costs:
-            value += terms.one_pod_cost(problem, name, ps) / SCALE
+            value += terms.one_pod_costs(problem, [name], ps)[0] / SCALE
         else:
             value += sum(weight * v for v, weight in terms.values(problem, slots).values())
         if best is None or value < best[0] - 1e-9:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from itertools import pairwise
 from typing import cast
 
@@ -38,12 +39,17 @@ class OrderTerms:
         the term is linear in the pod count. Remembered per node state on a TrackedSnapshot
         (NodeMemo.derived): a gradient table per node and shape is most of a decision."""
         policy = problem.gang.numa_policy
-        signature = ("frag-per-pod", *pod_shape(pod_set), pod_set.count, policy,
-                     id(self.workload))
         value = self.memo.derived(
-            node, signature, lambda: (self._frag_per_pod(node, pod_set, policy),)
+            node, self._signature(pod_set, policy), partial(self._frag_of, node, pod_set, policy)
         )
         return cast(float, value[0])
+
+    def _signature(self, pod_set: PodSet, policy: NumaPolicy) -> tuple[object, ...]:
+        """What `_frag_per_pod` reads besides the node (`NodeMemo.derived`'s signature)."""
+        return ("frag-per-pod", *pod_shape(pod_set), pod_set.count, policy, id(self.workload))
+
+    def _frag_of(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> tuple[float]:
+        return (self._frag_per_pod(node, pod_set, policy),)
 
     def _frag_per_pod(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> float:
         cap = max(1, min(pod_set.count, self.memo.capacity(node, pod_set, policy)))
@@ -59,17 +65,28 @@ class OrderTerms:
         )
         return table[-1] / max(len(table) - 1, 1) / GPU_WHOLE
 
-    def one_pod_cost(self, problem: Problem, name: str, pod_set: PodSet) -> int:
-        """What `model_terms` charges a gang of one pod of `pod_set` on `name` (its
-        integer coefficients, SCALE per unit of objective)."""
+    def one_pod_costs(self, problem: Problem, names: Sequence[str], pod_set: PodSet
+                      ) -> list[int]:
+        """What `model_terms` charges a gang of one pod of `pod_set` on each of `names`
+        (its integer coefficients, SCALE per unit of objective)."""
         weights = problem.config.weights
-        cost = 0
-        if weights.frag_gradient:
-            cost += round(weights.frag_gradient
-                          * self.frag_per_pod(problem, problem.node(name), pod_set) * SCALE)
-        if weights.fill_order and problem.gang.workload_type.packs:
-            cost += round(weights.fill_order * SCALE * self.fill_rank(problem).get(name, 1.0))
-        return cost
+        nodes = problem.snapshot.nodes
+        grad, fill = weights.frag_gradient, weights.fill_order
+        rank = self.fill_rank(problem) if fill and problem.gang.workload_type.packs else None
+        policy = problem.gang.numa_policy
+        signature = self._signature(pod_set, policy)
+        derived = self.memo.derived
+        out: list[int] = []
+        for name in names:
+            cost = 0
+            if grad:
+                node = nodes[name]
+                value = derived(node, signature, partial(self._frag_of, node, pod_set, policy))
+                cost += round(grad * cast(float, value[0]) * SCALE)
+            if rank is not None:
+                cost += round(fill * SCALE * rank.get(name, 1.0))
+            out.append(cost)
+        return out
 
     def fill_rank(self, problem: Problem) -> dict[str, float]:
         """fillOrder's rank of every node of the snapshot, cached while the snapshot object

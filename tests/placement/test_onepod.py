@@ -150,7 +150,7 @@ def test_a_one_pod_gang_under_frag_gradient_gets_the_cheapest_node_without_a_mod
         if isinstance(slots, str) or not allowed(name):
             continue
         costs.append(weighted_objective(problem, evaluate_terms(problem, slots))
-                     + terms.one_pod_cost(problem, name, ps) / SCALE)
+                     + terms.one_pod_costs(problem, [name], ps)[0] / SCALE)
     assert placed.feasible == bool(costs) or shortfall(problem, red)
     if not costs:
         return
