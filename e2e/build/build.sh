@@ -391,7 +391,16 @@ done
 cp "$e2e/versions.env" "$tmp/versions.env"
 printf '%s\n' "${dirs[@]#*:}" > "$tmp/components"
 touch "$tmp/.complete"
-rm -rf "$set_dir"
-mv "$tmp" "$set_dir" 2>/dev/null || rm -rf "$tmp" # a concurrent run made the same set
+# put in place under the set's lock: `make test`'s background and foreground runs finish
+# their last component together, and one's rm of the set raced the other's mv into it
+exec {set_lock}>"$cache_root/locks/$(basename "$set_dir")"
+flock "$set_lock"
+if [[ -f "$set_dir/.complete" ]]; then
+  rm -rf "$tmp" # a concurrent run made the same set
+else
+  rm -rf "$set_dir"
+  mv "$tmp" "$set_dir"
+fi
+exec {set_lock}>&-
 log "control plane ready in $((SECONDS - started))s: $set_dir"
 echo "$set_dir"
