@@ -54,10 +54,14 @@ def waiting_queue(
     workload: Mapping[str, Any], kueue: KueueIndex, checks: Collection[str]
 ) -> Mapping[str, Any] | None:
     """The ClusterQueue of an active Workload not yet admitted or finished, when that
-    queue uses one of `checks`; else None."""
+    queue uses one of `checks`; else None (also when its queue cannot be read: it waits
+    for none of ours, and its view names the field, `skipped.with_view_problems`)."""
     if _done(workload) or child(workload, "spec").get("active") is False:
         return None
-    cq_name = kueue.cluster_queue_name(workload)
+    try:
+        cq_name = kueue.cluster_queue_name(workload)
+    except TranslationError:  # untrusted: one such Workload must not stop the pass
+        return None
     cq = kueue.cluster_queues.get(cq_name) if cq_name else None
     return cq if cq is not None and _uses_check(cq, checks) else None
 

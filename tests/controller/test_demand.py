@@ -76,6 +76,15 @@ def test_pending_gpus_by_tier() -> None:
     assert pending_gpus_by_tier(dump, {"nexus"}) == {"gold": 32, "bronze": 2}
 
 
+def test_a_workload_whose_queue_cannot_be_read_waits_for_none_of_ours() -> None:
+    """Before: its unreadable status raised out of every placing pass (issue 55)."""
+    lq = {"kind": "LocalQueue", "metadata": {"name": "gq", "namespace": "t"},
+          "spec": {"clusterQueue": "g"}}
+    dump = ClusterDump.of([cq("g", "gold", ["nexus"]), lq, wl("w1", "gq", 1, 8),
+                           {**wl("lost", "gq", 1, 8), "status": "lost"}])
+    assert pending_gpus_by_tier(dump, {"nexus"}) == {"gold": 8}
+
+
 def test_demands_kept_per_workload_are_those_derived_afresh() -> None:
     """With a memo, a Workload's demand is derived again only for a new object, and all of
     them when a queue's tier or checks change; the answer is always the fresh one."""
