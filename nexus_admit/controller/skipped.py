@@ -7,6 +7,10 @@ module counts it (`nexus_admit_objects_skipped_total{kind,reason}`) and posts on
 Event per object version: on the object itself (a Pod, a Node...), or on the Workload a
 reservation belongs to. A later version of the object (the field fixed, or broken anew) is
 reported again; the same version never twice, however many passes skip it.
+
+The store's views name a field they could not read (`kube/views.py`, `view.problem`); the
+pass adds those to what its snapshot left out (`with_view_problems`), so a Workload, a
+reservation or a pod read leniently is told the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from nexus_admit.controller.events import post_event
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Skipped
 
-__all__ = ["REASON", "Reported", "report_skipped"]
+__all__ = ["REASON", "Reported", "report_skipped", "with_view_problems"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +73,22 @@ def _regarding(ctx: Context, s: Skipped) -> tuple[Mapping[str, Any], str]:
     return {"apiVersion": _API_VERSIONS.get(s.kind, ""), "kind": s.kind, **obj}, ""
 
 
+def _version(s: Skipped) -> str:
+    """The object version and field a report is about (each told once)."""
+    return f"{s.kind}/{s.namespace}/{s.name}/{s.uid}/{s.resource_version}/{s.field}"
+
+
+def with_view_problems(ctx: Context, skipped: list[Skipped]) -> list[Skipped]:
+    """`skipped` and what the store's views could not read (`Store.view_problems`),
+    but for a field `skipped` names already (the snapshot reads some of the same fields: a
+    reservation's expiry), so it is counted once per pass."""
+    problems = ctx.store.view_problems()
+    if not problems:
+        return skipped
+    named = {_version(s) for s in skipped}
+    return [*skipped, *(p for p in problems if _version(p) not in named)]
+
+
 def report_skipped(ctx: Context, skipped: Iterable[Skipped], *, action: str = "Place",
                    count: bool = True) -> None:
     """Count every skipped object (`count`: once per placing pass, not again for the
@@ -78,7 +98,7 @@ def report_skipped(ctx: Context, skipped: Iterable[Skipped], *, action: str = "P
     for s in skipped:
         if count:
             ctx.metrics.objects_skipped.labels(s.kind, s.reason).inc()
-        seen = f"{s.kind}/{s.namespace}/{s.name}/{s.uid}/{s.resource_version}/{s.field}"
+        seen = _version(s)
         if seen in reported:
             continue
         reported[seen] = None

@@ -16,6 +16,10 @@ Indexes over pods are kept up to date on every change, because the loop asks the
 pass and a scan of every pod per reservation grows with pods × reservations (300
 reservations × 2,000 pods on the load benchmark): pods by the reservation their label names,
 the pods that carry our scheduling gate (the ungater's whole work list), and pod uids.
+
+A view that could not read a field of its object names it (`view.problem`); the store keeps
+those problems while it keeps that version (`view_problems`), so the pass tells each once
+(`skipped.with_view_problems`). A well-formed object costs one `is None` test there.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from nexus_admit.kube.cluster.changes import (
     slot_nodes,
 )
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import meta
+from nexus_admit.kube.errors import Skipped, meta
 from nexus_admit.kube.reservations import reservation_workload_key
 from nexus_admit.kube.stored import stripped
 from nexus_admit.kube.views import PodView, ReservationView, WorkloadView, view_of
@@ -165,6 +169,8 @@ class Store:
     _views: dict[str, dict[str, Any]] = field(
         default_factory=lambda: {k: {} for k in _VIEWED_KINDS})
     _view_lists: dict[str, list[Any]] = field(default_factory=dict)
+    # (kind, key) → what the stored version's view could not read (`view.problem`)
+    _problems: dict[tuple[str, str], Skipped] = field(default_factory=dict)
 
     def _put(self, kind: str, key: str, obj: dict[str, Any]) -> None:
         self._lists.pop(kind, None)
@@ -187,6 +193,10 @@ class Store:
                 if carried is not None:
                     self._carriers.setdefault(carried, {})[key] = obj
             views[key] = view
+            if view.problem is not None:
+                self._problems[(kind, key)] = view.problem
+            elif self._problems:  # fixed, perhaps
+                self._problems.pop((kind, key), None)
         bucket[key] = obj
         self.generation += 1
 
@@ -201,6 +211,8 @@ class Store:
                 self._unindex(key, old)
             elif kind == L.KIND_RESOURCE_RESERVATION:
                 self._uncarry(key, old)
+            if self._problems:
+                self._problems.pop((kind, key), None)
         self.generation += 1
 
     def _uncarry(self, key: str, rr: ReservationView | None) -> None:
@@ -345,6 +357,11 @@ class Store:
     def reservations(self) -> list[ReservationView]:
         """Every ResourceReservation's view, the same list until one changes."""
         return self._viewed(L.KIND_RESOURCE_RESERVATION)
+
+    def view_problems(self) -> list[Skipped]:
+        """What the views of the stored Workloads, reservations and pods could not read,
+        one per object (its stored version); empty when every one is well-formed."""
+        return list(self._problems.values())
 
     def _viewed(self, kind: str) -> list[Any]:
         listed = self._view_lists.get(kind)

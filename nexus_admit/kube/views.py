@@ -45,7 +45,7 @@ from nexus_admit.kube.reservations import (
 
 __all__ = ["UNREADABLE", "PodView", "ReservationView", "WorkloadView", "view_of"]
 
-UNREADABLE = "Unreadable"  # a Skipped's reason for a field a view could not read
+UNREADABLE = "unreadable"  # a Skipped's reason for a field a view could not read
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _TERMINATED = ("Succeeded", "Failed")
@@ -80,7 +80,10 @@ def _identity(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, str, str]
 
 
 def _problem(obj: Mapping[str, Any], kind: str, field: str, message: str) -> Skipped:
-    return Skipped.of(obj, kind, field, UNREADABLE, message)
+    # a reservation's is told on its Workload, where its owner looks (as the snapshot does)
+    owner = (f"Workload {reservation_workload_key(obj)}"
+             if kind == L.KIND_RESOURCE_RESERVATION else "")
+    return Skipped.of(obj, kind, field, UNREADABLE, message, owner)
 
 
 @dataclass(frozen=True, slots=True)

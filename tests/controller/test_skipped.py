@@ -70,3 +70,72 @@ def test_a_broken_reservation_is_told_on_its_workload_and_its_node_left_out() ->
     assert e["regarding"]["kind"] == "Workload" and e["regarding"]["name"] == "other"
     assert "ResourceReservation default/other-rr left out" in e["note"]
     assert "spec.podSets[0].gpuShare" in e["note"]
+
+
+def unschedulable_since(when: str) -> dict[str, object]:
+    return {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "lastTransitionTime": when}]}
+
+
+def skipped_events(api: object) -> list[dict[str, object]]:
+    return [e for e in api.list("Event")[0]  # type: ignore[attr-defined]
+            if e["reason"] == "ObjectSkipped"]
+
+
+def test_a_field_the_stores_views_cannot_read_is_told_once_per_version() -> None:
+    """A Workload, a reservation and a pod read leniently by their views (`view.problem`):
+    before, nobody was told. Each gets one Event per version, where its owner looks; the
+    Workload beside them is placed; a fixed one is told no more."""
+    api = cluster(pending("w", pods=2, gpus=8))
+    api.put({**pending("lost"), "status": "lost"})
+    other = pending("other", pods=1, gpus=8)
+    other["status"]["admissionChecks"][0]["state"] = "Ready"
+    api.put(other)
+    # Bound: the snapshot does not read its expiry; only its view does
+    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], phase="Bound",
+                        expires_at="soon"))
+    waiting = pod("waiting", None, namespace="tenant-b")
+    waiting["status"] = unschedulable_since("yesterday")
+    api.put(waiting)
+    ctx, _ = controller(api)
+    passes(ctx, 2)
+    assert check_of(api, "w")["state"] == "Ready"
+    told = {(e["regarding"]["kind"], e["regarding"]["name"]): e  # type: ignore[index]
+            for e in skipped_events(api)}
+    assert len(skipped_events(api)) == 3 and set(told) == {
+        ("Workload", "lost"), ("Workload", "other"), ("Pod", "waiting")}
+    assert "field status: expected an object" in told[("Workload", "lost")]["note"]
+    assert "ResourceReservation default/other-rr left out: field spec.expiresAt" in told[
+        ("Workload", "other")]["note"]
+    assert "field status.conditions" in told[("Pod", "waiting")]["note"]
+    assert skipped_total(ctx, "Pod", "unreadable") == 1, "once per placing pass"
+    # the pod fixed, the Workload broken anew: only the new version is told
+    waiting["status"] = unschedulable_since("2026-01-01T00:00:00Z")
+    api.put(waiting)
+    api.put({**pending("lost"), "status": ["lost", "again"]})
+    api.put(pending("w2", pods=1, gpus=8))
+    watch(ctx, api)
+    passes(ctx, 1)
+    assert check_of(api, "w2")["state"] == "Ready"
+    assert [(p.kind, p.name) for p in ctx.store.view_problems()] == [
+        ("Workload", "lost"), (L.KIND_RESOURCE_RESERVATION, "other-rr")]
+    assert len(skipped_events(api)) == 4
+    assert [e["regarding"]["name"] for e in skipped_events(api)].count("lost") == 2
+
+
+def test_a_field_the_snapshot_and_a_view_both_cannot_read_is_counted_and_told_once() -> None:
+    """An unbound reservation's unreadable expiry: the snapshot counts it live and says so;
+    its view's problem names the same field of the same version and is not told again."""
+    api = cluster(pending("w", pods=2, gpus=8))
+    other = pending("other", pods=1, gpus=8)
+    other["status"]["admissionChecks"][0]["state"] = "Ready"
+    api.put(other)
+    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], expires_at="soon"))
+    ctx, _ = controller(api)
+    passes(ctx, 1)
+    assert check_of(api, "w")["state"] == "Ready"
+    (e,) = skipped_events(api)
+    assert "field spec.expiresAt" in e["note"] and "counted as live" in e["note"]  # type: ignore[operator]
+    assert skipped_total(ctx, L.KIND_RESOURCE_RESERVATION, "counted-live") == 1
+    assert skipped_total(ctx, L.KIND_RESOURCE_RESERVATION, "unreadable") == 0

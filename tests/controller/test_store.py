@@ -317,3 +317,32 @@ def test_a_malformed_object_is_stored_with_a_view_naming_its_problem() -> None:
     assert bad.problem.field == "spec.expiresAt"
     pod = s.pod("ns/p")
     assert pod is not None and (pod.node, pod.reservation, pod.gated) == (None, None, False)
+
+
+def test_the_store_keeps_each_views_problem_while_it_keeps_that_version() -> None:
+    """What a view could not read is kept per object for the pass to tell: replaced by a
+    newer version's, dropped once the object is fixed or deleted; none for the others."""
+    s = Store()
+    broken = {"metadata": {"name": "w", "namespace": "ns", "resourceVersion": "1"},
+              "status": "lost"}
+    s.upsert("Workload", broken)
+    s.upsert("Workload", {"metadata": {"name": "ok", "namespace": "ns",
+                                       "resourceVersion": "1"}, "status": {}})
+    s.upsert("Pod", obj("p", 1))
+    (problem,) = s.view_problems()
+    assert (problem.kind, problem.name, problem.field) == ("Workload", "w", "status")
+    assert problem.resource_version == "1"
+    s.upsert("Workload", {**broken, "metadata": {**broken["metadata"], "resourceVersion": "2"},
+                          "status": ["broken", "anew"]})
+    (again,) = s.view_problems()
+    assert again.resource_version == "2", "the stored version's"
+    s.upsert("Workload", {**broken, "metadata": {**broken["metadata"], "resourceVersion": "3"},
+                          "status": {}})
+    assert s.view_problems() == [], "fixed"
+    s.upsert("Workload", {**broken, "metadata": {**broken["metadata"], "resourceVersion": "4"}})
+    assert len(s.view_problems()) == 1
+    s.delete("Workload", {**broken, "metadata": {**broken["metadata"], "resourceVersion": "5"}})
+    assert s.view_problems() == [], "deleted"
+    s.upsert("Workload", {**broken, "metadata": {**broken["metadata"], "resourceVersion": "6"}})
+    s.replace("Workload", [], list_version=7)
+    assert s.view_problems() == [], "gone from a re-list"

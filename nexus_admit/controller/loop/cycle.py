@@ -55,7 +55,7 @@ from nexus_admit.controller.loop.place import (
 )
 from nexus_admit.controller.loop.record import PassRecord
 from nexus_admit.controller.owning_jobs import fetch_owner_jobs, prefetch_owner_jobs
-from nexus_admit.controller.skipped import report_skipped
+from nexus_admit.controller.skipped import report_skipped, with_view_problems
 from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.warm import (
     BUDGET_SECONDS,
@@ -193,7 +193,7 @@ async def record_capacity(ctx: Context) -> None:
     skipped = await asyncio.to_thread(
         _record_capacity, ctx, ctx.store.dump(), capacity_plans(ctx)
     )
-    report_skipped(ctx, skipped, count=False)
+    report_skipped(ctx, with_view_problems(ctx, skipped), count=False)
     if ctx.live["placing"].renewed is not None:  # the passes' snapshot too
         ctx.component(WarmShapes).forget()
 
@@ -314,14 +314,14 @@ async def _pass_snapshot(
     last pass's placements) touched are translated again, in a thread, so the webhook and
     the watches keep being served (what it reads is gathered here: the store changes on
     this thread); a malformed object is left out (never freer than the truth), counted
-    and told once."""
+    and told once, with the fields the store's views could not read."""
     skipped: list[Skipped] = []
     live = live_snapshot(ctx, "placing")
     plan = live.gather(ctx.store, exclude_workloads=inputs.unreserved, now=now,
                        epoch=_epoch(ctx))
     snapshot = await asyncio.to_thread(live.build, plan, skipped)
     count_renewal(ctx, live, len(snapshot.nodes))
-    report_skipped(ctx, skipped)
+    report_skipped(ctx, with_view_problems(ctx, skipped))
     return snapshot, live.renewed is not None
 
 

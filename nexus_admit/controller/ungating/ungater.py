@@ -58,7 +58,7 @@ from nexus_admit.kube import labels as L
 from nexus_admit.kube.errors import Skipped, meta
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import ReservedSlot
-from nexus_admit.kube.views import PodView, ReservationView
+from nexus_admit.kube.views import UNREADABLE, PodView, ReservationView
 
 __all__ = [
     "UngaterState",
@@ -318,9 +318,6 @@ def _choose(
     return [(by_name[pod_name], slot) for pod_name, slot in chosen.items()]
 
 
-_UNREADABLE = "unreadable"
-
-
 def _skip_gated_pod(pod: PodView, error: Exception, skipped: list[Skipped]) -> None:
     """Leave a gated pod the pass cannot read out of it (it holds no slot yet). Any other
     pod may hold a slot, so its reservation is left out instead: `error` is raised again."""
@@ -328,7 +325,7 @@ def _skip_gated_pod(pod: PodView, error: Exception, skipped: list[Skipped]) -> N
         raise error
     log.debug("gated pod %s left out", pod.key, exc_info=error)
     skipped.append(
-        Skipped.of(pod.raw, "Pod", "", _UNREADABLE, f"cannot be ungated: {_describe(error)}")
+        Skipped.of(pod.raw, "Pod", "", UNREADABLE, f"cannot be ungated: {_describe(error)}")
     )
 
 
@@ -338,7 +335,7 @@ def _skipped_reservation(rr: ReservationView, error: Exception) -> Skipped:
         rr.raw,
         L.KIND_RESOURCE_RESERVATION,
         "",
-        _UNREADABLE,
+        UNREADABLE,
         f"its gated pods cannot get slots: {_describe(error)}",
         owner=f"Workload {rr.workload_key}",
     )
