@@ -434,6 +434,16 @@ class Store:
         """The ResourceReservations with a slot on `node` (from the index)."""
         return list(self._fleet.reservations_on_node.get(node, {}).values())
 
+    def pod_views_on_node(self, node: str) -> list[PodView]:
+        """`pods_on_node`'s pods, as their views."""
+        views = self._views["Pod"]
+        return [views[k] for k in self._fleet.pods_on_node.get(node, {})]
+
+    def reservation_views_on_node(self, node: str) -> list[ReservationView]:
+        """`reservations_on_node`'s reservations, as their views."""
+        views = self._views[L.KIND_RESOURCE_RESERVATION]
+        return [views[k] for k in self._fleet.reservations_on_node.get(node, {})]
+
     def reservations_of_workload(self, key: str) -> list[dict[str, Any]]:
         """The ResourceReservations whose workloadRef names `key` ('namespace/name')."""
         return list(self._fleet.reservations_of_workload.get(key, {}).values())

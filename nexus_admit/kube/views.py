@@ -174,6 +174,7 @@ class ReservationView:
     expires_at: datetime | None  # spec.expiresAt (an earlier version's), None when unreadable
     expiry_readable: bool
     ttl_seconds: int | None  # spec.ttlSeconds when a positive number
+    annotations: Mapping[str, Any]  # what a preemption or a drain wrote there
     raw: Mapping[str, Any]
     problem: Skipped | None = None
 
@@ -198,7 +199,7 @@ class ReservationView:
             expires_at=expires, expiry_readable=readable,
             ttl_seconds=ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0
             else None,
-            raw=obj, problem=problem,
+            annotations=_map(m.get("annotations")), raw=obj, problem=problem,
         )
 
     def live(self, now: datetime, *, bound: bool = False) -> bool:

@@ -150,8 +150,12 @@ def test_pods_and_reservations_are_indexed_by_node_and_follow_moves() -> None:
     assert [p["metadata"]["name"] for p in s.pods_on_node("n2")] == ["a"]
     assert [r["metadata"]["name"] for r in s.reservations_on_node("n2")] == ["r"]
     assert [r["metadata"]["name"] for r in s.reservations_of_workload("ns/w")] == ["r"]
+    # and as their views, the store's own
+    assert s.pod_views_on_node("n2") == [s.pod("ns/a")]
+    assert s.reservation_views_on_node("n2") == [s.reservation("ns/r")]
     s.delete(RR_KIND, rr_obj("r", 5, "w", ["n1", "n2"]))
     assert s.reservations_on_node("n1") == [] and s.reservations_of_workload("ns/w") == []
+    assert s.reservation_views_on_node("n1") == []
     # a pod keeps its place when it changes, as in the store's own order
     assert s.order("Pod", "ns/a") < s.order("Pod", "ns/b")
 
