@@ -17,40 +17,33 @@ comes back, else the lifecycle's unschedulable grace sends its gang back.
 Cheap: only the nodes whose pods, reservations, node objects, devices or TAS assignments
 changed since the last step are counted again (a `Changes` feed of the store, as the live
 snapshot keeps: its `touched` nodes), and the nodes found over-committed until they are not.
+
+It reads the store's views (`kube/views.py`); the objects (`view.raw`) only where the
+translation counts a node again (`overcommit.py`) and reads the Workloads' TAS assignments
+(`kube/cluster/tas.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.lifecycle_plan import Stranded
-from nexus_admit.controller.reservation_pods import failed_node, slot_holders
+from nexus_admit.controller.reservation_pods import failed_node, holders
 from nexus_admit.controller.store import Store
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster.changes import (
-    Changes,
-    claim_pools,
-    needs_templates,
-    slice_pool,
-    slot_nodes,
-)
+from nexus_admit.kube.cluster.changes import Changes, claim_pools, needs_templates, slice_pool
 from nexus_admit.kube.cluster.live import admission_defaults
 from nexus_admit.kube.cluster.overcommit import DisplacedSlot, displaced_slots
 from nexus_admit.kube.cluster.tas import assignment_nodes, has_topology_assignment
-from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.errors import TranslationError, object_key
 from nexus_admit.kube.podspec import workload_template_requests
-from nexus_admit.kube.reservations import (
-    ReservedSlot,
-    reservation_is_live,
-    reservation_pod_label,
-    reservation_slots,
-    reservation_workload_key,
-)
+from nexus_admit.kube.reservations import ReservedSlot
+from nexus_admit.kube.views import PodView, ReservationView
 
 __all__ = ["DisplacedState", "find_displaced", "is_displaced"]
 
@@ -102,12 +95,11 @@ class DisplacedState:
             self.tas_on_node.setdefault(name, set()).add(key)
 
 
-def is_displaced(ctx: Context, rr: Mapping[str, Any], slot: str, node: str) -> bool:
+def is_displaced(ctx: Context, rr: ReservationView, slot: str, node: str) -> bool:
     """Was the reservation's slot on `node` found with no room there (the ungater pins
     no pod to it: it moves first)?"""
-    key = object_key(rr)
     found = ctx.component(DisplacedState).found.get(node, [])
-    return any(d.reservation == key and d.slot == slot and not d.held for d in found)
+    return any(d.reservation == rr.key and d.slot == slot and not d.held for d in found)
 
 
 # nodes counted between two turns of the event loop (the webhook and the watches go on)
@@ -121,7 +113,7 @@ async def find_displaced(ctx: Context, skip: Iterable[str] = ()) -> list[Strande
     store = ctx.store
     changes = state.changes(store)
     if changes.everything:
-        nodes = {n for rr in store.items(L.KIND_RESOURCE_RESERVATION) for n in slot_nodes(rr)}
+        nodes = {s.node for rr in store.reservations() for s in rr.slots}
     else:
         # a running pod's bind marks its reservation's other nodes for the live snapshot
         # (`changes.py`); nothing on them changed, so they are not counted again. A pin
@@ -143,34 +135,29 @@ def _count_node(ctx: Context, name: str) -> list[DisplacedSlot]:
     node = store.get("Node", name)
     if node is None or failed_node(node) is not None:
         return []  # a failed node's slots move as stranded (`failed_nodes.py`)
-    on_node = store.pods_on_node(name)
-    if not _unbound_slots(store.reservations_on_node(name), on_node, name):
+    on_node = store.reservation_views_on_node(name)
+    if not _unbound_slots(on_node, store.pod_views_on_node(name), name):
         return []  # every slot there is its bound pod's (counted as the pod): the usual case
-    reservations: list[dict[str, Any]] = []
+    reservations: list[Mapping[str, Any]] = []  # the live ones, as the translation reads them
     pinned: set[tuple[str, str]] = set()
     templates: dict[tuple[str, str], tuple[int, int, int]] = {}
     admitted = admission_defaults(store)
-    for rr in store.reservations_on_node(name):
-        m = meta(rr)
-        if m.get("deletionTimestamp") or L.ANN_PREEMPTS in child(m, "annotations"):
+    for rr in on_node:
+        if rr.deleting or L.ANN_PREEMPTS in rr.annotations:
             # a preemptor's or a drain's slots sit on pods that are to leave: over-committed
             # by design, and the preemption step waits for them (or gives up), not this one
             continue
-        ns, rr_name = str(m.get("namespace")), str(m.get("name"))
-        pods = store.pods_of_reservation(ns, rr_name)
-        workload = store.get("Workload", reservation_workload_key(rr))
+        pods = store.pod_views_of_reservation(rr.namespace, rr.name)
+        workload = store.workload(rr.workload_key)
         try:
-            bound = any(child(p, "spec").get("nodeName") for p in pods)
-            if workload is None or not reservation_is_live(rr, now, bound=bound):
+            if workload is None or not rr.live(now, bound=any(p.node for p in pods)):
                 continue  # the lifecycle releases it
-            if needs_templates(rr):
-                templates.update(workload_template_requests(workload, admitted))
+            if needs_templates(rr.raw):
+                templates.update(workload_template_requests(workload.raw, admitted))
         except (TranslationError, ValueError):
             continue  # told by the snapshot
-        reservations.append(rr)
-        for slot, pod in slot_holders(pods).items():
-            if not child(pod, "spec").get("nodeName"):
-                pinned.add((object_key(rr), slot))
+        reservations.append(rr.raw)
+        pinned |= {(rr.key, slot) for slot, pod in holders(pods).items() if not pod.node}
     if not reservations:
         return []
     slices = store.slices_on_node(name)
@@ -179,7 +166,7 @@ def _count_node(ctx: Context, name: str) -> list[DisplacedSlot]:
               if claim_pools(c) & pools}
     tas = ctx.component(DisplacedState).tas_on_node.get(name, set())
     return displaced_slots(
-        node, on_node, reservations, pinned,
+        node, store.pods_on_node(name), reservations, pinned,
         workloads=[w for k in sorted(tas) if (w := store.get("Workload", k)) is not None],
         node_resource_topology=store.get("NodeResourceTopology", name),
         resource_slices=slices, resource_claims=claims.values(),
@@ -187,21 +174,19 @@ def _count_node(ctx: Context, name: str) -> list[DisplacedSlot]:
 
 
 def _unbound_slots(
-    reservations: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], node: str
+    reservations: Sequence[ReservationView], pods: Iterable[PodView], node: str
 ) -> bool:
-    """Does a reservation hold a slot on `node` that no pod bound there claims?"""
-    reservations = list(reservations)
+    """Does a reservation hold a slot on `node` that no pod bound there claims? (A pod's
+    slot annotation as written: the translation reads it so, `capacity.slot_ref`.)"""
     if not reservations:
         return False
-    bound = {(str(meta(p).get("namespace")), str(child(meta(p), "labels").get(L.LABEL_RESERVATION)),
-              str(child(meta(p), "annotations").get(L.ANN_SLOT))) for p in pods
-             if child(p, "status").get("phase") not in ("Succeeded", "Failed")}
+    bound = {(p.namespace, p.reservation, str(p.annotations.get(L.ANN_SLOT))) for p in pods
+             if not p.terminated}
     for rr in reservations:
-        m = meta(rr)
-        ns = str(m.get("namespace"))
-        names = {str(m.get("name")), reservation_pod_label(rr)}
-        for slot in reservation_slots(rr):
-            if slot.node == node and not any((ns, n, slot.key) in bound for n in names):
+        names = {rr.name, rr.pod_label}
+        for slot in rr.slots:
+            if slot.node == node and not any(
+                    (rr.namespace, n, slot.key) in bound for n in names):
                 return True
     return False
 
@@ -216,11 +201,11 @@ def _stranded(
                 by_rr.setdefault(d.reservation, []).append(d)
     out: list[Stranded] = []
     for key, displaced in sorted(by_rr.items()):
-        rr = ctx.store.get(L.KIND_RESOURCE_RESERVATION, key)
-        workload = ctx.store.get("Workload", reservation_workload_key(rr)) if rr else None
+        rr = ctx.store.reservation(key)
+        workload = ctx.store.workload(rr.workload_key) if rr else None
         if rr is None or workload is None:
             continue
-        written = {(s.key, s.node): s for s in reservation_slots(rr)}
+        written = {(s.key, s.node): s for s in rr.slots}
         slots: list[tuple[ReservedSlot, str]] = []
         for d in displaced:
             slot = written.get((d.slot, d.node))
@@ -232,5 +217,5 @@ def _stranded(
         if slots:
             log.info("reservation %s: %d slot(s) displaced by pods bound beside them", key,
                      len(slots))
-            out.append(Stranded(rr, workload, tuple(slots)))
+            out.append(Stranded(rr.raw, workload.raw, tuple(slots)))
     return out

@@ -25,7 +25,6 @@ __all__ = [
     "holders",
     "lost_node",
     "reservation_status",
-    "slot_holders",
     "stranded_slots",
     "unpinned_pod",
     "unschedulable_message",
@@ -54,11 +53,6 @@ def holders(pods: Sequence[PodView]) -> dict[str, PodView]:
     """Slot key → the live pod holding it (pinned or bound; not being deleted, not ended)."""
     return {slot_key(*p.slot): p for p in pods
             if p.slot is not None and p.live and (p.node or p.pinned)}
-
-
-def slot_holders(pods: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """`holders` for a caller that reads pods as objects (`displaced.py`)."""
-    return {k: p.raw for k, p in holders([PodView.of(p) for p in pods]).items()}
 
 
 def lost_node(

@@ -116,7 +116,7 @@ async def creation_pin(
         [ranked_pod(p, rr.pod_sets, rules, now=now) for p in members],
     )
     if (slot is None or failed_node(ctx.store.get("Node", slot.node)) is not None
-            or is_displaced(ctx, rr.raw, slot.key, slot.node)):
+            or is_displaced(ctx, rr, slot.key, slot.node)):
         return None  # such a slot moves first (`failed_nodes.py`, `displaced.py`); then the
         # ungater pins the pod
     hostname = pinned_hostname(ctx.store.get("Node", slot.node), slot.node)

@@ -311,7 +311,7 @@ def _choose(
     # first (`failed_nodes.py`, `displaced.py`)
     slots = [s for s in rr.slots if s.key not in taken
              and failed_node(ctx.store.get("Node", s.node)) is None
-             and not is_displaced(ctx, rr.raw, s.key, s.node)]
+             and not is_displaced(ctx, rr, s.key, s.node)]
     chosen = assign_slots(slots, ranked)
     tell_waiting(ctx, pods, ranked, chosen)
     by_name = {p.name: p for p in pods}
