@@ -11,8 +11,9 @@ from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.loop import place
-from nexus_admit.controller.preemption.victims import preempted_victims
+from nexus_admit.controller.preemption.victims import PreemptedVictim, preempted_victims
 from nexus_admit.kube import labels as L
+from nexus_admit.kube.views import ReservationView
 from tests.controller.fake_api import FakeApi
 from tests.controller.test_placing import check_of, controller, run, watch
 from tests.kube.kube_factories import (
@@ -90,7 +91,7 @@ def test_the_preemptor_reserves_first_then_its_victim_is_sent_through_retry() ->
     ctx = start(api)
     run(ctx)
     (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
-    victims = preempted_victims(rr)
+    victims = preempted_victims(ReservationView.of(rr))
     assert victims is not None and len(victims) == 1
     assert rr["spec"]["decision"]["mode"] == "preempting"
     victim = victims[0].workload.split("/")[1]
@@ -116,7 +117,7 @@ def test_ready_only_once_the_victim_left_and_a_restart_carries_on() -> None:
     ctx = start(api)
     run(ctx)
     (rr,) = [r for r in api.of_kind(RR) if r["spec"]["workloadRef"]["name"] == "gold"]
-    victim = preempted_victims(rr)[0]  # type: ignore[index]
+    victim = preempted_victims(ReservationView.of(rr))[0]  # type: ignore[index]
     vname = victim.workload.split("/")[1]
     # a restarted controller while the victim's pod is still there: still waiting
     restarted = start(api)
@@ -165,10 +166,14 @@ def test_nothing_is_evicted_while_preemption_is_off_or_only_silver_may_go() -> N
 
 
 def test_a_malformed_preempts_annotation_names_no_victims() -> None:
-    assert preempted_victims({"metadata": {}}) is None
-    assert preempted_victims({"metadata": {"annotations": {L.ANN_PREEMPTS: "{"}}}) == []
+    def victims(annotations: dict[str, str] | None) -> list[PreemptedVictim] | None:
+        meta = {} if annotations is None else {"annotations": annotations}
+        return preempted_victims(ReservationView.of({"metadata": meta}))
+
+    assert victims(None) is None
+    assert victims({L.ANN_PREEMPTS: "{"}) == []
     good = json.dumps([{"workload": "ns/a", "reservation": "ns/rr-a"}, {"bogus": 1}])
-    (v,) = preempted_victims({"metadata": {"annotations": {L.ANN_PREEMPTS: good}}}) or []
+    (v,) = victims({L.ANN_PREEMPTS: good}) or []
     assert (v.workload, v.reservation) == ("ns/a", "ns/rr-a")
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.elastic import Carry, carry_over
@@ -50,7 +49,6 @@ from nexus_admit.controller.preemption.victims import (
     progress,
     running_gangs,
 )
-from nexus_admit.controller.workload_check import workload_view
 from nexus_admit.controller.writes import (
     Answered,
     answer,
@@ -74,7 +72,7 @@ from nexus_admit.kube.kueue import (
 )
 from nexus_admit.kube.serving import with_siblings
 from nexus_admit.kube.slices import carried_domain, with_carried
-from nexus_admit.kube.views import WorkloadView
+from nexus_admit.kube.views import ReservationView, WorkloadView
 from nexus_admit.model import Gang, Placement, PlacementConfig, PodSet
 from nexus_admit.placement.decide import (
     Decision,
@@ -125,17 +123,17 @@ async def place_one(rec: PassRecord, view: WorkloadView, check: str) -> None:
             return
         gang = replace(gang, pod_sets=ours)  # a mixed Workload: we place and pin the rest
     rr_key = view.reservation_key
-    existing = ctx.store.get(L.KIND_RESOURCE_RESERVATION, rr_key)
+    existing = ctx.store.reservation(rr_key)
     if existing is not None:
         if rec.writes is not None:
             await rec.writes.flush(ctx.metrics)  # an earlier create may find GPUs it holds
-        if withdrawn_copy(ctx, existing):
+        if withdrawn_copy(ctx, existing.raw):
             return  # deleted by this run, the watch has not shown it: placed again then
-        if overlaps_other(ctx, existing, rec.now):
+        if overlaps_other(ctx, existing.raw, rec.now):
             # shares a GPU with another reservation (we died between a withdrawal and its
             # delete): never answered from, placed again
             if rr_key not in ctx.ledger.assumed:
-                await withdraw_reservation(ctx, rr_key, held_by(existing))
+                await withdraw_reservation(ctx, rr_key, held_by(existing.raw))
             return
         # a reservation of this attempt exists (we crashed, the check write failed, or it
         # drains or preempts): answer from it, never solve twice
@@ -249,12 +247,12 @@ class _Running:
 
 async def _decide(
     rec: PassRecord, workload: WorkloadView, gang: Gang, config: PlacementConfig,
-    own_drain: Mapping[str, Any] | None = None,
-) -> tuple[Decision, _Running, dict[str, Mapping[str, Any]]]:
+    own_drain: ReservationView | None = None,
+) -> tuple[Decision, _Running, dict[str, ReservationView]]:
     """`decide` in the solver's thread, on the pass's capacity; the running gangs and the
     drains it was given come back with the decision, for applying it."""
     ctx = rec.ctx
-    drains: dict[str, Mapping[str, Any]] = {}
+    drains: dict[str, ReservationView] = {}
     if config.preemption.enabled:
         drains = yielding_drains(ctx, workload, rec.now,
                                  lambda w: still_waits(ctx, w))
@@ -283,7 +281,7 @@ async def _decide(
 
 async def _apply(
     rec: PassRecord, workload: WorkloadView, check: str,
-    decided: tuple[Decision, _Running, dict[str, Mapping[str, Any]]], config: PlacementConfig,
+    decided: tuple[Decision, _Running, dict[str, ReservationView]], config: PlacementConfig,
 ) -> None:
     """Write what the decision means."""
     ctx, placer = rec.ctx, rec.placer
@@ -411,7 +409,7 @@ async def _write_placed(
 
 async def _answer_from_reservation(
     rec: PassRecord, workload: WorkloadView, check: str, gang: Gang,
-    existing: Mapping[str, Any], config: PlacementConfig,
+    existing: ReservationView, config: PlacementConfig,
 ) -> None:
     """The snapshot counts `existing` already. A drain waits only while its gang fits
     nowhere else; a preemption waits for its victims to leave; then Ready from it."""
@@ -440,7 +438,7 @@ async def _answer_from_reservation(
                                              rec.now):
         return
     await answer(ctx, workload, check,
-                 placed(placement_of(existing, gang), gang, name, rec.snapshot, levels,
+                 placed(placement_of(existing.raw, gang), gang, name, rec.snapshot, levels,
                         hardware_class=config.hardware_class))
 
 
@@ -455,10 +453,10 @@ class DrainRechecks:
         self.at = {}
 
 
-def _drain_check_due(ctx: Context, rr: Mapping[str, Any]) -> bool:
+def _drain_check_due(ctx: Context, rr: ReservationView) -> bool:
     """At most one solve without a drain per DRAIN_RECHECK_SECONDS: each rebuilds the
     fleet's snapshot, and passes come on every event; a drain waits minutes to hours."""
-    key, tick, checked = object_key(rr), ctx.clocks.monotonic(), ctx.component(DrainRechecks).at
+    key, tick, checked = rr.key, ctx.clocks.monotonic(), ctx.component(DrainRechecks).at
     if tick - checked.get(key, float("-inf")) < DRAIN_RECHECK_SECONDS:
         return False
     checked[key] = tick
@@ -525,11 +523,9 @@ def our_pending_check(workload: WorkloadView, ctx: Context) -> str | None:
                  if e.get("name") in checks and e.get("state") == "Pending"), None)
 
 
-def still_waits(ctx: Context, workload: Mapping[str, Any]) -> bool:
-    """It waits on our check, and no answer of ours is in flight for it (a stored
-    Workload, read through its view)."""
-    view = workload_view(ctx, workload)
-    return our_pending_check(view, ctx) is not None and not already_answered(ctx, view)
+def still_waits(ctx: Context, workload: WorkloadView) -> bool:
+    """It waits on our check, and no answer of ours is in flight for it."""
+    return our_pending_check(workload, ctx) is not None and not already_answered(ctx, workload)
 
 
 def needs_decision(ctx: Context, workload: WorkloadView) -> bool:

@@ -8,15 +8,13 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.inflight import WritePipeline
 from nexus_admit.controller.ledger import Assumed
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.kueue import KueueIndex
-from nexus_admit.kube.reservations import reservation_workload_key
+from nexus_admit.kube.views import ReservationView
 from nexus_admit.model import ClusterSnapshot, Gang, Placement, PlacementConfig
 from nexus_admit.placement.base import PlacementPolicy
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -154,6 +152,6 @@ def ledger_holds(ctx: Context) -> tuple[Assumed, ...]:
     return (*ctx.ledger.assumed.values(), *ctx.ledger.unsure.values())
 
 
-def drain_reservation_keys(reservations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def drain_reservation_keys(reservations: Sequence[ReservationView]) -> dict[str, str]:
     """Draining Workload -> its reservation key."""
-    return {reservation_workload_key(rr): object_key(rr) for rr in reservations}
+    return {rr.workload_key: rr.key for rr in reservations}

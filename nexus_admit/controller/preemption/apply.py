@@ -2,7 +2,8 @@
 `placement.decide`). Everything is recorded in objects, so a restarted controller carries on
 from them alone: a preemptor's or drain's reservation is written at once, annotated with
 the Workloads it waits for; victims are evicted through Kueue; a drain that gives way or
-ends is released with an Event on its Workload."""
+ends is released with an Event on its Workload. It reads the store's views (`kube/views.py`);
+an object (`view.raw`) only where it is translated or an Event is about it."""
 
 from __future__ import annotations
 
@@ -28,14 +29,9 @@ from nexus_admit.controller.preemption.victims import (
 )
 from nexus_admit.controller.writes import answer, keep_pending, reserve
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import TranslationError, child, meta, object_key
+from nexus_admit.kube.errors import TranslationError, child
 from nexus_admit.kube.kueue import KueueIndex, workload_tier
-from nexus_admit.kube.reservations import (
-    reservation_name,
-    reservation_slots,
-    reservation_workload_key,
-)
-from nexus_admit.kube.views import WorkloadView
+from nexus_admit.kube.views import ReservationView, WorkloadView
 from nexus_admit.model import PlacementConfig
 from nexus_admit.placement.decide import Drain, LiveDrain, MoveOffDrain, PlaceOverDrains, Preempt
 from nexus_admit.placement.preemption import RunningGang
@@ -54,44 +50,39 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def live_drain(rr: Mapping[str, Any], tier: str) -> LiveDrain:
-    return LiveDrain(reservation_workload_key(rr), tier,
-                     frozenset(s.node for s in reservation_slots(rr)))
+def live_drain(rr: ReservationView, tier: str) -> LiveDrain:
+    return LiveDrain(rr.workload_key, tier, frozenset(s.node for s in rr.slots))
 
 
 def yielding_drains(
     ctx: Context,
     workload: WorkloadView,
     now: datetime,
-    still_waiting: Callable[[Mapping[str, Any]], bool],
-) -> dict[str, Mapping[str, Any]]:
+    still_waiting: Callable[[WorkloadView], bool],
+) -> dict[str, ReservationView]:
     """Other Workloads' live drains that may give way (by Workload key): each one's Workload
     still waits on our check in the attempt the reservation is for, unanswered (a drain
     that ended in a Ready answer, also one the watch has not shown yet, holds a running
     gang's slots). Whether one gives way to this gang is `decide`'s rule (tier)."""
     own = workload.key
-    out: dict[str, Mapping[str, Any]] = {}
-    for rr in ctx.store.items(L.KIND_RESOURCE_RESERVATION):
-        if not is_drain(rr) or reservation_workload_key(rr) == own or not still_holds(rr, now):
+    out: dict[str, ReservationView] = {}
+    for rr in ctx.store.reservations():
+        if not is_drain(rr) or rr.workload_key == own or not still_holds(rr, now):
             continue
-        drained = ctx.store.get("Workload", reservation_workload_key(rr))
-        if (
-            drained is None
-            or not still_waiting(drained)
-            or meta(rr).get("name") != reservation_name(drained)
-        ):
+        drained = ctx.store.workload(rr.workload_key)
+        if drained is None or not still_waiting(drained) or rr.name != drained.reservation_name:
             continue
-        out[reservation_workload_key(rr)] = rr
+        out[rr.workload_key] = rr
     return out
 
 
-def drain_tier(ctx: Context, kueue: KueueIndex, rr: Mapping[str, Any],
+def drain_tier(ctx: Context, kueue: KueueIndex, rr: ReservationView,
                config: PlacementConfig) -> str | None:
-    drained = ctx.store.get("Workload", reservation_workload_key(rr))
+    drained = ctx.store.workload(rr.workload_key)
     if drained is None:
         return None
     try:
-        return workload_tier(drained, kueue, config)
+        return workload_tier(drained.raw, kueue, config)
     except TranslationError:
         return None
 
@@ -125,7 +116,7 @@ async def apply_preempt(
     ctx.metrics.preemptions.labels("preemptor").inc()
     message = victim_message(gang, plan)
     for preempted in victims:
-        victim = ctx.store.get("Workload", preempted.workload)
+        victim = ctx.store.workload(preempted.workload)
         if victim is not None:
             await evict(ctx, victim, message, now)
     rr_key = workload.reservation_key
@@ -160,7 +151,7 @@ async def apply_drain(
 
 async def apply_over_drains(
     ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
-    decision: PlaceOverDrains, drains: Mapping[str, Mapping[str, Any]],
+    decision: PlaceOverDrains, drains: Mapping[str, ReservationView],
     config: PlacementConfig, now: datetime,
 ) -> Any:
     """Withdraw the drains the placement crosses (released, with an Event on the drained
@@ -169,14 +160,15 @@ async def apply_over_drains(
     own, gang = workload.key, decision.gang
     for drain in decision.withdrawn:
         rr = drains[drain.name]
-        drained = ctx.store.get("Workload", drain.name)
+        drained = ctx.store.workload(drain.name)
         reason = (
             f"drain withdrawn: Workload {own} (tier {gang.tier}) had no place off its "
             "nodes and is placed there; this Workload drains again on its next pass"
         )
-        if not await release(ctx, rr, drained, reason, now):
+        if not await release(ctx, rr.raw, None if drained is None else drained.raw, reason,
+                             now):
             return None
-        ctx.ledger.forget(object_key(rr))
+        ctx.ledger.forget(rr.key)
         ctx.metrics.preemptions.labels("drain-yielded").inc()
     # held clamped over the drain's hold: written at once, never given back this pass
     placer.hold(gang, tuple(decision.placement.slots), over=True)
@@ -186,13 +178,14 @@ async def apply_over_drains(
 
 async def apply_move_off(
     ctx: Context, placer: OrderedPlacer, workload: WorkloadView, check: str,
-    decision: MoveOffDrain, rr: Mapping[str, Any], config: PlacementConfig, now: datetime,
+    decision: MoveOffDrain, rr: ReservationView, config: PlacementConfig, now: datetime,
 ) -> Any:
     """The draining reservation is released and one with the new placement written under
     the same name; what it holds, or None (a write failed: the next pass looks again)."""
-    if not await release(ctx, rr, workload.raw, "drain ended: the gang fits now without it", now):
+    if not await release(ctx, rr.raw, workload.raw, "drain ended: the gang fits now without it",
+                         now):
         return None
-    ctx.ledger.forget(object_key(rr))
+    ctx.ledger.forget(rr.key)
     ctx.metrics.preemptions.labels("drain-moved").inc()
     # the pass's placer still holds the drain's slots, clamped: this comes on top
     placer.hold(decision.gang, tuple(decision.placement.slots), over=True)
@@ -201,7 +194,7 @@ async def apply_move_off(
 
 
 async def preemption_done(
-    ctx: Context, workload: WorkloadView, check: str, rr: Mapping[str, Any],
+    ctx: Context, workload: WorkloadView, check: str, rr: ReservationView,
     victims: list[PreemptedVictim], config: PlacementConfig, now: datetime,
 ) -> bool:
     """True once every victim has left (answer Ready from the reservation); meanwhile the
@@ -210,16 +203,16 @@ async def preemption_done(
     state = await progress(ctx, rr, victims, config, now)
     if state.done:
         return True
-    rr_key = object_key(rr)
+    rr_key = rr.key
     if state.expired:
         try:
-            ns, _, name = rr_key.partition("/")
-            await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
+            await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, rr.name,
+                                    rr.namespace)
         except Exception as e:
             ctx.metrics.errors.labels("release").inc()
             log.warning("could not release reservation %s: %s", rr_key, e)
             return False
-        ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)
+        ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr.raw)
         ctx.metrics.preemptions.labels("given-up").inc()
         grace = config.preemption.grace_period_seconds
         await answer(ctx, workload, check, retry(
@@ -227,7 +220,8 @@ async def preemption_done(
                  f"after gracePeriodSeconds {grace:.0f}; reservation {rr_key} released"),
             ctx.options.retry_seconds))
         return False
-    explanation = child(child(rr, "spec"), "decision").get("explanation")
+    # the decision as written: read only here, for the message (no view field)
+    explanation = child(child(rr.raw, "spec"), "decision").get("explanation")
     plan_text = str(explanation[-1]) if isinstance(explanation, list) and explanation else ""
     await keep_pending(ctx, workload, check, waiting_message(rr_key, plan_text, state.left))
     return False

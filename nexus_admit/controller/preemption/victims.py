@@ -22,6 +22,9 @@ controller carries on from the objects alone:
 Only Workloads admitted through one of our checks (Ready) are victims: a Workload outside
 the check is never touched, and the tiers, minimum run time and victim count come from the
 preemptor's PlacementConfig.
+
+It reads the store's views (`kube/views.py`), but for `running_gangs`, which reads the
+pass's dump (see there).
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ from typing import Any
 from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import CheckState, clip, retry
-from nexus_admit.controller.workload_check import current_entry, workload_view, write_check
+from nexus_admit.controller.workload_check import current_entry, write_check
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.cluster import pod_is_active
 from nexus_admit.kube.dump import ClusterDump
 from nexus_admit.kube.errors import TranslationError, child, meta, object_key
 from nexus_admit.kube.kueue import KueueIndex
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import reservation_is_live, reservation_slots
+from nexus_admit.kube.views import ReservationView, WorkloadView
 from nexus_admit.model import ClusterSnapshot, Gang, PlacementConfig, Slot
 from nexus_admit.placement.preemption import PreemptionPlan, RunningGang
 
@@ -72,10 +75,10 @@ def preempts_annotation(victims: Sequence[PreemptedVictim]) -> str:
     return json.dumps([{"workload": v.workload, "reservation": v.reservation} for v in victims])
 
 
-def preempted_victims(rr: Mapping[str, Any]) -> list[PreemptedVictim] | None:
+def preempted_victims(rr: ReservationView) -> list[PreemptedVictim] | None:
     """The victims a preemptor's reservation waits for; None when it is no preemptor. A
     malformed annotation yields no victims (the reservation is then an ordinary one)."""
-    raw = (meta(rr).get("annotations") or {}).get(L.ANN_PREEMPTS)
+    raw = rr.annotations.get(L.ANN_PREEMPTS)
     if raw is None:
         return None
     try:
@@ -91,8 +94,8 @@ def preempted_victims(rr: Mapping[str, Any]) -> list[PreemptedVictim] | None:
     ]
 
 
-def is_drain(rr: Mapping[str, Any]) -> bool:
-    return (meta(rr).get("annotations") or {}).get(L.ANN_DRAIN) == "true"
+def is_drain(rr: ReservationView) -> bool:
+    return rr.annotations.get(L.ANN_DRAIN) == "true"
 
 
 def _condition_time(workload: Mapping[str, Any], kind: str) -> datetime | None:
@@ -105,13 +108,23 @@ def _condition_time(workload: Mapping[str, Any], kind: str) -> datetime | None:
     return None
 
 
-def _ready_on_our_check(workload: Mapping[str, Any], checks: Sequence[str]) -> bool:
-    return any(current_entry(workload, c).get("state") == CheckState.READY.value for c in checks)
+def _ready_on_our_check(workload: WorkloadView, checks: Sequence[str]) -> bool:
+    return any(workload.check(c).get("state") == CheckState.READY.value for c in checks)
 
 
-def still_holds(rr: Mapping[str, Any], now: datetime) -> bool:
+def still_holds(rr: ReservationView, now: datetime) -> bool:
     """The reservation is not being deleted and is live (a malformed one holds nothing
     here; the snapshot reports it)."""
+    if rr.deleting:
+        return False
+    try:
+        return rr.live(now)
+    except TranslationError:
+        return False
+
+
+def _object_holds(rr: Mapping[str, Any], now: datetime) -> bool:
+    """`still_holds` of a reservation object (the dump's, `running_gangs`)."""
     if meta(rr).get("deletionTimestamp"):
         return False
     try:
@@ -132,18 +145,21 @@ def running_gangs(
     and the reservation key of each (by Workload key). Workloads admitted without our
     check, still waiting, or whose pod sets no longer translate are left out: never victims.
     Reads the pass's `dump` only (objects replaced, never changed in place), so it may run
-    in the solver's thread while the loop goes on."""
+    in the solver's thread while the loop goes on: the objects, not the store's views,
+    which only the loop's thread reads."""
     checks = sorted(checks)
     workloads = {object_key(w): w for w in dump.kind("Workload")}
     out: list[RunningGang] = []
     reservations: dict[str, str] = {}
     for rr in dump.kind(L.KIND_RESOURCE_RESERVATION):
-        if not still_holds(rr, now):
+        if not _object_holds(rr, now):
             continue
         wl_key = str(child(child(rr, "spec"), "workloadRef").get("name") or "")
         ns = str(meta(rr).get("namespace") or "default")
         workload = workloads.get(f"{ns}/{wl_key}")
-        if workload is None or not _ready_on_our_check(workload, checks):
+        if workload is None or not any(
+                current_entry(workload, c).get("state") == CheckState.READY.value
+                for c in checks):
             continue
         admitted = _condition_time(workload, "Admitted")
         if admitted is None or _condition_time(workload, "Evicted") is not None:
@@ -186,22 +202,21 @@ def waiting_message(preemptor_rr: str, plan_text: str, left: int) -> str:
 
 async def evict(
     ctx: Context,
-    victim: Mapping[str, Any],
+    victim: WorkloadView,
     message: str,
     now: datetime,
 ) -> bool:
     """Our check on the victim turns Retry (Kueue evicts and requeues it); False when a
     write failed (tried again on the next pass)."""
-    view = workload_view(ctx, victim)
     for check in sorted(ctx.checks):
-        if view.check(check).get("state") != CheckState.READY.value:
+        if victim.check(check).get("state") != CheckState.READY.value:
             continue
         outcome = retry(message, ctx.options.retry_seconds, "PlacementPreempted")
         try:
-            await write_check(ctx, view, check, outcome)
+            await write_check(ctx, victim, check, outcome)
         except Exception as e:  # ApiException, OSError, urllib3's own
             ctx.metrics.errors.labels("check").inc()
-            log.warning("could not evict %s: %s", object_key(victim), e)
+            log.warning("could not evict %s: %s", victim.key, e)
             return False
         ctx.metrics.preemptions.labels("victim").inc()
     return True
@@ -216,7 +231,7 @@ class Progress:
 
 async def progress(
     ctx: Context,
-    rr: Mapping[str, Any],
+    rr: ReservationView,
     victims: Sequence[PreemptedVictim],
     config: PlacementConfig,
     now: datetime,
@@ -228,20 +243,22 @@ async def progress(
     left = 0
     for v in victims:
         ns, _, rr_name = v.reservation.partition("/")
-        pods = [p for p in ctx.store.pods_of_reservation(ns, rr_name) if pod_is_active(p)]
-        holds = ctx.store.get(L.KIND_RESOURCE_RESERVATION, v.reservation) is not None
+        # bound and not ended (`capacity.pod_is_active`)
+        pods = [p for p in ctx.store.pod_views_of_reservation(ns, rr_name)
+                if p.node and not p.terminated]
+        holds = ctx.store.reservation(v.reservation) is not None
         if not pods and not holds:
             continue
         left += 1
-        workload = ctx.store.get("Workload", v.workload)
+        workload = ctx.store.workload(v.workload)
         if drain:
             continue
         if workload is not None and _ready_on_our_check(workload, sorted(ctx.checks)):
             message = clip(
-                f"preempted for reservation {object_key(rr)}: evicted and queued again"
+                f"preempted for reservation {rr.key}: evicted and queued again"
             )
             await evict(ctx, workload, message, now)
-    created = parse_time(meta(rr).get("creationTimestamp"))
+    created = rr.created
     expired = (
         left > 0
         and not drain
@@ -252,6 +269,7 @@ async def progress(
 
 
 async def announce(ctx: Context, workload: Mapping[str, Any], text: str, now: datetime) -> None:
+    """A `Preempting` Event on the Workload (the object, `view.raw`: an Event's subject)."""
     await asyncio.to_thread(
         post_event, ctx.api, workload, "Preempting", clip(text), now=now, action="Preempt"
     )
