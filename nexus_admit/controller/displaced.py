@@ -217,5 +217,5 @@ def _stranded(
         if slots:
             log.info("reservation %s: %d slot(s) displaced by pods bound beside them", key,
                      len(slots))
-            out.append(Stranded(rr.raw, workload.raw, tuple(slots)))
+            out.append(Stranded(rr, workload, tuple(slots)))
     return out

@@ -11,6 +11,9 @@ name, so the Workload's Ready check, its pods' label and the slots that run stay
 are, and a pod gated meanwhile is pinned to the new node. When one of them has nowhere to
 go the gang is sent back through Retry and the reservation released, as any slot that can
 no longer be used. Events: `SlotMoved`, or `PlacementReleased` with the Retry.
+
+It reads the store's views (`kube/views.py`); the objects (`view.raw`) only to translate
+the gang again and to build the reservation's patch.
 """
 
 from __future__ import annotations
@@ -25,10 +28,9 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.lifecycle import release, retry_gang
 from nexus_admit.controller.lifecycle_plan import Stranded
-from nexus_admit.controller.workload_check import current_entry
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import TranslationError, child, meta, object_key
-from nexus_admit.kube.reservations import reservation_slots
+from nexus_admit.kube.errors import TranslationError, child, meta
+from nexus_admit.kube.views import ReservationView, WorkloadView
 from nexus_admit.model import ClusterSnapshot, PlacementConfig, Slot
 from nexus_admit.placement.replacement import replacement_slots, shared_domain
 from nexus_admit.placement.sequence import OrderedPlacer
@@ -55,7 +57,7 @@ async def move_stranded(
         why = "; ".join(f"node {r.node} of slot {r.key} {w}" for r, w in s.slots)
         try:
             levels = config.resolve_levels(snapshot.kueue_topologies)
-            gang = dump.gang(s.workload, config, snapshot, kueue, now=now)
+            gang = dump.gang(s.workload.raw, config, snapshot, kueue, now=now)
         except (TranslationError, ValueError) as e:
             moved, domains = None, {}
             why = f"{why}; its Workload cannot be read again ({e})"
@@ -72,16 +74,16 @@ async def move_stranded(
 
 
 def _our_check(
-    ctx: Context, workload: Mapping[str, Any], checks: Sequence[str]
+    ctx: Context, workload: WorkloadView, checks: Sequence[str]
 ) -> tuple[str, PlacementConfig | None]:
     for check in checks:
-        if current_entry(workload, check):
+        if workload.check(check):
             return check, ctx.checks[check].config
     return "", None
 
 
 def pod_set_domains(
-    rr: Mapping[str, Any], workload: Mapping[str, Any], check: str,
+    rr: ReservationView, workload: WorkloadView, check: str,
     nodes: Mapping[str, Any], levels: Sequence[str],
 ) -> dict[str, dict[str, str]]:
     """Per pod set, the labels a replacement node must carry: the topology levels (and
@@ -90,7 +92,7 @@ def pod_set_domains(
     its pods (a pod pinned outside it would never schedule)."""
     keys = [*levels[:-1], L.GFD_GPU_CLIQUE]  # the last level is the hostname
     by_set: dict[str, list[Mapping[str, str]]] = {}
-    for slot in reservation_slots(rr):
+    for slot in rr.slots:
         node = nodes.get(slot.node)
         labels = child(meta(node), "labels") if node is not None else None
         group = by_set.setdefault(slot.pod_set, [])
@@ -101,7 +103,7 @@ def pod_set_domains(
     gang = shared_domain([labels for group in by_set.values() for labels in group], keys)
     out = {name: shared_domain(group, keys) if group else dict(gang)
            for name, group in by_set.items()}
-    for update in current_entry(workload, check).get("podSetUpdates") or []:
+    for update in workload.check(check).get("podSetUpdates") or []:
         if not isinstance(update, Mapping) or str(update.get("name")) not in out:
             continue
         selector = update.get("nodeSelector")
@@ -126,7 +128,8 @@ def _candidates(
 
 
 def moved_pod_sets(rr: Mapping[str, Any], moved: Sequence[Slot]) -> list[dict[str, Any]]:
-    """The reservation's `spec.podSets` with the moved slots on their new nodes."""
+    """The reservation's `spec.podSets` with the moved slots on their new nodes (read from
+    the object, `view.raw`: the patch keeps every other field as written)."""
     new = {(s.pod_set, s.index): s for s in moved}
     out: list[dict[str, Any]] = []
     for ps in child(rr, "spec").get("podSets") or []:
@@ -150,12 +153,12 @@ def moved_pod_sets(rr: Mapping[str, Any], moved: Sequence[Slot]) -> list[dict[st
 
 
 async def _patch(ctx: Context, s: Stranded, moved: Sequence[Slot], now: datetime) -> None:
-    m = meta(s.rr)
-    ns, name = str(m.get("namespace")), str(m.get("name"))
+    ns, name = s.rr.namespace, s.rr.name
+    version = str(meta(s.rr.raw).get("resourceVersion") or "")  # the patch's precondition
     try:
         stored = await asyncio.to_thread(
             ctx.api.merge_spec, L.KIND_RESOURCE_RESERVATION, name, ns,
-            {"podSets": moved_pod_sets(s.rr, moved)}, str(m.get("resourceVersion") or ""))
+            {"podSets": moved_pod_sets(s.rr.raw, moved)}, version)
     except Exception as e:  # a newer version, or the apiserver: looked at again next pass
         ctx.metrics.errors.labels("reservation-move").inc()
         log.warning("could not move slots of reservation %s/%s: %s", ns, name, e)
@@ -165,7 +168,7 @@ async def _patch(ctx: Context, s: Stranded, moved: Sequence[Slot], now: datetime
     note = "; ".join(f"slot {r.key} moved from node {r.node}, which {why}, to node {to.node}"
                      for (r, why), to in zip(s.slots, moved, strict=True))
     log.info("reservation %s/%s: %s", ns, name, note)
-    await asyncio.to_thread(post_event, ctx.api, s.workload, "SlotMoved",
+    await asyncio.to_thread(post_event, ctx.api, s.workload.raw, "SlotMoved",
                             f"reservation {name}: {note}", now=now, action="Move")
 
 
@@ -174,11 +177,11 @@ async def _send_back(
     domains: Mapping[str, Mapping[str, str]], now: datetime,
 ) -> None:
     within = ", ".join(sorted({f"{k}={v}" for d in domains.values() for k, v in d.items()}))
-    message = (f"reservation {meta(s.rr).get('name')} cannot be used: {why}; no healthy node "
+    message = (f"reservation {s.rr.name} cannot be used: {why}; no healthy node "
                f"{f'in {within} ' if within else ''}has room for its pods; the gang is "
                "placed again")
     if await retry_gang(ctx, s.workload, checks, message):
         await release(ctx, s.rr, s.workload, message, now)
     else:
         log.warning("Workload %s: Retry for its failed node not written; next pass",
-                    object_key(s.workload))
+                    s.workload.key)

@@ -46,13 +46,12 @@ from nexus_admit.controller.outcome import CheckState, retry
 from nexus_admit.controller.store import PerObject
 from nexus_admit.controller.tasks import gather_bounded
 from nexus_admit.controller.ungater_state import UngaterState
-from nexus_admit.controller.workload_check import workload_view, write_check
+from nexus_admit.controller.workload_check import write_check
 from nexus_admit.controller.writes import Answered
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import meta
 from nexus_admit.kube.quantity import parse_time
 from nexus_admit.kube.reservations import PHASE_BOUND, PHASE_RESERVED
-from nexus_admit.kube.views import WorkloadView
+from nexus_admit.kube.views import ReservationView, WorkloadView
 from nexus_admit.model import PlacementConfig
 
 __all__ = [
@@ -193,15 +192,14 @@ async def _apply(
         if step.release is not None:
             if step.retry:
                 assert workload is not None  # a Retry is planned only for a Workload
-                if not await retry_gang(ctx, workload.raw, checks, step.release):
+                if not await retry_gang(ctx, workload, checks, step.release):
                     continue  # tried again next pass
-            await release(ctx, rr.raw, None if workload is None else workload.raw,
-                          step.release, now)
+            await release(ctx, rr, workload, step.release, now)
         elif step.trim is not None:
             await trim_reservation(ctx, rr.raw, step.trim)
         else:
             if step.stranded and workload is not None:
-                stranded.append(Stranded(rr.raw, workload.raw, step.stranded))
+                stranded.append(Stranded(rr, workload, step.stranded))
             if step.status is not None:
                 status_writes.append(_write_status(ctx, rr.namespace, rr.name, step.status))
     await gather_bounded(status_writes)
@@ -238,23 +236,21 @@ async def _write_status(ctx: Context, ns: str, name: str, status: Mapping[str, A
 
 
 async def retry_gang(
-    ctx: Context, workload: Mapping[str, Any], checks: Sequence[str], message: str
+    ctx: Context, workload: WorkloadView, checks: Sequence[str], message: str
 ) -> bool:
     """Send the Workload back through Retry on each of our checks it has; False when a
-    write failed (tried again next pass). An object (`failed_nodes.py` holds them): read
-    through its view."""
-    view = workload_view(ctx, workload)
+    write failed (tried again next pass)."""
     for check in checks:
-        if view.check(check):
+        if workload.check(check):
             outcome = retry(message, ctx.options.retry_seconds)
             try:
-                await write_check(ctx, view, check, outcome)
+                await write_check(ctx, workload, check, outcome)
             except Exception as e:
                 ctx.metrics.errors.labels("check").inc()
-                log.warning("could not send %s back through Retry: %s", view.key, e)
+                log.warning("could not send %s back through Retry: %s", workload.key, e)
                 return False
-    if view.uid:  # the store may still show the check Pending: no placement this attempt
-        ctx.component(Answered).attempts[view.uid] = view.attempt
+    if workload.uid:  # the store may still show the check Pending: no placement this attempt
+        ctx.component(Answered).attempts[workload.uid] = workload.attempt
     return True
 
 
@@ -276,35 +272,34 @@ async def sync_missing(ctx: Context) -> None:
         for check, promises in zip(checks, by_check, strict=True):
             name = first_missing(promises, existing, now) if promises else None
             if name is not None:
-                await retry_gang(ctx, workload.raw, [check], (
+                await retry_gang(ctx, workload, [check], (
                     f"reservation {name} was deleted while the Workload was admitted on it: "
                     "its pods' capacity is no longer held; the gang is placed again"))
 
 
 async def release(
     ctx: Context,
-    rr: Mapping[str, Any],
-    workload: Mapping[str, Any] | None,
+    rr: ReservationView,
+    workload: WorkloadView | None,
     reason: str,
     now: datetime,
 ) -> bool:
     """Delete a reservation, with an Event on its Workload saying why; False when the
     delete failed (the reservation may still hold its capacity)."""
-    m = meta(rr)
-    ns, name = str(m.get("namespace")), str(m.get("name"))
+    ns, name = rr.namespace, rr.name
     try:
         await asyncio.to_thread(ctx.api.delete, L.KIND_RESOURCE_RESERVATION, name, ns)
     except Exception as e:
         ctx.metrics.errors.labels("release").inc()
         log.warning("could not release reservation %s/%s: %s", ns, name, e)
         return False
-    ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr)  # free for this very pass
+    ctx.store.delete(L.KIND_RESOURCE_RESERVATION, rr.raw)  # free for this very pass
     log.info("released reservation %s/%s: %s", ns, name, reason)
     if workload is not None:
         await asyncio.to_thread(
             post_event,
             ctx.api,
-            workload,
+            workload.raw,
             "PlacementReleased",
             f"reservation {name} released: {reason}",
             now=now,

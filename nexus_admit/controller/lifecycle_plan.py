@@ -94,11 +94,10 @@ def _ever_bound(rr: ReservationView, pods: Sequence[PodView]) -> bool:
 @dataclass(frozen=True, slots=True)
 class Stranded:
     """A live reservation with slots whose node failed and that no live pod holds
-    (`reservation_pods.stranded_slots`), each with why: `failed_nodes.py` moves them.
-    The reservation and Workload as objects (`view.raw`): the move translates them."""
+    (`reservation_pods.stranded_slots`), each with why: `failed_nodes.py` moves them."""
 
-    rr: Mapping[str, Any]
-    workload: Mapping[str, Any]
+    rr: ReservationView
+    workload: WorkloadView
     slots: tuple[tuple[ReservedSlot, str], ...]
 
 

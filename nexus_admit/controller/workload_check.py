@@ -7,7 +7,8 @@ transition (a new state or a new message), so repeated passes do not spam it; it
 the background (`ctx.workers.background`), since a lost Event never fails the decision.
 
 It reads the Workload's view (`kube/views.py`: its identity and check entries); the object
-(`raw`) only as the Event's subject. `current_entry` stays for callers that hold objects.
+(`raw`) only as the Event's subject. `current_entry` stays for the reader of the pass's dump
+(`preemption/victims.running_gangs`, in the solver's thread).
 """
 
 from __future__ import annotations
@@ -22,24 +23,16 @@ from nexus_admit.controller.context import Context
 from nexus_admit.controller.events import post_event
 from nexus_admit.controller.outcome import Outcome
 from nexus_admit.kube import labels as L
-from nexus_admit.kube.errors import object_key
 from nexus_admit.kube.kueue import check_entry_of
 from nexus_admit.kube.views import WorkloadView
 
-__all__ = ["beside_other_checks", "check_entry", "current_entry", "workload_view", "write_check"]
+__all__ = ["beside_other_checks", "check_entry", "current_entry", "write_check"]
 
 log = logging.getLogger(__name__)
 
 
 def current_entry(workload: Mapping[str, Any], check: str) -> dict[str, Any]:
     return check_entry_of(workload, check)
-
-
-def workload_view(ctx: Context, workload: Mapping[str, Any]) -> WorkloadView:
-    """The store's view of this very object, or one built now (an object the store does
-    not hold, or no longer): for callers that still hand Workloads as objects."""
-    view = ctx.store.workload(object_key(workload))
-    return view if view is not None and view.raw is workload else WorkloadView.of(workload)
 
 
 def check_entry(check: str, outcome: Outcome, now: str) -> dict[str, Any]:

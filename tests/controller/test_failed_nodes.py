@@ -100,6 +100,7 @@ def test_a_gated_pod_is_never_pinned_to_a_failed_nodes_slot() -> None:
 
 def test_a_pod_sets_domain_is_what_its_nodes_share_within_its_ready_selector() -> None:
     from nexus_admit.controller.failed_nodes import pod_set_domains
+    from nexus_admit.kube.views import ReservationView, WorkloadView
     from tests.kube.kube_factories import reservation
 
     rr = reservation("rr-1", "w", [{"index": 0, "node": "a1", "gpus": [0]},
@@ -110,7 +111,8 @@ def test_a_pod_sets_domain_is_what_its_nodes_share_within_its_ready_selector() -
     levels = (ZONE, "rack", L.HOSTNAME_LABEL)
     workload = {"status": {"admissionChecks": [{"name": "nexus", "podSetUpdates": [
         {"name": "main", "nodeSelector": {"pool": "p"}}]}]}}
-    assert pod_set_domains(rr, workload, "nexus", nodes, levels) == {
+    assert pod_set_domains(ReservationView.of(rr), WorkloadView.of(workload), "nexus", nodes,
+                           levels) == {
         "main": {ZONE: "a", "pool": "p"},  # its two racks: the zone they share
         "leader": {ZONE: "a"},  # its node deleted: what the gang's nodes share
     }

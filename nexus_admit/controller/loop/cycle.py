@@ -66,7 +66,7 @@ from nexus_admit.controller.warm import (
 from nexus_admit.kube import labels as L
 from nexus_admit.kube.cluster.live import LivePlan, LiveSnapshot, WithoutReservations
 from nexus_admit.kube.dump import ClusterDump
-from nexus_admit.kube.errors import Skipped, object_key
+from nexus_admit.kube.errors import Skipped
 from nexus_admit.kube.kueue import KueueIndex, provisioning_check_names
 from nexus_admit.kube.views import WorkloadView
 from nexus_admit.model import ClusterSnapshot, PlacementConfig
@@ -162,7 +162,7 @@ async def reconcile(ctx: Context, *, lifecycle: bool = True, drain: bool = True)
         if lifecycle:
             stranded = await sync_lifecycle(ctx)
             # and slots whose node pods we do not place took (`displaced.py`)
-            stranded += await find_displaced(ctx, {object_key(s.rr) for s in stranded})
+            stranded += await find_displaced(ctx, {s.rr.key for s in stranded})
             if stranded:  # before placing, so no new gang takes the room they move to
                 await move_stranded(ctx, stranded, await _snapshot_now(ctx))
         await place_pending(ctx)

@@ -165,8 +165,7 @@ async def apply_over_drains(
             f"drain withdrawn: Workload {own} (tier {gang.tier}) had no place off its "
             "nodes and is placed there; this Workload drains again on its next pass"
         )
-        if not await release(ctx, rr.raw, None if drained is None else drained.raw, reason,
-                             now):
+        if not await release(ctx, rr, drained, reason, now):
             return None
         ctx.ledger.forget(rr.key)
         ctx.metrics.preemptions.labels("drain-yielded").inc()
@@ -182,8 +181,7 @@ async def apply_move_off(
 ) -> Any:
     """The draining reservation is released and one with the new placement written under
     the same name; what it holds, or None (a write failed: the next pass looks again)."""
-    if not await release(ctx, rr.raw, workload.raw, "drain ended: the gang fits now without it",
-                         now):
+    if not await release(ctx, rr, workload, "drain ended: the gang fits now without it", now):
         return None
     ctx.ledger.forget(rr.key)
     ctx.metrics.preemptions.labels("drain-moved").inc()
