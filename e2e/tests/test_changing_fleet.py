@@ -210,7 +210,12 @@ TWO_CHECKS = "e2e-two-checks"
 def queue_with_a_sibling_check(custom, ns: str) -> Iterator[str]:
     """A gold ClusterQueue (the gpu-any flavor) listing our check and `SIBLING`, an
     AdmissionCheck no controller answers but the test (it sets its Active condition and,
-    later, its entry on the Workload), and a LocalQueue of the same name in `ns`."""
+    later, its entry on the Workload), and a LocalQueue of the same name in `ns`.
+    An earlier test's pair is deleted as it leaves, but Kueue's finalizers keep it until
+    that test's namespace (its Workloads) is gone: wait for that first."""
+    for plural, name in (("clusterqueues", TWO_CHECKS), ("admissionchecks", SIBLING)):
+        wait_for(f"an earlier test's {name} gone", lambda p=plural, n=name: _gone(custom, p, n),
+                 timeout=180)
     custom.create_cluster_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, "admissionchecks",
         admission_check(SIBLING, "e2e.kubenexus.io/answered-by-the-test"))
@@ -239,6 +244,17 @@ def queue_with_a_sibling_check(custom, ns: str) -> Iterator[str]:
         with contextlib.suppress(client.ApiException):
             custom.delete_cluster_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", SIBLING)
+
+
+def _gone(custom, plural: str, name: str) -> bool:
+    """Whether the cluster-scoped Kueue object is absent (404)."""
+    try:
+        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+    except client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
 
 
 def _sibling_ready(e2e_cluster, ns: str, wl: dict[str, Any]) -> None:
