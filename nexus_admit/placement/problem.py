@@ -26,7 +26,7 @@ from nexus_admit.model import (
 from nexus_admit.placement.columns import IntArray, free_gpu_column, level_codes, level_free
 from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
 
-__all__ = ["CLOSED_CLIQUE", "NodePaths", "Problem", "prepare"]
+__all__ = ["CLOSED_CLIQUE", "NodeClasses", "NodePaths", "Problem", "prepare"]
 
 CLOSED_CLIQUE = "NVLink clique held by another ComputeDomain"  # a candidate filter's reason
 
@@ -52,6 +52,37 @@ class NodePaths(dict[str, Path]):
         return name in self._nodes
 
     def get(self, name: str, default: Path | None = None) -> Path | None:  # type: ignore[override]
+        return self[name] if name in self._nodes else default
+
+
+class NodeClasses(dict[str, str | None]):
+    """Node name -> its hardware class (None without GPUs), each matched the first time it
+    is read, once per GPU product: a one-pod decision reads the classes of the few nodes it
+    costs (the fleet-wide steps read one node per `node_kinds` kind). A name is in it when
+    the snapshot has the node."""
+
+    def __init__(self, nodes: dict[str, Node], config: PlacementConfig) -> None:
+        super().__init__()
+        self._nodes = nodes
+        self._config = config
+        self._of_product: dict[str, str | None] = {}
+
+    def __missing__(self, name: str) -> str | None:
+        node = self._nodes[name]
+        found: str | None = None
+        if node.gpu_free:  # its length never changes: whether it has GPUs is fixed
+            product = node.gpu_product
+            if product in self._of_product:
+                found = self._of_product[product]
+            else:
+                found = self._of_product[product] = self._config.hardware_class(product)
+        self[name] = found
+        return found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def get(self, name: str, default: str | None = None) -> str | None:  # type: ignore[override]
         return self[name] if name in self._nodes else default
 
 
@@ -269,16 +300,6 @@ def _static_key(
     return key if allowed is None else (*key, allowed)
 
 
-def _node_classes(snapshot: ClusterSnapshot, config: PlacementConfig) -> dict[str, str | None]:
-    """The hardware class of every node (None without GPUs), matched once per product."""
-    nodes = snapshot.nodes.values()
-    kinds = list(zip(map(attrgetter("gpu_product"), nodes),
-                     map(bool, map(attrgetter("gpu_free"), nodes)), strict=True))
-    by_kind = {kind: config.hardware_class(kind[0]) if kind[1] else None
-               for kind in dict.fromkeys(kinds)}
-    return dict(zip(snapshot.nodes, map(by_kind.__getitem__, kinds), strict=True))
-
-
 def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> Problem:
     """Resolve the config against the snapshot and filter nodes per pod set. Raises
     ValueError when the config cannot be resolved (e.g. an unknown Kueue Topology).
@@ -292,7 +313,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     facts_key = ("facts", levels, config.hardware_classes)
     facts = cache.get(facts_key)
     if facts is None:
-        facts = (NodePaths(snapshot.nodes, levels), _node_classes(snapshot, config))
+        facts = (NodePaths(snapshot.nodes, levels), NodeClasses(snapshot.nodes, config))
         cache[facts_key] = facts
     paths, node_class = cast(
         tuple[dict[str, tuple[Domain | None, ...]], dict[str, str | None]], facts

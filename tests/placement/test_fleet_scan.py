@@ -31,7 +31,7 @@ from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import scan_candidates, scan_lower_bound, scans
 from nexus_admit.placement.order_terms import OrderTerms
-from nexus_admit.placement.problem import NodePaths, _filter_nodes, _node_classes, prepare
+from nexus_admit.placement.problem import NodeClasses, NodePaths, _filter_nodes, prepare
 from nexus_admit.placement.reduction import candidates, shortfall
 from tests.placement.test_live_reduction import fleets
 from tests.placement.test_onepod import one_pod_gangs
@@ -204,4 +204,8 @@ def test_the_classes_matched_per_product_are_each_nodes_class(fleet: list[Node])
     snapshot = ClusterSnapshot.of(fleet)
     expected = {n.name: CONFIG.hardware_class(n.gpu_product) if n.gpu_free else None
                 for n in fleet}
-    assert list(_node_classes(snapshot, CONFIG).items()) == list(expected.items())
+    classes = NodeClasses(snapshot.nodes, CONFIG)
+    for name in reversed(list(expected)):  # read in any order: each node's own class
+        assert name in classes
+        assert classes[name] == classes.get(name) == expected[name]
+    assert "elsewhere" not in classes and classes.get("elsewhere") is None
