@@ -2,32 +2,33 @@
 of the fleet: a one-pod decision's candidates with room and their lower bounds
 (`fleet_scan.py`), the free GPU share per domain (`Problem.domain_free_gpu_milli`).
 
-What labels fix (a node's domain at a level as a code, its hardware class, VRAM, GPU count,
-clique) is kept per snapshot in `static_cache`, like every label-derived fact; free
-capacity is read once per decision, in one pass per column over the nodes, never per node
-in the scoring (a plain snapshot says nothing of what changed since the last decision).
+What labels fix (a node's domain at a level as a code; through `node_kinds.py` its kind,
+hardware class, VRAM, GPU count and clique; where a candidate list's nodes are) is kept per
+snapshot in `static_cache`, like every label-derived fact, each derived in one pass over
+the nodes; free capacity is read once per decision, every GPU of the fleet in one pass
+(`gpu_columns`), never per node in the scoring (a plain snapshot says nothing of what
+changed since the last decision).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 
 from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Domain, Node, domain_path
+from nexus_admit.placement.node_kinds import GPU_FREE, IntArray, dense_codes, node_kinds
 
-__all__ = ["GPU_FREE", "Candidates", "IntArray", "LevelCodes", "candidate_columns",
-           "free_gpu_column", "gpu_nodes", "level_codes", "level_free", "positions", "whole_gpus"]
+__all__ = ["Candidates", "GpuColumns", "IntArray", "LevelCodes", "candidate_columns",
+           "gpu_columns", "level_codes", "level_free", "positions", "positions_of",
+           "remember_positions"]
 
-IntArray = npt.NDArray[np.int64]
 _HOST = "kubernetes.io/hostname"  # named by the node itself, not a label
-GPU_FREE = attrgetter("gpu_free")
-_WHOLE = methodcaller("count", GPU_WHOLE)
-_VRAM = attrgetter("gpu_memory_mib")
 _LABELS = attrgetter("labels")
 
 
@@ -79,18 +80,17 @@ def level_codes(snapshot: ClusterSnapshot, levels: tuple[str, ...], level_index:
 
 def _labelled(snapshot: ClusterSnapshot, down_to: tuple[str, ...]) -> LevelCodes | None:
     """`LevelCodes` when every node has every label of `down_to` (no hostname among them):
-    a node's domain is then its labels' values, read in one pass; None when a node lacks
-    one."""
+    a node's domain is then its labels' values, read and numbered in one pass; None when a
+    node lacks one."""
     get = itemgetter(*down_to)
     try:
-        values = list(map(get, map(_LABELS, snapshot.nodes.values())))
+        codes, values = dense_codes(map(get, map(_LABELS, snapshot.nodes.values())),
+                                    len(snapshot))
     except KeyError:
         return None
-    index = {v: i for i, v in enumerate(dict.fromkeys(values))}
-    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
     if len(down_to) == 1:
-        return LevelCodes(codes, [(v,) for v in index])
-    return LevelCodes(codes, list(index))
+        return LevelCodes(codes, [(cast(str, v),) for v in values])
+    return LevelCodes(codes, cast(list[Domain], values))
 
 
 def _one(level: str) -> Callable[[dict[str, str]], tuple[str]]:
@@ -108,35 +108,56 @@ def _path_of(levels: tuple[str, ...], level_index: int) -> Callable[[dict[str, s
     return fail
 
 
-def free_gpu_column(snapshot: ClusterSnapshot) -> IntArray:
-    """Every node's free GPU share (`Node.free_gpu_milli`), in snapshot order."""
-    return np.fromiter(map(sum, map(GPU_FREE, snapshot.nodes.values())), dtype=np.int64,
-                       count=len(snapshot))
+@dataclass(frozen=True, slots=True)
+class GpuColumns:
+    """Every node's free GPU share (`Node.free_gpu_milli`) and whole free GPUs
+    (`Node.free_whole_gpus`), in snapshot order, with its GPU count."""
+
+    free: IntArray
+    whole: IntArray
+    count: IntArray
+
+    def pristine(self) -> npt.NDArray[np.bool_]:
+        """`Node.is_pristine` of every node."""
+        pristine: npt.NDArray[np.bool_] = (self.count > 0) & (self.whole == self.count)
+        return pristine
+
+
+def gpu_columns(snapshot: ClusterSnapshot) -> GpuColumns:
+    """`GpuColumns` of the snapshot as it is now: every node's GPUs read in one pass (one
+    array of them all, cut at the nodes' GPU counts)."""
+    nodes = snapshot.nodes.values()
+    count = node_kinds(snapshot).gpu_count
+    gpus = chain.from_iterable(map(GPU_FREE, nodes))
+    try:  # as many GPUs as the kept counts say: read into an array made to size
+        flat = np.fromiter(gpus, dtype=np.int64, count=int(count.sum()))
+        counted = next(gpus, None) is None
+    except ValueError:  # fewer
+        counted = False
+    if not counted:  # a GPU count changed under a kept cache: count again
+        count = np.fromiter(map(len, map(GPU_FREE, nodes)), dtype=np.int64, count=len(nodes))
+        flat = np.fromiter(chain.from_iterable(map(GPU_FREE, nodes)), dtype=np.int64)
+    free = np.zeros(len(count), dtype=np.int64)
+    whole = np.zeros(len(count), dtype=np.int64)
+    has = np.flatnonzero(count)
+    if len(has):  # summed per node from its first GPU (a node without GPUs has none)
+        starts = (np.cumsum(count) - count)[has]
+        free[has] = np.add.reduceat(flat, starts)
+        whole[has] = np.add.reduceat(flat == GPU_WHOLE, starts, dtype=np.int64)
+    return GpuColumns(free, whole, count)
 
 
 def level_free(snapshot: ClusterSnapshot, codes: LevelCodes, free: IntArray) -> dict[Domain, int]:
     """Free GPU share per domain of the level `codes` are of, over the nodes with GPUs and a
     domain there; the domains in order of their first such node (the count over every node
     in `Problem.domain_free_gpu_milli`, as a dict in the same order)."""
-    gpus = gpu_nodes(snapshot)
-    sel = (codes.codes >= 0) & gpus
+    sel = (codes.codes >= 0) & (node_kinds(snapshot).gpu_count > 0)
     inside = codes.codes[sel]
     sums = np.bincount(inside, weights=free[sel], minlength=len(codes.domains))
     present, first = np.unique(inside, return_index=True)
     order = present[np.argsort(first, kind="stable")]
-    domains = codes.domains
-    return {domains[c]: int(sums[c]) for c in order.tolist()}
-
-
-def gpu_nodes(snapshot: ClusterSnapshot) -> npt.NDArray[np.bool_]:
-    """Which nodes have GPUs (a non-empty `gpu_free`; its length never changes)."""
-    key = ("gpu-nodes",)
-    cached = cast("npt.NDArray[np.bool_] | None", snapshot.static_cache.get(key))
-    if cached is None or len(cached) != len(snapshot):
-        cached = np.fromiter(map(bool, map(GPU_FREE, snapshot.nodes.values())),
-                             dtype=np.bool_, count=len(snapshot))
-        snapshot.static_cache[key] = cached
-    return cached
+    in_order = map(codes.domains.__getitem__, order.tolist())
+    return dict(zip(in_order, sums[order].astype(np.int64).tolist(), strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +167,6 @@ class Candidates:
     class (an index into `classes`), VRAM per GPU and GPU count."""
 
     names: Sequence[str]  # the list they were made from (its identity checks the cache)
-    fetch: Callable[[dict[str, Node]], object]  # their Node objects from `snapshot.nodes`
     where: IntArray
     place: IntArray
     hw_class: IntArray
@@ -154,23 +174,16 @@ class Candidates:
     vram: IntArray
     gpu_count: IntArray
 
-    def nodes(self, snapshot: ClusterSnapshot) -> tuple[Node, ...]:
-        """The candidates' nodes as the snapshot holds them now."""
-        if len(self.names) == 1:
-            return (cast(Node, self.fetch(snapshot.nodes)),)
-        return cast("tuple[Node, ...]", self.fetch(snapshot.nodes))
-
 
 def candidate_columns(snapshot: ClusterSnapshot, names: Sequence[str],
-                      node_class: dict[str, str | None]) -> Candidates:
+                      node_class: Mapping[str, str | None]) -> Candidates:
     """`Candidates` of `names` (a non-empty candidate list of `Problem.candidates`), kept in
     the snapshot's static cache while that list is."""
     key = ("candidate-columns", id(names))
     cached = cast("Candidates | None", snapshot.static_cache.get(key))
     if cached is not None and cached.names is names:
         return cached
-    fetch = itemgetter(*names)
-    made = Candidates(names, fetch, *_static_columns(snapshot, names, fetch, node_class))
+    made = Candidates(names, *_static_columns(snapshot, names, node_class))
     snapshot.static_cache[key] = made
     return made
 
@@ -179,36 +192,42 @@ def positions(snapshot: ClusterSnapshot) -> dict[str, int]:
     """Node name -> its place in snapshot order, kept in the snapshot's static cache."""
     position = cast("dict[str, int] | None", snapshot.static_cache.get(("positions",)))
     if position is None or len(position) != len(snapshot):
-        position = {name: i for i, name in enumerate(snapshot.nodes)}
+        position = dict(zip(snapshot.nodes, range(len(snapshot)), strict=True))
         snapshot.static_cache[("positions",)] = position
     return position
 
 
+def remember_positions(snapshot: ClusterSnapshot, names: list[str], where: IntArray) -> None:
+    """Keep where the nodes of `names` (a list kept in the static cache) are in snapshot
+    order, as the filter that made the list found them: `positions_of` reads it."""
+    snapshot.static_cache[("positions-of", id(names))] = (names, where)
+
+
+def positions_of(snapshot: ClusterSnapshot, names: Sequence[str]) -> IntArray:
+    """Where each of `names` is in snapshot order: as `remember_positions` kept it for this
+    list, else looked up by name."""
+    kept = cast("tuple[Sequence[str], IntArray] | None",
+                snapshot.static_cache.get(("positions-of", id(names))))
+    if kept is not None and kept[0] is names:
+        return kept[1]
+    position = positions(snapshot)
+    return np.fromiter(map(position.__getitem__, names), dtype=np.int64, count=len(names))
+
+
 def _static_columns(
-    snapshot: ClusterSnapshot, names: Sequence[str], fetch: Callable[[dict[str, Node]], object],
-    node_class: dict[str, str | None],
+    snapshot: ClusterSnapshot, names: Sequence[str], node_class: Mapping[str, str | None],
 ) -> tuple[IntArray, IntArray, IntArray, list[str | None], IntArray, IntArray]:
-    """`Candidates`' columns after its names and `fetch`, in its order."""
-    count = len(names)
-    got = fetch(snapshot.nodes)
-    nodes = (cast(Node, got),) if count == 1 else cast("tuple[Node, ...]", got)
-    where = np.fromiter(map(positions(snapshot).__getitem__, names), dtype=np.int64,
-                        count=count)
+    """`Candidates`' columns after its names, in its order: gathered from the
+    snapshot's `NodeKinds`, a class looked up once per kind."""
+    kinds = node_kinds(snapshot)
+    where = positions_of(snapshot, names)
     place = np.full(len(snapshot), -1, dtype=np.int64)
-    place[where] = np.arange(count, dtype=np.int64)
-    of_node = list(map(node_class.__getitem__, names))
-    classes = list(dict.fromkeys(of_node))
-    code = {c: i for i, c in enumerate(classes)}
-    return (
-        where,
-        place,
-        np.fromiter(map(code.__getitem__, of_node), dtype=np.int64, count=count),
-        classes,
-        np.fromiter(map(_VRAM, nodes), dtype=np.int64, count=count),
-        np.fromiter(map(len, map(GPU_FREE, nodes)), dtype=np.int64, count=count),
-    )
-
-
-def whole_gpus(nodes: Sequence[Node]) -> IntArray:
-    """Each node's whole free GPUs (`Node.free_whole_gpus`)."""
-    return np.fromiter(map(_WHOLE, map(GPU_FREE, nodes)), dtype=np.int64, count=len(nodes))
+    place[where] = np.arange(len(names), dtype=np.int64)
+    kind = kinds.kind[where]
+    present = np.unique(kind).tolist()
+    of_kind = [node_class[kinds.names[f]] for f in kinds.first[present].tolist()]
+    classes = list(dict.fromkeys(of_kind))
+    class_of_kind = np.zeros(len(kinds.first), dtype=np.int64)
+    class_of_kind[present] = [classes.index(c) for c in of_kind]
+    return (where, place, class_of_kind[kind], classes, kinds.vram[kind],
+            kinds.gpu_count[where])

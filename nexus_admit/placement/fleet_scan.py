@@ -14,6 +14,7 @@ take the scan over objects.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -21,15 +22,9 @@ import numpy.typing as npt
 
 from nexus_admit.model import GPU_WHOLE, Node, NumaPolicy, Placement, PodSet
 from nexus_admit.placement.baselines.podbypod import infeasible
-from nexus_admit.placement.columns import (
-    Candidates,
-    IntArray,
-    candidate_columns,
-    level_codes,
-    positions,
-    whole_gpus,
-)
+from nexus_admit.placement.columns import Candidates, IntArray, candidate_columns, level_codes
 from nexus_admit.placement.memo import NodeMemo
+from nexus_admit.placement.node_kinds import clique_codes
 from nexus_admit.placement.objective import term_weights
 from nexus_admit.placement.onepod import Ranking, rank_order, scan_ranked
 from nexus_admit.placement.order_terms import OrderTerms
@@ -57,24 +52,27 @@ def columns_serve(problem: Problem) -> bool:
 
 
 def room_mask(
-    problem: Problem, nodes: Sequence[Node], whole: IntArray
+    problem: Problem, nodes: Sequence[Node], where: IntArray, whole: IntArray
 ) -> npt.NDArray[np.bool_]:
-    """`room_for_one` of each candidate (`nodes`, with `whole` free GPUs each), as a mask:
-    a few comparisons of columns for whole GPUs (or none) placed without a strict NUMA
-    zone, else node by node."""
+    """`room_for_one` of each candidate (the snapshot's `nodes` at `where`, with `whole`
+    free GPUs each), as a mask: a few comparisons of columns for whole GPUs (or none)
+    placed without a strict NUMA zone, read only off the candidates with the whole GPUs,
+    else node by node."""
     ps = problem.gang.pod_sets[0]
     policy = problem.gang.numa_policy
     if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
-        return np.fromiter((room_for_one(n, ps, policy) > 0 for n in nodes), dtype=np.bool_,
-                           count=len(nodes))
-    count = len(nodes)
-    mask = np.fromiter(map(_PODS, nodes), dtype=np.int64, count=count) > 0
+        return np.fromiter((room_for_one(nodes[i], ps, policy) > 0 for i in where.tolist()),
+                           dtype=np.bool_, count=len(where))
+    mask = whole >= ps.gpus if ps.gpus else np.ones(len(where), dtype=np.bool_)
+    at = np.flatnonzero(mask)
+    picked = list(map(nodes.__getitem__, where[at].tolist()))
+    count = len(picked)
+    room = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count) > 0
     if ps.cpu_milli:
-        mask &= np.fromiter(map(_CPU, nodes), dtype=np.int64, count=count) >= ps.cpu_milli
+        room &= np.fromiter(map(_CPU, picked), dtype=np.int64, count=count) >= ps.cpu_milli
     if ps.memory_mib:
-        mask &= np.fromiter(map(_MEMORY, nodes), dtype=np.int64, count=count) >= ps.memory_mib
-    if ps.gpus:
-        mask &= whole >= ps.gpus
+        room &= np.fromiter(map(_MEMORY, picked), dtype=np.int64, count=count) >= ps.memory_mib
+    mask[at] = room
     return mask
 
 
@@ -106,16 +104,13 @@ def _clique_members(problem: Problem, cols: Candidates) -> IntArray:
     """Per candidate, how many members its clique has if all are pristine, else 0 (as
     `gpu_terms` looks it up: `pristine_cliques.get(node.clique or "", ())`)."""
     cliques = problem.pristine_cliques
-    if "" in cliques:  # a clique named "": nodes without one look it up too
-        return np.fromiter((len(cliques.get(n.clique or "", ())) for n in
-                            cols.nodes(problem.snapshot)), dtype=np.int64, count=len(cols.names))
-    members = np.zeros(len(cols.names), dtype=np.int64)
-    position = positions(problem.snapshot)
-    for names in cliques.values():
-        at = cols.place[np.fromiter(map(position.__getitem__, names), dtype=np.int64,
-                                    count=len(names))]
-        members[at[at >= 0]] = len(names)
-    return members
+    codes = clique_codes(problem.snapshot)
+    size = np.zeros(len(codes.cliques) + 1, dtype=np.int64)  # per clique, then for none
+    for clique, names in cliques.items():
+        size[codes.index[clique]] = len(names)
+    size[-1] = len(cliques.get("", ()))  # a node without a clique looks "" up
+    code = codes.codes[cols.where]
+    return size[np.where(code >= 0, code, len(codes.cliques))]
 
 
 def _pod_cost(problem: Problem, cols: Candidates, sel: IntArray, weights: dict[str, int],
@@ -136,7 +131,8 @@ def _pod_cost(problem: Problem, cols: Candidates, sel: IntArray, weights: dict[s
         rack = racks.codes[cols.where[sel]]
         inside = rack >= 0
         free = problem.domain_free_gpu_milli(rack_level)
-        per_rack = np.array([free.get(d, 0) for d in racks.domains], dtype=np.int64)
+        per_rack = np.fromiter(map(free.get, racks.domains, repeat(0)), dtype=np.int64,
+                               count=len(racks.domains))
         left = per_rack[np.where(inside, rack, 0)] - (ps.gpu_milli_per_pod if ps.gpus else 0)
         cost = np.where(inside, cost + weights["domainFragmentation"] * left / 1000, cost)
     return np.asarray(cost, dtype=np.float64)
@@ -154,15 +150,16 @@ def fleet_scan(
     if not names:
         return infeasible(problem.gang, policy, room_shortfall(problem, ps, 0), started)
     cols = candidate_columns(problem.snapshot, names, problem.node_class)
-    nodes = cols.nodes(problem.snapshot)
-    whole = whole_gpus(nodes) if ps.gpus else np.zeros(len(nodes), dtype=np.int64)
-    sel = np.flatnonzero(room_mask(problem, nodes, whole)).astype(np.int64)
+    nodes = list(problem.snapshot.nodes.values())
+    whole = (problem.gpu_columns().whole[cols.where] if ps.gpus
+             else np.zeros(len(names), dtype=np.int64))
+    sel = np.flatnonzero(room_mask(problem, nodes, cols.where, whole)).astype(np.int64)
     if not len(sel):  # the required level's domains then hold none either
         return infeasible(problem.gang, policy, room_shortfall(problem, ps, 0), started)
     weights = term_weights(problem)
     bounds = column_bounds(problem, cols, sel, whole, weights)
-    room: Sequence[str] = [names[i] for i in sel.tolist()]
-    ranking = Ranking(rank_order(bounds.tolist(), list(room)), len(room), [], True)
+    room = list(map(names.__getitem__, sel.tolist()))
+    ranking = Ranking(rank_order(bounds.tolist(), room), len(room), [], True)
     met: set[tuple[object, ...]] = set()
 
     def first_of_class(name: str) -> bool:  # reduction.class_key of a node with room

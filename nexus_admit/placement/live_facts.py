@@ -16,7 +16,8 @@ from itertools import compress
 from typing import cast
 
 from nexus_admit.model import ClusterSnapshot, Domain
-from nexus_admit.placement.columns import free_gpu_column, gpu_nodes, level_codes, level_free
+from nexus_admit.placement.columns import gpu_columns, level_codes, level_free
+from nexus_admit.placement.node_kinds import node_kinds
 from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
 __all__ = ["live_domain_free", "live_pristine_cliques"]
@@ -90,9 +91,9 @@ class _DomainFree:
         self.paths = paths
         # counted on the snapshot's columns, as a plain snapshot's count is
         codes = level_codes(snapshot, levels, level_index)
-        free = free_gpu_column(snapshot)
+        free = gpu_columns(snapshot).free
         self.free: dict[Domain, int] = defaultdict(int, level_free(snapshot, codes, free))
-        counted = (codes.codes >= 0) & gpu_nodes(snapshot)
+        counted = (codes.codes >= 0) & (node_kinds(snapshot).gpu_count > 0)
         self.adds: dict[str, int] = dict(
             zip(compress(snapshot.nodes, counted.tolist()), free[counted].tolist(), strict=True)
         )

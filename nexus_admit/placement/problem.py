@@ -5,11 +5,12 @@ the nodes it may ever use (static filters) with the reason the others were ruled
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import attrgetter, is_
+from itertools import compress
 from typing import cast
+
+import numpy as np
 
 from nexus_admit.model import (
     NVLINK_CLIQUE_LEVEL,
@@ -23,8 +24,16 @@ from nexus_admit.model import (
     pod_capacity,
     with_clique_level,
 )
-from nexus_admit.placement.columns import IntArray, free_gpu_column, level_codes, level_free
+from nexus_admit.placement.columns import (
+    GpuColumns,
+    IntArray,
+    gpu_columns,
+    level_codes,
+    level_free,
+    remember_positions,
+)
 from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
+from nexus_admit.placement.node_kinds import clique_codes, first_order_codes, node_kinds
 
 __all__ = ["CLOSED_CLIQUE", "NodeClasses", "NodePaths", "Problem", "prepare"]
 
@@ -110,8 +119,8 @@ class Problem:
     required_domains: list[tuple[int, frozenset[str]]] = field(default_factory=list)
     # level index -> free GPU share per domain (filled on first use; the snapshot is fixed)
     _domain_free: dict[int, dict[Domain, int]] = field(default_factory=dict, init=False, repr=False)
-    # every node's free GPU share in snapshot order (read on first use, as `_domain_free`)
-    _free_gpu: IntArray | None = field(default=None, init=False, repr=False)
+    # every node's free GPUs in snapshot order (read on first use, as `_domain_free`)
+    _gpu: GpuColumns | None = field(default=None, init=False, repr=False)
 
     def level_index(self, level: str) -> int:
         return self.levels.index(level)
@@ -179,10 +188,14 @@ class Problem:
         return free
 
     def free_gpu_column(self) -> IntArray:
-        """Every node's free GPU share, in snapshot order (columns.free_gpu_column)."""
-        if self._free_gpu is None:
-            self._free_gpu = free_gpu_column(self.snapshot)
-        return self._free_gpu
+        """Every node's free GPU share, in snapshot order."""
+        return self.gpu_columns().free
+
+    def gpu_columns(self) -> GpuColumns:
+        """Every node's free GPUs, in snapshot order (columns.gpu_columns)."""
+        if self._gpu is None:
+            self._gpu = gpu_columns(self.snapshot)
+        return self._gpu
 
     def idle_room(self, level_index: int) -> dict[Domain, int]:
         """Per domain of one level, how many copies of the whole gang its candidate nodes
@@ -258,19 +271,18 @@ def _outside_closed_cliques(
     return kept, why
 
 
-def _pristine_cliques(snapshot: ClusterSnapshot) -> dict[str, list[str]]:
+def _pristine_cliques(problem: Problem) -> dict[str, list[str]]:
     """NVLink clique -> its node names (snapshot order), for the cliques all of whose nodes
-    are pristine (`ClusterSnapshot.pristine_cliques`), cliques in order of their first node."""
-    members: dict[str, list[str]] = {}
-    broken: set[str] = set()
-    for node in snapshot:
-        clique = node.clique
-        if clique is None:
-            continue
-        members.setdefault(clique, []).append(node.name)
-        if clique not in broken and not node.is_pristine():
-            broken.add(clique)
-    return {c: names for c, names in members.items() if c not in broken}
+    are pristine (`ClusterSnapshot.pristine_cliques`), cliques in order of their first node:
+    a clique is broken when one of its nodes is not pristine, counted on columns."""
+    cliques = clique_codes(problem.snapshot)
+    if not cliques.cliques:
+        return {}
+    codes = cliques.codes
+    broken = np.bincount(codes[(codes >= 0) & ~problem.gpu_columns().pristine()],
+                         minlength=len(cliques.cliques)).tolist()
+    return {c: members for c, members, b
+            in zip(cliques.cliques, cliques.members, broken, strict=True) if not b}
 
 
 def _allowed_key(config: PlacementConfig, allowed: frozenset[str] | None) -> object:
@@ -323,7 +335,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
     if live is not None:
         problem.pristine_cliques = live
     else:
-        problem.pristine_cliques = _pristine_cliques(snapshot)
+        problem.pristine_cliques = _pristine_cliques(problem)
     problem.impossible = (
         _check_level(gang.required_level, levels, "required-topology")
         or _check_level(gang.preferred_level, levels, "preferred-topology")
@@ -348,7 +360,7 @@ def prepare(snapshot: ClusterSnapshot, gang: Gang, config: PlacementConfig) -> P
         key = _static_key(ps, label_level, _allowed_key(config, allowed))
         cached = cache.get(key)
         if cached is None:
-            cached = _filter_nodes(snapshot, ps, paths, node_class, req_idx, label_level, allowed)
+            cached = _filter_nodes(snapshot, ps, paths, node_class, levels, req_idx, allowed)
             cache[key] = cached
         ok, why = cast(tuple[list[str], Counter[str]], cached)
         fits_statically = bool(ok)
@@ -369,15 +381,15 @@ def _filter_nodes(
     ps: PodSet,
     paths: dict[str, tuple[Domain | None, ...]],
     node_class: dict[str, str | None],
+    levels: tuple[str, ...],
     req_idx: int | None,
-    label_level: str | None,
     allowed: frozenset[str] | None,
 ) -> tuple[list[str], Counter[str]]:
     """The nodes one pod of `ps` may use by what never changes while a node's labels,
     taints and shape stay (static_fit, the clique, the required level's label, the tier's
-    classes), and how many were ruled out for which reason."""
-    ok: list[str] = []
-    why: Counter[str] = Counter()
+    classes), and how many were ruled out for which reason. Where the nodes are in
+    snapshot order is kept for the list (`columns.remember_positions`)."""
+    label_level = levels[req_idx] if req_idx is not None else None
 
     def rule_out(node: Node) -> str | None:
         reason = ps.static_fit(node)
@@ -392,44 +404,54 @@ def _filter_nodes(
     # without a selector, affinity or node list it reads no label and no name:
     # nodes alike in what it reads share the answer (a fleet has few such kinds)
     if ps.allowed_nodes is None and not ps.node_selector and not ps.affinity_terms:
-        return _filter_alike(snapshot, paths, node_class, req_idx, rule_out)
-    for node in snapshot:
+        return _filter_alike(snapshot, ps, levels, req_idx, rule_out)
+    ok: list[str] = []
+    why: Counter[str] = Counter()
+    where: list[int] = []
+    for i, node in enumerate(snapshot):
         reason = rule_out(node)
         if reason is None:
             ok.append(node.name)
+            where.append(i)
         else:
             why[reason] += 1
+    remember_positions(snapshot, ok, np.array(where, dtype=np.int64))
     return ok, why
-
-
-_KIND = attrgetter("schedulable", "taints", "gpu_memory_mib", "cpu_milli", "memory_mib")
 
 
 def _filter_alike(
     snapshot: ClusterSnapshot,
-    paths: dict[str, tuple[Domain | None, ...]],
-    node_class: dict[str, str | None],
+    ps: PodSet,
+    levels: tuple[str, ...],
     req_idx: int | None,
     rule_out: Callable[[Node], str | None],
 ) -> tuple[list[str], Counter[str]]:
-    """`_filter_nodes` when the answer reads only what a node's kind holds (its state,
-    taints, shape, class, whether it has a clique and the required level's label): each
-    kind ruled on once, by its first node, every node read in one pass per fact."""
-    names = list(snapshot.nodes)
-    nodes = list(snapshot.nodes.values())
-    facts: list[Iterable[object]] = [
-        map(_KIND, nodes), map(len, map(attrgetter("gpu_free"), nodes)),
-        map(is_, map(attrgetter("clique"), nodes), repeat(None)),
-        map(node_class.__getitem__, names),
-    ]
+    """`_filter_nodes` when the answer reads only a node's kind (`node_kinds`: its state,
+    taints, shape and so class) and, when the pod set asks, whether it has a clique and the
+    required level's label: each kind ruled on once, by its first node."""
+    kinds = node_kinds(snapshot)
+    kind, first = kinds.kind, kinds.first
+    flags = []
+    if ps.compute_domain is not None:
+        flags.append(clique_codes(snapshot).codes < 0)
     if req_idx is not None:
-        facts.append(paths[name][req_idx] is None for name in names)
-    kinds = list(zip(*facts, strict=True))
-    first = dict(zip(reversed(kinds), reversed(nodes), strict=True))  # the first node wins
-    reason = {kind: rule_out(node) for kind, node in first.items()}
-    reasons = list(map(reason.__getitem__, kinds))
-    ok = list(compress(names, map(is_, reasons, repeat(None))))
-    return ok, Counter(r for r in reasons if r is not None)
+        flags.append(level_codes(snapshot, levels, req_idx).codes < 0)
+    if flags:  # kinds split by the flags, numbered again in order of their first node
+        for flag in flags:
+            kind = kind * 2 + flag
+        kind, first = first_order_codes(kind)
+    names, nodes = kinds.names, snapshot.nodes
+    reasons = [rule_out(nodes[names[f]]) for f in first.tolist()]
+    passes = np.array([r is None for r in reasons], dtype=np.bool_)[kind]
+    ok = list(compress(names, passes.tolist()))
+    why: Counter[str] = Counter()
+    # kinds in order of their first node: each reason counted in order of its first node
+    for reason, count in zip(reasons, np.bincount(kind, minlength=len(first)).tolist(),
+                             strict=True):
+        if reason is not None:
+            why[reason] += count
+    remember_positions(snapshot, ok, np.flatnonzero(passes))
+    return ok, why
 
 
 def _some_node_holds(ps: PodSet, snapshot: ClusterSnapshot) -> bool:

@@ -23,7 +23,7 @@ from nexus_admit.model import (
     domain_path,
 )
 from nexus_admit.placement.baselines.podbypod import infeasible
-from nexus_admit.placement.columns import candidate_columns, level_codes, whole_gpus
+from nexus_admit.placement.columns import candidate_columns, level_codes
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.fleet_scan import column_bounds, columns_serve, fleet_scan
 from nexus_admit.placement.fragmentation import WorkloadDistribution
@@ -102,8 +102,29 @@ def test_the_bounds_on_columns_are_each_nodes_bound_bit_for_bit(
     weights = term_weights(problem)
     cols = candidate_columns(snapshot, names, problem.node_class)
     everyone = np.arange(len(names), dtype=np.int64)
-    bounds = column_bounds(problem, cols, everyone, whole_gpus(cols.nodes(snapshot)), weights)
+    whole = np.array([snapshot.nodes[n].free_whole_gpus for n in names], dtype=np.int64)
+    bounds = column_bounds(problem, cols, everyone, whole, weights)
     assert bounds.tolist() == [scan_lower_bound(problem, n, weights) for n in names]
+
+
+@settings(max_examples=200, deadline=None)
+@given(gang=gangs(max_sets=1), fleet=fleets())
+def test_the_candidate_columns_are_each_candidates_own(gang: Gang, fleet: list[Node]) -> None:
+    """Gathered from the snapshot's kinds: each candidate's place, class, VRAM and GPUs."""
+    snapshot = ClusterSnapshot.of(fleet)
+    problem = prepare(snapshot, gang, CONFIG)
+    names = problem.candidates[gang.pod_sets[0].name]
+    if not names:
+        return
+    cols = candidate_columns(snapshot, names, problem.node_class)
+    order = list(snapshot.nodes)
+    assert cols.where.tolist() == [order.index(n) for n in names]
+    assert cols.place.tolist() == [names.index(n) if n in names else -1 for n in order]
+    nodes = [snapshot.nodes[n] for n in names]
+    assert [cols.classes[c] for c in cols.hw_class.tolist()] == [
+        CONFIG.hardware_class(n.gpu_product) if n.gpu_free else None for n in nodes]
+    assert cols.vram.tolist() == [n.gpu_memory_mib for n in nodes]
+    assert cols.gpu_count.tolist() == [n.gpu_count for n in nodes]
 
 
 def test_the_columns_serve_no_gang_with_siblings_or_of_several_pods() -> None:
@@ -190,9 +211,10 @@ def test_the_static_filter_by_kind_rules_as_node_by_node(gang: Gang, fleet: list
     req = problem.levels.index(level) if level is not None else None
     allowed = CONFIG.allowed_classes(gang.tier) if ps.gpus else None
     named = replace(ps, allowed_nodes=frozenset(snapshot.nodes))
-    by_kind = _filter_nodes(snapshot, ps, problem.paths, problem.node_class, req, level,
+    levels = problem.levels
+    by_kind = _filter_nodes(snapshot, ps, problem.paths, problem.node_class, levels, req,
                             allowed)
-    one_by_one = _filter_nodes(snapshot, named, problem.paths, problem.node_class, req, level,
+    one_by_one = _filter_nodes(snapshot, named, problem.paths, problem.node_class, levels, req,
                                allowed)
     assert by_kind[0] == one_by_one[0]
     assert list(by_kind[1].items()) == list(one_by_one[1].items())

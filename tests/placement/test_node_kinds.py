@@ -1,17 +1,32 @@
-"""The per-snapshot facts derived in one pass over the nodes (node_kinds.py) against what
-each node says of itself, on fleets with what the kinds split on: cordoned nodes, taints,
-missing labels, NVLink cliques (one named ""), GPU-less nodes."""
+"""The per-snapshot facts derived in one pass over the nodes (node_kinds.py, and the GPU
+columns and candidate positions of columns.py) against what each node says of itself, and
+the static filter by kind against the filter node by node on fleets with what the kinds
+split on: cordoned nodes, taints, missing labels, NVLink cliques (one named ""), GPU-less
+nodes, ComputeDomain pod sets and required levels."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus_admit.model import GPU_WHOLE, NVLINK_CLIQUE_LEVEL, ClusterSnapshot, Node, Taint
+from nexus_admit.model import (
+    GPU_WHOLE,
+    NVLINK_CLIQUE_LEVEL,
+    ClusterSnapshot,
+    Gang,
+    Node,
+    PodSet,
+    Taint,
+    Toleration,
+    with_clique_level,
+)
+from nexus_admit.placement.columns import gpu_columns, positions_of
 from nexus_admit.placement.node_kinds import clique_codes, dense_codes, node_kinds
-from tests.strategies import BLOCK, PRODUCTS, RACK
+from nexus_admit.placement.problem import _filter_nodes, prepare
+from tests.strategies import BLOCK, CONFIG, LEVELS, PRODUCTS, RACK
 
 
 @st.composite
@@ -85,3 +100,65 @@ def test_clique_codes_are_each_nodes_clique_with_its_members_in_order(
     assert codes.codes.tolist() == [-1 if n.clique is None else cliques.index(n.clique)
                                     for n in fleet]
     assert codes.members == [[n.name for n in fleet if n.clique == c] for c in cliques]
+
+
+@settings(max_examples=200, deadline=None)
+@given(fleet=mixed_fleets(), data=st.data())
+def test_the_gpu_columns_are_each_nodes_free_share_and_whole_gpus(
+    fleet: list[Node], data: st.DataObject
+) -> None:
+    """On the snapshot, then on a copy (sharing its static cache) after GPUs were taken,
+    and after a node's GPU count changed under the kept cache."""
+    snapshot = ClusterSnapshot.of(fleet)
+    copy = snapshot.copy()
+    for node in copy:
+        node.gpu_free = [data.draw(st.sampled_from((GPU_WHOLE, 0, 500))) for _ in node.gpu_free]
+    for snap in (snapshot, copy):
+        node_kinds(snap)
+        gpus = gpu_columns(snap)
+        assert gpus.free.tolist() == [n.free_gpu_milli for n in snap]
+        assert gpus.whole.tolist() == [n.free_whole_gpus for n in snap]
+        assert gpus.pristine().tolist() == [n.is_pristine() for n in snap]
+    if fleet:
+        changed = data.draw(st.sampled_from(list(copy.nodes)))
+        copy.nodes[changed].gpu_free = [GPU_WHOLE] * data.draw(st.integers(0, 9))
+        gpus = gpu_columns(copy)
+        assert gpus.free.tolist() == [n.free_gpu_milli for n in copy]
+        assert gpus.whole.tolist() == [n.free_whole_gpus for n in copy]
+        assert gpus.count.tolist() == [n.gpu_count for n in copy]
+
+
+def _pod_set(gpus: int, clique: bool, tolerates: bool) -> PodSet:
+    return PodSet("ps", 1, cpu_milli=8000, gpus=gpus, vram_mib=45_000 if gpus else 0,
+                  compute_domain="ns/cd-channel" if clique else None,
+                  tolerations=(Toleration("dedicated", "Exists"),) if tolerates else ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=mixed_fleets(), gpus=st.sampled_from((0, 1, 8)), clique=st.booleans(),
+       tolerates=st.booleans(), level=st.sampled_from((None, BLOCK, RACK, NVLINK_CLIQUE_LEVEL)),
+       tier=st.sampled_from(("gold", "silver", "bronze")))
+def test_the_filter_by_kind_rules_as_node_by_node_and_keeps_where_it_found_them(
+    fleet: list[Node], gpus: int, clique: bool, tolerates: bool, level: str | None, tier: str
+) -> None:
+    snapshot = ClusterSnapshot.of(fleet)
+    if clique and level is None:  # a ComputeDomain needs a required level
+        level = NVLINK_CLIQUE_LEVEL
+    if not clique and level == NVLINK_CLIQUE_LEVEL:  # a level only a ComputeDomain adds
+        level = None
+    ps = replace(_pod_set(gpus, clique, tolerates), required_level=level)
+    problem = prepare(snapshot, Gang("ns/g", (ps,), tier=tier), CONFIG)
+    levels = with_clique_level(LEVELS, clique)
+    assert problem.levels == levels
+    req = levels.index(level) if level is not None else None
+    allowed = CONFIG.allowed_classes(tier) if gpus else None
+    named = replace(ps, allowed_nodes=frozenset(snapshot.nodes))
+    by_kind = _filter_nodes(snapshot, ps, problem.paths, problem.node_class, levels, req,
+                            allowed)
+    one_by_one = _filter_nodes(snapshot, named, problem.paths, problem.node_class, levels,
+                               req, allowed)
+    assert by_kind[0] == one_by_one[0]
+    assert list(by_kind[1].items()) == list(one_by_one[1].items())
+    order = list(snapshot.nodes)
+    for names in (by_kind[0], one_by_one[0], list(by_kind[0])):  # the last one looked up
+        assert positions_of(snapshot, names).tolist() == [order.index(n) for n in names]
