@@ -58,6 +58,18 @@ class WaitTimeout(AssertionError):
     pass
 
 
+def kueue_object_gone(custom: client.CustomObjectsApi, plural: str, name: str) -> bool:
+    """Whether the cluster-scoped Kueue object is absent (404); Kueue's finalizers keep a
+    deleted ClusterQueue or AdmissionCheck while anything still uses it."""
+    try:
+        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+    except client.ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
 def wait_for(
     what: str, fn: Callable[[], T | None], timeout: float = 60, interval: float = 0.5
 ) -> T:

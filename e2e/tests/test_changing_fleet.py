@@ -19,7 +19,7 @@ from typing import Any
 import fleet as fleet_mod
 import pytest
 from builders import active_status, admission_check, cluster_queue, flavor_quota
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
+from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, kueue_object_gone, wait_for
 from kubernetes import client
 from test_controller import (
     CHECK,
@@ -214,8 +214,8 @@ def queue_with_a_sibling_check(custom, ns: str) -> Iterator[str]:
     An earlier test's pair is deleted as it leaves, but Kueue's finalizers keep it until
     that test's namespace (its Workloads) is gone: wait for that first."""
     for plural, name in (("clusterqueues", TWO_CHECKS), ("admissionchecks", SIBLING)):
-        wait_for(f"an earlier test's {name} gone", lambda p=plural, n=name: _gone(custom, p, n),
-                 timeout=180)
+        wait_for(f"an earlier test's {name} gone",
+                 lambda p=plural, n=name: kueue_object_gone(custom, p, n), timeout=180)
     custom.create_cluster_custom_object(
         KUEUE_GROUP, KUEUE_VERSION, "admissionchecks",
         admission_check(SIBLING, "e2e.kubenexus.io/answered-by-the-test"))
@@ -244,17 +244,6 @@ def queue_with_a_sibling_check(custom, ns: str) -> Iterator[str]:
         with contextlib.suppress(client.ApiException):
             custom.delete_cluster_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", SIBLING)
-
-
-def _gone(custom, plural: str, name: str) -> bool:
-    """Whether the cluster-scoped Kueue object is absent (404)."""
-    try:
-        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-    except client.ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 def _sibling_ready(e2e_cluster, ns: str, wl: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from builders import (
     flavor_quota,
     job,
 )
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
+from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, kueue_object_gone, wait_for
 from kubernetes import client
 
 from nexus_admit.kube import labels as L
@@ -80,19 +80,9 @@ def nexus_queue(custom_objects, batch_v1, e2e_namespace):
                 raise
         wait_for(
             f"{plural}/{name} deleted",
-            lambda p=plural, n=name: _gone(custom_objects, p, n),
+            lambda p=plural, n=name: kueue_object_gone(custom_objects, p, n),
             timeout=60,
         )
-
-
-def _gone(custom: client.CustomObjectsApi, plural: str, name: str) -> bool:
-    try:
-        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-    except client.ApiException as err:
-        if err.status == 404:
-            return True
-        raise
-    return False
 
 
 def _pending_on_check(custom, namespace: str, job: str) -> dict | None:

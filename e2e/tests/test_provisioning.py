@@ -19,7 +19,7 @@ from typing import Any
 import fleet as fleet_mod
 import pytest
 from builders import cluster_queue, flavor_quota
-from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, wait_for
+from e2e_util import KUEUE_GROUP, KUEUE_VERSION, condition, kueue_object_gone, wait_for
 from kubernetes import client
 from provisioner import (
     ATOMIC_SCALE_UP,
@@ -100,18 +100,8 @@ def queue_with_provisioning(custom, ns: str, cls: str, pool_from_detail: bool) -
         # gone before the next test makes them again (Kueue's finalizers hold a
         # ClusterQueue until its Workloads are gone, and an AdmissionCheck until then)
         for plural, _ in objects:
-            wait_for(f"{plural} {PROV} gone", lambda plural=plural: _gone(custom, plural),
-                     timeout=90)
-
-
-def _gone(custom, plural: str) -> bool:
-    try:
-        custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, PROV)
-    except client.ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
+            wait_for(f"{plural} {PROV} gone",
+                     lambda plural=plural: kueue_object_gone(custom, plural, PROV), timeout=90)
 
 
 def scaled_h100_node(name: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ over `FakeApi`; e2e/tests/test_hardening.py does the same on the real control pl
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from nexus_admit.controller.loop.cycle import reconcile
 from nexus_admit.kube import labels as L
@@ -53,15 +54,22 @@ def test_a_poisoned_pod_in_another_namespace_stops_no_placement_and_is_told_once
     assert skipped_total(ctx, "Pod", "counted-whole") == 2
 
 
-def test_a_broken_reservation_is_told_on_its_workload_and_its_node_left_out() -> None:
+def _beside_a_ready_gang_whose_reservation_has(**fields: str) -> tuple[Any, Any]:
+    """A pending 2-pod gang `w` beside a Ready gang `other` whose reservation on n0 carries
+    `fields` (a malformed one), after one pass; `w` is placed all the same."""
     api = cluster(pending("w", pods=2, gpus=8))
     other = pending("other", pods=1, gpus=8)
     other["status"]["admissionChecks"][0]["state"] = "Ready"
     api.put(other)
-    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], gpu_share="lots"))
+    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], **fields))
     ctx, _ = controller(api)
     passes(ctx, 1)
     assert check_of(api, "w")["state"] == "Ready"
+    return api, ctx
+
+
+def test_a_broken_reservation_is_told_on_its_workload_and_its_node_left_out() -> None:
+    api, _ = _beside_a_ready_gang_whose_reservation_has(gpu_share="lots")
     (rr,) = [
         r for r in api.list(L.KIND_RESOURCE_RESERVATION)[0] if r["metadata"]["name"] != "other-rr"
     ]
@@ -127,14 +135,7 @@ def test_a_field_the_stores_views_cannot_read_is_told_once_per_version() -> None
 def test_a_field_the_snapshot_and_a_view_both_cannot_read_is_counted_and_told_once() -> None:
     """An unbound reservation's unreadable expiry: the snapshot counts it live and says so;
     its view's problem names the same field of the same version and is not told again."""
-    api = cluster(pending("w", pods=2, gpus=8))
-    other = pending("other", pods=1, gpus=8)
-    other["status"]["admissionChecks"][0]["state"] = "Ready"
-    api.put(other)
-    api.put(reservation("other-rr", "other", [{"index": 0, "node": "n0"}], expires_at="soon"))
-    ctx, _ = controller(api)
-    passes(ctx, 1)
-    assert check_of(api, "w")["state"] == "Ready"
+    api, ctx = _beside_a_ready_gang_whose_reservation_has(expires_at="soon")
     (e,) = skipped_events(api)
     assert "field spec.expiresAt" in e["note"] and "counted as live" in e["note"]  # type: ignore[operator]
     assert skipped_total(ctx, L.KIND_RESOURCE_RESERVATION, "counted-live") == 1
