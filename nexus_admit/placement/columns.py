@@ -21,15 +21,24 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from nexus_admit.model import GPU_WHOLE, ClusterSnapshot, Domain, Node, domain_path
+from nexus_admit.model import (
+    GPU_WHOLE,
+    ClusterSnapshot,
+    Domain,
+    Node,
+    NumaPolicy,
+    PodSet,
+    domain_path,
+)
 from nexus_admit.placement.node_kinds import GPU_FREE, IntArray, dense_codes, node_kinds
 
 __all__ = ["Candidates", "GpuColumns", "IntArray", "LevelCodes", "candidate_columns",
-           "gpu_columns", "level_codes", "level_free", "positions", "positions_of",
-           "remember_positions"]
+           "gpu_columns", "level_codes", "level_free", "pod_capacities", "positions",
+           "positions_of", "remember_positions"]
 
 _HOST = "kubernetes.io/hostname"  # named by the node itself, not a label
 _LABELS = attrgetter("labels")
+_PODS, _CPU, _MEMORY = (attrgetter(a) for a in ("free_pods", "free_cpu_milli", "free_memory_mib"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,3 +240,31 @@ def _static_columns(
     class_of_kind[present] = [classes.index(c) for c in of_kind]
     return (where, place, class_of_kind[kind], classes, kinds.vram[kind],
             kinds.gpu_count[where])
+
+
+def pod_capacities(snapshot: ClusterSnapshot, names: Sequence[str], whole: IntArray,
+                   ps: PodSet, policy: NumaPolicy) -> IntArray | None:
+    """`pod_capacity(node, ps, policy)` of each of `names` (`whole`: every snapshot node's
+    free whole GPUs), for whole GPUs (or none) placed without a strict NUMA zone: the
+    same integer arithmetic on columns, read only off the nodes with a pod's GPUs free.
+    None for a GPU share or a strict NUMA policy (node by node then)."""
+    if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
+        return None
+    where = positions_of(snapshot, names)
+    free_whole = whole[where]
+    at = np.flatnonzero(free_whole >= ps.gpus) if ps.gpus else np.arange(len(names))
+    nodes = list(snapshot.nodes.values())
+    picked = list(map(nodes.__getitem__, where[at].tolist()))
+    count = len(picked)
+    cap = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count)
+    if ps.cpu_milli:
+        cap = np.minimum(cap, np.fromiter(map(_CPU, picked), dtype=np.int64, count=count)
+                         // ps.cpu_milli)
+    if ps.memory_mib:
+        cap = np.minimum(cap, np.fromiter(map(_MEMORY, picked), dtype=np.int64, count=count)
+                         // ps.memory_mib)
+    if ps.gpus:
+        cap = np.minimum(cap, free_whole[at] // ps.gpus)
+    out = np.zeros(len(names), dtype=np.int64)
+    out[at] = np.maximum(cap, 0)
+    return out

@@ -80,6 +80,12 @@ class NodeMemo:
         self._derived.clear()
         self._cursor = ChangeCursor(snapshot) if isinstance(snapshot, TrackedSnapshot) else None
 
+    @property
+    def remembers(self) -> bool:
+        """Whether anything is kept between solves (the last `sync` was of a
+        TrackedSnapshot)."""
+        return self._active
+
     def view(self, node: Node) -> NodeView:
         entry = self._views.get(node.name)
         if entry is not None and entry[0] is node:

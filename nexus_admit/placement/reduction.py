@@ -9,8 +9,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import cast
 
 from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
+from nexus_admit.placement.columns import pod_capacities
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.problem import Problem
 
@@ -66,7 +68,7 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
             room = [(name, 1) for name in names if room_for_one(all_nodes[name], ps, policy)]
         else:
             room = []
-            fits = memo.capacities([all_nodes[n] for n in names], ps, policy)
+            fits = _capacities(problem, memo, ps, names)
             for name, fit in zip(names, fits, strict=True):
                 cap = min(fit, ps.count)
                 if per_node is not None:  # a spread rule per node, net of the siblings there
@@ -81,6 +83,19 @@ def candidates(problem: Problem, memo: NodeMemo) -> Reduction:
         caps.update({(ps.name, name): cap for name, cap in room})
         nodes.update(dict.fromkeys([name for name, _ in room]))
     return Reduction(list(nodes), caps, notes=notes)
+
+
+def _capacities(problem: Problem, memo: NodeMemo, ps: PodSet, names: Sequence[str]) -> list[int]:
+    """`pod_capacity` of each of `names`: kept per node state on a tracked snapshot (the
+    memo), else on columns where they serve (a fresh snapshot's every candidate)."""
+    policy = problem.gang.numa_policy
+    if not memo.remembers:
+        whole = problem.gpu_columns().whole
+        fits = pod_capacities(problem.snapshot, names, whole, ps, policy)
+        if fits is not None:
+            return cast(list[int], fits.tolist())
+    nodes = problem.snapshot.nodes
+    return memo.capacities([nodes[n] for n in names], ps, policy)
 
 
 def room_for_one(node: Node, ps: PodSet, policy: NumaPolicy) -> int:

@@ -1,8 +1,8 @@
 """The per-snapshot facts derived in one pass over the nodes (node_kinds.py, and the GPU
-columns and candidate positions of columns.py) against what each node says of itself, and
-the static filter by kind against the filter node by node on fleets with what the kinds
-split on: cordoned nodes, taints, missing labels, NVLink cliques (one named ""), GPU-less
-nodes, ComputeDomain pod sets and required levels."""
+columns, pod capacities and candidate positions of columns.py) against what each node
+says of itself, and the static filter by kind against the filter node by node on fleets
+with what the kinds split on: cordoned nodes, taints, missing labels, NVLink cliques (one
+named ""), GPU-less nodes, ComputeDomain pod sets and required levels."""
 
 from __future__ import annotations
 
@@ -18,12 +18,14 @@ from nexus_admit.model import (
     ClusterSnapshot,
     Gang,
     Node,
+    NumaPolicy,
     PodSet,
     Taint,
     Toleration,
+    pod_capacity,
     with_clique_level,
 )
-from nexus_admit.placement.columns import gpu_columns, positions_of
+from nexus_admit.placement.columns import gpu_columns, pod_capacities, positions_of
 from nexus_admit.placement.node_kinds import clique_codes, dense_codes, node_kinds
 from nexus_admit.placement.problem import _filter_nodes, prepare
 from tests.strategies import BLOCK, CONFIG, LEVELS, PRODUCTS, RACK
@@ -162,3 +164,31 @@ def test_the_filter_by_kind_rules_as_node_by_node_and_keeps_where_it_found_them(
     order = list(snapshot.nodes)
     for names in (by_kind[0], one_by_one[0], list(by_kind[0])):  # the last one looked up
         assert positions_of(snapshot, names).tolist() == [order.index(n) for n in names]
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=mixed_fleets(), data=st.data())
+def test_the_pod_capacities_on_columns_are_each_nodes_pod_capacity(
+    fleet: list[Node], data: st.DataObject
+) -> None:
+    """Free CPU, memory and pod slots drawn down to none (and below, as an overcommitted
+    node reports), pod sets of whole GPUs or none, with and without CPU or memory, every
+    NUMA policy; a share per GPU or a strict NUMA zone is left to the nodes (None)."""
+    draw = data.draw
+    for node in fleet:
+        node.free_cpu_milli = draw(st.sampled_from((-1_000, 0, 3_000, 16_000, 64_000)))
+        node.free_memory_mib = draw(st.sampled_from((0, 8_192, 262_144)))
+        node.free_pods = draw(st.sampled_from((0, 1, 3, 110)))
+    snapshot = ClusterSnapshot.of(fleet)
+    names = draw(st.lists(st.sampled_from(list(snapshot.nodes)), unique=True)) if fleet else []
+    gpus = draw(st.sampled_from((0, 1, 2, 4, 8)))
+    ps = PodSet("ps", 3, cpu_milli=draw(st.sampled_from((0, 4_000))),
+                memory_mib=draw(st.sampled_from((0, 65_536))), gpus=gpus,
+                gpu_milli=draw(st.sampled_from((GPU_WHOLE, 500))) if gpus == 1 else GPU_WHOLE)
+    policy = draw(st.sampled_from(list(NumaPolicy)))
+    caps = pod_capacities(snapshot, names, gpu_columns(snapshot).whole, ps, policy)
+    if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
+        assert caps is None
+    else:
+        assert caps is not None
+        assert caps.tolist() == [pod_capacity(snapshot.nodes[n], ps, policy) for n in names]
