@@ -88,10 +88,13 @@ def lower_bound(
     room: dict[str, int],
     pod_costs: dict[str, float],
     weights: dict[str, int],
+    split_below: bool = False,
 ) -> float:
     """A valid lower bound of the objective for the gang placed inside `members` (one
     domain of `level`): the fewest nodes and sub-domains that can hold it, and its cheapest
-    per-pod costs."""
+    per-pod costs. `split_below`: only for the placements among them not inside one domain
+    of the level below `level`: they use two domains at least of each level under `level`
+    whose domain every member has (the nodes lacking a level's label count as one there)."""
     need = problem.gang.pod_count
 
     def fewest(rooms: Iterable[int]) -> int:
@@ -111,6 +114,8 @@ def lower_bound(
         for m, r in zip(members, rooms, strict=True):
             sub[paths[m][below]] += r
         least = fewest(sub.values())
+        if split_below and None not in sub:
+            least = max(least, 2)
         bound += level_weight(problem, below) * (
             weights["domainSpread"] * (least - 1) + weights["gangSplit"] * (least > 1)
         )
@@ -133,8 +138,11 @@ class _Costing:
     pod_costs: dict[str, float]
     weights: dict[str, int]
 
-    def bound(self, problem: Problem, members: Sequence[str], level: int) -> float:
-        return lower_bound(problem, members, level, self.room, self.pod_costs, self.weights)
+    def bound(
+        self, problem: Problem, members: Sequence[str], level: int, split_below: bool = False
+    ) -> float:
+        return lower_bound(problem, members, level, self.room, self.pod_costs, self.weights,
+                           split_below)
 
 
 @dataclass(slots=True)
@@ -278,11 +286,9 @@ def _keep_best_domains(
     # The incumbent's domain first (so its fill stays a valid hint), then by lower
     # bound, among equal bounds the better greedy fill first.
     ranked.sort(key=lambda r: (r[1] != best.domain, r[0], best.upper.get(r[1], float("inf")), r[1]))
-    required = problem.gang.required_level is not None
-    spanning = costing.bound(problem, red.nodes, level - 1)
     # Spreading over several domains might beat every single domain: then the best
     # single domains get three quarters of the budget, the densest cheap racks the rest.
-    spread = not required and spanning < best.value
+    spread = _may_spread(problem, red, level, best.value, costing)
     kept, complete = _take_domains(ranked, best, budget * 3 // 4 if spread else budget, costing)
     complete = complete and not spread
     if spread:
@@ -296,9 +302,20 @@ def _keep_best_domains(
         f"lower bound beats the greedy placement"
     )
     # Exact when the gang must stay in one domain and every promising one was kept.
-    reduced = restrict(red, kept, note, exact=required and complete)
+    reduced = restrict(red, kept, note, exact=problem.gang.required_level is not None and complete)
     reduced.hint = _hint_inside(problem, reduced, kept, best, spread)
     return reduced
+
+
+def _may_spread(
+    problem: Problem, red: Reduction, level: int, incumbent: float, costing: _Costing
+) -> bool:
+    """Whether a placement over several domains of `level` might beat `incumbent` (the
+    greedy fill): not when the gang must stay in one, nor when the lower bound of such
+    placements (two domains of `level` at least, so two of each level below) does not."""
+    if problem.gang.required_level is not None:
+        return False
+    return costing.bound(problem, red.nodes, level - 1, split_below=True) < incumbent
 
 
 def _take_domains(
