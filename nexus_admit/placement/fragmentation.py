@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -204,6 +204,10 @@ def gradient_table(
         return list(hit)
     if len(memo) > 200_000:
         memo.clear()
+    # one node's F per state (sorted GPUs, CPU, model), shared by every pod shape's table
+    states = cast(dict[tuple[object, ...], float], dist._arrays.setdefault("node-frag", {}))
+    if len(states) > 200_000:
+        states.clear()
     access = dist.access_matrix((gpu_product,))
     gpu = list(gpu_free)
     cpu = free_cpu_milli
@@ -216,14 +220,23 @@ def gradient_table(
         return node_fragmentation(arr, np.full(len(rows), cpu_left, dtype=np.int64),
                                   np.repeat(access, len(rows), axis=1), dist)
 
-    base = float(frag([gpu], cpu)[0]) if gpu else 0.0
+    def frag_of_one(row: list[int], cpu_left: int) -> float:
+        # a row alone is reduced over its GPUs in integers and its F taken in one dot
+        # product, so any order of its GPUs gives the same F, to the bit
+        state = (tuple(sorted(row)), cpu_left, gpu_product)
+        value = states.get(state)
+        if value is None:
+            value = states[state] = float(frag([row], cpu_left)[0]) if row else 0.0
+        return value
+
+    base = frag_of_one(gpu, cpu)
     table = [0.0]
     for _ in range(count):
         cpu -= cpu_milli
         if cpu < 0:
             break
         if gpus == 0:
-            after = float(frag([gpu], cpu)[0]) if gpu else 0.0
+            after = frag_of_one(gpu, cpu)
         elif gpus == 1 and gpu_milli < GPU_WHOLE:
             options = [j for j, free in enumerate(gpu) if free >= gpu_milli]
             if not options:
@@ -243,7 +256,7 @@ def gradient_table(
                 break
             for j in free_idx:
                 gpu[j] = 0
-            after = float(frag([gpu], cpu)[0])
+            after = frag_of_one(gpu, cpu)
         table.append(after - base)
     memo[key] = tuple(table)
     return table

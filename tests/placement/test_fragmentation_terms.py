@@ -4,7 +4,11 @@ order on, non-island nodes fill first, in cluster order."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nexus_admit.model import (
     GPU_WHOLE,
@@ -110,3 +114,45 @@ def test_order_terms_are_absent_when_their_weights_are_off() -> None:
     placement = CpSatEngine(0).place(TrackedSnapshot.of(nodes), Gang("g", (ps,)),
                                      PlacementConfig())
     assert "fragGradient" not in placement.terms and "fillOrder" not in placement.terms
+
+
+def _workload() -> WorkloadDistribution:
+    """Shapes of every kind the measure reads: whole and shared GPUs, several GPUs, a
+    CPU-only pod, one bound to a GPU model (fresh caches each call)."""
+    return WorkloadDistribution((
+        TypicalPod(PodShape(2000, GPU_WHOLE, 1), 0.3),
+        TypicalPod(PodShape(1000, 500, 1), 0.2),
+        TypicalPod(PodShape(4000, 250, 1, ("T4",)), 0.1),
+        TypicalPod(PodShape(8000, GPU_WHOLE, 2), 0.1),
+        TypicalPod(PodShape(16000, GPU_WHOLE, 4), 0.1),
+        TypicalPod(PodShape(8000, 0, 0), 0.2),
+    ))
+
+
+_states = st.tuples(
+    st.lists(st.sampled_from((0, 130, 250, 500, 700, GPU_WHOLE)), min_size=0, max_size=8),
+    st.sampled_from((0, 2000, 6000, 16_000, 32_000)),
+    st.sampled_from(("T4", "A10", "G2")),
+)
+_shapes = st.tuples(st.sampled_from((0, 1000, 4000)), st.integers(0, 4),
+                    st.sampled_from((250, 500, GPU_WHOLE)), st.integers(1, 3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_states, _shapes, st.randoms(use_true_random=False)), min_size=1,
+                max_size=12))
+def test_gradient_tables_from_warm_caches_equal_cold_ones(
+    calls: list[tuple[tuple[list[int], int, str], tuple[int, int, int, int], random.Random]],
+) -> None:
+    """`gradient_table` keeps one node's F per state (sorted GPUs, CPU, model) for every
+    pod shape's table: after any calls on one distribution, each table equals the one a
+    fresh distribution works out, to the bit, whatever order the node lists its GPUs in."""
+    warm = _workload()
+    for (free, cpu, model), (cpu_milli, gpus, share, count), rng in calls:
+        gpu_milli = share if gpus == 1 else (GPU_WHOLE if gpus else 0)
+        shuffled = rng.sample(free, len(free))  # the same state, its GPUs in another order
+        for order in (free, shuffled):
+            cold = gradient_table(order, cpu, model, cpu_milli, gpus, gpu_milli, count,
+                                  _workload())
+            assert gradient_table(order, cpu, model, cpu_milli, gpus, gpu_milli, count,
+                                  warm) == cold
