@@ -208,9 +208,10 @@ class CpSatEngine:
                 if ranking.fresh:
                     self._fleet_scans += 1
                 return scan_ranked(problem, ranking, started, self._terms, self.name)
-            if scans_with_gradient(problem):
-                return gradient_scan(
-                    problem, live.reduction(problem), started, self._terms, self.name
+            if scans_with_gradient(problem):  # gradient_scan's ranking, kept the same way
+                ranking = live.ranking(problem, self._terms)
+                return scan_ranked(
+                    problem, ranking, started, self._terms, self.name, model_costs=True
                 )
             return self._reduced(problem, live.reduction(problem), started)
         self._fleet_scans += 1

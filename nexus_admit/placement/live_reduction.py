@@ -20,19 +20,22 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import OrderedDict, defaultdict
 from collections.abc import Sequence
+from functools import partial
 from typing import cast
 
 from nexus_admit.model import Domain, PodSet
 from nexus_admit.placement.memo import NodeMemo, pod_shape
 from nexus_admit.placement.objective import term_weights
-from nexus_admit.placement.onepod import Ranking, bound_contexts, lower_bounds
+from nexus_admit.placement.onepod import Ranking, bound_contexts, gradient_bounds, lower_bounds
+from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import Problem
 from nexus_admit.placement.reduction import (
+    LoneStates,
     Reduction,
     domain_shortfall,
     keeps_off_gpus,
-    lone_class_key,
     lone_entries,
+    lone_entry,
     per_node_limit,
     room_shortfall,
 )
@@ -44,6 +47,8 @@ __all__ = ["KEPT_RANKINGS", "LiveReduction", "live_reduction"]
 # workload type, GPUs): Workloads of several tiers with one pod shape share a tracker, and
 # one ranking reset at each change of tier ranked the whole fleet again each time
 KEPT_RANKINGS = 8
+# node states whose room and key parts a tracker keeps, at most (then forgets them all)
+_KEPT_STATES = 20_000
 
 
 class LiveReduction:
@@ -72,15 +77,20 @@ class LiveReduction:
         self.members: set[int] = set()  # positions of pristine cliques' members with room
         self.room = 0
         self.per_domain: dict[Domain | None, int] = defaultdict(int)
-        # candidates per rack: a change in a rack changes its mates' lower bounds
+        # candidates per rack: a change in a rack changes its mates' lower bounds (nodes
+        # without a rack read no rack's free GPUs)
         self.rack_level = len(problem.levels) - 2
-        self.rack_names: dict[Domain | None, list[str]] = defaultdict(list)
+        self.rack_names: dict[Domain, list[str]] = defaultdict(list)
         if self.rack_level >= 0:
             for name in self.names:
-                self.rack_names[self.paths[name][self.rack_level]].append(name)
+                rack = self.paths[name][self.rack_level]
+                if rack is not None:
+                    self.rack_names[rack].append(name)
         # the one-pod scan's rankings by the gang's signature, least recently used first
         self.scans: OrderedDict[tuple[object, ...], _ScanRanking] = OrderedDict()
-        for name, cap, key in lone_entries(problem, self.names, memo):
+        # room and key parts per node state, for the nodes read now and on later syncs
+        self.states: LoneStates = {}
+        for name, cap, key in lone_entries(problem, self.names, memo, self.states):
             self._enter(problem, name, cap, key)
         self.cursor = ChangeCursor(snapshot)
         # built by the last `live_reduction` call, over every candidate (not synced)
@@ -97,10 +107,14 @@ class LiveReduction:
         )
 
     def sync(self, problem: Problem, memo: NodeMemo) -> bool:
-        """Read again the nodes changed since the last call; False when a rebuild is due."""
-        changed = self.cursor.changed(cast(TrackedSnapshot, problem.snapshot))
+        """Read again the nodes changed since the last call, however many (a rebuild reads
+        each candidate as a sync reads a changed one, and would forget the rankings'
+        bounds of the nodes that did not change); False when a rebuild is due."""
+        changed = self.cursor.changed(cast(TrackedSnapshot, problem.snapshot), bounded=False)
         if changed is None:
             return False
+        if len(self.states) > _KEPT_STATES:
+            self.states.clear()
         now = set(problem.pristine_cliques)
         for clique in self.cliques ^ now:  # its members are kept whole or classed now
             changed.update(self.clique_names.get(clique, ()))
@@ -109,10 +123,14 @@ class LiveReduction:
             if name in self.position:
                 self._drop(name)
                 self._add(problem, name, memo)
+        if not self.scans:  # no one-pod ranking kept (the gradient scan ranks anew)
+            return True
         dirty = {n for n in changed if n in self.position}
         if self.rack_level >= 0:
             for name in changed:  # the rack's free GPUs, which its mates' bounds read
-                dirty.update(self.rack_names.get(self.paths[name][self.rack_level], ()))
+                rack = self.paths[name][self.rack_level]
+                if rack is not None:
+                    dirty.update(self.rack_names.get(rack, ()))
         for scan in self.scans.values():
             scan.dirty |= dirty
             if too_many_changes(len(scan.dirty), len(self.names)):
@@ -120,15 +138,9 @@ class LiveReduction:
         return True
 
     def _add(self, problem: Problem, name: str, memo: NodeMemo) -> None:
-        ps = problem.gang.pod_sets[0]  # its shape is the tracker's (its name may differ)
-        node = problem.node(name)
-        cap = min(memo.capacity(node, ps, problem.gang.numa_policy), ps.count)
-        if cap <= 0:
-            return
-        key: tuple[object, ...] | None = None
-        if node.clique is None or node.clique not in problem.pristine_cliques:
-            key = lone_class_key(problem, name, cap, memo)
-        self._enter(problem, name, cap, key)
+        entry = lone_entry(problem, name, memo, self.states)
+        if entry is not None:
+            self._enter(problem, name, *entry)
 
     def _enter(
         self, problem: Problem, name: str, cap: int, key: tuple[object, ...] | None
@@ -202,23 +214,29 @@ class LiveReduction:
         twins = [[self.names[p] for p in group] for group in groups]
         return Reduction(names, caps, True, self.notes(len(kept)), twins)
 
-    def ranking(self, problem: Problem) -> Ranking:
+    def ranking(self, problem: Problem, terms: OrderTerms | None = None) -> Ranking:
         """The one-pod scan's `Ranking` of `reduction(problem)` (a gang of one pod), kept
-        up to date from the nodes that changed."""
+        up to date from the nodes that changed. With `terms` (a gang under fragGradient),
+        `gradient_scan`'s ranking of it, each bound raised by the node's order terms."""
         assert problem.gang.pod_count == 1
         weights = term_weights(problem)
         gang = problem.gang
-        signature = (gang.tier, gang.workload_type, _bound_shape(gang.pod_sets[0]),
-                     tuple(weights.items()))
+        signature: tuple[object, ...] = (
+            gang.tier, gang.workload_type, _bound_shape(gang.pod_sets[0]),
+            tuple(weights.items()))
+        if terms is not None:  # by id (a workload hashes slowly): the ranking holds both
+            signature = (*signature, id(terms), id(terms.workload))
         scan = self.scans.get(signature)
         if scan is None:
-            scan = self.scans[signature] = _ScanRanking()
+            scan = self.scans[signature] = _ScanRanking(terms)
             if len(self.scans) > KEPT_RANKINGS:
                 self.scans.popitem(last=False)
         else:
             self.scans.move_to_end(signature)
         fresh = scan.sorted is None
         ranked = scan.ranked(problem, self, weights)
+        if terms is not None:  # as `gradient_scan` reports the reduction it ranks
+            return Ranking(ranked, len(ranked), self.notes(len(ranked)), True, fresh)
         # as the scan over the candidates reports it: how many have room, no reduction note
         return Ranking(ranked, len(self.entries), [], True, fresh)
 
@@ -240,9 +258,13 @@ class _ScanRanking:
     """The one-pod scan's ranked candidates of one tracker for one gang signature, updated
     for its `dirty` nodes (changed, their rack mates, those that became or stopped being
     their class's first); every lower bound remembered with what it read of the rest of
-    the snapshot."""
+    the snapshot. With `terms`, the bounds are `gradient_bounds`, which also read the
+    node's fill rank (kept with the rest) and its fragGradient (a value of its state)."""
 
-    def __init__(self) -> None:
+    def __init__(self, terms: OrderTerms | None = None) -> None:
+        self.terms = terms
+        # held, so no other workload takes its id while this ranking is kept
+        self.workload = terms.workload if terms is not None else None
         self.dirty: set[str] = set()
         self.bounds: dict[str, tuple[tuple[object, ...], float]] = {}
         self.sorted: list[tuple[float, int, str]] | None = None
@@ -285,12 +307,18 @@ class _ScanRanking:
         `bound_contexts` names of the rest of the snapshot does."""
         remembered = self.bounds
         contexts = bound_contexts(problem, names)
+        if self.terms is not None:
+            rank = self.terms.fill_rank(problem)
+            contexts = [(*around, rank.get(name))
+                        for name, around in zip(names, contexts, strict=True)]
         stale = [
             i for i, (name, around) in enumerate(zip(names, contexts, strict=True))
             if (entry := remembered.get(name)) is None or entry[0] != around
         ]
         if stale:
-            fresh = lower_bounds(problem, [names[i] for i in stale], weights)
+            bounds = lower_bounds if self.terms is None else partial(
+                gradient_bounds, terms=self.terms)
+            fresh = bounds(problem, [names[i] for i in stale], weights)
             for i, value in zip(stale, fresh, strict=True):
                 remembered[names[i]] = (contexts[i], value)
         return [remembered[name][1] for name in names]

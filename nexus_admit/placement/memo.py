@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from nexus_admit.model import (
     GPU_WHOLE,
@@ -27,7 +28,7 @@ from nexus_admit.model import (
 )
 from nexus_admit.placement.tracking import ChangeCursor, TrackedSnapshot
 
-__all__ = ["NodeMemo", "NodeView", "pod_shape"]
+__all__ = ["NodeMemo", "NodeView", "node_state", "pod_shape"]
 
 # what pod_capacity reads of a pod set (and the NUMA policy it is asked under)
 _Shape = tuple[int, int, int, int, NumaPolicy]
@@ -36,6 +37,16 @@ _Shape = tuple[int, int, int, int, NumaPolicy]
 def pod_shape(pod_set: PodSet) -> tuple[int, int, int, int]:
     """What `pod_capacity` reads of a pod set: CPU, memory, GPU count, share per GPU."""
     return (pod_set.cpu_milli, pod_set.memory_mib, pod_set.gpus, pod_set.gpu_milli)
+
+
+_ZONE_STATE = attrgetter("gpu_indices", "free_cpu_milli")
+
+
+def node_state(node: Node) -> tuple[object, ...]:
+    """Everything `pod_capacity` and the symmetry reduction's keys (reduction.py) read of
+    a node besides its name and labels: nodes of equal state answer them alike."""
+    return (node.free_pods, node.free_cpu_milli, node.free_memory_mib, tuple(node.gpu_free),
+            tuple(map(_ZONE_STATE, node.numa_zones)), node.gpu_memory_mib, node.gpu_product)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +63,7 @@ class NodeMemo:
     def __init__(self) -> None:
         self._cursor: ChangeCursor | None = None  # on the TrackedSnapshot remembered
         self._views: dict[str, tuple[Node, NodeView]] = {}
+        self._states: dict[str, tuple[Node, tuple[object, ...]]] = {}
         self._caps: dict[str, tuple[Node, dict[_Shape, int]]] = {}
         # per node, values the caller derives from the node state, the config and a
         # signature of what else it read (see `derived`)
@@ -72,10 +84,12 @@ class NodeMemo:
         if changed is not None:
             for name in changed:
                 self._views.pop(name, None)
+                self._states.pop(name, None)
                 self._caps.pop(name, None)
                 self._derived.pop(name, None)
             return
         self._views.clear()
+        self._states.clear()
         self._caps.clear()
         self._derived.clear()
         self._cursor = ChangeCursor(snapshot) if isinstance(snapshot, TrackedSnapshot) else None
@@ -100,6 +114,16 @@ class NodeMemo:
         if self._active:
             self._views[node.name] = (node, view)
         return view
+
+    def state(self, node: Node) -> tuple[object, ...]:
+        """`node_state(node)`, remembered until the node changes."""
+        entry = self._states.get(node.name)
+        if entry is not None and entry[0] is node:
+            return entry[1]
+        state = node_state(node)
+        if self._active:
+            self._states[node.name] = (node, state)
+        return state
 
     def capacity(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> int:
         """`pod_capacity(node, pod_set, policy)`, remembered per node state and pod shape."""

@@ -23,6 +23,7 @@ __all__ = [
     "Ranking",
     "bound_contexts",
     "gpu_terms",
+    "gradient_bounds",
     "gradient_scan",
     "lower_bounds",
     "rank_order",
@@ -58,15 +59,22 @@ def gradient_scan(
     the node's leftover well, so it cannot be left out of a bound as the scan leaves the
     terms that are never negative), then costed in that order until no bound can beat
     the best. The model's optimum, found without a model."""
-    weights = term_weights(problem)
-    ps = problem.gang.pod_sets[0]
-    bounds = [  # both order terms as the model charges them: the costing adds the same
-        low + cost / SCALE
-        for low, cost in zip(lower_bounds(problem, red.nodes, weights),
-                             terms.one_pod_costs(problem, red.nodes, ps), strict=True)
-    ]
+    bounds = gradient_bounds(problem, red.nodes, term_weights(problem), terms)
     ranking = Ranking(rank_order(bounds, red.nodes), len(red.nodes), red.notes, red.exact)
     return scan_ranked(problem, ranking, started, terms, policy, model_costs=True)
+
+
+def gradient_bounds(
+    problem: Problem, names: Sequence[str], weights: dict[str, int], terms: OrderTerms
+) -> list[float]:
+    """`gradient_scan`'s bound of each of `names`: `lower_bounds` plus both order terms
+    as the model charges them (the costing adds the same)."""
+    ps = problem.gang.pod_sets[0]
+    return [
+        low + cost / SCALE
+        for low, cost in zip(lower_bounds(problem, names, weights),
+                             terms.one_pod_costs(problem, names, ps), strict=True)
+    ]
 
 
 def scan_lower_bound(problem: Problem, name: str, weights: dict[str, int]) -> float:

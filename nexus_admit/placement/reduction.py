@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import cast
 
 from nexus_admit.model import GPU_WHOLE, Domain, Node, NumaPolicy, PodSet, pod_capacity
 from nexus_admit.placement.columns import pod_capacities
-from nexus_admit.placement.memo import NodeMemo, pod_shape
+from nexus_admit.placement.memo import NodeMemo, node_state, pod_shape
 from nexus_admit.placement.problem import Problem
 
 __all__ = [
+    "LoneStates",
     "Reduction",
     "candidates",
     "class_key",
@@ -26,6 +26,7 @@ __all__ = [
     "keeps_off_gpus",
     "lone_class_key",
     "lone_entries",
+    "lone_entry",
     "lone_signature",
     "node_state",
     "per_node_limit",
@@ -338,49 +339,52 @@ def _state_key(
     )
 
 
-_ZONE_STATE = attrgetter("gpu_indices", "free_cpu_milli")
-
-
-def node_state(node: Node) -> tuple[object, ...]:
-    """Everything `pod_capacity`, `_state_key` and `_frag_key` read of a node besides its
-    name and labels: nodes of equal state answer them alike."""
-    return (node.free_pods, node.free_cpu_milli, node.free_memory_mib, tuple(node.gpu_free),
-            tuple(map(_ZONE_STATE, node.numa_zones)), node.gpu_memory_mib, node.gpu_product)
+# a lone pod set's room and the state part of its class key per node state
+# (`lone_entries`): (room, `_state_key`, `_frag_key`), the keys empty without room
+LoneStates = dict[tuple[object, ...], tuple[int, tuple[object, ...], tuple[object, ...]]]
 
 
 def lone_entries(
-    problem: Problem, names: Sequence[str], memo: NodeMemo
+    problem: Problem, names: Sequence[str], memo: NodeMemo, states: LoneStates | None = None
 ) -> list[tuple[str, int, tuple[object, ...] | None]]:
     """For a gang of one pod set and no siblings: each of `names` with room, its room
     (min(pod_capacity, count)) and its `lone_class_key` (None for a member of a pristine
     NVLink clique, which is kept whole rather than classed), in `names`' order. Worked
-    out once per node state (a fleet has far fewer states than nodes)."""
+    out once per node state (a fleet has far fewer states than nodes); `states` keeps
+    them for the next call of the same gang shape, config and levels."""
     assert lone_signature(problem) is not None and not problem.gang.siblings
-    ps = problem.gang.pod_sets[0]
-    policy = problem.gang.numa_policy
-    pristine = problem.pristine_cliques
-    by_state: dict[tuple[object, ...], tuple[int, tuple[object, ...], tuple[object, ...]]] = {}
+    by_state: LoneStates = {} if states is None else states
     out: list[tuple[str, int, tuple[object, ...] | None]] = []
     for name in names:
-        node = problem.node(name)
-        state = node_state(node)
-        shared = by_state.get(state)
-        if shared is None:
-            cap = min(memo.capacity(node, ps, policy), ps.count)
-            if cap > 0:
-                shared = (cap, _state_key(problem, node, (cap,), memo),
-                          _frag_key(problem, name, memo))
-            else:
-                shared = (cap, (), ())
-            by_state[state] = shared
-        cap, state_part, frag = shared
-        if cap <= 0:
-            continue
-        if node.clique is not None and node.clique in pristine:
-            out.append((name, cap, None))
-        else:
-            out.append((name, cap, (*_named(problem, name, node, state_part), *frag)))
+        entry = lone_entry(problem, name, memo, by_state)
+        if entry is not None:
+            out.append((name, *entry))
     return out
+
+
+def lone_entry(
+    problem: Problem, name: str, memo: NodeMemo, states: LoneStates
+) -> tuple[int, tuple[object, ...] | None] | None:
+    """One node's `lone_entries` entry (room, key) or None without room, its state's part
+    read from or kept in `states`."""
+    node = problem.node(name)
+    state = memo.state(node)
+    shared = states.get(state)
+    if shared is None:
+        ps = problem.gang.pod_sets[0]
+        cap = min(memo.capacity(node, ps, problem.gang.numa_policy), ps.count)
+        if cap > 0:
+            shared = (cap, _state_key(problem, node, (cap,), memo),
+                      _frag_key(problem, name, memo))
+        else:
+            shared = (cap, (), ())
+        states[state] = shared
+    cap, state_part, frag = shared
+    if cap <= 0:
+        return None
+    if node.clique is not None and node.clique in problem.pristine_cliques:
+        return cap, None
+    return cap, (*_named(problem, name, node, state_part), *frag)
 
 
 def holds(problem: Problem, caps: dict[tuple[str, str], int], members: list[str]) -> bool:

@@ -69,13 +69,14 @@ class ChangeCursor:
         """Is this cursor on `snapshot`'s log (the same snapshot object)?"""
         return isinstance(snapshot, TrackedSnapshot) and snapshot.change_log is self.log
 
-    def changed(self, snapshot: TrackedSnapshot) -> set[str] | None:
+    def changed(self, snapshot: TrackedSnapshot, *, bounded: bool = True) -> set[str] | None:
         """The names changed since the last call that `snapshot` still has, the cursor
         moved past them; None (the cursor unmoved) for another log, a log shorter than
-        the cursor (never, for an append-only log) or `too_many_changes`."""
+        the cursor (never, for an append-only log) or, when `bounded`,
+        `too_many_changes`."""
         log = snapshot.change_log
         if (log is not self.log or self.seen > len(log)
-                or too_many_changes(len(log) - self.seen, len(snapshot.nodes))):
+                or (bounded and too_many_changes(len(log) - self.seen, len(snapshot.nodes)))):
             return None
         names = {name for name in log[self.seen:] if name in snapshot.nodes}
         self.seen = len(log)

@@ -10,12 +10,18 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nexus_admit.model import GPU_WHOLE, Gang, Node, Placement, PodSet, Slot
+from nexus_admit.model import GPU_WHOLE, Gang, Node, Placement, PlacementConfig, PodSet, Slot
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.live_reduction import live_reduction
 from nexus_admit.placement.memo import NodeMemo
 from nexus_admit.placement.objective import term_weights
-from nexus_admit.placement.onepod import scan_lower_bound, scans
+from nexus_admit.placement.onepod import (
+    gradient_bounds,
+    scan_lower_bound,
+    scans,
+    scans_with_gradient,
+)
+from nexus_admit.placement.order_terms import OrderTerms
 from nexus_admit.placement.problem import prepare
 from nexus_admit.placement.reduction import candidates, reduce_symmetry, shortfall
 from nexus_admit.placement.tracking import TrackedSnapshot
@@ -23,14 +29,17 @@ from tests.strategies import BLOCK, CONFIG, RACK, gangs, nodes
 
 
 @st.composite
-def fleets(draw: st.DrawFn) -> list[Node]:
+def fleets(draw: st.DrawFn, rackless: bool = False) -> list[Node]:
     """Up to 14 nodes made from a few templates, so that many are interchangeable (the
-    symmetry classes the caches keep), spread over racks and blocks, half of them idle."""
+    symmetry classes the caches keep), spread over racks and blocks, half of them idle.
+    `rackless`: some nodes in no rack (as openb's), whose bounds read no rack's GPUs."""
     templates = draw(st.lists(nodes("t"), min_size=1, max_size=4))
     out = []
     for i in range(draw(st.integers(2, 14))):
         template = draw(st.sampled_from(templates))
         labels = {**template.labels, RACK: draw(st.sampled_from(("r0", "r1", "r2")))}
+        if rackless and draw(st.booleans()):
+            del labels[RACK]
         if draw(st.booleans()):
             labels[BLOCK] = draw(st.sampled_from(("b0", "b1")))
         node = replace(template.copy(), name=f"n{i}", labels=labels)
@@ -74,6 +83,12 @@ def _flip_gpu(tracked: TrackedSnapshot, which: int, gpu: int, replace_node: bool
     tracked.touch([name])
 
 
+# the openb study's objective: fragGradient and fillOrder on (one-pod gangs take the
+# gradient scan, its ranking kept on the tracker)
+GRADIENT = CONFIG.model_copy(update={"weights": CONFIG.weights.model_copy(
+    update={"frag_gradient": 1000, "fill_order": 1500})})
+
+
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(fleets(), st.lists(steps, min_size=1, max_size=14))
 def test_decisions_on_one_tracked_snapshot_equal_fresh_ones(
@@ -82,6 +97,23 @@ def test_decisions_on_one_tracked_snapshot_equal_fresh_ones(
     """One engine places on one TrackedSnapshot (its caches carried from decision to
     decision); at every step a new engine on a plain copy of the same state (no change log:
     every fact counted afresh) must give the same answer, explanation included."""
+    _decide_tracked_and_fresh(start, sequence, CONFIG)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(fleets(rackless=True), st.lists(steps, min_size=1, max_size=14))
+def test_decisions_under_frag_gradient_on_one_tracked_snapshot_equal_fresh_ones(
+    start: list[Node], sequence: list[tuple[object, ...]]
+) -> None:
+    """As above under fragGradient and fillOrder: the gradient scan's ranking kept on
+    the tracker (each bound with the node's fill rank and fragGradient) ranks, and so
+    places, as the scan over a fresh reduction."""
+    _decide_tracked_and_fresh(start, sequence, GRADIENT)
+
+
+def _decide_tracked_and_fresh(
+    start: list[Node], sequence: list[tuple[object, ...]], config: PlacementConfig
+) -> None:
     tracked = TrackedSnapshot.of(n.copy() for n in start)
     kept = CpSatEngine(seed=0)
     placed: list[tuple[Gang, list[Slot]]] = []
@@ -102,29 +134,33 @@ def test_decisions_on_one_tracked_snapshot_equal_fresh_ones(
             template = step[1]  # type: ignore[assignment]
             shapes.append(template)
         gang = replace(template, name=f"ns/g{i}")
-        _check_caches(tracked, gang)
-        fresh = CpSatEngine(seed=0).place(tracked.copy(), gang, CONFIG)
-        reused = kept.place(tracked, gang, CONFIG)
+        _check_caches(tracked, gang, config, kept)
+        fresh = CpSatEngine(seed=0).place(tracked.copy(), gang, config)
+        reused = kept.place(tracked, gang, config)
         assert _answer(reused) == _answer(fresh)
         if reused.feasible:
             tracked.apply(gang, reused.slots)
             placed.append((gang, reused.slots))
 
 
-def _check_caches(tracked: TrackedSnapshot, gang: Gang) -> None:
+def _check_caches(
+    tracked: TrackedSnapshot, gang: Gang, config: PlacementConfig = CONFIG,
+    engine: CpSatEngine | None = None,
+) -> None:
     """Each cache against the same fact counted afresh on a plain copy: pristine cliques,
     free GPUs per domain, the candidates' shortfall, the reduction and the one-pod scan's
-    ranking (a stale entry that changes no placement still fails here)."""
+    ranking (a stale entry that changes no placement still fails here). `engine`: the one
+    deciding on `tracked`, whose order terms a kept gradient ranking reads."""
     copy = tracked.copy()
-    kept, fresh = prepare(tracked, gang, CONFIG), prepare(copy, gang, CONFIG)
+    kept, fresh = prepare(tracked, gang, config), prepare(copy, gang, config)
     assert list(kept.pristine_cliques.items()) == list(fresh.pristine_cliques.items())
     for level in range(len(fresh.levels) - 1):
         assert list(kept.domain_free_gpu_milli(level).items()) == list(
             fresh.domain_free_gpu_milli(level).items()
         )
     memo, fresh_memo = NodeMemo(), NodeMemo()
-    memo.sync(tracked, CONFIG)
-    fresh_memo.sync(copy, CONFIG)
+    memo.sync(tracked, config)
+    fresh_memo.sync(copy, config)
     live = live_reduction(kept, memo)
     if live is None or fresh.impossible:
         return
@@ -143,6 +179,17 @@ def _check_caches(tracked: TrackedSnapshot, gang: Gang) -> None:
         assert [(b, n) for b, _, n in ranking.ranked] == [(b, n) for b, _, n in expected]
         # reported as the scan over the candidates reports it (scan_candidates)
         assert (ranking.units, ranking.notes) == (len(red.nodes), red.notes)
+    if scans_with_gradient(fresh) and engine is not None:
+        terms = engine._terms  # the deciding engine's: its kept ranking is read here
+        fresh_terms = OrderTerms(fresh_memo, terms.workload)
+        bounds = gradient_bounds(fresh, reduced.nodes, term_weights(fresh), fresh_terms)
+        expected = sorted(zip(bounds, range(len(bounds)), reduced.nodes, strict=True))
+        memo_of_engine = engine._memo
+        memo_of_engine.sync(tracked, config)
+        ranking = live_reduction(kept, memo_of_engine).ranking(kept, terms)  # type: ignore[union-attr]
+        assert [(b, n) for b, _, n in ranking.ranked] == [(b, n) for b, _, n in expected]
+        # reported as gradient_scan reports the reduction it ranks
+        assert (ranking.units, ranking.notes) == (len(reduced.nodes), reduced.notes)
 
 
 def _node(name: str, rack: str, free: list[int]) -> Node:
