@@ -213,12 +213,11 @@ def gradient_table(
     cpu = free_cpu_milli
 
     def frag(rows: list[list[int]], cpu_left: int) -> FloatArray:
-        width = max(len(r) for r in rows)
-        arr = np.zeros((len(rows), max(width, 1)), dtype=np.int64)
-        for i, r in enumerate(rows):
-            arr[i, : len(r)] = r
+        # rows of one node, all as wide (its GPU count, at least one), so as an array as is
+        arr = np.array(rows, dtype=np.int64)
         return node_fragmentation(arr, np.full(len(rows), cpu_left, dtype=np.int64),
-                                  np.repeat(access, len(rows), axis=1), dist)
+                                  access if len(rows) == 1 else np.repeat(access, len(rows),
+                                                                          axis=1), dist)
 
     def frag_of_one(row: list[int], cpu_left: int) -> float:
         # a row alone is reduced over its GPUs in integers and its F taken in one dot

@@ -18,7 +18,7 @@ of held cliques. Others, and every plain `ClusterSnapshot`, take the full path.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from functools import partial
 from typing import cast
@@ -87,7 +87,8 @@ class LiveReduction:
                 if rack is not None:
                     self.rack_names[rack].append(name)
         # the one-pod scan's rankings by the gang's signature, least recently used first
-        self.scans: OrderedDict[tuple[object, ...], _ScanRanking] = OrderedDict()
+        # (a plain dict in that order: an OrderedDict hashes each key as it iterates)
+        self.scans: dict[tuple[object, ...], _ScanRanking] = {}
         # room and key parts per node state, for the nodes read now and on later syncs
         self.states: LoneStates = {}
         for name, cap, key in lone_entries(problem, self.names, memo, self.states):
@@ -226,13 +227,12 @@ class LiveReduction:
             tuple(weights.items()))
         if terms is not None:  # by id (a workload hashes slowly): the ranking holds both
             signature = (*signature, id(terms), id(terms.workload))
-        scan = self.scans.get(signature)
+        scan = self.scans.pop(signature, None)  # put back last: the most recently used
         if scan is None:
-            scan = self.scans[signature] = _ScanRanking(terms)
-            if len(self.scans) > KEPT_RANKINGS:
-                self.scans.popitem(last=False)
-        else:
-            self.scans.move_to_end(signature)
+            scan = _ScanRanking(terms)
+            if len(self.scans) >= KEPT_RANKINGS:
+                del self.scans[next(iter(self.scans))]
+        self.scans[signature] = scan
         fresh = scan.sorted is None
         ranked = scan.ranked(problem, self, weights)
         if terms is not None:  # as `gradient_scan` reports the reduction it ranks

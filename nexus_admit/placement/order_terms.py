@@ -52,7 +52,9 @@ class OrderTerms:
         return (self._frag_per_pod(node, pod_set, policy),)
 
     def _frag_per_pod(self, node: Node, pod_set: PodSet, policy: NumaPolicy) -> float:
-        cap = max(1, min(pod_set.count, self.memo.capacity(node, pod_set, policy)))
+        # one pod (openb's every decision) is costed as one whatever the node's room
+        cap = 1 if pod_set.count == 1 else max(
+            1, min(pod_set.count, self.memo.capacity(node, pod_set, policy)))
         table = gradient_table(
             node.gpu_free,
             node.free_cpu_milli,

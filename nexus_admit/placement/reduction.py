@@ -371,8 +371,9 @@ def lone_entry(
     state = memo.state(node)
     shared = states.get(state)
     if shared is None:
-        ps = problem.gang.pod_sets[0]
-        cap = min(memo.capacity(node, ps, problem.gang.numa_policy), ps.count)
+        ps, policy = problem.gang.pod_sets[0], problem.gang.numa_policy
+        cap = (room_for_one(node, ps, policy) if ps.count == 1
+               else min(memo.capacity(node, ps, policy), ps.count))
         if cap > 0:
             shared = (cap, _state_key(problem, node, (cap,), memo),
                       _frag_key(problem, name, memo))
