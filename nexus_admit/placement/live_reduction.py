@@ -180,7 +180,7 @@ class LiveReduction:
             return
         members = self.classes[key]
         first = members[0] == position
-        members.remove(position)
+        del members[bisect_left(members, position)]  # sorted, as `_enter` keeps them
         if not members:
             del self.classes[key]
         elif first:

@@ -221,7 +221,7 @@ def scan_ranked(
     fillOrder costed as the model's integer coefficients charge them (`gradient_scan`,
     which stands for the model), not as the placement reports them."""
     ps = problem.gang.pod_sets[0]
-    best: tuple[float, list[Slot]] | None = None
+    best: tuple[float, list[Slot], dict[str, float]] | None = None
     costed = 0
     allowed = one_pod_allowed(problem)
     for low, _, name in ranking.ranked:
@@ -235,13 +235,14 @@ def scan_ranked(
         if isinstance(slots, str):
             continue  # GPU shares or NUMA zones cannot hold it after all
         costed += 1
-        value = weighted_objective(problem, evaluate_terms(problem, slots))
+        shared = evaluate_terms(problem, slots)
+        value = weighted_objective(problem, shared)
         if model_costs:
             value += terms.one_pod_costs(problem, [name], ps)[0] / SCALE
         else:
             value += sum(weight * v for v, weight in terms.values(problem, slots).values())
         if best is None or value < best[0] - 1e-9:
-            best = (value, slots)
+            best = (value, slots, shared)
     if best is None:
         return infeasible(
             problem.gang, policy, "no candidate node can hold the pod now; will retry", started
@@ -253,6 +254,7 @@ def scan_ranked(
         started,
         SolveStatus.OPTIMAL if ranking.exact else SolveStatus.FEASIBLE,
         terms.values(problem, best[1]),
+        best[2],
     )
     placement.model_objective = best[0] if model_costs else placement.objective
     placement.explanation.extend(ranking.notes)

@@ -75,10 +75,12 @@ def finish(
     started: float,
     status: SolveStatus = SolveStatus.HEURISTIC,
     extra_terms: Mapping[str, tuple[float, int]] | None = None,
+    shared_terms: dict[str, float] | None = None,
 ) -> Placement:
     """A feasible Placement with every shared term (objective.py), plus `extra_terms`
-    (name -> (value, weight)) that only the calling policy can evaluate."""
-    terms = evaluate_terms(problem, slots)
+    (name -> (value, weight)) that only the calling policy can evaluate. `shared_terms`:
+    `evaluate_terms(problem, slots)` when the caller has it already (then taken over)."""
+    terms = evaluate_terms(problem, slots) if shared_terms is None else shared_terms
     objective = weighted_objective(problem, terms)
     for name, (value, weight) in (extra_terms or {}).items():
         terms[name] = value
