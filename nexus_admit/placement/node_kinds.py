@@ -23,7 +23,7 @@ import numpy.typing as npt
 from nexus_admit.model import ClusterSnapshot
 
 __all__ = ["CliqueCodes", "IntArray", "NodeKinds", "clique_codes", "dense_codes",
-           "first_order_codes", "node_kinds"]
+           "first_order_codes", "label_codes", "node_kinds"]
 
 IntArray = npt.NDArray[np.int64]
 GPU_FREE = attrgetter("gpu_free")
@@ -33,6 +33,7 @@ _SHAPE = attrgetter("schedulable", "taints", "gpu_memory_mib", "cpu_milli", "mem
                     "gpu_product")
 _VRAM_AT = 2  # gpu_memory_mib's place in a `_SHAPE` tuple
 _CLIQUE = attrgetter("clique")
+_LABELS = attrgetter("labels")
 
 
 def dense_codes(values: Iterable[Hashable], count: int, index: dict[Hashable, int] | None = None
@@ -120,3 +121,16 @@ def clique_codes(snapshot: ClusterSnapshot) -> CliqueCodes:
     made = CliqueCodes(codes, cliques, {c: i for i, c in enumerate(cliques)}, members)
     snapshot.static_cache[key] = made
     return made
+
+
+def label_codes(snapshot: ClusterSnapshot, keys: tuple[str, ...]) -> IntArray:
+    """Every node's values of the labels `keys` (None where absent) as a code, in snapshot
+    order, nodes of equal values sharing one; kept in the snapshot's static cache."""
+    key = ("label-codes", keys)
+    cached = cast("IntArray | None", snapshot.static_cache.get(key))
+    if cached is not None and len(cached) == len(snapshot):
+        return cached
+    values = (tuple(map(labels.get, keys)) for labels in map(_LABELS, snapshot.nodes.values()))
+    codes, _ = dense_codes(values, len(snapshot))
+    snapshot.static_cache[key] = codes
+    return codes

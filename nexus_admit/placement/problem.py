@@ -33,7 +33,12 @@ from nexus_admit.placement.columns import (
     remember_positions,
 )
 from nexus_admit.placement.live_facts import live_domain_free, live_pristine_cliques
-from nexus_admit.placement.node_kinds import clique_codes, first_order_codes, node_kinds
+from nexus_admit.placement.node_kinds import (
+    clique_codes,
+    first_order_codes,
+    label_codes,
+    node_kinds,
+)
 
 __all__ = ["CLOSED_CLIQUE", "NodeClasses", "NodePaths", "Problem", "prepare"]
 
@@ -401,9 +406,10 @@ def _filter_nodes(
             reason = "outside the tier's allowedClasses"
         return reason
 
-    # without a selector, affinity or node list it reads no label and no name:
-    # nodes alike in what it reads share the answer (a fleet has few such kinds)
-    if ps.allowed_nodes is None and not ps.node_selector and not ps.affinity_terms:
+    # without a node list it reads no name, and of the labels only those its selector
+    # and affinity name: nodes alike in what it reads share the answer (a fleet has few
+    # such kinds)
+    if ps.allowed_nodes is None:
         return _filter_alike(snapshot, ps, levels, req_idx, rule_out)
     ok: list[str] = []
     why: Counter[str] = Counter()
@@ -431,6 +437,10 @@ def _filter_alike(
     required level's label: each kind ruled on once, by its first node."""
     kinds = node_kinds(snapshot)
     kind, first = kinds.kind, kinds.first
+    selected = _selected_labels(ps)
+    if selected:  # kinds split by the values of the labels the pod set selects on
+        values = label_codes(snapshot, selected)
+        kind, first = first_order_codes(kind * (int(values.max(initial=0)) + 1) + values)
     flags = []
     if ps.compute_domain is not None:
         flags.append(clique_codes(snapshot).codes < 0)
@@ -452,6 +462,13 @@ def _filter_alike(
             why[reason] += count
     remember_positions(snapshot, ok, np.flatnonzero(passes))
     return ok, why
+
+
+def _selected_labels(ps: PodSet) -> tuple[str, ...]:
+    """The labels `ps`'s node selector and affinity read (`PodSet.selects`), sorted."""
+    keys = set(ps.node_selector)
+    keys.update(req.key for term in ps.affinity_terms for req in term)
+    return tuple(sorted(keys))
 
 
 def _some_node_holds(ps: PodSet, snapshot: ClusterSnapshot) -> bool:

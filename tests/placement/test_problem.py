@@ -8,7 +8,14 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus_admit.model import NVLINK_CLIQUE_LEVEL, ClusterSnapshot, Gang, Node, PodSet
+from nexus_admit.model import (
+    NVLINK_CLIQUE_LEVEL,
+    ClusterSnapshot,
+    Gang,
+    Node,
+    NodeSelectorRequirement,
+    PodSet,
+)
 from nexus_admit.placement.engine import CpSatEngine
 from nexus_admit.placement.problem import prepare
 from tests.factories import BLOCK, HOST, RACK, config, gpu_node, snapshot
@@ -172,3 +179,47 @@ def test_candidates_and_rejections_are_each_nodes_own_static_fit(
                 why[reason] += 1
         assert problem.candidates[ps.name] == expected
         assert problem.rejections[ps.name] == why
+
+
+_MODEL = "example.com/gpu-model"
+_requirements = st.builds(
+    NodeSelectorRequirement,
+    st.sampled_from((_MODEL, "pool")),
+    st.sampled_from(("In", "NotIn", "Exists", "DoesNotExist")),
+    st.lists(st.sampled_from(("T4", "A10", "a", "b")), max_size=2).map(tuple),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet=_mixed_fleets(), gang=gangs(max_sets=1),
+       labels=st.lists(st.tuples(st.sampled_from((None, "T4", "A10")),
+                                 st.sampled_from((None, "a", "b"))), min_size=10, max_size=10),
+       selector=st.dictionaries(st.sampled_from((_MODEL, "pool")), st.sampled_from(("T4", "a"))),
+       affinity=st.lists(st.lists(_requirements, min_size=1, max_size=2).map(tuple),
+                         max_size=2).map(tuple))
+def test_candidates_of_a_pod_set_with_a_selector_are_each_nodes_own_static_fit(
+    fleet: list[Node], gang: Gang, labels: list[tuple[str | None, str | None]],
+    selector: dict[str, str], affinity: tuple[tuple[NodeSelectorRequirement, ...], ...],
+) -> None:
+    """Nodes alike but in the labels a node selector or affinity reads are told apart by
+    those labels' values (openb's GPU-model-pinned pods): the same candidates, in snapshot
+    order, and the same reasons as asking every node."""
+    for node, (model, pool) in zip(fleet, labels, strict=False):
+        node.labels = {k: v for k, v in node.labels.items() if k not in (_MODEL, "pool")}
+        node.labels.update({k: v for k, v in ((_MODEL, model), ("pool", pool)) if v})
+    ps = replace(gang.pod_sets[0], node_selector=selector, affinity_terms=affinity)
+    gang = replace(gang, pod_sets=(ps,), required_level=None)
+    problem = prepare(ClusterSnapshot.of(fleet), gang, S_CONFIG)
+    allowed = S_CONFIG.allowed_classes(gang.tier)
+    expected: list[str] = []
+    why: Counter[str] = Counter()
+    for node in fleet:
+        reason = ps.static_fit(node)
+        if reason is None and ps.gpus and allowed and problem.node_class[node.name] not in allowed:
+            reason = "outside the tier's allowedClasses"
+        if reason is None:
+            expected.append(node.name)
+        else:
+            why[reason] += 1
+    assert problem.candidates[ps.name] == expected
+    assert problem.rejections[ps.name] == why
