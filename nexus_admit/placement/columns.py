@@ -30,7 +30,13 @@ from nexus_admit.model import (
     PodSet,
     domain_path,
 )
-from nexus_admit.placement.node_kinds import GPU_FREE, IntArray, dense_codes, node_kinds
+from nexus_admit.placement.node_kinds import (
+    GPU_FREE,
+    FloatArray,
+    IntArray,
+    dense_codes,
+    node_kinds,
+)
 
 __all__ = ["Candidates", "GpuColumns", "IntArray", "LevelCodes", "candidate_columns",
            "gpu_columns", "level_codes", "level_free", "pod_capacities", "positions",
@@ -180,7 +186,7 @@ class Candidates:
     place: IntArray
     hw_class: IntArray
     classes: list[str | None]
-    vram: IntArray
+    vram: FloatArray
     gpu_count: IntArray
 
 
@@ -225,7 +231,7 @@ def positions_of(snapshot: ClusterSnapshot, names: Sequence[str]) -> IntArray:
 
 def _static_columns(
     snapshot: ClusterSnapshot, names: Sequence[str], node_class: Mapping[str, str | None],
-) -> tuple[IntArray, IntArray, IntArray, list[str | None], IntArray, IntArray]:
+) -> tuple[IntArray, IntArray, IntArray, list[str | None], FloatArray, IntArray]:
     """`Candidates`' columns after its names, in its order: gathered from the
     snapshot's `NodeKinds`, a class looked up once per kind."""
     kinds = node_kinds(snapshot)

@@ -22,10 +22,11 @@ import numpy.typing as npt
 
 from nexus_admit.model import ClusterSnapshot
 
-__all__ = ["CliqueCodes", "IntArray", "NodeKinds", "clique_codes", "dense_codes",
+__all__ = ["CliqueCodes", "FloatArray", "IntArray", "NodeKinds", "clique_codes", "dense_codes",
            "first_order_codes", "label_codes", "node_kinds"]
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 GPU_FREE = attrgetter("gpu_free")
 # everything `PodSet.static_fit` and a hardware class read of a node but its GPU count
 # (the length of `gpu_free`) and its name and labels
@@ -67,7 +68,7 @@ class NodeKinds:
     names: list[str]  # the snapshot's node names, in its order
     kind: IntArray  # per node
     first: IntArray  # per kind: its first node's place
-    vram: IntArray  # per kind: VRAM per GPU
+    vram: FloatArray  # per kind: VRAM per GPU (floats: a label may hold any integer)
     gpu_count: IntArray  # per node (a node's GPU count never changes)
 
     def __len__(self) -> int:
@@ -85,7 +86,7 @@ def node_kinds(snapshot: ClusterSnapshot) -> NodeKinds:
     gpus = np.fromiter(map(len, map(GPU_FREE, nodes)), dtype=np.int64, count=count)
     kind, first = first_order_codes(shape * (int(gpus.max(initial=0)) + 1) + gpus)
     vram = [cast(tuple[object, ...], shapes[s])[_VRAM_AT] for s in shape[first].tolist()]
-    made = NodeKinds(list(snapshot.nodes), kind, first, np.array(vram, dtype=np.int64), gpus)
+    made = NodeKinds(list(snapshot.nodes), kind, first, np.array(vram, dtype=np.float64), gpus)
     snapshot.static_cache[key] = made
     return made
 

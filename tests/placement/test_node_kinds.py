@@ -192,3 +192,13 @@ def test_the_pod_capacities_on_columns_are_each_nodes_pod_capacity(
     else:
         assert caps is not None
         assert caps.tolist() == [pod_capacity(snapshot.nodes[n], ps, policy) for n in names]
+
+
+def test_a_node_of_any_vram_label_has_a_kind() -> None:
+    """VRAM per GPU comes from a label, which may hold any integer (a malformed dump's
+    10**20): kept as a float per kind, exact below 2**53, never an overflow."""
+    nodes = [Node(name=f"n{i}", labels={}, cpu_milli=8000, memory_mib=8192, gpu_product="T4",
+                  gpu_memory_mib=memory, gpu_free=[GPU_WHOLE])
+             for i, memory in enumerate((10**20, 15_360))]
+    kinds = node_kinds(ClusterSnapshot.of(nodes))
+    assert kinds.vram.tolist() == [1e20, 15_360.0]
