@@ -253,7 +253,8 @@ def pod_capacities(snapshot: ClusterSnapshot, names: Sequence[str], whole: IntAr
     """`pod_capacity(node, ps, policy)` of each of `names` (`whole`: every snapshot node's
     free whole GPUs), for whole GPUs (or none) placed without a strict NUMA zone: the
     same integer arithmetic on columns, read only off the nodes with a pod's GPUs free.
-    None for a GPU share or a strict NUMA policy (node by node then)."""
+    None for a GPU share, a strict NUMA policy or a quantity past 64 bits (node by node
+    then)."""
     if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
         return None
     where = positions_of(snapshot, names)
@@ -262,13 +263,16 @@ def pod_capacities(snapshot: ClusterSnapshot, names: Sequence[str], whole: IntAr
     nodes = list(snapshot.nodes.values())
     picked = list(map(nodes.__getitem__, where[at].tolist()))
     count = len(picked)
-    cap = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count)
-    if ps.cpu_milli:
-        cap = np.minimum(cap, np.fromiter(map(_CPU, picked), dtype=np.int64, count=count)
-                         // ps.cpu_milli)
-    if ps.memory_mib:
-        cap = np.minimum(cap, np.fromiter(map(_MEMORY, picked), dtype=np.int64, count=count)
-                         // ps.memory_mib)
+    try:
+        cap = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count)
+        if ps.cpu_milli:
+            cap = np.minimum(cap, np.fromiter(map(_CPU, picked), dtype=np.int64, count=count)
+                             // ps.cpu_milli)
+        if ps.memory_mib:
+            cap = np.minimum(cap, np.fromiter(map(_MEMORY, picked), dtype=np.int64,
+                                              count=count) // ps.memory_mib)
+    except OverflowError:  # a quantity past 64 bits (a malformed dump): node by node
+        return None
     if ps.gpus:
         cap = np.minimum(cap, free_whole[at] // ps.gpus)
     out = np.zeros(len(names), dtype=np.int64)

@@ -57,23 +57,28 @@ def room_mask(
     """`room_for_one` of each candidate (the snapshot's `nodes` at `where`, with `whole`
     free GPUs each), as a mask: a few comparisons of columns for whole GPUs (or none)
     placed without a strict NUMA zone, read only off the candidates with the whole GPUs,
-    else node by node."""
+    else (or with a quantity past 64 bits) node by node."""
     ps = problem.gang.pod_sets[0]
     policy = problem.gang.numa_policy
-    if ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE:
-        return np.fromiter((room_for_one(nodes[i], ps, policy) > 0 for i in where.tolist()),
-                           dtype=np.bool_, count=len(where))
-    mask = whole >= ps.gpus if ps.gpus else np.ones(len(where), dtype=np.bool_)
-    at = np.flatnonzero(mask)
-    picked = list(map(nodes.__getitem__, where[at].tolist()))
-    count = len(picked)
-    room = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count) > 0
-    if ps.cpu_milli:
-        room &= np.fromiter(map(_CPU, picked), dtype=np.int64, count=count) >= ps.cpu_milli
-    if ps.memory_mib:
-        room &= np.fromiter(map(_MEMORY, picked), dtype=np.int64, count=count) >= ps.memory_mib
-    mask[at] = room
-    return mask
+    if not (ps.fractional or policy is NumaPolicy.SINGLE_NUMA_NODE):
+        mask = whole >= ps.gpus if ps.gpus else np.ones(len(where), dtype=np.bool_)
+        at = np.flatnonzero(mask)
+        picked = list(map(nodes.__getitem__, where[at].tolist()))
+        count = len(picked)
+        try:
+            room = np.fromiter(map(_PODS, picked), dtype=np.int64, count=count) > 0
+            if ps.cpu_milli:
+                room &= np.fromiter(map(_CPU, picked), dtype=np.int64, count=count) >= ps.cpu_milli
+            if ps.memory_mib:
+                room &= (np.fromiter(map(_MEMORY, picked), dtype=np.int64, count=count)
+                         >= ps.memory_mib)
+        except OverflowError:  # a quantity past 64 bits (a malformed dump): node by node
+            pass
+        else:
+            mask[at] = room
+            return mask
+    return np.fromiter((room_for_one(nodes[i], ps, policy) > 0 for i in where.tolist()),
+                       dtype=np.bool_, count=len(where))
 
 
 def column_bounds(

@@ -88,6 +88,23 @@ def test_the_scan_on_columns_answers_as_the_scan_over_objects(
     assert _answer(CpSatEngine(0).place(snapshot, gang, config))[:-1] == _answer(placed)[:-1]
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), fleet=fleets())
+def test_a_quantity_past_64_bits_is_read_node_by_node(
+    data: st.DataObject, fleet: list[Node]
+) -> None:
+    """A malformed dump's free CPU of 10**20 millicores: the scan answers as over objects
+    (and the engine places), never an overflow."""
+    for node in fleet[:1]:
+        node.free_cpu_milli = 10**20
+    snapshot = ClusterSnapshot.of(fleet)
+    gang = data.draw(one_pod_gangs([n.name for n in fleet]))
+    placed = _on_columns(snapshot, gang, CONFIG)
+    if placed is not None:
+        assert _answer(placed) == _answer(_over_objects(snapshot, gang, CONFIG))
+    CpSatEngine(0).place(snapshot, gang, CONFIG)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gang=gangs(max_sets=1, max_count=1), fleet=fleets(), strict=st.booleans())
 def test_the_bounds_on_columns_are_each_nodes_bound_bit_for_bit(

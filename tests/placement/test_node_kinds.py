@@ -194,6 +194,16 @@ def test_the_pod_capacities_on_columns_are_each_nodes_pod_capacity(
         assert caps.tolist() == [pod_capacity(snapshot.nodes[n], ps, policy) for n in names]
 
 
+def test_pod_capacities_past_64_bits_are_left_to_the_nodes() -> None:
+    """A malformed dump's free CPU of 10**20 millicores: None (node by node), no overflow."""
+    node = Node(name="n0", labels={}, cpu_milli=8000, memory_mib=8192, gpu_product="T4",
+                gpu_memory_mib=15_360, gpu_free=[GPU_WHOLE], free_cpu_milli=10**20)
+    snapshot = ClusterSnapshot.of([node])
+    ps = PodSet("ps", 2, cpu_milli=1000, gpus=1)
+    whole = gpu_columns(snapshot).whole
+    assert pod_capacities(snapshot, ["n0"], whole, ps, NumaPolicy.PREFERRED) is None
+
+
 def test_a_node_of_any_vram_label_has_a_kind() -> None:
     """VRAM per GPU comes from a label, which may hold any integer (a malformed dump's
     10**20): kept as a float per kind, exact below 2**53, never an overflow."""
